@@ -1,0 +1,293 @@
+"""The `dnsprobe` command.
+
+Exit status: 0 success; 1 an input file could not be (fully) read or the output could not be
+written (everything decoded before the problem is still written); 2 usage or configuration error.
+"""
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+from probe import __version__
+from probe.errors import CaptureFileError, ConfigError, DnsprobeError, OutputError
+
+DESCRIPTION = """\
+dnsprobe captures DNS traffic passively, pairs each query with its response, and writes the
+transactions as Parquet files whose first 55 columns are those of CZ.NIC DNS Probe.
+"""
+
+EPILOG = """\
+exit status:
+  0  success
+  1  an input file was unreadable or corrupt, or the output could not be written
+     (everything decoded before the problem is still written and counted)
+  2  usage or configuration error (unknown key, wrong type, impossible value)
+
+files:
+  config/dnsprobe.yml   default configuration, every option with its default and meaning
+
+See README.md for the output schema and the configuration reference.
+"""
+
+READ_EPILOG = """\
+Reads pcap and pcapng files, plain or compressed with gzip, xz or zstd (recognised by content),
+with Ethernet (802.1Q/802.1ad tags), Linux cooked SLL/SLL2 or raw IPv4/IPv6 link layers. Files are
+read in the order given, as one continuous capture: a query in one file can match a response in
+the next. Records are written as NAME.parquet.part and renamed when complete; a statistics JSON
+file is written next to them.
+
+examples:
+  dnsprobe read capture.pcap.xz -o out/
+  dnsprobe read day1.pcap day2.pcap -o out/ --query-timeout 2 --compression snappy
+  dnsprobe read capture.pcapng -o out/ --set export.rotate_records=1000000
+"""
+
+INSPECT_EPILOG = """\
+examples:
+  dnsprobe inspect out/dnsprobe.20200819.134153.851855.w0.parquet
+  dnsprobe inspect out/*.parquet --json --limit 5
+  dnsprobe inspect FILE.parquet --columns qname,qtype,rcode,response_delay_us
+"""
+
+DEFAULT_INSPECT_COLUMNS = (
+    "time", "src", "srcp", "dst", "dstp", "prot", "id", "qname", "qtype", "rcode",
+    "query_present", "response_present", "response_delay_us", "malformed",
+)
+
+# Command-line flags that set config keys: (flag, key, argparse type, help, action).
+CONFIG_FLAGS = (
+    ("--format", "export.format", str, "output format (parquet)", None),
+    ("--query-timeout", "match.query_timeout", float, "seconds a query waits for its response", None),
+    ("--dns-port", "decode.dns_ports", int, "DNS port (repeatable; replaces the configured list)", "append"),
+    ("--parser", "decode.parser", str, "DNS parser: fast or dpkt", None),
+    ("--rotate-records", "export.rotate_records", int, "close a file after N records (0: never)", None),
+    ("--rotate-seconds", "export.rotate_seconds", float, "close a file after S seconds (0: never)", None),
+    ("--row-group-size", "export.row_group_size", int, "Parquet rows per row group", None),
+    ("--compression", "export.compression", str, "Parquet codec: zstd, snappy, gzip, brotli, lz4, none", None),
+    ("--prefix", "export.file_prefix", str, "output file name prefix", None),
+)
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):
+        self.print_usage(sys.stderr)
+        self.exit(2, f"dnsprobe: error: {message}\n")
+
+
+def build_parser():
+    fmt = argparse.RawDescriptionHelpFormatter
+    parser = _Parser(prog="dnsprobe", description=DESCRIPTION, epilog=EPILOG, formatter_class=fmt)
+    parser.add_argument("--version", action="version", version=f"dnsprobe {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+
+    read = sub.add_parser(
+        "read",
+        help="read capture files and write transactions",
+        description="Decode DNS from capture files, match queries with responses, write records.",
+        epilog=READ_EPILOG,
+        formatter_class=fmt,
+    )
+    read.add_argument("files", nargs="+", metavar="FILE", help="pcap or pcapng file (.gz, .xz, .zst accepted)")
+    read.add_argument("-o", "--output", metavar="DIR", help="output directory (config export.directory)")
+    read.add_argument("-c", "--config", metavar="FILE", help="configuration file (default: config/dnsprobe.yml)")
+    for flag, key, typ, help_, action in CONFIG_FLAGS:
+        read.add_argument(flag, dest=key, type=typ, action=action, metavar=key.split(".")[1].upper(), help=help_)
+    read.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE",
+        help="set any config key, e.g. --set decode.tcp_idle_timeout=30 (VALUE is YAML)",
+    )
+    progress = read.add_mutually_exclusive_group()
+    progress.add_argument("--progress", dest="run.progress", action="store_const", const="always",
+                          help="always show a progress bar")
+    progress.add_argument("--no-progress", dest="run.progress", action="store_const", const="never",
+                          help="never show a progress bar")
+    read.add_argument("-q", "--quiet", action="store_true", help="do not print the statistics table")
+
+    insp = sub.add_parser(
+        "inspect",
+        help="print records of an output file",
+        description="Print the records of dnsprobe Parquet files as a table or as JSON lines.",
+        epilog=INSPECT_EPILOG,
+        formatter_class=fmt,
+    )
+    insp.add_argument("files", nargs="+", metavar="FILE", help="a .parquet file written by dnsprobe")
+    insp.add_argument("--json", action="store_true", help="one JSON object per record")
+    insp.add_argument("--limit", type=int, default=20, metavar="N", help="records to print (default 20; 0: all)")
+    insp.add_argument("--columns", metavar="A,B,...", help="columns to print (default: a summary set)")
+    insp.add_argument("--all-columns", action="store_true", help="print every column")
+
+    conf = sub.add_parser(
+        "config",
+        help="print the effective or default configuration",
+        description="Print the configuration that `read` would use, after the file and flags.",
+        formatter_class=fmt,
+    )
+    conf.add_argument("-c", "--config", metavar="FILE", help="configuration file to load")
+    conf.add_argument("--defaults", action="store_true", help="print the default config/dnsprobe.yml text")
+    return parser
+
+
+def _overrides(args):
+    out = {}
+    for _, key, _, _, _ in CONFIG_FLAGS:
+        value = getattr(args, key, None)
+        if value is not None:
+            out[key] = value
+    if getattr(args, "run.progress", None):
+        out["run.progress"] = getattr(args, "run.progress")
+    if getattr(args, "output", None):
+        out["export.directory"] = args.output
+    for item in getattr(args, "set", []):
+        key, sep, raw = item.partition("=")
+        if not sep:
+            raise ConfigError(f"--set {item!r}: expected KEY=VALUE")
+        try:
+            out[key.strip()] = yaml.safe_load(raw)
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"--set {key}: value is not valid YAML: {exc}") from None
+    return out
+
+
+def _err(console_file, message):
+    print(f"dnsprobe: error: {message}", file=console_file)
+
+
+def cmd_read(args):
+    from rich.console import Console
+
+    from export.parquet import check_output_dir
+    from probe.config import load_config
+    from probe.pipeline import Pipeline
+    from probe.sources.pcapfile import read_capture
+
+    cfg = load_config(args.config, _overrides(args))
+    out_dir = Path(cfg.export.directory)
+    check_output_dir(out_dir)
+    for f in args.files:
+        if not Path(f).is_file():
+            raise ConfigError(f"input file {f}: no such file")
+    pipeline = Pipeline(cfg, out_dir)
+    errors = []
+    show = cfg.run.progress == "always" or (cfg.run.progress == "auto" and sys.stderr.isatty())
+    progress = _progress(args.files) if show else None
+    interrupted = False
+    try:
+        if progress:
+            progress.start()
+        for f in args.files:
+            task = progress.add_task(Path(f).name, total=Path(f).stat().st_size) if progress else None
+            on_progress = (lambda pos, t=task: progress.update(t, completed=pos)) if progress else None
+            try:
+                for batch in read_capture(f, cfg.run.batch_size, on_progress):
+                    pipeline.feed(batch, f)
+            except CaptureFileError as exc:
+                errors.append(exc)
+                _err(sys.stderr, str(exc))
+    except KeyboardInterrupt:
+        interrupted = True
+        _err(sys.stderr, "interrupted; writing what was decoded")
+    finally:
+        if progress:
+            progress.stop()
+    stats = pipeline.finish()
+    if cfg.run.stats_json:
+        name = f"{cfg.export.file_prefix}{time.strftime('%Y%m%d.%H%M%S', time.gmtime(pipeline.started))}.stats.json"
+        stats.write_json(
+            out_dir / name,
+            {
+                "inputs": [str(f) for f in args.files],
+                "errors": [str(e) for e in errors],
+                "files_written": [p.name for p in pipeline.exporter.completed],
+            },
+        )
+    if not args.quiet:
+        stats.render_table(Console(file=sys.stdout))
+    if interrupted:
+        return 130
+    return 1 if errors else 0
+
+
+def _progress(files):
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
+
+    return Progress(
+        TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TimeRemainingColumn(),
+        console=__import__("rich.console").console.Console(file=sys.stderr),
+    )
+
+
+def cmd_inspect(args):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    tables = []
+    for f in args.files:
+        try:
+            tables.append(pq.read_table(f))
+        except FileNotFoundError:
+            raise ConfigError(f"{f}: no such file") from None
+        except (pa.ArrowInvalid, OSError) as exc:
+            raise DnsprobeError(f"{f}: not a readable Parquet file: {exc}") from None
+    table = pa.concat_tables(tables, promote_options="default") if len(tables) > 1 else tables[0]
+    if args.limit < 0:
+        raise ConfigError("--limit must be 0 or more")
+    if args.limit:
+        table = table.slice(0, args.limit)
+    if args.all_columns:
+        columns = table.column_names
+    elif args.columns:
+        columns = [c.strip() for c in args.columns.split(",") if c.strip()]
+    else:
+        columns = [c for c in DEFAULT_INSPECT_COLUMNS if c in table.column_names]
+    missing = [c for c in columns if c not in table.column_names]
+    if missing:
+        raise ConfigError(f"unknown column(s): {', '.join(missing)}")
+    rows = table.select(columns).to_pylist()
+    if args.json:
+        for row in rows:
+            print(json.dumps(row, default=str))
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    out = Table(show_lines=False)
+    for c in columns:
+        out.add_column(c, overflow="fold")
+    for row in rows:
+        out.add_row(*("" if row[c] is None else str(row[c]) for c in columns))
+    Console(file=sys.stdout, width=max(160, len(columns) * 12)).print(out)
+    return 0
+
+
+def cmd_config(args):
+    from probe.config import load_config, options, render_default_yaml
+
+    if args.defaults:
+        sys.stdout.write(render_default_yaml())
+        return 0
+    cfg = load_config(args.config)
+    for key, _, _ in options():
+        section, name = key.split(".")
+        value = getattr(getattr(cfg, section), name)
+        print(f"{key}: {list(value) if isinstance(value, tuple) else value}")
+    return 0
+
+
+def main(argv=None):
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not args.command:
+        parser.print_help()
+        return 2
+    handler = {"read": cmd_read, "inspect": cmd_inspect, "config": cmd_config}[args.command]
+    try:
+        return handler(args)
+    except (ConfigError, OutputError, DnsprobeError) as exc:
+        _err(sys.stderr, str(exc))
+        return exc.exit_status
+    except BrokenPipeError:
+        return 0

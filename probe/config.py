@@ -1,0 +1,206 @@
+"""Configuration: parsed once into frozen dataclasses and passed down.
+
+Sources, later ones winning: the defaults below, `config/dnsprobe.yml` (or `-c FILE`), then command-line
+flags. Every option is declared once here with its type, bounds and one-line help; the YAML loader,
+the flag overrides and the documentation in config/dnsprobe.yml all follow this table. An unknown
+key, a wrong type or an impossible value raises ConfigError naming the key (exit status 2).
+"""
+
+import dataclasses
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from probe.errors import ConfigError
+
+DEFAULT_CONFIG_PATH = Path(__file__).resolve().parent.parent / "config" / "dnsprobe.yml"
+
+
+def opt(default, help, *, min=None, max=None, choices=None):
+    meta = {"help": help, "min": min, "max": max, "choices": choices}
+    if isinstance(default, (list, tuple)):
+        return field(default=tuple(default), metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+@dataclass(frozen=True)
+class DecodeConfig:
+    dns_ports: tuple[int, ...] = opt((53,), "UDP/TCP ports that carry DNS", min=1, max=65535)
+    parser: str = opt(
+        "fast",
+        "DNS parser: 'fast' (wire walker, checked against dpkt by the tests) or 'dpkt' (dpkt for every"
+        " message, the walker only where dpkt cannot parse)",
+        choices=("fast", "dpkt"),
+    )
+    fragment_timeout: float = opt(5.0, "seconds (capture time) to wait for the rest of a fragmented datagram", min=0.001)
+    fragment_max_datagrams: int = opt(10000, "fragmented datagrams held at once (oldest dropped first)", min=1)
+    tcp_idle_timeout: float = opt(60.0, "seconds (capture time) after which an idle TCP stream is dropped", min=0.001)
+    tcp_max_streams: int = opt(100000, "TCP stream directions held at once (oldest dropped first)", min=1)
+    tcp_max_ooo_bytes: int = opt(262144, "bytes held per TCP stream direction ahead of a gap", min=0)
+
+
+@dataclass(frozen=True)
+class MatchConfig:
+    query_timeout: float = opt(5.0, "seconds (capture time) a query waits for its response", min=0.000001)
+    max_pending: int = opt(1000000, "pending queries held at once (oldest exported as query-only)", min=1)
+
+
+@dataclass(frozen=True)
+class ExportConfig:
+    format: str = opt("parquet", "output format", choices=("parquet",))
+    directory: str = opt(".", "output directory (the -o flag)")
+    file_prefix: str = opt("dnsprobe.", "output file name prefix")
+    rotate_records: int = opt(5000000, "close a file after this many records (0: no limit)", min=0)
+    rotate_seconds: float = opt(300.0, "close a file this many seconds after it was opened (0: no limit)", min=0)
+    row_group_size: int = opt(100000, "Parquet rows per row group", min=1)
+    compression: str = opt(
+        "zstd", "Parquet compression codec", choices=("zstd", "snappy", "gzip", "brotli", "lz4", "none")
+    )
+    compression_level: typing.Optional[int] = opt(None, "codec level (null: the codec's default)")
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    batch_size: int = opt(4096, "frames per batch handed from a source to the decoder", min=1, max=1 << 20)
+    progress: str = opt("auto", "progress bar: auto (on a terminal), always, never", choices=("auto", "always", "never"))
+    stats_json: bool = opt(True, "write the run statistics as JSON next to the data")
+
+
+@dataclass(frozen=True)
+class Config:
+    decode: DecodeConfig = field(default_factory=DecodeConfig)
+    match: MatchConfig = field(default_factory=MatchConfig)
+    export: ExportConfig = field(default_factory=ExportConfig)
+    run: RunConfig = field(default_factory=RunConfig)
+
+
+SECTIONS = {f.name: f.default_factory for f in dataclasses.fields(Config)}
+
+
+def options():
+    """Yield (dotted key, dataclasses.Field, resolved type) for every option, in order."""
+    for section, cls in SECTIONS.items():
+        hints = typing.get_type_hints(cls)
+        for f in dataclasses.fields(cls):
+            yield f"{section}.{f.name}", f, hints[f.name]
+
+
+def _check_scalar(key, value, typ, meta):
+    if typ is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"config key '{key}': expected true or false, got {value!r}")
+    elif typ is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"config key '{key}': expected an integer, got {value!r}")
+    elif typ is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"config key '{key}': expected a number, got {value!r}")
+        value = float(value)
+    elif typ is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"config key '{key}': expected a string, got {value!r}")
+    if meta.get("choices") and value not in meta["choices"]:
+        raise ConfigError(f"config key '{key}': {value!r} is not one of {', '.join(meta['choices'])}")
+    if meta.get("min") is not None and value < meta["min"]:
+        raise ConfigError(f"config key '{key}': {value!r} is below the minimum {meta['min']}")
+    if meta.get("max") is not None and value > meta["max"]:
+        raise ConfigError(f"config key '{key}': {value!r} is above the maximum {meta['max']}")
+    return value
+
+
+def check_value(key, value, typ, meta):
+    """Validate one option value against its declared type and bounds; returns the stored value."""
+    origin = typing.get_origin(typ)
+    if origin is typing.Union:  # Optional[X]
+        if value is None:
+            return None
+        typ = next(a for a in typing.get_args(typ) if a is not type(None))
+        origin = typing.get_origin(typ)
+    if origin is tuple:
+        item = typing.get_args(typ)[0]
+        if isinstance(value, (int, str)) and not isinstance(value, bool):
+            value = [value]
+        if not isinstance(value, (list, tuple)) or not value:
+            raise ConfigError(f"config key '{key}': expected a non-empty list, got {value!r}")
+        return tuple(_check_scalar(key, v, item, meta) for v in value)
+    return _check_scalar(key, value, typ, meta)
+
+
+def _read_yaml(path):
+    try:
+        text = Path(path).read_text()
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path}: no such file") from None
+    except OSError as exc:
+        raise ConfigError(f"config file {path}: {exc.strerror}") from None
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"config file {path}: not valid YAML: {exc}") from None
+    if doc is None:
+        return {}
+    if not isinstance(doc, dict):
+        raise ConfigError(f"config file {path}: expected a mapping of sections, got {type(doc).__name__}")
+    return doc
+
+
+def flatten(doc, origin):
+    """{'match': {'query_timeout': 3}} → {'match.query_timeout': 3}, rejecting unknown keys."""
+    known = {key for key, _, _ in options()}
+    flat = {}
+    for section, body in doc.items():
+        if section not in SECTIONS:
+            raise ConfigError(f"{origin}: unknown config section '{section}' (known: {', '.join(SECTIONS)})")
+        if body is None:
+            continue
+        if not isinstance(body, dict):
+            raise ConfigError(f"{origin}: config section '{section}' must be a mapping")
+        for name, value in body.items():
+            key = f"{section}.{name}"
+            if key not in known:
+                raise ConfigError(f"{origin}: unknown config key '{key}'")
+            flat[key] = value
+    return flat
+
+
+def load_config(path=None, overrides=None):
+    """Build the Config: defaults ← YAML file ← overrides ({'section.key': value})."""
+    if path is None:
+        if not DEFAULT_CONFIG_PATH.exists():
+            raise ConfigError(f"default config file {DEFAULT_CONFIG_PATH} is missing; pass -c FILE")
+        path = DEFAULT_CONFIG_PATH
+    values = flatten(_read_yaml(path), f"config file {path}")
+    for key, value in (overrides or {}).items():
+        if key not in {k for k, _, _ in options()}:
+            raise ConfigError(f"unknown config key '{key}'")
+        values[key] = value
+    sections = {}
+    for key, f, typ in options():
+        section, name = key.split(".")
+        if key in values:
+            sections.setdefault(section, {})[name] = check_value(key, values[key], typ, f.metadata)
+    return Config(**{s: SECTIONS[s](**sections.get(s, {})) for s in SECTIONS})
+
+
+def render_default_yaml():
+    """The text of config/dnsprobe.yml: every option, its default and a one-line comment."""
+    lines = [
+        "# dnsprobe default configuration. Every option is listed with its default value.",
+        "# Override with `-c FILE` (same layout, any subset of keys) and command-line flags.",
+        "# Generated from probe/config.py by `dnsprobe config --defaults`; tests check they agree.",
+    ]
+    current = None
+    for key, f, _ in options():
+        section, name = key.split(".")
+        if section != current:
+            lines += ["", f"{section}:"]
+            current = section
+        default = list(f.default) if isinstance(f.default, tuple) else f.default
+        value = yaml.safe_dump(default, default_flow_style=True).strip()
+        if value.endswith("\n...") or value.endswith("..."):
+            value = value.split("\n")[0]
+        lines.append(f"  # {f.metadata['help']}")
+        lines.append(f"  {name}: {value}")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,1 @@
+"""Decoding stage: frames → DNS message tuples (link layer, IP, fragments, UDP/TCP, DNS)."""

@@ -1,0 +1,206 @@
+"""Packet decoder: a FrameBatch in, a list of DNS message tuples out (see decode.fields).
+
+Per frame the work is a handful of struct unpacks and slices; the DNS parse reads only what the
+output needs. Counters are kept in locals and added to the shared Stats once per batch.
+"""
+
+import struct
+
+from probe.decode.dnswire import parse_message
+from probe.decode.fragments import FragmentReassembler
+from probe.decode.link import ETH_IPV4, ETH_IPV6, LINK_DECODERS, LINK_NAMES
+from probe.decode.tcpstream import TcpReassembler
+from probe.errors import CaptureFileError
+
+_IP4 = struct.Struct("!BxHHHBBH").unpack_from  # vihl, total length, id, flags/frag, ttl, proto, csum
+_IP6 = struct.Struct("!HBB").unpack_from  # payload length, next header, hop limit (from offset 4)
+_UDP = struct.Struct("!HHHH").unpack_from
+_TCP = struct.Struct("!HHIIBB").unpack_from  # sport, dport, seq, ack, data offset, flags
+
+PROTO_TCP = 6
+PROTO_UDP = 17
+# IPv6 extension headers walked to reach the transport header.
+_IP6_EXT = frozenset((0, 43, 60, 135, 139, 140))
+_IP6_FRAG = 44
+_IP6_AH = 51
+
+
+class PacketDecoder:
+    """Stateful decoder for one worker: fragment and TCP reassembly persist across batches."""
+
+    def __init__(self, decode_cfg, dns_ports, stats):
+        self.stats = stats
+        self.ports = frozenset(dns_ports)
+        self.frags = FragmentReassembler(
+            int(decode_cfg.fragment_timeout * 1e9), decode_cfg.fragment_max_datagrams, stats
+        )
+        self.tcp = TcpReassembler(
+            int(decode_cfg.tcp_idle_timeout * 1e9),
+            decode_cfg.tcp_max_streams,
+            decode_cfg.tcp_max_ooo_bytes,
+            stats,
+        )
+        if decode_cfg.parser == "dpkt":
+            from probe.decode.dpkt_parser import DpktParser
+
+            self.parse = DpktParser(stats).parse
+        else:
+            self.parse = parse_message
+        self.now_ns = 0
+        self._next_sweep = 0
+
+    def decode(self, batch, source_name="input"):
+        link = LINK_DECODERS.get(batch.linktype)
+        if link is None:
+            raise CaptureFileError(
+                source_name,
+                f"unsupported link type {batch.linktype} (supported: "
+                + ", ".join(f"{k} {v}" for k, v in sorted(LINK_NAMES.items()))
+                + ")",
+            )
+        out = []
+        ports = self.ports
+        stats = self.stats
+        non_ip = non_dns = damaged = 0
+        nbytes = 0
+        ip4 = self._ipv4
+        ip6 = self._ipv6
+        for ts, wirelen, frame in zip(batch.ts_ns, batch.wirelen, batch.data):
+            nbytes += wirelen
+            try:
+                etype, off, vlan = link(frame)
+                if etype == ETH_IPV4:
+                    r = ip4(frame, off, ts, wirelen, vlan, ports, out)
+                elif etype == ETH_IPV6:
+                    r = ip6(frame, off, ts, wirelen, vlan, ports, out)
+                else:
+                    non_ip += 1
+                    continue
+            except (IndexError, struct.error):
+                damaged += 1
+                continue
+            if r == 1:
+                non_dns += 1
+            elif r == 2:
+                damaged += 1
+        n = len(batch.data)
+        stats.packets += n
+        stats.bytes += nbytes
+        stats.non_ip += non_ip
+        stats.non_dns += non_dns
+        stats.truncated_frames += damaged
+        if n:
+            last = batch.ts_ns[-1]
+            if last > self.now_ns:
+                self.now_ns = last
+            if self.now_ns >= self._next_sweep:
+                self.frags.expire(self.now_ns)
+                self.tcp.expire(self.now_ns)
+                self._next_sweep = self.now_ns + 1_000_000_000
+        self._count(out)
+        return out
+
+    def _count(self, msgs):
+        stats = self.stats
+        stats.dns_messages += len(msgs)
+        responses = 0
+        malformed = 0
+        for m in msgs:
+            flags = m[14]
+            if flags is not None and flags & 0x8000:
+                responses += 1
+            if m[24]:
+                malformed += 1
+        stats.responses += responses
+        stats.queries += len(msgs) - responses
+        stats.malformed += malformed
+
+    # Return codes of the per-packet helpers: 0 DNS (or held for reassembly), 1 not DNS, 2 damaged.
+
+    def _ipv4(self, frame, off, ts, wirelen, vlan, ports, out):
+        vihl, total, ident, frag, ttl, proto, _ = _IP4(frame, off)
+        if vihl >> 4 != 4:
+            return 2
+        hl = (vihl & 0x0F) * 4
+        if hl < 20 or total < hl:
+            return 2
+        src = frame[off + 12 : off + 16]
+        dst = frame[off + 16 : off + 20]
+        payload = frame[off + hl : off + total]
+        if len(payload) < total - hl:
+            return 2  # cut by the snaplen
+        if frag & 0x3FFF:
+            if proto != PROTO_UDP and proto != PROTO_TCP:
+                return 1
+            done = self.frags.add(
+                (4, src, dst, proto, ident), ts, wirelen, (frag & 0x1FFF) * 8, frag & 0x2000, payload, ttl, vlan
+            )
+            if done is None:
+                return 0
+            payload, ts, wirelen, ttl, vlan = done
+        return self._transport(4, proto, src, dst, payload, ts, wirelen, ttl, vlan, ports, out)
+
+    def _ipv6(self, frame, off, ts, wirelen, vlan, ports, out):
+        if frame[off] >> 4 != 6:
+            return 2
+        plen, nxt, hlim = _IP6(frame, off + 4)
+        src = frame[off + 8 : off + 24]
+        dst = frame[off + 24 : off + 40]
+        pos = off + 40
+        end = pos + plen if plen else len(frame)
+        if end > len(frame):
+            return 2
+        frag = None
+        while True:
+            if nxt in _IP6_EXT:
+                nxt, hlen = frame[pos], (frame[pos + 1] + 1) * 8
+            elif nxt == _IP6_AH:
+                nxt, hlen = frame[pos], (frame[pos + 1] + 2) * 4
+            elif nxt == _IP6_FRAG:
+                fo, ident = struct.unpack_from("!HI", frame, pos + 2)
+                frag = (fo & 0xFFF8, fo & 1, ident)
+                nxt, hlen = frame[pos], 8
+            else:
+                break
+            pos += hlen
+            if pos > end:
+                return 2
+        payload = frame[pos:end]
+        if frag is not None:
+            if nxt != PROTO_UDP and nxt != PROTO_TCP:
+                return 1
+            offset, more, ident = frag
+            done = self.frags.add((6, src, dst, nxt, ident), ts, wirelen, offset, more, payload, hlim, vlan)
+            if done is None:
+                return 0
+            payload, ts, wirelen, hlim, vlan = done
+        return self._transport(6, nxt, src, dst, payload, ts, wirelen, hlim, vlan, ports, out)
+
+    def _transport(self, ipv, proto, src, dst, payload, ts, wirelen, ttl, vlan, ports, out):
+        if proto == PROTO_UDP:
+            sport, dport, ulen, csum = _UDP(payload, 0)
+            if sport not in ports and dport not in ports:
+                return 1
+            if ulen < 8 or ulen > len(payload):
+                return 2
+            net = (ts, wirelen, ipv, PROTO_UDP, src, sport, dst, dport, ttl, csum, vlan, None)
+            out.append(net + self.parse(payload[8:ulen]))
+            return 0
+        if proto == PROTO_TCP:
+            sport, dport, seq, _, doff, flags = _TCP(payload, 0)
+            if sport not in ports and dport not in ports:
+                return 1
+            hl = (doff >> 4) * 4
+            if hl < 20 or hl > len(payload):
+                return 2
+            msgs = self.tcp.segment((src, sport, dst, dport), ts, wirelen, ttl, seq, flags, payload[hl:])
+            for data, mts, mwl, mttl, rtt in msgs:
+                net = (mts, mwl, ipv, PROTO_TCP, src, sport, dst, dport, mttl, 0, vlan, rtt)
+                out.append(net + self.parse(data))
+            return 0
+        return 1
+
+    def flush(self):
+        """End of input: drop incomplete fragments and TCP buffers (counted)."""
+        self.frags.flush()
+        self.tcp.flush()

@@ -1,0 +1,196 @@
+"""DNS over TCP: per-direction stream reassembly and RFC 1035 length-prefix framing.
+
+Handles several messages in one segment, one message over several segments, retransmitted and
+reordered segments, and connections first seen mid-stream. Memory is bounded: at most max_flows
+directions, and per direction at most one message (65,537 bytes) plus max_ooo_bytes of segments held
+ahead of a gap. Idle directions are dropped after idle_timeout_ns of capture time.
+"""
+
+SEQ_MOD = 1 << 32
+SEQ_HALF = 1 << 31
+
+FIN = 0x01
+SYN = 0x02
+RST = 0x04
+ACK = 0x10
+
+
+class _Flow:
+    __slots__ = (
+        "next_seq",
+        "buf",
+        "msg_ts",
+        "msg_wirelen",
+        "msg_ttl",
+        "ooo",
+        "ooo_bytes",
+        "last_ts",
+        "rtt_ms",
+        "syn_ts",
+        "synack_seen",
+        "midstream",
+    )
+
+    def __init__(self, ts):
+        self.next_seq = None
+        self.buf = b""
+        self.msg_ts = ts
+        self.msg_wirelen = 0
+        self.msg_ttl = 0
+        self.ooo = {}  # seq -> (payload, ts, wirelen, ttl)
+        self.ooo_bytes = 0
+        self.last_ts = ts
+        self.rtt_ms = None
+        self.syn_ts = None
+        self.synack_seen = False
+        self.midstream = False
+
+
+class TcpReassembler:
+    """Turns TCP segments into whole DNS messages.
+
+    segment() returns a list of (message bytes, first ts, summed frame lengths, ttl, rtt_ms).
+    """
+
+    def __init__(self, idle_timeout_ns, max_flows, max_ooo_bytes, stats):
+        self.idle_timeout_ns = idle_timeout_ns
+        self.max_flows = max_flows
+        self.max_ooo_bytes = max_ooo_bytes
+        self.stats = stats
+        self.flows = {}  # (src, sport, dst, dport) -> _Flow
+
+    def _new_flow(self, key, ts):
+        if len(self.flows) >= self.max_flows:
+            self._drop(next(iter(self.flows)))
+        flow = self.flows[key] = _Flow(ts)
+        self.stats.tcp_streams += 1
+        return flow
+
+    def _drop(self, key):
+        flow = self.flows.pop(key)
+        lost = len(flow.buf) + flow.ooo_bytes
+        self.stats.tcp_dropped_bytes += lost
+
+    def segment(self, key, ts, wirelen, ttl, seq, flags, payload):
+        stats = self.stats
+        stats.tcp_segments += 1
+        flow = self.flows.get(key)
+        if flags & RST:
+            out = []
+            if flow is not None and payload:
+                out = self._data(flow, ts, wirelen, ttl, seq, payload)
+            for k in (key, (key[2], key[3], key[0], key[1])):
+                if k in self.flows:
+                    self._drop(k)
+            return out
+        if flags & SYN:
+            if flow is None or flow.next_seq is not None and flow.buf:
+                if flow is not None:
+                    self._drop(key)
+                flow = self._new_flow(key, ts)
+            flow.next_seq = (seq + 1) % SEQ_MOD
+            flow.last_ts = ts
+            if flags & ACK:
+                # SYN/ACK from the server: the client's handshake clock keeps running.
+                peer = self.flows.get((key[2], key[3], key[0], key[1]))
+                if peer is not None:
+                    peer.synack_seen = True
+            else:
+                flow.syn_ts = ts
+            return []
+        if flow is None:
+            if not payload:
+                return []
+            flow = self._new_flow(key, ts)
+            flow.midstream = True
+        if flow.syn_ts is not None and flow.synack_seen and flow.rtt_ms is None and flags & ACK:
+            # Client's ACK completing the handshake: RTT = SYN → this ACK, in milliseconds.
+            flow.rtt_ms = (ts - flow.syn_ts) / 1e6
+            peer = self.flows.get((key[2], key[3], key[0], key[1]))
+            if peer is not None:
+                peer.rtt_ms = flow.rtt_ms
+        out = self._data(flow, ts, wirelen, ttl, seq, payload) if payload else []
+        if flags & FIN and key in self.flows:
+            self._drop(key)
+        return out
+
+    def _data(self, flow, ts, wirelen, ttl, seq, payload):
+        flow.last_ts = ts
+        if flow.next_seq is None:
+            flow.next_seq = seq
+        delta = (seq - flow.next_seq) % SEQ_MOD
+        if delta >= SEQ_HALF:
+            # Starts before what we have: a retransmission, possibly carrying new bytes at its end.
+            behind = SEQ_MOD - delta
+            if behind >= len(payload):
+                self.stats.tcp_retransmitted += 1
+                return []
+            payload = payload[behind:]
+        elif delta:
+            # Ahead of a gap: hold it (bounded) until the gap is filled.
+            if seq not in flow.ooo:
+                if flow.ooo_bytes + len(payload) > self.max_ooo_bytes:
+                    self.stats.tcp_dropped_bytes += len(payload)
+                    return []
+                flow.ooo[seq] = (payload, ts, wirelen, ttl)
+                flow.ooo_bytes += len(payload)
+                self.stats.tcp_out_of_order += 1
+            else:
+                self.stats.tcp_retransmitted += 1
+            return []
+        out = []
+        self._append(flow, ts, wirelen, ttl, payload, out)
+        while flow.ooo:
+            nxt = flow.ooo.pop(flow.next_seq, None)
+            if nxt is None:
+                # Drop held segments that the stream has overtaken; keep those still ahead.
+                stale = [s for s in flow.ooo if (s - flow.next_seq) % SEQ_MOD >= SEQ_HALF]
+                for s in stale:
+                    data, s_ts, s_wl, s_ttl = flow.ooo.pop(s)
+                    flow.ooo_bytes -= len(data)
+                    behind = (flow.next_seq - s) % SEQ_MOD
+                    if behind < len(data):
+                        self._append(flow, s_ts, s_wl, s_ttl, data[behind:], out)
+                    else:
+                        self.stats.tcp_retransmitted += 1
+                if not stale:
+                    break
+                continue
+            flow.ooo_bytes -= len(nxt[0])
+            self._append(flow, nxt[1], nxt[2], nxt[3], nxt[0], out)
+        return out
+
+    def _append(self, flow, ts, wirelen, ttl, payload, out):
+        flow.next_seq = (flow.next_seq + len(payload)) % SEQ_MOD
+        buf = flow.buf
+        if buf:
+            flow.msg_wirelen += wirelen  # this segment carries more of the message in progress
+            buf += payload
+        else:
+            flow.msg_ts, flow.msg_wirelen, flow.msg_ttl = ts, wirelen, ttl
+            buf = payload
+        while len(buf) >= 2:
+            mlen = (buf[0] << 8) | buf[1]
+            if flow.midstream and mlen < 12:
+                # First seen mid-stream and this is not a message boundary: skip to the next segment.
+                self.stats.tcp_resync += 1
+                self.stats.tcp_dropped_bytes += len(buf)
+                buf = b""
+                break
+            if len(buf) < mlen + 2:
+                break
+            out.append((buf[2 : mlen + 2], flow.msg_ts, flow.msg_wirelen, flow.msg_ttl, flow.rtt_ms))
+            flow.midstream = False
+            buf = buf[mlen + 2 :]
+            # The rest of this segment starts the next message.
+            flow.msg_ts, flow.msg_wirelen, flow.msg_ttl = ts, wirelen, ttl
+        flow.buf = buf
+
+    def expire(self, now_ns):
+        cutoff = now_ns - self.idle_timeout_ns
+        for key in [k for k, f in self.flows.items() if f.last_ts < cutoff]:
+            self._drop(key)
+
+    def flush(self):
+        for key in list(self.flows):
+            self._drop(key)

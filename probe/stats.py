@@ -1,0 +1,78 @@
+"""Run statistics: one declarative table of counters, printed at the end and written as JSON.
+
+Every packet, message and record that does not reach the output is counted under a named reason,
+so `packets` always equals the sum of what happened to them.
+"""
+
+import json
+import os
+
+# (name, meaning). Order is the print order.
+COUNTERS = (
+    ("packets", "frames read from the source"),
+    ("bytes", "bytes of those frames on the wire"),
+    ("non_ip", "frames that are neither IPv4 nor IPv6 (ARP, LLDP, ...)"),
+    ("non_dns", "IP packets that are not UDP/TCP on a DNS port (ICMP, other ports, ...)"),
+    ("truncated_frames", "frames cut short by the snaplen or damaged below DNS (bad IP/UDP/TCP header)"),
+    ("fragments", "IP fragments received"),
+    ("fragments_reassembled", "datagrams rebuilt from fragments"),
+    ("fragments_dropped", "fragments discarded (timeout, memory bound, overlap)"),
+    ("tcp_segments", "TCP segments on a DNS port"),
+    ("tcp_streams", "TCP connection directions seen"),
+    ("tcp_retransmitted", "TCP segments already received (dropped as duplicates)"),
+    ("tcp_out_of_order", "TCP segments received ahead of a gap and buffered"),
+    ("tcp_dropped_bytes", "TCP payload bytes discarded (gap never filled, buffer bound, idle timeout)"),
+    ("tcp_resync", "TCP streams first seen mid-message and resynchronised"),
+    ("dns_messages", "DNS messages decoded"),
+    ("queries", "DNS queries (QR=0)"),
+    ("responses", "DNS responses (QR=1)"),
+    ("malformed", "DNS messages that could not be fully parsed (kept as rows, malformed=true)"),
+    ("dpkt_fallback", "messages dpkt could not parse, decoded by the wire walker (parser=dpkt)"),
+    ("matched", "transactions with both query and response"),
+    ("query_only", "queries without a response (timed out or input ended)"),
+    ("response_only", "responses without a query"),
+    ("duplicate_queries", "queries identical (same key) to a pending one; both are kept"),
+    ("zone_transfer_messages", "AXFR/IXFR response messages merged into one transaction"),
+    ("match_evicted", "pending queries exported early because the table reached its size bound"),
+    ("records", "records (rows) written"),
+    ("files", "output files completed"),
+)
+
+COUNTER_NAMES = tuple(name for name, _ in COUNTERS)
+
+
+class Stats:
+    """Mutable counters; the hot path adds per batch, not per packet."""
+
+    def __init__(self):
+        for name in COUNTER_NAMES:
+            setattr(self, name, 0)
+
+    def add(self, other):
+        for name in COUNTER_NAMES:
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+
+    def as_dict(self):
+        return {name: getattr(self, name) for name in COUNTER_NAMES}
+
+    def write_json(self, path, extra=None):
+        doc = {"counters": self.as_dict()}
+        if extra:
+            doc.update(extra)
+        tmp = f"{path}.part"
+        with open(tmp, "w") as fh:
+            json.dump(doc, fh, indent=2)
+            fh.write("\n")
+        os.replace(tmp, path)
+
+    def render_table(self, console):
+        from rich.table import Table
+
+        table = Table(title="dnsprobe statistics", show_lines=False)
+        table.add_column("counter")
+        table.add_column("value", justify="right")
+        table.add_column("meaning")
+        meanings = dict(COUNTERS)
+        for name in COUNTER_NAMES:
+            table.add_row(name, f"{getattr(self, name):,}", meanings[name])
+        console.print(table)
