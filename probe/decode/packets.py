@@ -19,6 +19,8 @@ _TCP = struct.Struct("!HHIIBB").unpack_from  # sport, dport, seq, ack, data offs
 
 PROTO_TCP = 6
 PROTO_UDP = 17
+PROTO_ICMP = 1
+PROTO_ICMPV6 = 58
 # IPv6 extension headers walked to reach the transport header.
 _IP6_EXT = frozenset((0, 43, 60, 135, 139, 140))
 _IP6_FRAG = 44
@@ -115,7 +117,8 @@ class PacketDecoder:
         stats.queries += len(msgs) - responses
         stats.malformed += malformed
 
-    # Return codes of the per-packet helpers: 0 DNS (or held for reassembly), 1 not DNS, 2 damaged.
+    # Return codes of the per-packet helpers: 0 DNS (or held for reassembly), 1 not DNS, 2 damaged,
+    # 3 counted by the helper itself.
 
     def _ipv4(self, frame, off, ts, wirelen, vlan, ports, out):
         vihl, total, ident, frag, ttl, proto, _ = _IP4(frame, off)
@@ -124,14 +127,14 @@ class PacketDecoder:
         hl = (vihl & 0x0F) * 4
         if hl < 20 or total < hl:
             return 2
+        if proto != PROTO_UDP and proto != PROTO_TCP:
+            return self._other(proto, frame, off + hl)
         src = frame[off + 12 : off + 16]
         dst = frame[off + 16 : off + 20]
         payload = frame[off + hl : off + total]
         if len(payload) < total - hl:
             return 2  # cut by the snaplen
         if frag & 0x3FFF:
-            if proto != PROTO_UDP and proto != PROTO_TCP:
-                return 1
             done = self.frags.add(
                 (4, src, dst, proto, ident), ts, wirelen, (frag & 0x1FFF) * 8, frag & 0x2000, payload, ttl, vlan
             )
@@ -165,16 +168,24 @@ class PacketDecoder:
             pos += hlen
             if pos > end:
                 return 2
+        if nxt != PROTO_UDP and nxt != PROTO_TCP:
+            return self._other(nxt, frame, pos)
         payload = frame[pos:end]
         if frag is not None:
-            if nxt != PROTO_UDP and nxt != PROTO_TCP:
-                return 1
             offset, more, ident = frag
             done = self.frags.add((6, src, dst, nxt, ident), ts, wirelen, offset, more, payload, hlim, vlan)
             if done is None:
                 return 0
             payload, ts, wirelen, hlim, vlan = done
         return self._transport(6, nxt, src, dst, payload, ts, wirelen, hlim, vlan, ports, out)
+
+    def _other(self, proto, frame, pos):
+        """Not UDP/TCP. ICMP/ICMPv6 destination-unreachable errors get their own counter (compactor
+        reports them as address events rather than as non-DNS packets)."""
+        if (proto == PROTO_ICMP and frame[pos] == 3) or (proto == PROTO_ICMPV6 and frame[pos] == 1):
+            self.stats.icmp_unreachable += 1
+            return 3
+        return 1
 
     def _transport(self, ipv, proto, src, dst, payload, ts, wirelen, ttl, vlan, ports, out):
         if proto == PROTO_UDP:

@@ -1,0 +1,45 @@
+"""Shared test helpers: run the real `dnsprobe` command and read back what it wrote."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SHARED = ROOT.parent / "shared"
+DNSPROBE_DATA = SHARED / "data" / "dns-probe"
+COMPACTOR_DATA = SHARED / "data" / "compactor"
+
+
+def run_dnsprobe(*args, check=True):
+    """Run `python -m probe ARGS`; returns CompletedProcess (text). check=True asserts exit 0."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "probe", *map(str, args)], capture_output=True, text=True, cwd=ROOT
+    )
+    if check:
+        assert proc.returncode == 0, f"dnsprobe {args} failed ({proc.returncode}):\n{proc.stderr}"
+    return proc
+
+
+def read_output(directory):
+    """All records written to a directory, in file-name order, as one Arrow table."""
+    files = sorted(Path(directory).glob("*.parquet"))
+    assert files, f"no parquet files in {directory}"
+    return pa.concat_tables([pq.read_table(f) for f in files])
+
+
+def dnsprobe_read(pcap, out_dir, *extra):
+    """Run `dnsprobe read PCAP -o OUT_DIR` and return the records as a list of dicts."""
+    run_dnsprobe("read", pcap, "-o", out_dir, "-q", "--no-progress", *extra)
+    return read_output(out_dir).to_pylist()
+
+
+@pytest.fixture
+def out_dir(tmp_path):
+    d = tmp_path / "out"
+    d.mkdir()
+    return d
+
