@@ -35,6 +35,16 @@ def check_output_dir(directory):
         raise ConfigError(f"output directory {path} is not writable")
 
 
+def _first_time_ns(table):
+    """Capture time of a table's first record: its query time, else its response time."""
+    row = table.slice(0, 1)
+    for name in ("query_time", "response_time"):
+        value = row.column(name)[0]
+        if value.is_valid:
+            return value.value
+    return row.column("time")[0].as_py() * 1000
+
+
 class ParquetExporter:
     suffix = ".parquet"
 
@@ -56,23 +66,30 @@ class ParquetExporter:
 
     # -- the exporter interface: write(table), tick(now_ns), rotate(), close() --
 
-    def write(self, table, first_ts_ns):
-        """Append records. first_ts_ns names a new file when this table opens one."""
+    def write(self, table):
+        """Append records; a file opened for them is named after its first record's time."""
         limit = self.cfg.rotate_records
         while table.num_rows:
             if self.writer is None:
-                self._open(first_ts_ns)
+                self._open(_first_time_ns(table))
             take = table.num_rows if not limit else min(table.num_rows, limit - self.file_records)
             self._buffer(table.slice(0, take))
             table = table.slice(take)
             if limit and self.file_records >= limit:
                 self.rotate()
 
+    def due(self, now_ns):
+        """True when the open file has reached its time limit."""
+        return (
+            self.writer is not None
+            and self.cfg.rotate_seconds > 0
+            and now_ns - self.file_start_ns >= int(self.cfg.rotate_seconds * 1e9)
+        )
+
     def tick(self, now_ns):
         """Time passes (capture time offline, wall clock live): close the file when it is due."""
-        if self.writer is not None and self.cfg.rotate_seconds:
-            if now_ns - self.file_start_ns >= int(self.cfg.rotate_seconds * 1e9):
-                self.rotate()
+        if self.due(now_ns):
+            self.rotate()
 
     def rotate(self):
         if self.writer is None:

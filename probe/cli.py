@@ -254,12 +254,15 @@ def cmd_inspect(args):
     from rich.console import Console
     from rich.table import Table
 
+    cells = [["" if row[c] is None else str(row[c]) for c in columns] for row in rows]
+    widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
     out = Table(show_lines=False)
     for c in columns:
-        out.add_column(c, overflow="fold")
-    for row in rows:
-        out.add_row(*("" if row[c] is None else str(row[c]) for c in columns))
-    Console(file=sys.stdout, width=max(160, len(columns) * 12)).print(out)
+        out.add_column(c, no_wrap=True)
+    for r in cells:
+        out.add_row(*r)
+    # Wide enough that no cell is folded; a terminal wraps long lines itself.
+    Console(file=sys.stdout, width=sum(widths) + 3 * len(columns) + 1).print(out)
     return 0
 
 

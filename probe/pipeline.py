@@ -31,15 +31,17 @@ class Pipeline:
             self._txs += self.table.add(msgs)
             if len(self._txs) >= EXPORT_BATCH:
                 self._export()
-        self.exporter.tick(self.decoder.now_ns)
+        if self.exporter.due(self.decoder.now_ns):
+            # Close on time: what completed before now belongs to the file being closed.
+            self._export()
+            self.exporter.rotate()
 
     def _export(self):
         txs = self._txs
         if not txs:
             return
         self._txs = []
-        first = txs[0][0] or txs[0][1]
-        self.exporter.write(self.builder.build(txs), first[0])
+        self.exporter.write(self.builder.build(txs))
 
     def finish(self):
         """End of input: pending TCP/fragments dropped (counted), pending queries exported, files closed."""

@@ -1,0 +1,46 @@
+# dnsprobe — the two commands a new machine needs: `make demo` and `make test` (run as root on Debian).
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+SAMPLE := samples/sample-mix.pcap.xz
+DEMO_OUT := demo-out
+
+.PHONY: demo test lint bench deps venv clean
+
+# Debian packages the tests use (tshark is the independent DNS oracle). Installed only when missing.
+deps:
+	@command -v tshark >/dev/null 2>&1 || { \
+	  echo "installing tshark (Debian package)"; \
+	  export DEBIAN_FRONTEND=noninteractive; \
+	  apt-get update -qq && apt-get install -y -qq tshark >/dev/null; }
+
+$(VENV)/.installed: pyproject.toml
+	@$(PYTHON) -m venv --help >/dev/null 2>&1 || { \
+	  export DEBIAN_FRONTEND=noninteractive; apt-get update -qq && apt-get install -y -qq python3-venv >/dev/null; }
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test]'
+	touch $@
+
+venv: $(VENV)/.installed
+
+demo: venv
+	@mkdir -p $(DEMO_OUT) && rm -f $(DEMO_OUT)/*
+	@echo "== dnsprobe read $(SAMPLE) -o $(DEMO_OUT)"
+	$(VENV)/bin/dnsprobe read $(SAMPLE) -o $(DEMO_OUT)
+	@echo "== files written"
+	@ls -l $(DEMO_OUT)
+	@echo "== a few records (dnsprobe inspect)"
+	$(VENV)/bin/dnsprobe inspect $(DEMO_OUT)/*.parquet --limit 8
+
+test: venv deps
+	$(PY) -m pytest -q
+
+lint: venv
+	$(VENV)/bin/ruff check probe export tests benchmarks
+
+bench: venv
+	$(PY) benchmarks/offline.py
+
+clean:
+	rm -rf $(VENV) $(DEMO_OUT) benchmarks/cache

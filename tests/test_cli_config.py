@@ -1,0 +1,146 @@
+"""Configuration and command line: defaults file complete, overrides, errors with exit status 2."""
+
+import json
+
+import pytest
+import yaml
+from conftest import DNSPROBE_DATA, ROOT, read_output, run_dnsprobe
+
+from probe.config import DEFAULT_CONFIG_PATH, load_config, options, render_default_yaml
+
+PCAP = DNSPROBE_DATA / "test_pcaps" / "udp_simple.pcap"
+
+
+def test_default_yaml_lists_every_option_with_its_default():
+    assert DEFAULT_CONFIG_PATH == ROOT / "config" / "dnsprobe.yml"
+    assert DEFAULT_CONFIG_PATH.read_text() == render_default_yaml(), "regenerate: dnsprobe config --defaults"
+    doc = yaml.safe_load(DEFAULT_CONFIG_PATH.read_text())
+    keys = {f"{s}.{k}" for s, body in doc.items() for k in body}
+    assert keys == {key for key, _, _ in options()}
+
+
+def test_config_file_and_flags_override_defaults(tmp_path):
+    conf = tmp_path / "c.yml"
+    conf.write_text("match:\n  query_timeout: 2.5\nexport:\n  compression: snappy\n")
+    cfg = load_config(conf, {"export.compression": "gzip"})
+    assert cfg.match.query_timeout == 2.5
+    assert cfg.export.compression == "gzip"
+    assert cfg.decode.dns_ports == (53,)
+
+
+@pytest.mark.parametrize(
+    "text, key",
+    [
+        ("match:\n  query_timeot: 3\n", "match.query_timeot"),
+        ("matching:\n  query_timeout: 3\n", "matching"),
+        ("match:\n  query_timeout: soon\n", "match.query_timeout"),
+        ("match:\n  query_timeout: -1\n", "match.query_timeout"),
+        ("export:\n  rotate_records: true\n", "export.rotate_records"),
+        ("export:\n  compression: rar\n", "export.compression"),
+        ("decode:\n  dns_ports: [53, 70000]\n", "decode.dns_ports"),
+        ("run:\n  batch_size: 0\n", "run.batch_size"),
+    ],
+)
+def test_bad_config_names_the_key_and_exits_2(tmp_path, out_dir, text, key):
+    conf = tmp_path / "bad.yml"
+    conf.write_text(text)
+    proc = run_dnsprobe("read", PCAP, "-o", out_dir, "-c", conf, check=False)
+    assert proc.returncode == 2
+    assert key in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not list(out_dir.iterdir())
+
+
+def test_bad_yaml_and_missing_config_file(tmp_path, out_dir):
+    conf = tmp_path / "broken.yml"
+    conf.write_text("match: [unclosed\n")
+    proc = run_dnsprobe("read", PCAP, "-o", out_dir, "-c", conf, check=False)
+    assert proc.returncode == 2 and "not valid YAML" in proc.stderr
+    proc = run_dnsprobe("read", PCAP, "-o", out_dir, "-c", tmp_path / "nope.yml", check=False)
+    assert proc.returncode == 2 and "nope.yml: no such file" in proc.stderr
+
+
+def test_bad_flags_exit_2(out_dir):
+    proc = run_dnsprobe("read", PCAP, "-o", out_dir, "--query-timeout", "abc", check=False)
+    assert proc.returncode == 2 and "--query-timeout" in proc.stderr
+    proc = run_dnsprobe("read", PCAP, "-o", out_dir, "--set", "match.nothing=1", check=False)
+    assert proc.returncode == 2 and "match.nothing" in proc.stderr
+    proc = run_dnsprobe("read", PCAP, "-o", out_dir, "--compression", "rar", check=False)
+    assert proc.returncode == 2 and "export.compression" in proc.stderr
+    proc = run_dnsprobe("frobnicate", check=False)
+    assert proc.returncode == 2
+
+
+def test_help_reads_like_a_man_page():
+    top = run_dnsprobe("--help").stdout
+    for word in ("read", "inspect", "exit status", "config/dnsprobe.yml"):
+        assert word in top
+    read = run_dnsprobe("read", "--help").stdout
+    for word in ("--output", "--config", "--query-timeout", "--set", "examples:", "pcapng"):
+        assert word in read
+    assert "--json" in run_dnsprobe("inspect", "--help").stdout
+
+
+def test_flags_reach_the_output(tmp_path, out_dir):
+    run_dnsprobe("read", PCAP, "-o", out_dir, "-q", "--prefix", "probe-a.", "--rotate-records", "40",
+                 "--compression", "none", "--row-group-size", "7")
+    files = sorted(out_dir.glob("probe-a.*.parquet"))
+    assert len(files) == 3  # 92 records, 40 per file
+    import pyarrow.parquet as pq
+
+    meta = pq.ParquetFile(files[0]).metadata
+    assert meta.num_rows == 40
+    assert meta.num_row_groups == 6  # 40 rows in groups of 7
+    assert meta.row_group(0).column(0).compression == "UNCOMPRESSED"
+    assert not list(out_dir.glob("*.part"))
+    stats = json.loads(next(out_dir.glob("*.stats.json")).read_text())
+    assert stats["counters"]["files"] == 3 and stats["counters"]["records"] == 92
+    assert stats["files_written"] == [f.name for f in files]
+
+
+def test_default_compression_is_zstd_and_names_carry_utc_start(out_dir):
+    run_dnsprobe("read", PCAP, "-o", out_dir, "-q")
+    (f,) = out_dir.glob("*.parquet")
+    import pyarrow.parquet as pq
+
+    assert pq.ParquetFile(f).metadata.row_group(0).column(0).compression == "ZSTD"
+    first = read_output(out_dir).column("time")[0].as_py()
+    import datetime
+
+    start = datetime.datetime.fromtimestamp(first / 1e6, datetime.timezone.utc)
+    assert f.name == f"dnsprobe.{start:%Y%m%d.%H%M%S}.{first % 1_000_000:06d}.w0.parquet"
+
+
+def test_rotation_by_capture_time(out_dir):
+    # udp_simple spans 16.8 s of capture time; rotate every 4 s of it.
+    run_dnsprobe("read", PCAP, "-o", out_dir, "-q", "--rotate-seconds", "4", "--set", "run.batch_size=8")
+    files = sorted(out_dir.glob("*.parquet"))
+    assert len(files) >= 4
+    import pyarrow.parquet as pq
+
+    for f in files:
+        t = pq.read_table(f, columns=["time"]).column("time").to_pylist()
+        assert max(t) - min(t) < 4.5e6  # 4 s plus a batch of 8 frames
+
+
+def test_inspect_table_and_json(out_dir):
+    run_dnsprobe("read", PCAP, "-o", out_dir, "-q")
+    (f,) = out_dir.glob("*.parquet")
+    text = run_dnsprobe("inspect", f, "--limit", "3").stdout
+    assert "tcpreplay.appneta.com" in text and "qname" in text
+    lines = run_dnsprobe("inspect", f, "--json", "--limit", "4").stdout.splitlines()
+    assert len(lines) == 4
+    first = json.loads(lines[0])
+    assert first["qname"] == "tcpreplay.appneta.com" and first["id"] == 5223
+    cols = run_dnsprobe("inspect", f, "--json", "--limit", "1", "--columns", "id,rcode").stdout
+    assert json.loads(cols) == {"id": 5223, "rcode": 0}
+    proc = run_dnsprobe("inspect", f, "--columns", "nope", check=False)
+    assert proc.returncode == 2 and "nope" in proc.stderr
+
+
+def test_config_command_prints_effective_values(tmp_path):
+    conf = tmp_path / "c.yml"
+    conf.write_text("match:\n  query_timeout: 7\n")
+    out = run_dnsprobe("config", "-c", conf).stdout
+    assert "match.query_timeout: 7.0" in out
+    assert run_dnsprobe("config", "--defaults").stdout == render_default_yaml()
