@@ -78,6 +78,9 @@ class ParquetExporter:
             if limit and self.file_records >= limit:
                 self.rotate()
 
+    def is_open(self):
+        return self.writer is not None
+
     def due(self, now_ns):
         """True when the open file has reached its time limit."""
         return (

@@ -27,14 +27,14 @@ class Pipeline:
 
     def feed(self, batch, source_name="input"):
         msgs = self.decoder.decode(batch, source_name)
-        if msgs:
-            self._txs += self.table.add(msgs)
-            if len(self._txs) >= EXPORT_BATCH:
-                self._export()
         if self.exporter.due(self.decoder.now_ns):
-            # Close on time: what completed before now belongs to the file being closed.
+            # Close on time first: what completed before this batch belongs to the closing file.
             self._export()
             self.exporter.rotate()
+        if msgs:
+            self._txs += self.table.add(msgs)
+            if len(self._txs) >= EXPORT_BATCH or not self.exporter.is_open():
+                self._export()  # also opens a file as soon as there are records, starting its clock
 
     def _export(self):
         txs = self._txs

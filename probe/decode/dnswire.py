@@ -79,6 +79,7 @@ def read_name(buf, off):
 
 
 def _skip_name(buf, off):
+    start = off
     n = buf[off]
     while 0 < n < 64:
         off += n + 1
@@ -86,6 +87,10 @@ def _skip_name(buf, off):
     if n == 0:
         return off + 1
     if n >= 0xC0:
+        # The pointer is not followed, but it must point before this name (as dpkt checks): a forward
+        # or self-pointer is a malformed name. A chain of pointers is not walked.
+        if ((n & 0x3F) << 8) | buf[off + 1] >= start:
+            raise Malformed("compression pointer does not point backwards")
         return off + 2
     raise Malformed(f"unsupported label type 0x{n:02x}")
 

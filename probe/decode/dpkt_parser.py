@@ -25,6 +25,11 @@ def from_dpkt(msg, buf):
             edns = parse_opt(rr.rdata, rr.cls, rr.ttl, 0, len(rr.rdata))
             break
     last_an = msg.an[-1].type if msg.an else None
+    for section in (msg.an, msg.ns, msg.ar):
+        for rr in section:
+            if len(rr.rdata) != rr.rlen:
+                # dpkt cuts RDATA whose RDLENGTH runs past the end of the message without complaint.
+                raise Malformed("resource record runs past the end of the message")
     return (
         len(buf), msg.id, msg.op, len(msg.qd), len(msg.an), len(msg.ns), len(msg.ar),
         qname, qtype, qclass, labels, edns, False, last_an,
