@@ -89,7 +89,9 @@ class TransactionTable:
                 key = (m[_PROTO], m[_DST], m[_DPORT], m[_SRC], m[_SPORT], m[_ID])
                 queries = pending.get(key)
                 if queries is not None:
-                    q = _take(queries, m)
+                    # Queries older than the timeout (capture time) no longer match, even when their
+                    # expiry has not run yet (it runs once per batch); _expire exports them below.
+                    q = _take(queries, m, m[_TS] - self.timeout_ns)
                     if q is not None:
                         if not queries:
                             del pending[key]
@@ -180,15 +182,18 @@ def _key_of_query(q):
     return (q[_PROTO], q[_SRC], q[_SPORT], q[_DST], q[_DPORT], q[_ID])
 
 
-def _take(queries, response):
-    """Remove and return the pending query whose question matches the response's."""
+def _take(queries, response, min_ts):
+    """Remove and return the pending query (captured at min_ts or later) whose question matches."""
     rname = response[_QNAME]
     if rname is None:  # response without a question: oldest query with this ID
-        return queries.pop(0)
+        for i, q in enumerate(queries):
+            if q[_TS] >= min_ts:
+                return queries.pop(i)
+        return None
     rtype = response[_QTYPE]
     rname = rname.lower()
     for i, q in enumerate(queries):
         qname = q[_QNAME]
-        if q[_QTYPE] == rtype and qname is not None and qname.lower() == rname:
+        if q[_QTYPE] == rtype and qname is not None and qname.lower() == rname and q[_TS] >= min_ts:
             return queries.pop(i)
     return None

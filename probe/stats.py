@@ -69,11 +69,9 @@ class Stats:
     def render_table(self, console):
         from rich.table import Table
 
-        table = Table(title="dnsprobe statistics", show_lines=False)
+        table = Table(title="dnsprobe statistics (meanings: README, Statistics)", show_lines=False)
         table.add_column("counter")
         table.add_column("value", justify="right")
-        table.add_column("meaning")
-        meanings = dict(COUNTERS)
         for name in COUNTER_NAMES:
-            table.add_row(name, f"{getattr(self, name):,}", meanings[name])
+            table.add_row(name, f"{getattr(self, name):,}")
         console.print(table)

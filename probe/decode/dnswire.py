@@ -17,6 +17,7 @@ from probe.decode.fields import EDNS_FIELDS
 _HDR = struct.Struct("!HHHHHH").unpack_from
 _RR = struct.Struct("!HHIH").unpack_from
 _HH = struct.Struct("!HH").unpack_from
+_TYPE_RDLEN = struct.Struct("!H6xH").unpack_from
 
 TYPE_OPT = 41
 TYPE_SOA = 6
@@ -116,6 +117,8 @@ def _ecs(value):
 
 def parse_opt(buf, rclass, ttl, start, end):
     """Decode an OPT RR (RFC 6891) into the EDNS tuple (see EDNS_FIELDS)."""
+    if start == end:  # no options: the common case, no loop
+        return (rclass, (ttl >> 16) & 0xFF, bool(ttl & 0x8000), ttl >> 24, "", "", "", "", "", "", (), False)
     nsid = dau = dhu = n3u = ecs = ""
     other = []
     ede = []
@@ -167,6 +170,54 @@ def parse_opt(buf, rclass, ttl, start, end):
 assert len(EDNS_FIELDS) == 12
 
 
+def _skip_rrs(buf, off, count):
+    """Skip `count` RRs (answer or authority). Returns (offset after them, type of the last one).
+
+    The name loop is inlined because this is the hottest loop of the decoder; an RR running past
+    the end shows up as IndexError/struct.error on the next read or as offset > length at the end.
+    """
+    rtype = None
+    for _ in range(count):
+        ln = buf[off]
+        while 0 < ln < 64:
+            off += ln + 1
+            ln = buf[off]
+        if ln >= 0xC0:
+            off += 2
+        elif ln:
+            raise Malformed(f"unsupported label type 0x{ln:02x}")
+        else:
+            off += 1
+        rtype, rdlen = _TYPE_RDLEN(buf, off)
+        off += 10 + rdlen
+    return off, rtype
+
+
+def _additional(buf, off, count):
+    """Walk the additional section; returns (offset after it, EDNS tuple of the first OPT or None)."""
+    edns = None
+    n = len(buf)
+    for _ in range(count):
+        ln = buf[off]
+        while 0 < ln < 64:
+            off += ln + 1
+            ln = buf[off]
+        if ln >= 0xC0:
+            off += 2
+        elif ln:
+            raise Malformed(f"unsupported label type 0x{ln:02x}")
+        else:
+            off += 1
+        rtype, rclass, ttl, rdlen = _RR(buf, off)
+        off += 10
+        if rtype == TYPE_OPT and edns is None:
+            if off + rdlen > n:
+                raise Malformed("OPT record runs past the end of the message")
+            edns = parse_opt(buf, rclass, ttl, off, off + rdlen)
+        off += rdlen
+    return off, edns
+
+
 def parse_message(buf):
     """Walk one DNS message. Never raises; returns the DNS tuple (see fields.DNS_FIELDS)."""
     n = len(buf)
@@ -204,18 +255,12 @@ def parse_message(buf):
                 off = _skip_name(buf, off) + 4
         if off > n:
             raise Malformed("question runs past the end of the message")
-        first_ar = an + ns
-        for i in range(an + ns + ar):
-            off = _skip_name(buf, off)
-            rtype, rclass, ttl, rdlen = _RR(buf, off)
-            off += 10
-            if rtype == TYPE_OPT and i >= first_ar and edns is None:
-                edns = parse_opt(buf, rclass, ttl, off, off + rdlen)
-            off += rdlen
-            if off > n:
-                raise Malformed("resource record runs past the end of the message")
-            if i == an - 1:
-                last_an = rtype
+        off, last_an = _skip_rrs(buf, off, an)
+        off, _ = _skip_rrs(buf, off, ns)
+        if ar:
+            off, edns = _additional(buf, off, ar)
+        if off > n:
+            raise Malformed("resource record runs past the end of the message")
     except (Malformed, IndexError, struct.error, UnicodeError):
         return (n, mid, flags, qd, an, ns, ar, qname, qtype, qclass, labels, edns, True, last_an)
     return (n, mid, flags, qd, an, ns, ar, qname, qtype, qclass, labels, edns, False, last_an)

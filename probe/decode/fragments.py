@@ -50,12 +50,12 @@ class FragmentReassembler:
         if offset == 0:
             dg.ttl = ttl
         dg.last_ts = ts
-        dg.wirelen += wirelen
         if not more:
             dg.total = end
         if offset not in dg.pieces:
             dg.pieces[offset] = data
             dg.size += len(data)
+            dg.wirelen += wirelen  # a dropped duplicate adds nothing to the datagram's frame lengths
         else:
             stats.fragments_dropped += 1  # duplicate fragment
         if dg.total is None or dg.size < dg.total:

@@ -11,11 +11,16 @@ from probe.decode.fragments import FragmentReassembler
 from probe.decode.link import ETH_IPV4, ETH_IPV6, LINK_DECODERS, LINK_NAMES
 from probe.decode.tcpstream import TcpReassembler
 from probe.errors import CaptureFileError
+from probe.frames import LINKTYPE_ETHERNET
 
 _IP4 = struct.Struct("!BxHHHBBH").unpack_from  # vihl, total length, id, flags/frag, ttl, proto, csum
 _IP6 = struct.Struct("!HBB").unpack_from  # payload length, next header, hop limit (from offset 4)
 _UDP = struct.Struct("!HHHH").unpack_from
 _TCP = struct.Struct("!HHIIBB").unpack_from  # sport, dport, seq, ack, data offset, flags
+# Fast paths for the common frames, one unpack each: Ethernet + IPv4 (no options) + UDP, and
+# Ethernet + IPv6 (no extension headers) + UDP.
+_ETH_IP4_UDP = struct.Struct("!12xHBxHxxHBBxx4s4sHHHH").unpack_from
+_ETH_IP6_UDP = struct.Struct("!12xHB3xHBB16s16sHHHH").unpack_from
 
 PROTO_TCP = 6
 PROTO_UDP = 17
@@ -67,9 +72,45 @@ class PacketDecoder:
         nbytes = 0
         ip4 = self._ipv4
         ip6 = self._ipv6
+        parse = self.parse
+        fast = batch.linktype == LINKTYPE_ETHERNET
+        append = out.append
         for ts, wirelen, frame in zip(batch.ts_ns, batch.wirelen, batch.data):
             nbytes += wirelen
             try:
+                if fast:
+                    # Common case first: untagged Ethernet, IP without options/extensions, UDP, DNS port.
+                    if frame[12] == 0x08 and frame[13] == 0x00:
+                        etype, vihl, total, frag, ttl, proto, src, dst, sport, dport, ulen, csum = _ETH_IP4_UDP(
+                            frame
+                        )
+                        if (
+                            vihl == 0x45
+                            and proto == PROTO_UDP
+                            and not frag & 0x3FFF
+                            and (sport in ports or dport in ports)
+                            and 8 <= ulen <= total - 20
+                            and ulen <= len(frame) - 34
+                        ):
+                            append(
+                                (ts, wirelen, 4, PROTO_UDP, src, sport, dst, dport, ttl, csum, None, None)
+                                + parse(frame[42 : 34 + ulen])
+                            )
+                            continue
+                    elif frame[12] == 0x86 and frame[13] == 0xDD:
+                        etype, vtc, plen, nxt, hlim, src, dst, sport, dport, ulen, csum = _ETH_IP6_UDP(frame)
+                        if (
+                            vtc >> 4 == 6
+                            and nxt == PROTO_UDP
+                            and (sport in ports or dport in ports)
+                            and 8 <= ulen <= plen
+                            and ulen <= len(frame) - 54
+                        ):
+                            append(
+                                (ts, wirelen, 6, PROTO_UDP, src, sport, dst, dport, hlim, csum, None, None)
+                                + parse(frame[62 : 54 + ulen])
+                            )
+                            continue
                 etype, off, vlan = link(frame)
                 if etype == ETH_IPV4:
                     r = ip4(frame, off, ts, wirelen, vlan, ports, out)

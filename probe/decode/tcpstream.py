@@ -88,7 +88,9 @@ class TcpReassembler:
                 if flow is not None:
                     self._drop(key)
                 flow = self._new_flow(key, ts)
-            flow.next_seq = (seq + 1) % SEQ_MOD
+            if not payload or flow.next_seq is None:
+                # (A retransmitted SYN carrying data keeps its place, so the data is seen as a duplicate.)
+                flow.next_seq = (seq + 1) % SEQ_MOD
             flow.last_ts = ts
             if flags & ACK:
                 # SYN/ACK from the server: the client's handshake clock keeps running.
@@ -97,6 +99,9 @@ class TcpReassembler:
                     peer.synack_seen = True
             else:
                 flow.syn_ts = ts
+            if payload:
+                # TCP Fast Open (RFC 7413): data on the SYN, its first byte at ISN + 1.
+                return self._data(flow, ts, wirelen, ttl, (seq + 1) % SEQ_MOD, payload)
             return []
         if flow is None:
             if not payload:

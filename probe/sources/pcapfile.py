@@ -205,11 +205,39 @@ def _read_pcapng(r, batch_size):
     endian = "<"
     interfaces = []  # (linktype, snaplen, num, den, offset_s)
     batch = None
+    head = struct.Struct(endian + "II").unpack_from
+    epb = struct.Struct(endian + "IIIII").unpack_from
     while True:
         if not r.fill(12):
             if len(r.buf) - r.pos:
                 raise CaptureFileError(r.path, f"truncated block header at byte {r.offset()}")
             break
+        buf, pos = r.buf, r.pos
+        end = len(buf)
+        # Inner loop over the enhanced packet blocks already in the buffer (the common case).
+        while pos + 12 <= end:
+            btype, blen = head(buf, pos)
+            if btype != _BLOCK_EPB or pos + blen > end or blen < 32 or blen % 4:
+                break
+            ifid, hi, lo, caplen, wirelen = epb(buf, pos + 8)
+            if ifid >= len(interfaces) or caplen > blen - 32:
+                break  # let the general path below report it
+            linktype, _, num, den, offset_s = interfaces[ifid]
+            if batch is None or batch.linktype != linktype:
+                if batch:
+                    yield batch
+                batch = FrameBatch(linktype)
+            batch.ts_ns.append((((hi << 32) | lo) * num) // den + offset_s * 1_000_000_000)
+            batch.wirelen.append(wirelen)
+            batch.data.append(buf[pos + 28 : pos + 28 + caplen])
+            pos += blen
+            if len(batch.data) >= batch_size:
+                r.pos = pos
+                yield batch
+                batch = None
+        r.pos = pos
+        if not r.fill(12):
+            continue
         buf, pos = r.buf, r.pos
         btype = struct.unpack_from(endian + "I", buf, pos)[0]
         if btype == _BLOCK_SHB:
@@ -220,6 +248,8 @@ def _read_pcapng(r, batch_size):
                 endian = ">"
             else:
                 raise CaptureFileError(r.path, f"bad pcapng byte-order magic at byte {r.offset()}")
+            head = struct.Struct(endian + "II").unpack_from
+            epb = struct.Struct(endian + "IIIII").unpack_from
             interfaces = []  # a new section starts a new interface list
         blen = struct.unpack_from(endian + "I", buf, pos + 4)[0]
         if blen < 12 or blen % 4 or blen > 0x1000000:
