@@ -191,6 +191,17 @@ def _take(queries, response, min_ts):
                 return queries.pop(i)
         return None
     rtype = response[_QTYPE]
+    if len(queries) == 1:  # the usual case: compare exactly first, case-fold only when that fails
+        q = queries[0]
+        qname = q[_QNAME]
+        if (
+            q[_QTYPE] == rtype
+            and qname is not None
+            and (qname == rname or qname.lower() == rname.lower())
+            and q[_TS] >= min_ts
+        ):
+            return queries.pop()
+        return None
     rname = rname.lower()
     for i, q in enumerate(queries):
         qname = q[_QNAME]

@@ -3,6 +3,7 @@
 The same object serves offline reading (`dnsprobe read`) and, later, each live-capture worker.
 """
 
+import gc
 import time
 
 from export import make_exporter
@@ -14,8 +15,18 @@ from probe.stats import Stats
 EXPORT_BATCH = 16384  # transactions per Arrow table handed to the exporter
 
 
+def tune_gc():
+    """The hot path allocates millions of short-lived tuples and holds many long-lived ones (pending
+    queries, a batch of transactions). With CPython's default thresholds the cyclic collector then
+    rescans them constantly and costs about 30 % of the run (measured on the standard mix); our
+    objects form no cycles, so collect rarely and keep start-up objects out of every scan."""
+    gc.freeze()
+    gc.set_threshold(100_000, 50, 100)
+
+
 class Pipeline:
     def __init__(self, cfg, out_dir, worker_id=0, stats=None):
+        tune_gc()
         self.cfg = cfg
         self.stats = stats if stats is not None else Stats()
         self.decoder = PacketDecoder(cfg.decode, cfg.decode.dns_ports, self.stats)
@@ -35,6 +46,11 @@ class Pipeline:
             self._txs += self.table.add(msgs)
             if len(self._txs) >= EXPORT_BATCH or not self.exporter.is_open():
                 self._export()  # also opens a file as soon as there are records, starting its clock
+
+    def rotate(self):
+        """Close the current file now (live capture: SIGHUP, wall-clock rotation); pending queries stay pending."""
+        self._export()
+        self.exporter.rotate()
 
     def _export(self):
         txs = self._txs

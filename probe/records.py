@@ -128,13 +128,16 @@ class RecordBuilder:
         self._addr_text = {}
         self._max_cache = max_cache
 
-    def _addresses(self, col):
+    def _addresses(self, first, second):
+        """Text form of `first`, or of `second` where `first` is None (cached: addresses repeat)."""
         cache = self._addr_text
         if len(cache) > self._max_cache:
             cache.clear()
         out = []
         append = out.append
-        for a in col:
+        for a, b in zip(first, second):
+            if a is None:
+                a = b
             t = cache.get(a)
             if t is None:
                 if a is None:
@@ -178,8 +181,8 @@ class RecordBuilder:
             pc.shift_left(pa.array(re_[E.EXT_RCODE], I32), pa.scalar(4, I32)),
         )
         opcode = pc.bit_wise_and(pc.shift_right(pc.coalesce(qflags, rflags), pa.scalar(11, I32)), pa.scalar(0x0F, I32))
-        client = self._addresses([a if a is not None else b for a, b in zip(q[M.SRC], r[M.DST])])
-        server = self._addresses([a if a is not None else b for a, b in zip(q[M.DST], r[M.SRC])])
+        client = self._addresses(q[M.SRC], r[M.DST])
+        server = self._addresses(q[M.DST], r[M.SRC])
         zero_i32 = pa.array([0] * n, I32)
         empty = pa.array([""] * n, STR)
         false = pa.array([False] * n, BOOL)
@@ -248,7 +251,7 @@ class RecordBuilder:
             qts.cast(TS_NS),
             rts.cast(TS_NS),
             both(M.VLAN),
-            pa.array([None if c is None else list(c) for c in re_[E.EDE]], pa.list_(I32)),
+            pa.array(re_[E.EDE], pa.list_(I32)),
             pc.coalesce(col(q, M.MALFORMED, BOOL), col(r, M.MALFORMED, BOOL)),
             pa.array([t[2] if t[1] is not None else None for t in txs], I32),
             pa.array(re_[E.UDP_SIZE], I32),

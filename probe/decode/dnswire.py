@@ -178,11 +178,14 @@ def _skip_rrs(buf, off, count):
     """
     rtype = None
     for _ in range(count):
+        start = off
         ln = buf[off]
         while 0 < ln < 64:
             off += ln + 1
             ln = buf[off]
         if ln >= 0xC0:
+            if ((ln & 0x3F) << 8) | buf[off + 1] >= start:  # forward or self pointer (dpkt's rule)
+                raise Malformed("compression pointer does not point backwards")
             off += 2
         elif ln:
             raise Malformed(f"unsupported label type 0x{ln:02x}")
@@ -198,11 +201,14 @@ def _additional(buf, off, count):
     edns = None
     n = len(buf)
     for _ in range(count):
+        start = off
         ln = buf[off]
         while 0 < ln < 64:
             off += ln + 1
             ln = buf[off]
         if ln >= 0xC0:
+            if ((ln & 0x3F) << 8) | buf[off + 1] >= start:  # forward or self pointer (dpkt's rule)
+                raise Malformed("compression pointer does not point backwards")
             off += 2
         elif ln:
             raise Malformed(f"unsupported label type 0x{ln:02x}")
@@ -218,8 +224,12 @@ def _additional(buf, off, count):
     return off, edns
 
 
-def parse_message(buf):
-    """Walk one DNS message. Never raises; returns the DNS tuple (see fields.DNS_FIELDS)."""
+def parse_message(buf, names=None):
+    """Walk one DNS message. Never raises; returns the DNS tuple (see fields.DNS_FIELDS).
+
+    names: optional dict used as a cache from a question's wire-format name to (text, labels);
+    names repeat heavily in DNS traffic, so a worker passes one (see MessageParser).
+    """
     n = len(buf)
     if n < 12:
         return (n, None, None, None, None, None, None, None, None, None, None, None, True, None)
@@ -228,35 +238,35 @@ def parse_message(buf):
     try:
         off = 12
         if qd:
-            # Fast path for the usual uncompressed first question.
-            parts = []
-            total = 0
-            ln = buf[off]
+            # Usual case: an uncompressed first question. Find its end, then its text (cached).
+            ln = buf[12]
             while 0 < ln < 64:
-                total += ln + 1
-                parts.append(buf[off + 1 : off + 1 + ln])
                 off += ln + 1
                 ln = buf[off]
-            if ln:
-                if ln < 0xC0:
-                    raise Malformed(f"unsupported label type 0x{ln:02x}")
-                more, off = read_name(buf, off)
-                parts += more
-                total += sum(len(p) + 1 for p in more)
-            else:
+            if ln == 0 and off - 12 < MAX_NAME:
+                wire = buf[12 : off + 1]
                 off += 1
-            if total > MAX_NAME:
-                raise Malformed("name longer than 255 bytes")
+                cached = names.get(wire) if names is not None else None
+                if cached is None:
+                    cached = _name_from_wire(wire)
+                    if names is not None:
+                        names[wire] = cached
+                qname, labels = cached
+            else:
+                parts, off = read_name(buf, 12)
+                qname = b".".join(parts).decode("utf-8", "backslashreplace")
+                labels = len(parts)
             qtype, qclass = _HH(buf, off)
             off += 4
-            qname = b".".join(parts).decode("utf-8", "backslashreplace")
-            labels = len(parts)
-            for _ in range(qd - 1):
-                off = _skip_name(buf, off) + 4
+            if qd > 1:
+                for _ in range(qd - 1):
+                    off = _skip_name(buf, off) + 4
         if off > n:
             raise Malformed("question runs past the end of the message")
-        off, last_an = _skip_rrs(buf, off, an)
-        off, _ = _skip_rrs(buf, off, ns)
+        if an:
+            off, last_an = _skip_rrs(buf, off, an)
+        if ns:
+            off, _ = _skip_rrs(buf, off, ns)
         if ar:
             off, edns = _additional(buf, off, ar)
         if off > n:
@@ -264,3 +274,28 @@ def parse_message(buf):
     except (Malformed, IndexError, struct.error, UnicodeError):
         return (n, mid, flags, qd, an, ns, ar, qname, qtype, qclass, labels, edns, True, last_an)
     return (n, mid, flags, qd, an, ns, ar, qname, qtype, qclass, labels, edns, False, last_an)
+
+
+def _name_from_wire(wire):
+    """(text, label count) of an uncompressed wire-format name that ends with its root label."""
+    parts = []
+    off = 0
+    ln = wire[0]
+    while ln:
+        parts.append(wire[off + 1 : off + 1 + ln])
+        off += ln + 1
+        ln = wire[off]
+    return b".".join(parts).decode("utf-8", "backslashreplace"), len(parts)
+
+
+class MessageParser:
+    """parse_message with a bounded per-worker cache of question names."""
+
+    def __init__(self, max_names=100_000):
+        self.names = {}
+        self.max_names = max_names
+
+    def parse(self, buf):
+        if len(self.names) > self.max_names:
+            self.names.clear()
+        return parse_message(buf, self.names)

@@ -6,7 +6,7 @@ output needs. Counters are kept in locals and added to the shared Stats once per
 
 import struct
 
-from probe.decode.dnswire import parse_message
+from probe.decode.dnswire import MessageParser
 from probe.decode.fragments import FragmentReassembler
 from probe.decode.link import ETH_IPV4, ETH_IPV6, LINK_DECODERS, LINK_NAMES
 from probe.decode.tcpstream import TcpReassembler
@@ -52,7 +52,7 @@ class PacketDecoder:
 
             self.parse = DpktParser(stats).parse
         else:
-            self.parse = parse_message
+            self.parse = MessageParser().parse
         self.now_ns = 0
         self._next_sweep = 0
 
@@ -80,7 +80,8 @@ class PacketDecoder:
             try:
                 if fast:
                     # Common case first: untagged Ethernet, IP without options/extensions, UDP, DNS port.
-                    if frame[12] == 0x08 and frame[13] == 0x00:
+                    # (Shorter frames, e.g. unpadded tiny fragments, take the general path.)
+                    if frame[12] == 0x08 and frame[13] == 0x00 and len(frame) >= 42:
                         etype, vihl, total, frag, ttl, proto, src, dst, sport, dport, ulen, csum = _ETH_IP4_UDP(
                             frame
                         )
@@ -97,7 +98,7 @@ class PacketDecoder:
                                 + parse(frame[42 : 34 + ulen])
                             )
                             continue
-                    elif frame[12] == 0x86 and frame[13] == 0xDD:
+                    elif frame[12] == 0x86 and frame[13] == 0xDD and len(frame) >= 62:
                         etype, vtc, plen, nxt, hlim, src, dst, sport, dport, ulen, csum = _ETH_IP6_UDP(frame)
                         if (
                             vtc >> 4 == 6
