@@ -31,10 +31,18 @@ def read_output(directory):
     return pa.concat_tables([pq.read_table(f) for f in files])
 
 
+def as_rows(table):
+    """Records as dicts; timestamp columns as integer nanoseconds (exact, no datetime rounding)."""
+    for i, field in enumerate(table.schema):
+        if pa.types.is_timestamp(field.type):
+            table = table.set_column(i, field.name, table.column(i).cast(pa.int64()))
+    return table.to_pylist()
+
+
 def dnsprobe_read(pcap, out_dir, *extra):
     """Run `dnsprobe read PCAP -o OUT_DIR` and return the records as a list of dicts."""
     run_dnsprobe("read", pcap, "-o", out_dir, "-q", "--no-progress", *extra)
-    return read_output(out_dir).to_pylist()
+    return as_rows(read_output(out_dir))
 
 
 @pytest.fixture
