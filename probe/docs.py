@@ -37,7 +37,8 @@ TABLES = {"schema": schema_table, "config": config_table, "counters": counters_t
 
 def block(name):
     """The README block for one table, between its markers."""
-    return f"<!-- BEGIN {name} (generated: python -m probe.docs --update README.md) -->\n{TABLES[name]()}\n<!-- END {name} -->"
+    begin = f"<!-- BEGIN {name} (generated: python -m probe.docs --update README.md) -->"
+    return f"{begin}\n{TABLES[name]()}\n<!-- END {name} -->"
 
 
 def update(path):

@@ -162,7 +162,7 @@ class TransactionTable:
     def flush(self):
         """End of input: everything pending is exported (queries as query-only)."""
         out = []
-        for key, xfr in list(self.transfers.items()):
+        for xfr in list(self.transfers.values()):
             self.stats.matched += 1
             out.append(xfr.merged())
         self.transfers.clear()

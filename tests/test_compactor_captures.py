@@ -79,7 +79,8 @@ def test_nsd_live_malformed_frames_are_overlong_names_for_dpkt():
             n += 1
             if n in (11109, 15402, 17767):
                 frames[n] = data
-    for number, data in frames.items():
+    assert sorted(frames) == [11109, 15402, 17767]
+    for data in frames.values():
         udp = dpkt.ethernet.Ethernet(data).data.data
         with pytest.raises(dpkt.UnpackError, match="longer than 255"):
             dpkt.dns.DNS(udp.data)
