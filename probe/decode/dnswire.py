@@ -18,6 +18,7 @@ _HDR = struct.Struct("!HHHHHH").unpack_from
 _RR = struct.Struct("!HHIH").unpack_from
 _HH = struct.Struct("!HH").unpack_from
 _TYPE_RDLEN = struct.Struct("!H6xH").unpack_from
+_CLASS_TTL = struct.Struct("!HI").unpack_from
 
 TYPE_OPT = 41
 TYPE_SOA = 6
@@ -170,13 +171,14 @@ def parse_opt(buf, rclass, ttl, start, end):
 assert len(EDNS_FIELDS) == 12
 
 
-def _skip_rrs(buf, off, count):
-    """Skip `count` RRs (answer or authority). Returns (offset after them, type of the last one).
+def _walk_rrs(buf, off, count, additional):
+    """Step over `count` RRs. Returns (offset after them, type of the last RR, EDNS tuple or None).
 
-    The name loop is inlined because this is the hottest loop of the decoder; an RR running past
-    the end shows up as IndexError/struct.error on the next read or as offset > length at the end.
+    Only in the additional section (additional=True) is an OPT RR decoded. The name loop is inlined
+    because this is the hottest loop of the decoder; an RR running past the end shows up as
+    IndexError/struct.error on the next read or as offset > length at the end.
     """
-    rtype = None
+    rtype = edns = None
     for _ in range(count):
         start = off
         ln = buf[off]
@@ -193,35 +195,12 @@ def _skip_rrs(buf, off, count):
             off += 1
         rtype, rdlen = _TYPE_RDLEN(buf, off)
         off += 10 + rdlen
-    return off, rtype
-
-
-def _additional(buf, off, count):
-    """Walk the additional section; returns (offset after it, EDNS tuple of the first OPT or None)."""
-    edns = None
-    n = len(buf)
-    for _ in range(count):
-        start = off
-        ln = buf[off]
-        while 0 < ln < 64:
-            off += ln + 1
-            ln = buf[off]
-        if ln >= 0xC0:
-            if ((ln & 0x3F) << 8) | buf[off + 1] >= start:  # forward or self pointer (dpkt's rule)
-                raise Malformed("compression pointer does not point backwards")
-            off += 2
-        elif ln:
-            raise Malformed(f"unsupported label type 0x{ln:02x}")
-        else:
-            off += 1
-        rtype, rclass, ttl, rdlen = _RR(buf, off)
-        off += 10
-        if rtype == TYPE_OPT and edns is None:
-            if off + rdlen > n:
+        if rtype == TYPE_OPT and additional and edns is None:
+            if off > len(buf):
                 raise Malformed("OPT record runs past the end of the message")
-            edns = parse_opt(buf, rclass, ttl, off, off + rdlen)
-        off += rdlen
-    return off, edns
+            rclass, ttl = _CLASS_TTL(buf, off - rdlen - 8)
+            edns = parse_opt(buf, rclass, ttl, off - rdlen, off)
+    return off, rtype, edns
 
 
 def parse_message(buf, names=None):
@@ -264,11 +243,11 @@ def parse_message(buf, names=None):
         if off > n:
             raise Malformed("question runs past the end of the message")
         if an:
-            off, last_an = _skip_rrs(buf, off, an)
+            off, last_an, _ = _walk_rrs(buf, off, an, False)
         if ns:
-            off, _ = _skip_rrs(buf, off, ns)
+            off = _walk_rrs(buf, off, ns, False)[0]
         if ar:
-            off, edns = _additional(buf, off, ar)
+            off, _, edns = _walk_rrs(buf, off, ar, True)
         if off > n:
             raise Malformed("resource record runs past the end of the message")
     except (Malformed, IndexError, struct.error, UnicodeError):

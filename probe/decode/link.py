@@ -25,9 +25,8 @@ VLAN_TAGS = frozenset((0x8100, 0x88A8, 0x9100))
 _H = struct.Struct("!H").unpack_from
 
 
-def ethernet(frame):
-    etype = (frame[12] << 8) | frame[13]
-    off = 14
+def _tags(frame, etype, off):
+    """Skip VLAN tags starting at off; returns (inner ethertype, offset after the tags, outer VLAN id)."""
     vlan = None
     while etype in VLAN_TAGS:
         if vlan is None:
@@ -35,19 +34,15 @@ def ethernet(frame):
         etype = _H(frame, off + 2)[0]
         off += 4
     return etype, off, vlan
+
+
+def ethernet(frame):
+    return _tags(frame, (frame[12] << 8) | frame[13], 14)
 
 
 def linux_sll(frame):
     # 16-byte header; protocol type in the last two bytes.
-    etype = (frame[14] << 8) | frame[15]
-    off = 16
-    vlan = None
-    while etype in VLAN_TAGS:
-        if vlan is None:
-            vlan = _H(frame, off)[0] & 0x0FFF
-        etype = _H(frame, off + 2)[0]
-        off += 4
-    return etype, off, vlan
+    return _tags(frame, (frame[14] << 8) | frame[15], 16)
 
 
 def linux_sll2(frame):
