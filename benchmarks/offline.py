@@ -1,0 +1,611 @@
+"""Offline throughput benchmark: `dnsprobe read` against a naive all-dpkt baseline, in CPU time per core.
+
+    python benchmarks/offline.py                 # 1,000,000 packets of the standard mix
+    python benchmarks/offline.py --quick         # 100,000 packets
+    python benchmarks/offline.py --packets 500000 --mix large --repeat 5
+    python benchmarks/offline.py --profile       # also cProfile one dnsprobe run, print the hotspots
+
+The capture comes from benchmarks/traffic.py (generated once, then cached under benchmarks/cache/).
+Each contender runs as a child process pinned to one CPU (os.sched_setaffinity) and is charged the
+user+system CPU time of that child (os.wait4's rusage, cross-checked with getrusage(RUSAGE_CHILDREN)),
+so the figure is packets per CPU-second on one core, whatever else the machine is doing:
+
+  dnsprobe  the real command, `dnsprobe read FILE -o TMPDIR -q --no-progress` (Parquet, zstd).
+  baseline  the naive design, in this file: dpkt.pcap.Reader, then for every frame
+            dpkt.ethernet.Ethernet -> IP/IP6 -> UDP/TCP -> dpkt.dns.DNS (exceptions caught, the
+            message then kept with its header only, as malformed), one dict per message, queries
+            and responses matched through a dict, rows written with pyarrow (Table.from_pylist,
+            ParquetWriter, zstd) every 100,000 records.
+
+Results go to benchmarks/results/offline.json and offline.md, with a description of the machine and
+of the code measured (git commit, uncommitted changes).
+"""
+
+import argparse
+import json
+import os
+import platform
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+RESULTS = HERE / "results"
+sys.path.insert(0, str(HERE))
+
+import traffic  # noqa: E402  (benchmarks/ is not a package)
+
+TARGET_PPS = 150_000
+TARGET_RATIO = 4.0
+QUICK_PACKETS = 100_000
+
+
+# ----------------------------------------------------------------------------------------------
+# The baseline: dpkt objects for everything (runs in a child: offline.py --baseline-worker PCAP DIR)
+# ----------------------------------------------------------------------------------------------
+
+BASELINE_FLUSH = 100_000
+BASELINE_QUERY_TIMEOUT = 5.0
+
+
+def run_baseline(pcap, out_dir):
+    import socket
+    import struct
+
+    import dpkt
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    i32, i64, s, b = pa.int32(), pa.int64(), pa.string(), pa.bool_()
+    schema = pa.schema([
+        ("id", i32), ("unixtime", i64), ("time", i64), ("qname", s), ("domainname", s), ("len", i32),
+        ("ttl", i32), ("ipv", i32), ("prot", i32), ("src", s), ("srcp", i32), ("dst", s), ("dstp", i32),
+        ("udp_sum", i32), ("dns_len", i32), ("aa", b), ("tc", b), ("rd", b), ("ra", b), ("z", b), ("ad", b),
+        ("cd", b), ("ancount", i32), ("arcount", i32), ("nscount", i32), ("qdcount", i32), ("opcode", i32),
+        ("rcode", i32), ("qtype", i32), ("qclass", i32), ("edns_udp", i32), ("edns_version", i32),
+        ("edns_do", b), ("edns_nsid", s), ("edns_client_subnet", s), ("edns_other", s), ("labels", i32),
+        ("res_len", i32), ("dns_res_len", i32), ("tcp_hs_rtt", pa.float64()), ("query_present", b),
+        ("response_present", b), ("response_delay_us", i64), ("malformed", b),
+    ])
+    dpkt_errors = (dpkt.UnpackError, struct.error, ValueError, KeyError, IndexError, TypeError, UnicodeError)
+    writer = pq.ParquetWriter(Path(out_dir) / "baseline.parquet", schema, compression="zstd")
+    rows = []
+    pending = {}
+    counts = dict.fromkeys(("packets", "dns_messages", "dpkt_failures", "non_dns", "records", "matched"), 0)
+
+    def edns_of(dns):
+        for rr in dns.ar:
+            if rr.type == 41:
+                other, ecs, nsid = [], "", ""
+                data, pos = rr.rdata, 0
+                while pos + 4 <= len(data):
+                    code, olen = struct.unpack_from("!HH", data, pos)
+                    value = data[pos + 4 : pos + 4 + olen]
+                    pos += 4 + olen
+                    if code == 8 and len(value) >= 4:
+                        fam, src_len = struct.unpack_from("!HB", value)
+                        addr = value[4:]
+                        if fam == 1:
+                            ecs = f"{socket.inet_ntop(socket.AF_INET, addr.ljust(4, bytes(1)))}/{src_len}"
+                        else:
+                            ecs = f"{socket.inet_ntop(socket.AF_INET6, addr.ljust(16, bytes(1)))}/{src_len}"
+                    elif code == 3:
+                        nsid = value.decode("utf-8", "backslashreplace")
+                    if olen and code not in (3, 5, 6, 7):
+                        other.append(str(code))
+                return {"edns_udp": rr.cls, "edns_version": (rr.ttl >> 16) & 0xFF, "edns_do": bool(rr.ttl & 0x8000),
+                        "ext_rcode": rr.ttl >> 24, "nsid": nsid, "ecs": ecs, "other": ",".join(other)}
+        return None
+
+    def row(q, r):
+        m = q if q is not None else r
+        qname = m["qname"]
+        qe = q["edns"] if q is not None else None
+        re_ = r["edns"] if r is not None else None
+        if q is not None:
+            client, cport, server, sport = q["src"], q["sport"], q["dst"], q["dport"]
+        else:
+            client, cport, server, sport = r["dst"], r["dport"], r["src"], r["sport"]
+        us = int(m["ts"] * 1_000_000)
+        return {
+            "id": m["id"], "unixtime": us // 1_000_000, "time": us, "qname": qname,
+            "domainname": ".".join(qname.lower().split(".")[-2:]) if qname else None,
+            "len": q and q["len"], "ttl": q and q["ttl"], "ipv": m["ipv"], "prot": m["prot"],
+            "src": client, "srcp": cport, "dst": server, "dstp": sport,
+            "udp_sum": q and q["udp_sum"], "dns_len": q and q["dns_len"],
+            "aa": r and r["aa"], "tc": r and r["tc"], "rd": q and q["rd"], "ra": q and q["ra"],
+            "z": q and q["z"], "ad": q and q["ad"], "cd": q and q["cd"],
+            "ancount": r and r["ancount"], "arcount": r and r["arcount"], "nscount": r and r["nscount"],
+            "qdcount": q and q["qdcount"], "opcode": m["opcode"],
+            "rcode": None if r is None else r["rcode"] | ((re_["ext_rcode"] << 4) if re_ else 0),
+            "qtype": m["qtype"], "qclass": m["qclass"],
+            "edns_udp": None if q is None else (qe["edns_udp"] if qe else 0),
+            "edns_version": None if q is None else (qe["edns_version"] if qe else 0),
+            "edns_do": None if q is None else bool(qe and qe["edns_do"]),
+            "edns_nsid": None if r is None else (re_["nsid"] if re_ else ""),
+            "edns_client_subnet": None if q is None else (qe["ecs"] if qe else ""),
+            "edns_other": None if q is None else (qe["other"] if qe else ""),
+            "labels": m["labels"], "res_len": r and r["len"], "dns_res_len": r and r["dns_len"],
+            "tcp_hs_rtt": None, "query_present": q is not None, "response_present": r is not None,
+            "response_delay_us": int((r["ts"] - q["ts"]) * 1_000_000) if q is not None and r is not None else None,
+            "malformed": m["malformed"],
+        }
+
+    def emit(q, r):
+        rows.append(row(q, r))
+        if len(rows) >= BASELINE_FLUSH:
+            flush()
+
+    def flush():
+        if rows:
+            writer.write_table(pa.Table.from_pylist(rows, schema=schema))
+            counts["records"] += len(rows)
+            rows.clear()
+
+    next_sweep = None
+    with open(pcap, "rb") as fh:
+        for ts, buf in dpkt.pcap.Reader(fh):
+            counts["packets"] += 1
+            try:
+                eth = dpkt.ethernet.Ethernet(buf)
+            except dpkt_errors:
+                continue
+            ip = eth.data
+            if isinstance(ip, dpkt.ip.IP):
+                ipv, af, ttl = 4, socket.AF_INET, ip.ttl
+            elif isinstance(ip, dpkt.ip6.IP6):
+                ipv, af, ttl = 6, socket.AF_INET6, ip.hlim
+            else:
+                counts["non_dns"] += 1
+                continue
+            l4 = ip.data
+            if isinstance(l4, dpkt.udp.UDP):
+                prot, payload, csum = 17, l4.data, l4.sum
+            elif isinstance(l4, dpkt.tcp.TCP):
+                prot, payload, csum = 6, l4.data[2:], 0  # one whole message per segment in this naive design
+                if not payload:
+                    continue  # handshake, ACKs, FINs
+            else:
+                counts["non_dns"] += 1
+                continue
+            if l4.sport != 53 and l4.dport != 53:
+                counts["non_dns"] += 1
+                continue
+            counts["dns_messages"] += 1
+            msg = {"ts": ts, "len": len(buf), "ipv": ipv, "prot": prot, "src": socket.inet_ntop(af, ip.src),
+                   "sport": l4.sport, "dst": socket.inet_ntop(af, ip.dst), "dport": l4.dport, "ttl": ttl,
+                   "udp_sum": csum, "dns_len": len(payload)}
+            try:
+                dns = dpkt.dns.DNS(payload)
+                if dns.qd:
+                    q0 = dns.qd[0]
+                    qname, qtype, qclass = q0.name, q0.type, q0.cls
+                    labels = len(qname.split(".")) if qname else 0
+                else:
+                    qname = qtype = qclass = labels = None
+                msg.update(
+                    id=dns.id, qr=bool(dns.qr), opcode=dns.opcode, aa=bool(dns.aa), tc=bool(dns.tc), rd=bool(dns.rd),
+                    ra=bool(dns.ra), z=bool(dns.op & 0x40), ad=bool(dns.op & 0x20), cd=bool(dns.op & 0x10),
+                    rcode=dns.rcode, qdcount=len(dns.qd), ancount=len(dns.an), nscount=len(dns.ns),
+                    arcount=len(dns.ar), qname=qname, qtype=qtype, qclass=qclass, labels=labels, edns=edns_of(dns),
+                    malformed=False,
+                )
+            except dpkt_errors:
+                counts["dpkt_failures"] += 1
+                if len(payload) < 12:
+                    mid = flags = qd = an = ns = ar = 0
+                else:
+                    mid, flags, qd, an, ns, ar = struct.unpack_from("!HHHHHH", payload)
+                msg.update(
+                    id=mid, qr=bool(flags & 0x8000), opcode=(flags >> 11) & 0xF, aa=bool(flags & 0x400),
+                    tc=bool(flags & 0x200), rd=bool(flags & 0x100), ra=bool(flags & 0x80), z=bool(flags & 0x40),
+                    ad=bool(flags & 0x20), cd=bool(flags & 0x10), rcode=flags & 0xF, qdcount=qd, ancount=an,
+                    nscount=ns, arcount=ar, qname=None, qtype=None, qclass=None, labels=None, edns=None,
+                    malformed=True,
+                )
+            if msg["qr"]:
+                key = (prot, msg["dst"], msg["dport"], msg["src"], msg["sport"], msg["id"])
+                q = pending.pop(key, None)
+                if q is not None:
+                    counts["matched"] += 1
+                emit(q, msg)
+            else:
+                key = (prot, msg["src"], msg["sport"], msg["dst"], msg["dport"], msg["id"])
+                old = pending.pop(key, None)
+                if old is not None:
+                    emit(old, None)
+                pending[key] = msg
+            if next_sweep is None:
+                next_sweep = ts + 1.0
+            elif ts >= next_sweep:
+                next_sweep = ts + 1.0
+                for k in [k for k, q in pending.items() if ts - q["ts"] > BASELINE_QUERY_TIMEOUT]:
+                    emit(pending.pop(k), None)
+    for q in pending.values():
+        emit(q, None)
+    flush()
+    writer.close()
+    return counts
+
+
+# ----------------------------------------------------------------------------------------------
+# Measurement
+# ----------------------------------------------------------------------------------------------
+
+
+def dnsprobe_command():
+    script = Path(sys.executable).parent / "dnsprobe"
+    return [str(script)] if script.exists() else [sys.executable, "-m", "probe"]
+
+
+def run_measured(cmd, core, cwd=ROOT):
+    """Run cmd pinned to `core`; returns (stdout text, measurement dict). Raises on failure."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(cmd, cwd=cwd, stdout=out, stderr=err,
+                                preexec_fn=lambda: os.sched_setaffinity(0, {core}))
+        _, status, ru = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - t0
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        out.seek(0)
+        err.seek(0)
+        stdout = out.read().decode(errors="replace")
+        if proc.returncode:
+            detail = err.read().decode(errors="replace")
+            raise RuntimeError(f"{' '.join(map(str, cmd))} exited {proc.returncode}:\n{detail}")
+    cpu = ru.ru_utime + ru.ru_stime
+    return stdout, {
+        "cpu_seconds": round(cpu, 4),
+        "user_seconds": round(ru.ru_utime, 4),
+        "sys_seconds": round(ru.ru_stime, 4),
+        "cpu_seconds_rusage_children_delta": round(
+            (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), 4),
+        "wall_seconds": round(wall, 4),
+        "max_rss_mb": round(ru.ru_maxrss / 1024, 1),
+    }
+
+
+def parquet_rows(directory):
+    import pyarrow.parquet as pq
+
+    return sum(pq.ParquetFile(f).metadata.num_rows for f in Path(directory).glob("*.parquet"))
+
+
+def measure_dnsprobe(pcap, core, tmp_root):
+    out = Path(tempfile.mkdtemp(prefix="dnsprobe-", dir=tmp_root))
+    try:
+        _, m = run_measured([*dnsprobe_command(), "read", str(pcap), "-o", str(out), "-q", "--no-progress"], core)
+        m["records"] = parquet_rows(out)
+        stats = sorted(out.glob("*.stats.json"))
+        if stats:
+            s = json.loads(stats[0].read_text())
+            counters = s.get("counters", s)
+            m["stats"] = {k: counters.get(k) for k in ("packets", "dns_messages", "matched", "query_only",
+                                                        "response_only", "malformed") if k in counters}
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+    return m
+
+
+def measure_baseline(pcap, core, tmp_root):
+    out = Path(tempfile.mkdtemp(prefix="baseline-", dir=tmp_root))
+    try:
+        stdout, m = run_measured([sys.executable, str(Path(__file__).resolve()), "--baseline-worker", str(pcap),
+                                  str(out)], core)
+        m["counts"] = json.loads(stdout.strip().splitlines()[-1])
+        m["records"] = parquet_rows(out)
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+    return m
+
+
+def head_pcap(src, dst, frames):
+    """The first `frames` records of a classic pcap (to measure start-up cost)."""
+    import struct
+
+    with open(src, "rb") as fh, open(dst, "wb") as out:
+        out.write(fh.read(24))
+        for _ in range(frames):
+            hdr = fh.read(16)
+            if len(hdr) < 16:
+                break
+            caplen = struct.unpack("<IIII", hdr)[2]
+            out.write(hdr + fh.read(caplen))
+
+
+def summarise(samples, packets, startup):
+    cpus = [s["cpu_seconds"] for s in samples]
+    cpu = statistics.median(cpus)
+    return {
+        "runs": len(samples),
+        "cpu_seconds_median": round(cpu, 4),
+        "cpu_seconds_min": round(min(cpus), 4),
+        "cpu_seconds_max": round(max(cpus), 4),
+        "pkts_per_cpu_second": round(packets / cpu),
+        "pkts_per_cpu_second_best": round(packets / min(cpus)),
+        "startup_cpu_seconds": startup,
+        "pkts_per_cpu_second_excluding_startup": round(packets / (cpu - startup)) if cpu > startup else None,
+        "wall_seconds_median": round(statistics.median(s["wall_seconds"] for s in samples), 3),
+        "max_rss_mb": max(s["max_rss_mb"] for s in samples),
+        "records": samples[-1]["records"],
+        "samples": samples,
+    }
+
+
+# ----------------------------------------------------------------------------------------------
+# Description of the machine and of the code
+# ----------------------------------------------------------------------------------------------
+
+
+def _cpu_model():
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def _version(module):
+    try:
+        return __import__(module).__version__
+    except Exception:  # noqa: BLE001 - a missing optional module is just reported
+        return None
+
+
+def _git(*args):
+    try:
+        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+
+
+def machine():
+    mem = None
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal"):
+                mem = round(int(line.split()[1]) / 1024 / 1024, 1)
+    except OSError:
+        pass
+    return {
+        "cpu_model": _cpu_model(),
+        "logical_cpus": os.cpu_count(),
+        "usable_cpus": len(os.sched_getaffinity(0)),
+        "memory_gib": mem,
+        "kernel": platform.release(),
+        "os": platform.platform(),
+        "python": f"{platform.python_implementation()} {platform.python_version()}",
+        "dpkt": _version("dpkt"),
+        "pyarrow": _version("pyarrow"),
+        "scapy": _version("scapy"),
+        "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
+    }
+
+
+def code():
+    dirty = _git("status", "--porcelain", "--", "probe", "export")
+    return {
+        "dnsprobe_version": _version("probe"),
+        "git_commit": _git("rev-parse", "--short", "HEAD"),
+        "uncommitted_changes_in_probe_or_export": bool(dirty) if dirty is not None else None,
+        "dnsprobe_command": " ".join(dnsprobe_command()) + " read FILE -o TMPDIR -q --no-progress",
+    }
+
+
+# ----------------------------------------------------------------------------------------------
+# Profiling
+# ----------------------------------------------------------------------------------------------
+
+
+def profile_dnsprobe(pcap, core, tmp_root, top=25):
+    import io
+    import pstats
+
+    out = Path(tempfile.mkdtemp(prefix="dnsprobe-prof-", dir=tmp_root))
+    prof = traffic.CACHE_DIR / "offline.prof"  # git-ignored
+    try:
+        run_measured([sys.executable, "-m", "cProfile", "-o", str(prof), "-m", "probe", "read", str(pcap),
+                      "-o", str(out), "-q", "--no-progress"], core)
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+    st = pstats.Stats(str(prof))
+    total = st.total_tt
+    rows = []
+    for (filename, line, func), (_, ncalls, tottime, cumtime, _) in sorted(
+        st.stats.items(), key=lambda kv: kv[1][2], reverse=True
+    )[:top]:
+        where = filename.replace(str(ROOT) + "/", "")
+        if "site-packages/" in where:
+            where = where.split("site-packages/", 1)[1]
+        rows.append({"function": f"{where}:{line}({func})", "calls": ncalls, "tottime": round(tottime, 3),
+                     "cumtime": round(cumtime, 3), "share": round(tottime / total, 4) if total else None})
+    text = io.StringIO()
+    pstats.Stats(str(prof), stream=text).sort_stats("cumulative").print_stats(top)
+    return {"profile_file": str(prof.relative_to(ROOT)), "total_seconds_under_profiler": round(total, 3),
+            "top_by_tottime": rows, "cumulative_text": text.getvalue()}
+
+
+# ----------------------------------------------------------------------------------------------
+# Report
+# ----------------------------------------------------------------------------------------------
+
+
+def markdown(res):
+    d, b = res["dnsprobe"], res.get("baseline")
+    m, inp = res["machine"], res["input"]
+    lines = [
+        "# Offline benchmark",
+        "",
+        f"Run {res['date_utc']} by `{res['command']}`.",
+        "",
+        f"Input: `{inp['file']}`: {inp['packets']:,} packets of the `{inp['mix']}` mix (seed {inp['seed']}), "
+        f"{inp['bytes'] / 1e6:.1f} MB; generated in {inp['generation_seconds']} s.",
+        "",
+        "CPU time is user+system of the child process, pinned to one CPU; pkts/s = packets / CPU seconds "
+        "(median of the runs).",
+        "",
+        "| | runs | CPU s (median) | pkts/s per core | best run | excl. start-up | wall s | max RSS MB | records |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, r in (("dnsprobe", d), ("dpkt baseline", b)):
+        if r is None:
+            continue
+        lines.append(
+            f"| {name} | {r['runs']} | {r['cpu_seconds_median']:.2f} | {r['pkts_per_cpu_second']:,} | "
+            f"{r['pkts_per_cpu_second_best']:,} | {r['pkts_per_cpu_second_excluding_startup'] or 0:,} "
+            f"(start-up {r['startup_cpu_seconds']:.2f} s) | {r['wall_seconds_median']:.2f} | {r['max_rss_mb']} | "
+            f"{r['records']:,} |"
+        )
+    lines.append("")
+    t = res["targets"]
+    lines.append(f"- dnsprobe: **{d['pkts_per_cpu_second']:,} pkts/s per core** "
+                 f"(target ≥ {TARGET_PPS:,}: {'met' if t['pps_met'] else 'NOT met'})")
+    if b is not None:
+        lines.append(f"- ratio dnsprobe / baseline: **{res['ratio']:.2f}×** "
+                     f"(target ≥ {TARGET_RATIO:g}×: {'met' if t['ratio_met'] else 'NOT met'})")
+        bc = b["samples"][-1]["counts"]
+        lines.append(f"- baseline: dpkt could not parse {bc['dpkt_failures']:,} of {bc['dns_messages']:,} DNS messages "
+                     "(RR types it lacks: HTTPS, RRSIG, DS, NSEC, DNSKEY); they were kept as header-only rows.")
+    c = res["code"]
+    lines += [
+        "",
+        "## Machine and code",
+        "",
+        f"- CPU: {m['cpu_model']}, {m['logical_cpus']} logical CPUs ({m['usable_cpus']} usable), "
+        f"{m['memory_gib']} GiB; pinned to CPU {res['core']}",
+        f"- kernel {m['kernel']}; {m['python']}; dpkt {m['dpkt']}; pyarrow {m['pyarrow']}; scapy {m['scapy']}",
+        f"- load average at start {m['load_average_at_start']}, at end {res['load_average_at_end']}",
+        f"- dnsprobe {c['dnsprobe_version']} at {c['git_commit']}"
+        + (" with uncommitted changes in probe/ or export/" if c["uncommitted_changes_in_probe_or_export"] else ""),
+        f"- command: `{c['dnsprobe_command']}`",
+    ]
+    if res.get("profile"):
+        p = res["profile"]
+        lines += ["", f"## dnsprobe profile (cProfile, {p['total_seconds_under_profiler']} s under the profiler)", "",
+                  "| function | calls | tottime s | share | cumtime s |", "|---|---|---|---|---|"]
+        for r in p["top_by_tottime"][:20]:
+            lines.append(f"| `{r['function']}` | {r['calls']:,} | {r['tottime']:.3f} | {r['share']:.1%} | "
+                         f"{r['cumtime']:.3f} |")
+    return "\n".join(lines) + "\n"
+
+
+def print_table(res):
+    d, b = res["dnsprobe"], res.get("baseline")
+    print()
+    print(f"{'':16} {'CPU s':>8} {'pkts/s/core':>12} {'best':>10} {'no start-up':>12} {'wall s':>8} {'records':>10}")
+    for name, r in (("dnsprobe", d), ("dpkt baseline", b)):
+        if r is None:
+            continue
+        print(f"{name:16} {r['cpu_seconds_median']:8.2f} {r['pkts_per_cpu_second']:12,} "
+              f"{r['pkts_per_cpu_second_best']:10,} {r['pkts_per_cpu_second_excluding_startup'] or 0:12,} "
+              f"{r['wall_seconds_median']:8.2f} {r['records']:10,}")
+    t = res["targets"]
+    print(f"\ndnsprobe: {d['pkts_per_cpu_second']:,} pkts/s per core "
+          f"(target >= {TARGET_PPS:,}: {'met' if t['pps_met'] else 'NOT met'})")
+    if b is not None:
+        print(f"ratio dnsprobe/baseline: {res['ratio']:.2f}x (target >= {TARGET_RATIO:g}x: "
+              f"{'met' if t['ratio_met'] else 'NOT met'})")
+
+
+# ----------------------------------------------------------------------------------------------
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--packets", type=int, default=1_000_000, help="packets in the capture (default 1,000,000)")
+    ap.add_argument("--quick", action="store_true", help=f"{QUICK_PACKETS:,} packets")
+    ap.add_argument("--mix", choices=traffic.MIXES, default="standard")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--repeat", type=int, default=3, help="dnsprobe runs (median reported; default 3)")
+    ap.add_argument("--baseline-repeat", type=int, default=1, help="baseline runs (default 1)")
+    ap.add_argument("--no-baseline", action="store_true", help="measure dnsprobe only")
+    ap.add_argument("--profile", action="store_true", help="also run dnsprobe once under cProfile")
+    ap.add_argument("--core", type=int, help="CPU to pin the runs to (default: the last usable one)")
+    ap.add_argument("--no-save", action="store_true", help="do not write benchmarks/results/offline.*")
+    ap.add_argument("--baseline-worker", nargs=2, metavar=("PCAP", "DIR"), help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+
+    if args.baseline_worker:
+        print(json.dumps(run_baseline(*args.baseline_worker)))
+        return 0
+
+    packets = QUICK_PACKETS if args.quick else args.packets
+    core = args.core if args.core is not None else max(os.sched_getaffinity(0))
+    mach = machine()
+    cached = traffic.cache_path(args.mix, packets, args.seed).exists()
+    pcap = traffic.generate(args.mix, packets, args.seed)
+    meta = traffic.metadata(pcap)
+    print(f"input {pcap} ({packets:,} packets, {'cached' if cached else 'just generated'}; "
+          f"generation took {meta['generation_seconds']} s)", flush=True)
+    busy = mach["load_average_at_start"][0]
+    if busy > mach["usable_cpus"] - 1:
+        print(f"warning: load average {busy} on {mach['usable_cpus']} CPUs; other work may slow the runs down "
+              "(CPU time is charged to the child only, but caches and memory bandwidth are shared)", flush=True)
+
+    with tempfile.TemporaryDirectory(prefix="dnsprobe-bench-") as tmp:
+        tiny = Path(tmp) / "head.pcap"
+        head_pcap(pcap, tiny, 100)
+        startup_d = measure_dnsprobe(tiny, core, tmp)["cpu_seconds"]
+        dsamples = []
+        for i in range(args.repeat):
+            dsamples.append(measure_dnsprobe(pcap, core, tmp))
+            print(f"dnsprobe run {i + 1}/{args.repeat}: {dsamples[-1]['cpu_seconds']:.2f} s CPU "
+                  f"({packets / dsamples[-1]['cpu_seconds']:,.0f} pkts/s)", flush=True)
+        dres = summarise(dsamples, packets, startup_d)
+        bres = None
+        if not args.no_baseline:
+            startup_b = measure_baseline(tiny, core, tmp)["cpu_seconds"]
+            bsamples = []
+            for i in range(args.baseline_repeat):
+                bsamples.append(measure_baseline(pcap, core, tmp))
+                print(f"baseline run {i + 1}/{args.baseline_repeat}: {bsamples[-1]['cpu_seconds']:.2f} s CPU "
+                      f"({packets / bsamples[-1]['cpu_seconds']:,.0f} pkts/s)", flush=True)
+            bres = summarise(bsamples, packets, startup_b)
+        prof = None
+        if args.profile:
+            RESULTS.mkdir(parents=True, exist_ok=True)
+            prof = profile_dnsprobe(pcap, core, tmp)
+
+    ratio = dres["pkts_per_cpu_second"] / bres["pkts_per_cpu_second"] if bres else None
+    res = {
+        "date_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
+        "command": "python benchmarks/offline.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "core": core,
+        "machine": mach,
+        "load_average_at_end": [round(x, 2) for x in os.getloadavg()],
+        "code": code(),
+        "input": {"file": str(Path(pcap).relative_to(ROOT)) if Path(pcap).is_relative_to(ROOT) else str(pcap),
+                  "mix": args.mix, "seed": args.seed, "packets": packets, "bytes": meta["bytes"],
+                  "generation_seconds": meta["generation_seconds"], "contents": meta["counts"]},
+        "dnsprobe": dres,
+        "baseline": bres,
+        "ratio": round(ratio, 3) if ratio else None,
+        "targets": {"pkts_per_cpu_second": TARGET_PPS, "ratio": TARGET_RATIO,
+                    "pps_met": dres["pkts_per_cpu_second"] >= TARGET_PPS,
+                    "ratio_met": ratio is not None and ratio >= TARGET_RATIO},
+    }
+    if prof:
+        res["profile"] = {k: v for k, v in prof.items() if k != "cumulative_text"}
+        print("\n" + prof["cumulative_text"])
+    print_table(res)
+    if not args.no_save:
+        RESULTS.mkdir(parents=True, exist_ok=True)
+        (RESULTS / "offline.json").write_text(json.dumps(res, indent=2) + "\n")
+        (RESULTS / "offline.md").write_text(markdown(res))
+        print(f"\nwrote {RESULTS / 'offline.json'} and {RESULTS / 'offline.md'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
