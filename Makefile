@@ -25,13 +25,14 @@ $(VENV)/.installed: pyproject.toml
 venv: $(VENV)/.installed
 
 demo: venv
-	@mkdir -p $(DEMO_OUT) && rm -f $(DEMO_OUT)/*
+	@mkdir -p $(DEMO_OUT) && rm -rf $(DEMO_OUT)/*
 	@echo "== dnsprobe read $(SAMPLE) -o $(DEMO_OUT)"
 	$(VENV)/bin/dnsprobe read $(SAMPLE) -o $(DEMO_OUT)
 	@echo "== files written"
 	@ls -l $(DEMO_OUT)
 	@echo "== a few records (dnsprobe inspect)"
 	$(VENV)/bin/dnsprobe inspect $(DEMO_OUT)/*.parquet --limit 8
+	@bash contrib/live-demo.sh $(VENV)/bin/dnsprobe $(SAMPLE) $(DEMO_OUT)/live
 
 test: venv deps
 	$(PY) -m pytest -q

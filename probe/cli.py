@@ -120,6 +120,10 @@ def build_parser():
     insp.add_argument("--columns", metavar="A,B,...", help="columns to print (default: a summary set)")
     insp.add_argument("--all-columns", action="store_true", help="print every column")
 
+    from probe.live import add_capture_parser
+
+    add_capture_parser(sub, CONFIG_FLAGS)
+
     conf = sub.add_parser(
         "config",
         help="print the effective or default configuration",
@@ -246,7 +250,7 @@ def cmd_inspect(args):
     missing = [c for c in columns if c not in table.column_names]
     if missing:
         raise ConfigError(f"unknown column(s): {', '.join(missing)}")
-    rows = table.select(columns).to_pylist()
+    rows = _printable(table.select(columns)).to_pylist()
     if args.json:
         for row in rows:
             print(json.dumps(row, default=str))
@@ -264,6 +268,18 @@ def cmd_inspect(args):
     # Wide enough that no cell is folded; a terminal wraps long lines itself.
     Console(file=sys.stdout, width=sum(widths) + 3 * len(columns) + 1).print(out)
     return 0
+
+
+def _printable(table):
+    """Timestamps as ISO text with all their digits (pyarrow cannot make datetimes of nanoseconds)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    for i, field in enumerate(table.schema):
+        if pa.types.is_timestamp(field.type):
+            text = pc.strftime(table.column(i), format="%Y-%m-%dT%H:%M:%SZ")
+            table = table.set_column(i, field.name, text)
+    return table
 
 
 def cmd_config(args):
@@ -286,7 +302,9 @@ def main(argv=None):
     if not args.command:
         parser.print_help()
         return 2
-    handler = {"read": cmd_read, "inspect": cmd_inspect, "config": cmd_config}[args.command]
+    from probe.live import cmd_capture
+
+    handler = {"read": cmd_read, "inspect": cmd_inspect, "config": cmd_config, "capture": cmd_capture}[args.command]
     try:
         return handler(args)
     except (ConfigError, OutputError, DnsprobeError) as exc:

@@ -34,7 +34,9 @@ class DecodeConfig:
         " message, the walker only where dpkt cannot parse)",
         choices=("fast", "dpkt"),
     )
-    fragment_timeout: float = opt(5.0, "seconds (capture time) to wait for the rest of a fragmented datagram", min=0.001)
+    fragment_timeout: float = opt(
+        5.0, "seconds (capture time) to wait for the rest of a fragmented datagram", min=0.001
+    )
     fragment_max_datagrams: int = opt(10000, "fragmented datagrams held at once (oldest dropped first)", min=1)
     tcp_idle_timeout: float = opt(60.0, "seconds (capture time) after which an idle TCP stream is dropped", min=0.001)
     tcp_max_streams: int = opt(100000, "TCP stream directions held at once (oldest dropped first)", min=1)
@@ -64,8 +66,43 @@ class ExportConfig:
 @dataclass(frozen=True)
 class RunConfig:
     batch_size: int = opt(4096, "frames per batch handed from a source to the decoder", min=1, max=1 << 20)
-    progress: str = opt("auto", "progress bar: auto (on a terminal), always, never", choices=("auto", "always", "never"))
+    progress: str = opt(
+        "auto", "progress bar: auto (on a terminal), always, never", choices=("auto", "always", "never")
+    )
     stats_json: bool = opt(True, "write the run statistics as JSON next to the data")
+
+
+@dataclass(frozen=True)
+class CaptureConfig:
+    interfaces: typing.Optional[tuple[str, ...]] = opt(  # noqa: UP045 (check_value reads typing.Optional)
+        None, "network interfaces to capture on (the -i flag, repeatable); needed by `dnsprobe capture`"
+    )
+    coremask: str = opt(
+        "0x1", "CPU cores to run capture workers on, one worker process per core: a hex mask, quoted ('0x3')"
+    )
+    promiscuous: bool = opt(False, "put the interfaces in promiscuous mode (PACKET_ADD_MEMBERSHIP)")
+    block_size: int = opt(
+        1 << 20, "bytes per TPACKET_V3 ring block (a multiple of the page size)", min=4096, max=1 << 30
+    )
+    block_count: int = opt(
+        32, "blocks per ring; each worker has one ring per interface of block_size x block_count bytes",
+        min=1, max=65536,
+    )
+    block_timeout_ms: int = opt(
+        100, "milliseconds after which the kernel hands over a partly filled block", min=1, max=60000
+    )
+    fanout_group: typing.Optional[int] = opt(  # noqa: UP045 (check_value reads typing.Optional)
+        None, "PACKET_FANOUT group id of the first interface, next ones +1 (null: derived from the process id)",
+        min=0, max=65535,
+    )
+    stats_interval: float = opt(
+        10.0, "seconds between writes of the statistics JSON file, also written at start and exit (0: only then)", min=0
+    )
+    prometheus_port: int = opt(0, "local TCP port of the Prometheus metrics endpoint (0: off)", min=0, max=65535)
+    prometheus_address: str = opt("127.0.0.1", "address the Prometheus endpoint listens on")
+    user: typing.Optional[str] = opt(  # noqa: UP045
+        None, "user the workers switch to after opening their sockets (null: stay)"
+    )
 
 
 @dataclass(frozen=True)
@@ -74,6 +111,7 @@ class Config:
     match: MatchConfig = field(default_factory=MatchConfig)
     export: ExportConfig = field(default_factory=ExportConfig)
     run: RunConfig = field(default_factory=RunConfig)
+    capture: CaptureConfig = field(default_factory=CaptureConfig)
 
 
 SECTIONS = {f.name: f.default_factory for f in dataclasses.fields(Config)}

@@ -9,6 +9,9 @@ import os
 
 # (name, meaning). Order is the print order.
 COUNTERS = (
+    ("kernel_received", "live capture: frames the kernel's filter passed to the capture sockets (drops included)"),
+    ("kernel_drops", "live capture: frames the kernel dropped because a capture ring was full"),
+    ("kernel_freezes", "live capture: times a capture ring filled up and froze (tp_freeze_q_cnt)"),
     ("packets", "frames read from the source"),
     ("bytes", "bytes of those frames on the wire"),
     ("non_ip", "frames that are neither IPv4 nor IPv6 (ARP, LLDP, ...)"),
@@ -37,6 +40,7 @@ COUNTERS = (
     ("match_evicted", "pending queries exported early because the table reached its size bound"),
     ("records", "records (rows) written"),
     ("files", "output files completed"),
+    ("worker_restarts", "live capture: workers that died and were restarted (their open file is left as .part)"),
 )
 
 COUNTER_NAMES = tuple(name for name, _ in COUNTERS)

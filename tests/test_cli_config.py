@@ -144,3 +144,10 @@ def test_config_command_prints_effective_values(tmp_path):
     out = run_dnsprobe("config", "-c", conf).stdout
     assert "match.query_timeout: 7.0" in out
     assert run_dnsprobe("config", "--defaults").stdout == render_default_yaml()
+
+
+def test_progress_bar_only_when_asked_or_on_a_terminal(out_dir):
+    quiet = run_dnsprobe("read", PCAP, "-o", out_dir, "-q")
+    assert quiet.stderr == ""  # not a terminal: no progress bar, no noise
+    shown = run_dnsprobe("read", PCAP, "-o", out_dir, "-q", "--progress")
+    assert "udp_simple.pcap" in shown.stderr and "━" in shown.stderr

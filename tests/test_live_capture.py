@@ -1,0 +1,568 @@
+"""Live capture on real AF_PACKET sockets: a veth pair whose far end sits in a network namespace.
+
+The module creates its own namespace and veth pair (names carry the test process id, so parallel
+runs do not collide) and removes them at the end. Traffic is a scapy-written capture replayed from
+inside the namespace (tcpreplay when installed, else a raw packet socket); `dnsprobe capture` runs
+on the near end as a real subprocess, with real signals. The expected transactions come from
+`dnsprobe read` of the same capture file. No timing assertions: every wait is for a counter in the
+statistics JSON file, with a generous timeout.
+"""
+
+import hashlib
+import json
+import os
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from collections import Counter
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from conftest import ROOT, run_dnsprobe
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("ip"), reason="needs root and iproute2")
+
+KEY_COLUMNS = ("src", "srcp", "dst", "dstp", "prot", "id", "qname", "qtype", "rcode", "query_present",
+               "response_present", "malformed")
+CLIENT_MAC = bytes.fromhex("020000000001")
+SERVER_MAC = bytes.fromhex("020000000035")
+WAIT_S = 30.0
+
+
+# ---------------------------------------------------------------------------------------------
+# The testbed: one namespace and one veth pair for the whole module
+
+
+class VethBed:
+    """Two veth pairs: dpc<tag> ↔ dpp<tag> and dpc<tag>b ↔ dpp<tag>b; the dpp ends are in the namespace."""
+
+    def __init__(self):
+        tag = os.getpid() % 100000
+        self.ns = f"dnsprobe-t{tag}"
+        self.iface = f"dpc{tag}"  # captured by the probe, in the root namespace
+        self.peer = f"dpp{tag}"  # inside the namespace; traffic is sent here
+        self.iface2, self.peer2 = f"{self.iface}b", f"{self.peer}b"  # a second interface
+
+    def sh(self, *cmd):
+        subprocess.run(cmd, check=True, capture_output=True)
+
+    def up(self):
+        self.down()
+        self.sh("ip", "netns", "add", self.ns)
+        for iface, peer in ((self.iface, self.peer), (self.iface2, self.peer2)):
+            self.sh("ip", "link", "add", iface, "type", "veth", "peer", "name", peer, "netns", self.ns)
+            # No IPv6 autoconfiguration chatter on the pair (the kernel filter would drop it anyway).
+            subprocess.run(["sysctl", "-qw", f"net.ipv6.conf.{iface}.disable_ipv6=1"], capture_output=True)
+            subprocess.run(["ip", "netns", "exec", self.ns, "sysctl", "-qw", f"net.ipv6.conf.{peer}.disable_ipv6=1"],
+                           capture_output=True)
+            self.sh("ip", "link", "set", iface, "up")
+            self.sh("ip", "-n", self.ns, "link", "set", peer, "up")
+
+    def down(self):
+        subprocess.run(["ip", "netns", "del", self.ns], capture_output=True)
+        for iface in (self.iface, self.iface2):
+            subprocess.run(["ip", "link", "del", iface], capture_output=True)
+
+    def send(self, pcap, pps=None, peer=None):
+        """Replay a pcap from inside the namespace: pps frames a second, or as fast as possible.
+        With tcpreplay when installed (DNSPROBE_TEST_SENDER=raw: always the raw-socket sender)."""
+        peer = peer or self.peer
+        if shutil.which("tcpreplay") and os.environ.get("DNSPROBE_TEST_SENDER") != "raw":
+            rate = [f"--pps={pps}"] if pps else ["--topspeed"]
+            cmd = ["tcpreplay", "-q", f"--intf1={peer}", *rate, str(pcap)]
+        else:
+            cmd = [sys.executable, "-c", RAW_SENDER, str(pcap), peer, str(pps or 0)]
+        proc = subprocess.run(["ip", "netns", "exec", self.ns, *cmd], capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, f"sending {pcap} failed: {proc.stderr}"
+
+
+RAW_SENDER = r"""
+import socket, struct, sys, time
+path, iface, pps = sys.argv[1], sys.argv[2], float(sys.argv[3])
+data = open(path, "rb").read()
+endian = "<" if data[:4] in (b"\xd4\xc3\xb2\xa1", b"\x4d\x3c\xb2\xa1") else ">"
+frames, pos = [], 24
+while pos + 16 <= len(data):
+    caplen = struct.unpack_from(endian + "IIII", data, pos)[2]
+    frames.append(data[pos + 16 : pos + 16 + caplen])
+    pos += 16 + caplen
+s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
+s.bind((iface, 0))
+t0 = time.perf_counter()
+for i, frame in enumerate(frames):
+    if pps:
+        delay = t0 + i / pps - time.perf_counter()
+        if delay > 0:
+            time.sleep(delay)
+    while True:
+        try:
+            s.send(frame)
+            break
+        except OSError:
+            time.sleep(0.001)
+"""
+
+
+@pytest.fixture(scope="module")
+def testbed():
+    bed = VethBed()
+    bed.up()
+    yield bed
+    bed.down()
+
+
+# ---------------------------------------------------------------------------------------------
+# Traffic
+
+
+def build_traffic(path, first, count):
+    """A scapy-written pcap of `count` DNS transactions numbered from `first` (qname q<N>.example.com):
+    many clients and ports, IPv4 and IPv6, some behind a VLAN tag, some over TCP, some IPv4 responses
+    fragmented, and non-DNS frames in between that the kernel filter must drop.
+    Returns the number of frames the filter should pass (a fragmented datagram counts once: the
+    fanout group's defragmentation hands it over whole)."""
+    from scapy.all import ARP, DNS, DNSQR, DNSRR, ICMP, IP, TCP, UDP, Dot1Q, Ether, IPv6, fragment, wrpcap
+
+    frames = []
+    passed = 0
+
+    def eth(src_mac, dst_mac, vlan):
+        e = Ether(src=src_mac, dst=dst_mac)
+        return e / Dot1Q(vlan=vlan) if vlan else e
+
+    cmac, smac = "02:00:00:00:00:01", "02:00:00:00:00:35"
+    for i in range(first, first + count):
+        v6 = i % 5 == 0
+        vlan = 100 if i % 9 == 0 else None
+        tcp = i % 13 == 0
+        frag = not v6 and not tcp and i % 17 == 0
+        client = f"2001:db8:c::{i:x}" if v6 else f"10.{1 + i // 250 % 200}.{i % 250}.7"
+        server = "2001:db8:53::53" if v6 else "192.0.2.53"
+        ip = (lambda s, d: IPv6(src=s, dst=d)) if v6 else (lambda s, d, i=i: IP(src=s, dst=d, id=i & 0xFFFF))
+        sport = 10000 + (i * 37) % 50000
+        qname = f"q{i}.example.com"
+        query = DNS(id=i & 0xFFFF, rd=1, qd=DNSQR(qname=qname))
+        answers = DNSRR(rrname=qname, type="A", ttl=300, rdata="192.0.2.1")
+        if frag:
+            answers = answers / DNSRR(rrname=qname, type="TXT", ttl=300, rdata=["x" * 250] * 8)
+        response = DNS(id=i & 0xFFFF, qr=1, rd=1, ra=1, qd=DNSQR(qname=qname), an=answers)
+        c2s = eth(cmac, smac, vlan)
+        s2c = eth(smac, cmac, vlan)
+        if tcp:
+            q, r = bytes(query), bytes(response)
+            q, r = struct.pack("!H", len(q)) + q, struct.pack("!H", len(r)) + r
+            cs, ss = 1000, 5000
+            seq = [
+                (c2s, client, server, sport, 53, "S", cs, 0, b""),
+                (s2c, server, client, 53, sport, "SA", ss, cs + 1, b""),
+                (c2s, client, server, sport, 53, "A", cs + 1, ss + 1, b""),
+                (c2s, client, server, sport, 53, "PA", cs + 1, ss + 1, q),
+                (s2c, server, client, 53, sport, "PA", ss + 1, cs + 1 + len(q), r),
+                (c2s, client, server, sport, 53, "FA", cs + 1 + len(q), ss + 1 + len(r), b""),
+                (s2c, server, client, 53, sport, "FA", ss + 1 + len(r), cs + 2 + len(q), b""),
+                (c2s, client, server, sport, 53, "A", cs + 2 + len(q), ss + 2 + len(r), b""),
+            ]
+            for e, s, d, sp, dp, flags, sq, ack, payload in seq:
+                frames.append(e / ip(s, d) / TCP(sport=sp, dport=dp, flags=flags, seq=sq, ack=ack) / payload)
+                passed += 1
+        else:
+            frames.append(c2s / ip(client, server) / UDP(sport=sport, dport=53) / query)
+            resp = ip(server, client) / UDP(sport=53, dport=sport) / response
+            if frag:
+                frames += [s2c / f for f in fragment(resp, fragsize=600)]
+            else:
+                frames.append(s2c / resp)
+            passed += 2
+        if i % 10 == 0:  # not DNS: the kernel filter drops these
+            frames += [
+                Ether(src=cmac, dst=smac) / IP(src=client if not v6 else "10.9.9.9", dst="192.0.2.123")
+                / UDP(sport=sport, dport=123) / (b"\x23" + b"\x00" * 47),
+                Ether(src=cmac, dst=smac) / IP(src="10.9.9.9", dst="192.0.2.80")
+                / TCP(sport=sport, dport=443, flags="S"),
+                Ether(src=cmac, dst=smac) / IP(src="10.9.9.9", dst="192.0.2.53") / ICMP(),
+                Ether(src=cmac, dst="ff:ff:ff:ff:ff:ff") / ARP(psrc="10.9.9.9", pdst="10.9.9.1"),
+            ]
+    wrpcap(str(path), frames)
+    return passed
+
+
+def build_burst(path, count):
+    """count UDP DNS queries (no responses) assembled at the byte level: fast to build and to send."""
+    head = struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 65535, 1)
+    qname = b"\x05burst\x07example\x03com\x00"
+    out = [head]
+    for i in range(count):
+        dns = struct.pack("!HHHHHH", i & 0xFFFF, 0x0100, 1, 0, 0, 0) + qname + b"\x00\x01\x00\x01"
+        udp = struct.pack("!HHHH", 1024 + i % 60000, 53, 8 + len(dns), 0) + dns
+        total = 20 + len(udp)
+        ip = struct.pack("!BBHHHBBH4s4s", 0x45, 0, total, i & 0xFFFF, 0, 64, 17, 0,
+                         bytes([10, 2, (i >> 8) & 0xFF, i & 0xFF]), bytes([192, 0, 2, 53]))
+        csum = sum(struct.unpack("!10H", ip))
+        csum = (csum & 0xFFFF) + (csum >> 16)
+        csum = (csum & 0xFFFF) + (csum >> 16)
+        ip = ip[:10] + struct.pack("!H", ~csum & 0xFFFF) + ip[12:]
+        frame = SERVER_MAC + CLIENT_MAC + b"\x08\x00" + ip + udp
+        out.append(struct.pack("<IIII", 1_700_000_000, i, len(frame), len(frame)) + frame)
+    Path(path).write_bytes(b"".join(out))
+
+
+@pytest.fixture(scope="module")
+def traffic(tmp_path_factory):
+    """Two parts (A, B) of 300 transactions each, their filter-passing frame counts and the expected
+    transactions of each part (from `dnsprobe read`)."""
+    d = tmp_path_factory.mktemp("live-traffic")
+    parts = {}
+    for name, first in (("A", 0), ("B", 300)):
+        pcap = d / f"part{name}.pcap"
+        passed = build_traffic(pcap, first, 300)
+        out = d / f"ref{name}"
+        out.mkdir()
+        run_dnsprobe("read", pcap, "-o", out, "-q", "--no-progress")
+        parts[name] = (pcap, passed, keys(rows_of(out)))
+    return parts
+
+
+def keys(rows):
+    return Counter(tuple(r[c] for c in KEY_COLUMNS) for r in rows)
+
+
+# ---------------------------------------------------------------------------------------------
+# The probe under test
+
+
+class Probe:
+    def __init__(self, testbed, out_dir, *args, coremask="0x1", config=None):
+        """config: a YAML file naming the interfaces and the coremask instead of the flags."""
+        self.out_dir = Path(out_dir)
+        where = ["-c", str(config)] if config else ["-i", testbed.iface, "--coremask", coremask]
+        cmd = [sys.executable, "-m", "probe", "capture", *where,
+               "-o", str(out_dir), "--stats-interval", "0.3", "--no-progress", "-q", *map(str, args)]
+        self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.lines = []
+        self.ready = threading.Event()
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self):
+        for line in self.proc.stderr:
+            self.lines.append(line)
+            if "capturing on" in line:
+                self.ready.set()
+        self.ready.set()
+
+    @property
+    def stderr(self):
+        return "".join(self.lines)
+
+    def wait_ready(self):
+        assert self.ready.wait(60), "probe did not start"
+        assert self.proc.poll() is None, f"probe exited ({self.proc.returncode}):\n{self.stderr}"
+
+    def stats(self):
+        files = list(self.out_dir.glob("*.stats.json"))
+        if not files:
+            return None
+        return json.loads(files[0].read_text())
+
+    def wait_for(self, predicate, what):
+        deadline = time.monotonic() + WAIT_S
+        while time.monotonic() < deadline:
+            doc = self.stats()
+            if doc is not None and predicate(doc):
+                return doc
+            assert self.proc.poll() is None, f"probe exited ({self.proc.returncode}) waiting for {what}:\n{self.stderr}"
+            time.sleep(0.1)
+        raise AssertionError(f"timed out waiting for {what}; last stats: {self.stats()}\n{self.stderr}")
+
+    def wait_counter(self, name, at_least):
+        return self.wait_for(lambda d: d["counters"][name] >= at_least, f"{name} >= {at_least}")
+
+    def signal(self, sig):
+        self.proc.send_signal(sig)
+
+    def stop(self):
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            rc = self.proc.wait(60)
+        finally:
+            self.reader.join(5)
+        return rc
+
+    def kill(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+@pytest.fixture
+def probes():
+    started = []
+    yield lambda *a, **kw: started.append(Probe(*a, **kw)) or started[-1]
+    for p in started:
+        p.kill()
+
+
+def table_rows(table):
+    """Rows as dicts, timestamps as integer nanoseconds (datetime cannot hold the kernel's nanoseconds)."""
+    for i, f in enumerate(table.schema):
+        if pa.types.is_timestamp(f.type):
+            table = table.set_column(i, f.name, table.column(i).cast(pa.int64()))
+    return table.to_pylist()
+
+
+def rows_of(out_dir, pattern="*.parquet"):
+    files = sorted(Path(out_dir).glob(pattern))
+    return [row for f in files for row in table_rows(pq.read_table(f))]
+
+
+def two_cores():
+    return len(os.sched_getaffinity(0)) >= 2
+
+
+# ---------------------------------------------------------------------------------------------
+# Tests
+
+
+def test_one_worker_every_transaction_exactly_once(testbed, traffic, probes, out_dir):
+    pcap, passed, expected = traffic["A"]
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    wall_start = time.time_ns()
+    probe = probes(testbed, out_dir, "--promiscuous", "--prometheus-port", port)
+    probe.wait_ready()
+    link = subprocess.run(["ip", "-d", "link", "show", testbed.iface], capture_output=True, text=True).stdout
+    assert "promiscuity 1" in link
+    testbed.send(pcap, pps=2000)
+    probe.wait_counter("packets", passed)
+    metrics = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    assert "dnsprobe_packets_total" in metrics and 'dnsprobe_worker_up{worker="0"} 1.0' in metrics
+    assert probe.stop() == 0, probe.stderr
+    wall_end = time.time_ns()
+    link = subprocess.run(["ip", "-d", "link", "show", testbed.iface], capture_output=True, text=True).stdout
+    assert "promiscuity 0" in link
+
+    rows = rows_of(out_dir)
+    assert keys(rows) == expected  # every transaction once: no loss, no duplicates
+    assert all(r["query_present"] and r["response_present"] for r in rows)  # all matched
+    assert not list(out_dir.glob("*.part"))
+    # Timestamps are the kernel's, in the order the capture was sent, response after query.
+    rows.sort(key=lambda r: int(r["qname"].split(".")[0][1:]))
+    times = [r["query_time"] for r in rows]
+    assert times == sorted(times)
+    assert wall_start <= times[0] and times[-1] <= wall_end
+    assert all(r["response_time"] >= r["query_time"] for r in rows)
+
+    c = probe.stats()["counters"]
+    assert c["kernel_received"] == c["packets"] == passed and c["kernel_drops"] == 0
+    assert c["non_dns"] == c["non_ip"] == 0  # the kernel filter kept only DNS
+    assert c["records"] == len(rows) and c["matched"] == len(rows)
+    assert probe.stats()["running"] is False
+
+
+@pytest.mark.skipif(not two_cores(), reason="needs 2 cores")
+def test_two_workers_fanout_whole_transactions(testbed, traffic, probes, out_dir, tmp_path):
+    pcap, passed, expected = traffic["A"]
+    conf = tmp_path / "capture.yml"  # the same keys as the flags, from a configuration file
+    conf.write_text(f"capture:\n  interfaces: [{testbed.iface}]\n  coremask: '0x3'\n  block_count: 8\n")
+    probe = probes(testbed, out_dir, config=conf)
+    probe.wait_ready()
+    testbed.send(pcap, pps=2000)
+    probe.wait_counter("packets", passed)
+    assert probe.stop() == 0, probe.stderr
+
+    per_worker = {w: rows_of(out_dir, f"*.w{w}.parquet") for w in (0, 1)}
+    assert keys(per_worker[0] + per_worker[1]) == expected
+    for w, rows in per_worker.items():
+        assert rows, f"worker {w} got no share of the traffic"
+        # A flow's query and response reached the same worker: every row is a whole transaction.
+        assert all(r["query_present"] and r["response_present"] for r in rows)
+    doc = probe.stats()
+    assert {w["core"] for w in doc["workers"].values()} == {0, 1}
+    assert doc["counters"]["kernel_received"] == passed and doc["counters"]["kernel_drops"] == 0
+    assert sum(w["counters"]["records"] for w in doc["workers"].values()) == len(expected)
+
+
+def test_two_interfaces_and_time_rotation(testbed, traffic, probes, out_dir):
+    (pcap_a, passed_a, expected_a), (pcap_b, passed_b, expected_b) = traffic["A"], traffic["B"]
+    coremask = "0x3" if two_cores() else "0x1"
+    # Files rotate on the wall clock at every whole second; the traffic lasts about 1.5 s.
+    probe = probes(testbed, out_dir, "-i", testbed.iface2, "--rotate-seconds", 1, coremask=coremask)
+    probe.wait_ready()
+    senders = [threading.Thread(target=testbed.send, args=(pcap_a, 500)),
+               threading.Thread(target=testbed.send, args=(pcap_b, 500, testbed.peer2))]
+    for t in senders:
+        t.start()
+    for t in senders:
+        t.join()
+    doc = probe.wait_counter("packets", passed_a + passed_b)
+    assert probe.stop() == 0, probe.stderr
+    assert keys(rows_of(out_dir)) == expected_a + expected_b
+    assert all(r["query_present"] and r["response_present"] for r in rows_of(out_dir))
+    for w in doc["workers"].values():
+        assert set(w["interfaces"]) == {testbed.iface, testbed.iface2}
+    assert len(set(doc["fanout_groups"].values())) == 2
+    assert len(list(out_dir.glob("*.parquet"))) >= 2  # rotated at least once, and nothing lost above
+
+
+def test_kernel_drops_counted_and_stats_add_up(testbed, probes, out_dir, tmp_path):
+    burst = tmp_path / "burst.pcap"
+    build_burst(burst, 30000)
+    # One tiny ring: two 4 KiB blocks (about 60 frames) against a burst sent as fast as possible.
+    probe = probes(testbed, out_dir, "--block-size", 4096, "--block-count", 2, "--block-timeout", 1)
+    probe.wait_ready()
+    testbed.send(burst)
+    probe.wait_for(lambda d: d["counters"]["kernel_drops"] > 0, "kernel drops")
+    assert probe.stop() == 0, probe.stderr
+    c = probe.stats()["counters"]
+    assert c["kernel_drops"] > 0
+    # Every frame the kernel accepted was either read from the ring or counted as dropped there ...
+    assert c["kernel_received"] == c["packets"] + c["kernel_drops"]
+    # ... every frame read was decoded (queries only) or counted ...
+    assert c["packets"] == c["dns_messages"] + c["non_ip"] + c["non_dns"] + c["truncated_frames"]
+    assert c["dns_messages"] == c["queries"] + c["responses"] and c["responses"] == 0
+    # ... every query became a record, and every record is in a file.
+    assert c["records"] == c["query_only"] == c["queries"]
+    assert len(rows_of(out_dir)) == c["records"]
+
+
+def test_sigterm_mid_run_loses_nothing_decoded(testbed, traffic, probes, out_dir):
+    pcap, passed, expected = traffic["B"]
+    probe = probes(testbed, out_dir)
+    probe.wait_ready()
+    sender = threading.Thread(target=testbed.send, args=(pcap, 300))  # about 2.5 s of traffic
+    sender.start()
+    probe.wait_counter("packets", passed // 6)
+    rc = probe.stop()  # while the traffic is still flowing
+    sender.join()
+    assert rc == 0, probe.stderr
+    c = probe.stats()["counters"]
+    rows = rows_of(out_dir)
+    assert 0 < c["packets"] <= passed
+    assert c["kernel_received"] == c["packets"] + c["kernel_drops"]
+    # Everything decoded is in the files: each query and each response once.
+    assert len(rows) == c["records"]
+    assert sum(1 for r in rows if r["query_present"]) == c["queries"]
+    assert sum(1 for r in rows if r["response_present"]) == c["responses"]
+    # Each row is a transaction of the capture, whole or (cut by the stop) its query alone.
+    assert not keys(rows) - (expected + keys_as_query_only(expected))
+    assert not list(out_dir.glob("*.part"))
+
+
+def keys_as_query_only(expected):
+    """The keys the transactions would have had without their response."""
+    j, rc = KEY_COLUMNS.index("response_present"), KEY_COLUMNS.index("rcode")
+    out = Counter()
+    for k, n in expected.items():
+        k = list(k)
+        k[j], k[rc] = False, None
+        out[tuple(k)] += n
+    return out
+
+
+def test_sighup_rotates(testbed, traffic, probes, out_dir):
+    (pcap_a, passed_a, expected_a), (pcap_b, passed_b, expected_b) = traffic["A"], traffic["B"]
+    probe = probes(testbed, out_dir, "--rotate-seconds", 0)  # no rotation on time: only SIGHUP
+    probe.wait_ready()
+    testbed.send(pcap_a, pps=3000)
+    probe.wait_counter("packets", passed_a)
+    probe.signal(signal.SIGHUP)
+    probe.wait_counter("files", 1)
+    first = sorted(out_dir.glob("*.parquet"))
+    assert len(first) == 1
+    testbed.send(pcap_b, pps=3000)
+    probe.wait_counter("packets", passed_a + passed_b)
+    assert probe.stop() == 0, probe.stderr
+    files = sorted(out_dir.glob("*.parquet"))
+    assert len(files) == 2 and files[0] == first[0]
+    assert keys(table_rows(pq.read_table(files[0]))) == expected_a
+    assert keys(table_rows(pq.read_table(files[1]))) == expected_b
+    assert "SIGHUP" in probe.stderr
+
+
+def test_sigkill_of_a_worker_restarts_it(testbed, traffic, probes, out_dir):
+    (pcap_a, passed_a, expected_a), (pcap_b, passed_b, expected_b) = traffic["A"], traffic["B"]
+    coremask = "0x3" if two_cores() else "0x1"
+    probe = probes(testbed, out_dir, coremask=coremask)
+    probe.wait_ready()
+    testbed.send(pcap_a, pps=3000)
+    doc = probe.wait_counter("packets", passed_a)
+    with_data = sum(1 for w in doc["workers"].values() if w["counters"]["packets"])
+    probe.signal(signal.SIGHUP)  # close the files of part A
+    probe.wait_counter("files", with_data)
+    before = {f.name: hashlib.sha256(f.read_bytes()).hexdigest() for f in out_dir.glob("*.parquet")}
+    victim = doc["workers"]["0"]["pid"]
+    os.kill(victim, signal.SIGKILL)
+    doc = probe.wait_for(
+        lambda d: d["workers"]["0"]["pid"] != victim and d["workers"]["0"]["interfaces"], "the restarted worker"
+    )
+    assert doc["counters"]["worker_restarts"] == 1
+    testbed.send(pcap_b, pps=3000)
+    probe.wait_counter("packets", passed_a + passed_b)
+    assert probe.stop() == 0, probe.stderr
+    assert f"pid {victim}" in probe.stderr and "restarting" in probe.stderr
+    after = {f.name: hashlib.sha256(f.read_bytes()).hexdigest() for f in out_dir.glob("*.parquet")}
+    assert {k: after[k] for k in before} == before  # earlier files untouched
+    assert keys(rows_of(out_dir)) == expected_a + expected_b
+    assert probe.stats()["counters"]["worker_restarts"] == 1
+
+
+def test_workers_switch_user(testbed, traffic, probes):
+    import pwd
+
+    try:
+        nobody = pwd.getpwnam("nobody").pw_uid
+    except KeyError:
+        pytest.skip("no user 'nobody'")
+    pcap, passed, expected = traffic["A"]
+    out = Path(tempfile.mkdtemp(prefix="dnsprobe-user-", dir="/tmp"))
+    try:
+        out.chmod(0o777)
+        probe = probes(testbed, out, "--user", "nobody")
+        probe.wait_ready()
+        testbed.send(pcap, pps=3000)
+        probe.wait_counter("packets", passed)
+        assert probe.stop() == 0, probe.stderr
+        files = list(out.glob("*.parquet"))
+        assert files and all(f.stat().st_uid == nobody for f in files)
+        assert keys(rows_of(out)) == expected
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["-i", "nosuchif0"], "interface 'nosuchif0' does not exist"),
+        (["-i", "lo", "--coremask", "zz"], "capture.coremask"),
+        (["-i", "lo", "--coremask", "0x0"], "names no core"),
+        (["-i", "lo", "--coremask", hex(1 << os.cpu_count())], "does not have"),
+        ([], "no interface"),
+        (["-i", "lo", "--user", "no-such-user-x"], "capture.user"),
+        (["-i", "lo", "--block-size", "5000"], "capture.block_size"),
+    ],
+)
+def test_bad_input_exits_2(out_dir, args, message):
+    proc = run_dnsprobe("capture", *args, "-o", out_dir, check=False)
+    assert proc.returncode == 2, proc.stderr
+    assert message in proc.stderr and "Traceback" not in proc.stderr
+    assert not list(out_dir.glob("*.parquet"))
+
+
+def test_no_permission_exits_2(out_dir):
+    if not shutil.which("setpriv"):
+        pytest.skip("needs setpriv")
+    cmd = ["setpriv", "--bounding-set", "-net_raw", "--inh-caps", "-net_raw",
+           sys.executable, "-m", "probe", "capture", "-i", "lo", "-o", str(out_dir)]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert "permission denied" in proc.stderr and "CAP_NET_RAW" in proc.stderr
