@@ -78,6 +78,24 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"dnsprobe: error: {message}\n")
 
 
+def add_pipeline_options(parser, config_flags, set_example, progress_what, quiet_what):
+    """Options shared by the commands that run a pipeline (read, capture): output, config, overrides."""
+    parser.add_argument("-o", "--output", metavar="DIR", help="output directory (config export.directory)")
+    parser.add_argument("-c", "--config", metavar="FILE", help="configuration file (default: config/dnsprobe.yml)")
+    for flag, key, typ, help_, action in config_flags:
+        parser.add_argument(flag, dest=key, type=typ, action=action, metavar=key.split(".")[1].upper(), help=help_)
+    parser.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE",
+        help=f"set any config key, e.g. --set {set_example} (VALUE is YAML)",
+    )
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--progress", dest="run.progress", action="store_const", const="always",
+                       help=f"always show {progress_what}")
+    group.add_argument("--no-progress", dest="run.progress", action="store_const", const="never",
+                       help=f"never show {progress_what}")
+    parser.add_argument("-q", "--quiet", action="store_true", help=f"do not print {quiet_what} at the end")
+
+
 def build_parser():
     fmt = argparse.RawDescriptionHelpFormatter
     parser = _Parser(prog="dnsprobe", description=DESCRIPTION, epilog=EPILOG, formatter_class=fmt)
@@ -92,20 +110,7 @@ def build_parser():
         formatter_class=fmt,
     )
     read.add_argument("files", nargs="+", metavar="FILE", help="pcap or pcapng file (.gz, .xz, .zst accepted)")
-    read.add_argument("-o", "--output", metavar="DIR", help="output directory (config export.directory)")
-    read.add_argument("-c", "--config", metavar="FILE", help="configuration file (default: config/dnsprobe.yml)")
-    for flag, key, typ, help_, action in CONFIG_FLAGS:
-        read.add_argument(flag, dest=key, type=typ, action=action, metavar=key.split(".")[1].upper(), help=help_)
-    read.add_argument(
-        "--set", action="append", default=[], metavar="KEY=VALUE",
-        help="set any config key, e.g. --set decode.tcp_idle_timeout=30 (VALUE is YAML)",
-    )
-    progress = read.add_mutually_exclusive_group()
-    progress.add_argument("--progress", dest="run.progress", action="store_const", const="always",
-                          help="always show a progress bar")
-    progress.add_argument("--no-progress", dest="run.progress", action="store_const", const="never",
-                          help="never show a progress bar")
-    read.add_argument("-q", "--quiet", action="store_true", help="do not print the statistics table")
+    add_pipeline_options(read, CONFIG_FLAGS, "decode.tcp_idle_timeout=30", "a progress bar", "the statistics table")
 
     insp = sub.add_parser(
         "inspect",

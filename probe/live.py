@@ -688,20 +688,9 @@ def add_capture_parser(sub, config_flags):
             cap.add_argument(*flags, dest=key, action="append", metavar="IFACE", help=help_)
         else:
             cap.add_argument(*flags, dest=key, type=typ, metavar=key.split(".")[1].upper(), help=help_)
-    cap.add_argument("-o", "--output", metavar="DIR", help="output directory (config export.directory)")
-    cap.add_argument("-c", "--config", metavar="FILE", help="configuration file (default: config/dnsprobe.yml)")
-    for flag, key, typ, help_, action in config_flags:
-        cap.add_argument(flag, dest=key, type=typ, action=action, metavar=key.split(".")[1].upper(), help=help_)
-    cap.add_argument(
-        "--set", action="append", default=[], metavar="KEY=VALUE",
-        help="set any config key, e.g. --set capture.block_count=64 (VALUE is YAML)",
-    )
-    status = cap.add_mutually_exclusive_group()
-    status.add_argument("--progress", dest="run.progress", action="store_const", const="always",
-                        help="always show the status line")
-    status.add_argument("--no-progress", dest="run.progress", action="store_const", const="never",
-                        help="never show the status line")
-    cap.add_argument("-q", "--quiet", action="store_true", help="do not print the statistics table at the end")
+    from probe.cli import add_pipeline_options
+
+    add_pipeline_options(cap, config_flags, "capture.block_count=64", "the status line", "the statistics table")
     return cap
 
 
