@@ -7,6 +7,7 @@ output needs. Counters are kept in locals and added to the shared Stats once per
 import struct
 
 from probe.decode.dnswire import MessageParser
+from probe.decode.fields import M
 from probe.decode.fragments import FragmentReassembler
 from probe.decode.link import ETH_IPV4, ETH_IPV6, LINK_DECODERS, LINK_NAMES
 from probe.decode.tcpstream import TcpReassembler
@@ -22,6 +23,7 @@ _TCP = struct.Struct("!HHIIBB").unpack_from  # sport, dport, seq, ack, data offs
 _ETH_IP4_UDP = struct.Struct("!12xHBxHxxHBBxx4s4sHHHH").unpack_from
 _ETH_IP6_UDP = struct.Struct("!12xHB3xHBB16s16sHHHH").unpack_from
 
+_FLAGS, _MALFORMED = M.FLAGS, M.MALFORMED
 PROTO_TCP = 6
 PROTO_UDP = 17
 PROTO_ICMP = 1
@@ -30,14 +32,29 @@ PROTO_ICMPV6 = 58
 _IP6_EXT = frozenset((0, 43, 60, 135, 139, 140))
 _IP6_FRAG = 44
 _IP6_AH = 51
+TCP_RST = 0x04
+# ICMP errors kept as C-DNS address events (RFC 8618 7.7): (protocol, ICMP type) -> (event type, stats counter).
+# The event's address is the destination of the packet quoted in the error (the client the server tried to
+# reach), or the sender of the error when the quote is too short, as compactor does.
+ICMP_EVENTS = {
+    (PROTO_ICMP, 3): (2, "icmp_unreachable"),  # icmp-dest-unreachable
+    (PROTO_ICMP, 11): (1, "icmp_other_errors"),  # icmp-time-exceeded
+    (PROTO_ICMPV6, 1): (4, "icmp_unreachable"),  # icmpv6-dest-unreachable
+    (PROTO_ICMPV6, 2): (5, "icmp_other_errors"),  # icmpv6-packet-too-big
+    (PROTO_ICMPV6, 3): (3, "icmp_other_errors"),  # icmpv6-time-exceeded
+}
+AE_TCP_RESET = 0
 
 
 class PacketDecoder:
     """Stateful decoder for one worker: fragment and TCP reassembly persist across batches."""
 
-    def __init__(self, decode_cfg, dns_ports, stats):
+    def __init__(self, decode_cfg, dns_ports, stats, ip_filter=None):
         self.stats = stats
         self.ports = frozenset(dns_ports)
+        # IP allow/deny lists (probe.privacy.IpFilter): (src, dst) -> keep?, per family; None: not filtered.
+        self.keep4 = ip_filter.keep4 if ip_filter else None
+        self.keep6 = ip_filter.keep6 if ip_filter else None
         self.frags = FragmentReassembler(
             int(decode_cfg.fragment_timeout * 1e9), decode_cfg.fragment_max_datagrams, stats
         )
@@ -55,6 +72,8 @@ class PacketDecoder:
             self.parse = MessageParser().parse
         self.now_ns = 0
         self._next_sweep = 0
+        # C-DNS address events since the exporter last took them: (type, code, address, ip version) -> count.
+        self.address_events = {}
 
     def decode(self, batch, source_name="input"):
         link = LINK_DECODERS.get(batch.linktype)
@@ -68,7 +87,8 @@ class PacketDecoder:
         out = []
         ports = self.ports
         stats = self.stats
-        non_ip = non_dns = damaged = 0
+        non_ip = non_dns = damaged = filtered = 0
+        keep4, keep6 = self.keep4, self.keep6
         nbytes = 0
         ip4 = self._ipv4
         ip6 = self._ipv6
@@ -92,6 +112,7 @@ class PacketDecoder:
                             and (sport in ports or dport in ports)
                             and 8 <= ulen <= total - 20
                             and ulen <= len(frame) - 34
+                            and (keep4 is None or keep4(src, dst))
                         ):
                             append(
                                 (ts, wirelen, 4, PROTO_UDP, src, sport, dst, dport, ttl, csum, None, None)
@@ -106,6 +127,7 @@ class PacketDecoder:
                             and (sport in ports or dport in ports)
                             and 8 <= ulen <= plen
                             and ulen <= len(frame) - 54
+                            and (keep6 is None or keep6(src, dst))
                         ):
                             append(
                                 (ts, wirelen, 6, PROTO_UDP, src, sport, dst, dport, hlim, csum, None, None)
@@ -127,12 +149,15 @@ class PacketDecoder:
                 non_dns += 1
             elif r == 2:
                 damaged += 1
+            elif r == 4:
+                filtered += 1
         n = len(batch.data)
         stats.packets += n
         stats.bytes += nbytes
         stats.non_ip += non_ip
         stats.non_dns += non_dns
         stats.truncated_frames += damaged
+        stats.ip_filtered += filtered
         if n:
             last = batch.ts_ns[-1]
             if last > self.now_ns:
@@ -150,17 +175,17 @@ class PacketDecoder:
         responses = 0
         malformed = 0
         for m in msgs:
-            flags = m[14]
+            flags = m[_FLAGS]
             if flags is not None and flags & 0x8000:
                 responses += 1
-            if m[24]:
+            if m[_MALFORMED]:
                 malformed += 1
         stats.responses += responses
         stats.queries += len(msgs) - responses
         stats.malformed += malformed
 
     # Return codes of the per-packet helpers: 0 DNS (or held for reassembly), 1 not DNS, 2 damaged,
-    # 3 counted by the helper itself.
+    # 3 counted by the helper itself, 4 dropped by the IP lists (checked first, as DNS Probe does).
 
     def _ipv4(self, frame, off, ts, wirelen, vlan, ports, out):
         vihl, total, ident, frag, ttl, proto, _ = _IP4(frame, off)
@@ -169,8 +194,10 @@ class PacketDecoder:
         hl = (vihl & 0x0F) * 4
         if hl < 20 or total < hl:
             return 2
+        if self.keep4 is not None and not self.keep4(frame[off + 12 : off + 16], frame[off + 16 : off + 20]):
+            return 4
         if proto != PROTO_UDP and proto != PROTO_TCP:
-            return self._other(proto, frame, off + hl)
+            return self._other(proto, frame, off + hl, off + total, 4, frame[off + 12 : off + 16])
         src = frame[off + 12 : off + 16]
         dst = frame[off + 16 : off + 20]
         payload = frame[off + hl : off + total]
@@ -191,6 +218,8 @@ class PacketDecoder:
         plen, nxt, hlim = _IP6(frame, off + 4)
         src = frame[off + 8 : off + 24]
         dst = frame[off + 24 : off + 40]
+        if self.keep6 is not None and not self.keep6(src, dst):
+            return 4
         pos = off + 40
         end = pos + plen if plen else len(frame)
         if end > len(frame):
@@ -211,7 +240,7 @@ class PacketDecoder:
             if pos > end:
                 return 2
         if nxt != PROTO_UDP and nxt != PROTO_TCP:
-            return self._other(nxt, frame, pos)
+            return self._other(nxt, frame, pos, end, 6, src)
         payload = frame[pos:end]
         if frag is not None:
             offset, more, ident = frag
@@ -221,13 +250,29 @@ class PacketDecoder:
             payload, ts, wirelen, hlim, vlan = done
         return self._transport(6, nxt, src, dst, payload, ts, wirelen, hlim, vlan, ports, out)
 
-    def _other(self, proto, frame, pos):
-        """Not UDP/TCP. ICMP/ICMPv6 destination-unreachable errors get their own counter (compactor
-        reports them as address events rather than as non-DNS packets)."""
-        if (proto == PROTO_ICMP and frame[pos] == 3) or (proto == PROTO_ICMPV6 and frame[pos] == 1):
-            self.stats.icmp_unreachable += 1
-            return 3
-        return 1
+    def _other(self, proto, frame, pos, end, ipv, src):
+        """Not UDP/TCP. ICMP/ICMPv6 errors get their own counters and become C-DNS address events (as
+        compactor reports them, rather than as non-DNS packets)."""
+        if proto != PROTO_ICMP and proto != PROTO_ICMPV6:
+            return 1
+        event = ICMP_EVENTS.get((proto, frame[pos]))
+        if event is None:
+            return 1
+        ae_type, counter = event
+        setattr(self.stats, counter, getattr(self.stats, counter) + 1)
+        quoted = pos + 8  # the IP header of the packet that caused the error
+        end = min(end, len(frame))
+        if ipv == 4 and end - quoted >= 20 and frame[quoted] >> 4 == 4:
+            src = frame[quoted + 16 : quoted + 20]
+        elif ipv == 6 and end - quoted >= 40 and frame[quoted] >> 4 == 6:
+            src = frame[quoted + 24 : quoted + 40]
+        self._event(ae_type, frame[pos + 1], src, ipv)
+        return 3
+
+    def _event(self, ae_type, code, address, ipv):
+        key = (ae_type, code, address, ipv)
+        events = self.address_events
+        events[key] = events.get(key, 0) + 1
 
     def _transport(self, ipv, proto, src, dst, payload, ts, wirelen, ttl, vlan, ports, out):
         if proto == PROTO_UDP:
@@ -243,6 +288,9 @@ class PacketDecoder:
             sport, dport, seq, _, doff, flags = _TCP(payload, 0)
             if sport not in ports and dport not in ports:
                 return 1
+            if flags & TCP_RST:
+                self.stats.tcp_resets += 1
+                self._event(AE_TCP_RESET, 0, src, ipv)
             hl = (doff >> 4) * 4
             if hl < 20 or hl > len(payload):
                 return 2
