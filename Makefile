@@ -14,7 +14,7 @@ deps:
 	  export DEBIAN_FRONTEND=noninteractive; \
 	  apt-get update -qq && apt-get install -y -qq tshark >/dev/null; }
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml setup.py probe/sources/_dpdk.c
 	@$(PYTHON) -m venv --help >/dev/null 2>&1 || { \
 	  export DEBIAN_FRONTEND=noninteractive; apt-get update -qq && apt-get install -y -qq python3-venv >/dev/null; }
 	$(PYTHON) -m venv $(VENV)
@@ -42,6 +42,7 @@ lint: venv
 
 bench: venv
 	$(PY) benchmarks/offline.py
+	$(PY) benchmarks/live.py
 
 clean:
 	rm -rf $(VENV) $(DEMO_OUT) benchmarks/cache

@@ -10,7 +10,9 @@ Each contender runs as a child process pinned to one CPU (os.sched_setaffinity) 
 user+system CPU time of that child (os.wait4's rusage, cross-checked with getrusage(RUSAGE_CHILDREN)),
 so the figure is packets per CPU-second on one core, whatever else the machine is doing:
 
-  dnsprobe  the real command, `dnsprobe read FILE -o TMPDIR -q --no-progress` (Parquet, zstd).
+  dnsprobe  the real command, `dnsprobe read FILE -o TMPDIR -q --no-progress` (Parquet, zstd), and the
+            same with `--format cdns` (C-DNS export; its bytes per transaction are reported raw and as
+            gzip, xz and zstd would make them).
   baseline  the naive design, in this file: dpkt.pcap.Reader, then for every frame
             dpkt.ethernet.Ethernet -> IP/IP6 -> UDP/TCP -> dpkt.dns.DNS (exceptions caught, the
             message then kept with its header only, as malformed), one dict per message, queries
@@ -43,6 +45,7 @@ import traffic  # noqa: E402  (benchmarks/ is not a package)
 
 TARGET_PPS = 150_000
 TARGET_RATIO = 4.0
+TARGET_CDNS_BYTES = 40  # raw C-DNS bytes per transaction (RFC 8618 Appendix C: about 1/7 of the pcap)
 QUICK_PACKETS = 100_000
 
 
@@ -279,10 +282,24 @@ def parquet_rows(directory):
     return sum(pq.ParquetFile(f).metadata.num_rows for f in Path(directory).glob("*.parquet"))
 
 
-def measure_dnsprobe(pcap, core, tmp_root):
+def cdns_sizes(out):
+    """Bytes of the C-DNS files written (raw) and of the same bytes compressed as dnsprobe would
+    (export.cdns.compressor, the code of --cdns-compression), compressed here, outside the measured run."""
+    from export.cdns import compressor
+
+    raw = b"".join(p.read_bytes() for p in sorted(out.glob("*.cdns")))
+    sizes = {"raw": len(raw)}
+    for codec in ("gzip", "xz", "zstd"):
+        comp = compressor(codec, None)
+        sizes[codec] = len(comp.compress(raw)) + len(comp.flush())
+    return sizes
+
+
+def measure_dnsprobe(pcap, core, tmp_root, fmt="parquet", sizes=False):
     out = Path(tempfile.mkdtemp(prefix="dnsprobe-", dir=tmp_root))
     try:
-        _, m = run_measured([*dnsprobe_command(), "read", str(pcap), "-o", str(out), "-q", "--no-progress"], core)
+        cmd = [*dnsprobe_command(), "read", str(pcap), "-o", str(out), "-q", "--no-progress", "--format", fmt]
+        _, m = run_measured(cmd, core)
         m["records"] = parquet_rows(out)
         stats = sorted(out.glob("*.stats.json"))
         if stats:
@@ -290,6 +307,10 @@ def measure_dnsprobe(pcap, core, tmp_root):
             counters = s.get("counters", s)
             m["stats"] = {k: counters.get(k) for k in ("packets", "dns_messages", "matched", "query_only",
                                                         "response_only", "malformed") if k in counters}
+            m["records"] = counters.get("records", m["records"])
+        m["output_bytes"] = sum(p.stat().st_size for p in out.iterdir() if not p.name.endswith(".stats.json"))
+        if sizes and fmt == "cdns":
+            m["cdns_bytes"] = cdns_sizes(out)
     finally:
         shutil.rmtree(out, ignore_errors=True)
     return m
@@ -457,7 +478,7 @@ def markdown(res):
         "| | runs | CPU s (median) | pkts/s per core | best run | excl. start-up | wall s | max RSS MB | records |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
-    for name, r in (("dnsprobe", d), ("dpkt baseline", b)):
+    for name, r in (("dnsprobe", d), ("dnsprobe, C-DNS export", res.get("cdns")), ("dpkt baseline", b)):
         if r is None:
             continue
         lines.append(
@@ -467,6 +488,14 @@ def markdown(res):
             f"{r['records']:,} |"
         )
     lines.append("")
+    sz = res["sizes"]
+    if res.get("cdns"):
+        lines += [
+            "Output bytes per transaction: Parquet (zstd) **{parquet}**; C-DNS raw **{cdns_raw}** "
+            "(target ≤ {t}: {met}), gzip {cdns_gzip}, xz {cdns_xz}, zstd {cdns_zstd}.".format(
+                t=TARGET_CDNS_BYTES, met="met" if sz["cdns_raw_target_met"] else "NOT met", **sz),
+            "",
+        ]
     t = res["targets"]
     lines.append(f"- dnsprobe: **{d['pkts_per_cpu_second']:,} pkts/s per core** "
                  f"(target ≥ {TARGET_PPS:,}: {'met' if t['pps_met'] else 'NOT met'})")
@@ -499,16 +528,29 @@ def markdown(res):
     return "\n".join(lines) + "\n"
 
 
+def sizes_per_transaction(dres, cres):
+    """Output bytes per transaction (record): Parquet as written (zstd), C-DNS raw and compressed."""
+    out = {"parquet": round(dres["output_bytes"] / dres["records"], 2)}
+    if cres:
+        for codec, size in cres["cdns_bytes"].items():
+            out[f"cdns_{codec}"] = round(size / cres["records"], 2)
+        out["cdns_raw_target"] = TARGET_CDNS_BYTES
+        out["cdns_raw_target_met"] = out["cdns_raw"] <= TARGET_CDNS_BYTES
+    return out
+
+
 def print_table(res):
-    d, b = res["dnsprobe"], res.get("baseline")
+    d, b, c = res["dnsprobe"], res.get("baseline"), res.get("cdns")
     print()
     print(f"{'':16} {'CPU s':>8} {'pkts/s/core':>12} {'best':>10} {'no start-up':>12} {'wall s':>8} {'records':>10}")
-    for name, r in (("dnsprobe", d), ("dpkt baseline", b)):
+    for name, r in (("dnsprobe", d), ("dnsprobe C-DNS", c), ("dpkt baseline", b)):
         if r is None:
             continue
         print(f"{name:16} {r['cpu_seconds_median']:8.2f} {r['pkts_per_cpu_second']:12,} "
               f"{r['pkts_per_cpu_second_best']:10,} {r['pkts_per_cpu_second_excluding_startup'] or 0:12,} "
               f"{r['wall_seconds_median']:8.2f} {r['records']:10,}")
+    sz = res["sizes"]
+    print("\nbytes per transaction: " + ", ".join(f"{k} {v}" for k, v in sz.items() if not k.startswith("cdns_raw_t")))
     t = res["targets"]
     print(f"\ndnsprobe: {d['pkts_per_cpu_second']:,} pkts/s per core "
           f"(target >= {TARGET_PPS:,}: {'met' if t['pps_met'] else 'NOT met'})")
@@ -530,6 +572,7 @@ def main(argv=None):
     ap.add_argument("--repeat", type=int, default=3, help="dnsprobe runs (median reported; default 3)")
     ap.add_argument("--baseline-repeat", type=int, default=1, help="baseline runs (default 1)")
     ap.add_argument("--no-baseline", action="store_true", help="measure dnsprobe only")
+    ap.add_argument("--no-cdns", action="store_true", help="do not measure the C-DNS export (--format cdns)")
     ap.add_argument("--profile", action="store_true", help="also run dnsprobe once under cProfile")
     ap.add_argument("--core", type=int, help="CPU to pin the runs to (default: the last usable one)")
     ap.add_argument("--no-save", action="store_true", help="do not write benchmarks/results/offline.*")
@@ -563,6 +606,17 @@ def main(argv=None):
             print(f"dnsprobe run {i + 1}/{args.repeat}: {dsamples[-1]['cpu_seconds']:.2f} s CPU "
                   f"({packets / dsamples[-1]['cpu_seconds']:,.0f} pkts/s)", flush=True)
         dres = summarise(dsamples, packets, startup_d)
+        dres["output_bytes"] = dsamples[-1]["output_bytes"]
+        cres = None
+        if not args.no_cdns:
+            startup_c = measure_dnsprobe(tiny, core, tmp, "cdns")["cpu_seconds"]
+            csamples = []
+            for i in range(args.repeat):
+                csamples.append(measure_dnsprobe(pcap, core, tmp, "cdns", sizes=i == args.repeat - 1))
+                print(f"dnsprobe --format cdns run {i + 1}/{args.repeat}: {csamples[-1]['cpu_seconds']:.2f} s CPU "
+                      f"({packets / csamples[-1]['cpu_seconds']:,.0f} pkts/s)", flush=True)
+            cres = summarise(csamples, packets, startup_c)
+            cres["cdns_bytes"] = csamples[-1]["cdns_bytes"]
         bres = None
         if not args.no_baseline:
             startup_b = measure_baseline(tiny, core, tmp)["cpu_seconds"]
@@ -589,6 +643,8 @@ def main(argv=None):
                   "mix": args.mix, "seed": args.seed, "packets": packets, "bytes": meta["bytes"],
                   "generation_seconds": meta["generation_seconds"], "contents": meta["counts"]},
         "dnsprobe": dres,
+        "cdns": cres,
+        "sizes": sizes_per_transaction(dres, cres),
         "baseline": bres,
         "ratio": round(ratio, 3) if ratio else None,
         "targets": {"pkts_per_cpu_second": TARGET_PPS, "ratio": TARGET_RATIO,

@@ -1,4 +1,4 @@
-"""Parquet exporter: takes Arrow tables of records, writes rotating files.
+"""Parquet exporter: transactions → Arrow tables of records (probe.records) → rotating files.
 
 A file is written as NAME.parquet.part and renamed to NAME.parquet only once complete, so readers
 never see a half-written file. NAME = <prefix><UTC start YYYYmmdd.HHMMSS.ffffff>.w<worker>, the
@@ -7,32 +7,13 @@ and rotate_seconds after the file's start (checked against the time given to tic
 file is still closed on time).
 """
 
-import datetime
-import errno
 import os
-from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from probe.errors import ConfigError, OutputError
+from export import FileExporter, check_output_dir, file_stamp  # noqa: F401 (the CLI imports them from here)
 from probe.records import SCHEMA
-
-
-def file_stamp(ts_ns):
-    t = datetime.datetime.fromtimestamp(ts_ns // 1_000_000_000, datetime.timezone.utc)
-    return t.strftime("%Y%m%d.%H%M%S") + f".{(ts_ns // 1000) % 1_000_000:06d}"
-
-
-def check_output_dir(directory):
-    """Fail early, with the reason, when the output directory cannot be written."""
-    path = Path(directory)
-    if not path.exists():
-        raise ConfigError(f"output directory {path} does not exist")
-    if not path.is_dir():
-        raise ConfigError(f"output path {path} is not a directory")
-    if not os.access(path, os.W_OK | os.X_OK):
-        raise ConfigError(f"output directory {path} is not writable")
 
 
 def _first_time_ns(table):
@@ -45,26 +26,30 @@ def _first_time_ns(table):
     return row.column("time")[0].as_py() * 1000
 
 
-class ParquetExporter:
+class ParquetExporter(FileExporter):
     suffix = ".parquet"
 
-    def __init__(self, export_cfg, directory, worker_id, stats):
-        self.cfg = export_cfg
-        self.dir = Path(directory)
-        self.worker_id = worker_id
-        self.stats = stats
+    def __init__(self, export_cfg, directory, worker_id, stats, builder=None):
+        super().__init__(export_cfg, directory, worker_id, stats)
+        if builder is None:
+            from probe.records import RecordBuilder
+
+            builder = RecordBuilder()
+        self.builder = builder
         self.writer = None
-        self.part_path = None
-        self.final_path = None
-        self.file_start_ns = None
         self.file_records = 0
         self.pending = []  # tables not yet written as a row group
         self.pending_rows = 0
-        self.completed = []  # final paths of closed files
         compression = export_cfg.compression
         self.compression = None if compression == "none" else compression
 
-    # -- the exporter interface: write(table), tick(now_ns), rotate(), close() --
+    # -- the exporter interface (see export/__init__.py) --
+
+    def write_transactions(self, txs, address_events=None, now_ns=None):
+        """Transactions → Arrow table (probe.records) → rows. Address events are not part of this format
+        (they are counted in the statistics)."""
+        if txs:
+            self.write(self.builder.build(txs))
 
     def write(self, table):
         """Append records; a file opened for them is named after its first record's time."""
@@ -81,19 +66,6 @@ class ParquetExporter:
     def is_open(self):
         return self.writer is not None
 
-    def due(self, now_ns):
-        """True when the open file has reached its time limit."""
-        return (
-            self.writer is not None
-            and self.cfg.rotate_seconds > 0
-            and now_ns - self.file_start_ns >= int(self.cfg.rotate_seconds * 1e9)
-        )
-
-    def tick(self, now_ns):
-        """Time passes (capture time offline, wall clock live): close the file when it is due."""
-        if self.due(now_ns):
-            self.rotate()
-
     def rotate(self):
         if self.writer is None:
             return
@@ -107,20 +79,10 @@ class ParquetExporter:
         self.stats.files += 1
         self.writer = None
 
-    def close(self):
-        self.rotate()
-
     # -- internals --
 
     def _open(self, ts_ns):
-        base = f"{self.cfg.file_prefix}{file_stamp(ts_ns)}.w{self.worker_id}"
-        final = self.dir / f"{base}{self.suffix}"
-        seq = 1
-        while final.exists() or Path(f"{final}.part").exists():
-            final = self.dir / f"{base}.{seq}{self.suffix}"
-            seq += 1
-        self.final_path = final
-        self.part_path = Path(f"{final}.part")
+        self._name(ts_ns)
         try:
             self.writer = pq.ParquetWriter(
                 self.part_path,
@@ -130,7 +92,6 @@ class ParquetExporter:
             )
         except OSError as exc:
             raise self._output_error(exc) from None
-        self.file_start_ns = ts_ns
         self.file_records = 0
 
     def _buffer(self, table):
@@ -157,9 +118,3 @@ class ParquetExporter:
         if table.num_rows:
             self.pending = [table]
             self.pending_rows = table.num_rows
-
-    def _output_error(self, exc):
-        where = self.part_path or self.dir
-        if getattr(exc, "errno", None) == errno.ENOSPC or "No space" in str(exc):
-            return OutputError(f"{where}: disk full; the .part file holds the records written so far")
-        return OutputError(f"{where}: cannot write: {exc}")

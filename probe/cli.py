@@ -17,7 +17,8 @@ from probe.errors import CaptureFileError, ConfigError, DnsprobeError, OutputErr
 
 DESCRIPTION = """\
 dnsprobe captures DNS traffic passively, pairs each query with its response, and writes the
-transactions as Parquet files whose first 55 columns are those of CZ.NIC DNS Probe.
+transactions as Parquet files whose first 55 columns are those of CZ.NIC DNS Probe, or as C-DNS
+(RFC 8618) files.
 """
 
 EPILOG = """\
@@ -37,11 +38,12 @@ READ_EPILOG = """\
 Reads pcap and pcapng files, plain or compressed with gzip, xz or zstd (recognised by content),
 with Ethernet (802.1Q/802.1ad tags), Linux cooked SLL/SLL2 or raw IPv4/IPv6 link layers. Files are
 read in the order given, as one continuous capture: a query in one file can match a response in
-the next. Records are written as NAME.parquet.part and renamed when complete; a statistics JSON
-file is written next to them.
+the next. Records are written as NAME.parquet.part (C-DNS: NAME.cdns[.gz|.xz|.zst].part) and renamed
+when complete; a statistics JSON file is written next to them.
 
 examples:
   dnsprobe read capture.pcap.xz -o out/
+  dnsprobe read capture.pcap.xz -o out/ --format cdns --cdns-compression xz
   dnsprobe read day1.pcap day2.pcap -o out/ --query-timeout 2 --compression snappy
   dnsprobe read capture.pcapng -o out/ --set export.rotate_records=1000000
 """
@@ -51,6 +53,12 @@ examples:
   dnsprobe inspect out/dnsprobe.20200819.134153.851855.w0.parquet
   dnsprobe inspect out/*.parquet --json --limit 5
   dnsprobe inspect FILE.parquet --columns qname,qtype,rcode,response_delay_us
+  dnsprobe inspect capture.cdns.xz --json --limit 0       # a C-DNS file (RFC 8618), any writer
+  dnsprobe inspect --pcap rebuilt.pcap capture.cdns.xz    # its DNS messages as a pcap (full sections needed)
+
+C-DNS files (plain, .gz, .xz or .zst, told from Parquet by their content) are printed with the Parquet
+column names; columns C-DNS does not record (len, res_len, udp_sum, vlan, tcp_hs_rtt, response_messages)
+are absent.
 """
 
 DEFAULT_INSPECT_COLUMNS = (
@@ -58,9 +66,27 @@ DEFAULT_INSPECT_COLUMNS = (
     "query_present", "response_present", "response_delay_us", "malformed",
 )
 
+
+
+def _network_arg(family):
+    """argparse type of --ipv4-allow and the like: an address or CIDR prefix of the family, or a usage error
+    naming the flag (exit 2)."""
+    from probe.privacy import check_network
+
+    check = check_network(family)
+
+    def network(text):
+        try:
+            return check(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    return network
+
+
 # Command-line flags that set config keys: (flag, key, argparse type, help, action).
 CONFIG_FLAGS = (
-    ("--format", "export.format", str, "output format (parquet)", None),
+    ("--format", "export.format", str, "output format: parquet or cdns (C-DNS, RFC 8618)", None),
     ("--query-timeout", "match.query_timeout", float, "seconds a query waits for its response", None),
     ("--dns-port", "decode.dns_ports", int, "DNS port (repeatable; replaces the configured list)", "append"),
     ("--parser", "decode.parser", str, "DNS parser: fast or dpkt", None),
@@ -68,7 +94,20 @@ CONFIG_FLAGS = (
     ("--rotate-seconds", "export.rotate_seconds", float, "close a file after S seconds (0: never)", None),
     ("--row-group-size", "export.row_group_size", int, "Parquet rows per row group", None),
     ("--compression", "export.compression", str, "Parquet codec: zstd, snappy, gzip, brotli, lz4, none", None),
+    ("--cdns-compression", "export.cdns_compression", str, "C-DNS whole-file compression: none, gzip, xz, zstd", None),
     ("--prefix", "export.file_prefix", str, "output file name prefix", None),
+    ("--ipv4-allow", "filter.ipv4_allow", _network_arg(4), "keep only packets from/to this IPv4 address or CIDR"
+     " prefix (repeatable)", "append"),
+    ("--ipv4-deny", "filter.ipv4_deny", _network_arg(4), "drop packets from/to this IPv4 address or CIDR prefix"
+     " (repeatable; unused with --ipv4-allow)", "append"),
+    ("--ipv6-allow", "filter.ipv6_allow", _network_arg(6), "keep only packets from/to this IPv6 address or CIDR"
+     " prefix (repeatable)", "append"),
+    ("--ipv6-deny", "filter.ipv6_deny", _network_arg(6), "drop packets from/to this IPv6 address or CIDR prefix"
+     " (repeatable; unused with --ipv6-allow)", "append"),
+    ("--client-ipv4-prefix", "privacy.client_ipv4_prefix", int, "keep only the first N bits of client IPv4"
+     " addresses", None),
+    ("--client-ipv6-prefix", "privacy.client_ipv6_prefix", int, "keep only the first N bits of client IPv6"
+     " addresses", None),
 )
 
 
@@ -84,6 +123,10 @@ def add_pipeline_options(parser, config_flags, set_example, progress_what, quiet
     parser.add_argument("-c", "--config", metavar="FILE", help="configuration file (default: config/dnsprobe.yml)")
     for flag, key, typ, help_, action in config_flags:
         parser.add_argument(flag, dest=key, type=typ, action=action, metavar=key.split(".")[1].upper(), help=help_)
+    parser.add_argument(
+        "--anonymize-key", metavar="FILE",
+        help="anonymise client addresses with this cryptopANT key file (privacy.anonymize, privacy.key_file)",
+    )
     parser.add_argument(
         "--set", action="append", default=[], metavar="KEY=VALUE",
         help=f"set any config key, e.g. --set {set_example} (VALUE is YAML)",
@@ -115,11 +158,12 @@ def build_parser():
     insp = sub.add_parser(
         "inspect",
         help="print records of an output file",
-        description="Print the records of dnsprobe Parquet files as a table or as JSON lines.",
+        description="Print the records of dnsprobe Parquet files or of C-DNS files as a table or as JSON lines.",
         epilog=INSPECT_EPILOG,
         formatter_class=fmt,
     )
-    insp.add_argument("files", nargs="+", metavar="FILE", help="a .parquet file written by dnsprobe")
+    insp.add_argument("files", nargs="+", metavar="FILE", help="a .parquet file written by dnsprobe, or a C-DNS file")
+    insp.add_argument("--pcap", metavar="OUT", help="rebuild the DNS messages of C-DNS FILEs as the pcap OUT")
     insp.add_argument("--json", action="store_true", help="one JSON object per record")
     insp.add_argument("--limit", type=int, default=20, metavar="N", help="records to print (default 20; 0: all)")
     insp.add_argument("--columns", metavar="A,B,...", help="columns to print (default: a summary set)")
@@ -128,6 +172,19 @@ def build_parser():
     from probe.live import add_capture_parser
 
     add_capture_parser(sub, CONFIG_FLAGS)
+
+    keygen = sub.add_parser(
+        "keygen",
+        help="create a cryptopANT key file for anonymising client addresses",
+        description="Create a new random key file in cryptopANT's format (the format DNS Probe reads), readable\n"
+        "by its owner only. The same key file gives the same anonymised addresses in dnsprobe, DNS Probe\n"
+        "and cryptopANT's scramble_ips. Use it with --anonymize-key FILE or privacy.key_file.",
+        formatter_class=fmt,
+    )
+    keygen.add_argument("file", metavar="FILE", help="key file to create")
+    keygen.add_argument("--algorithm", choices=("aes", "blowfish", "md5", "sha1"), default="aes",
+                        help="cryptopANT algorithm for IPv4 and IPv6 (default aes)")
+    keygen.add_argument("--force", action="store_true", help="replace FILE if it exists")
 
     conf = sub.add_parser(
         "config",
@@ -150,6 +207,9 @@ def _overrides(args):
         out["run.progress"] = getattr(args, "run.progress")
     if getattr(args, "output", None):
         out["export.directory"] = args.output
+    if getattr(args, "anonymize_key", None):
+        out["privacy.anonymize"] = True
+        out["privacy.key_file"] = args.anonymize_key
     for item in getattr(args, "set", []):
         key, sep, raw = item.partition("=")
         if not sep:
@@ -229,21 +289,59 @@ def _progress(files):
     )
 
 
-def cmd_inspect(args):
+def _inspect_files(files, limit):
+    """Tables of the records of Parquet and C-DNS files (told apart by content), and the errors of C-DNS
+    files that could be read only in part (their blocks before the problem are in the tables)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    tables = []
-    for f in args.files:
+    from export.cdns_reader import file_head, read_table, sniff_cdns
+
+    tables, errors = [], []
+    for f in files:
+        if not Path(f).is_file():
+            raise ConfigError(f"{f}: no such file")
+        head = file_head(f)
+        if head[:4] != b"PAR1" and not sniff_cdns(head) and head[:1] not in (b"\x83", b"\x9f"):
+            what = f"it starts with bytes {head[:4].hex()}" if head else "it is empty"
+            raise DnsprobeError(f"{f}: neither a Parquet file nor a C-DNS file ({what})")
+        if head[:4] != b"PAR1":
+            table, error = read_table(f, limit)
+            if error is not None and not len(table):
+                raise error
+            errors += [error] if error else []
+            tables.append(table)
+            continue
         try:
             tables.append(pq.read_table(f))
-        except FileNotFoundError:
-            raise ConfigError(f"{f}: no such file") from None
         except (pa.ArrowInvalid, OSError) as exc:
             raise DnsprobeError(f"{f}: not a readable Parquet file: {exc}") from None
-    table = pa.concat_tables(tables, promote_options="default") if len(tables) > 1 else tables[0]
+    return tables, errors
+
+
+def _inspect_pcap(args):
+    from export.cdns_pcap import rebuild_pcap
+    from export.cdns_reader import file_head, sniff_cdns
+
+    for f in args.files:
+        if not Path(f).is_file():
+            raise ConfigError(f"{f}: no such file")
+        if not sniff_cdns(file_head(f)):
+            raise ConfigError(f"{f}: --pcap rebuilds C-DNS files only, and this is not one")
+    packets, messages = rebuild_pcap(args.files, args.pcap)
+    print(f"{args.pcap}: {packets} packets, {messages} DNS messages from {len(args.files)} C-DNS file(s)")
+    return 0
+
+
+def cmd_inspect(args):
+    import pyarrow as pa
+
     if args.limit < 0:
         raise ConfigError("--limit must be 0 or more")
+    if args.pcap:
+        return _inspect_pcap(args)
+    tables, errors = _inspect_files(args.files, args.limit)
+    table = pa.concat_tables(tables, promote_options="default") if len(tables) > 1 else tables[0]
     if args.limit:
         table = table.slice(0, args.limit)
     if args.all_columns:
@@ -259,7 +357,7 @@ def cmd_inspect(args):
     if args.json:
         for row in rows:
             print(json.dumps(row, default=str))
-        return 0
+        return _partial(errors)
     from rich.console import Console
     from rich.table import Table
 
@@ -272,7 +370,15 @@ def cmd_inspect(args):
         out.add_row(*r)
     # Wide enough that no cell is folded; a terminal wraps long lines itself.
     Console(file=sys.stdout, width=sum(widths) + 3 * len(columns) + 1).print(out)
-    return 0
+    return _partial(errors)
+
+
+def _partial(errors):
+    """Exit status after printing what could be read: 1, with one line per file, if some were read in part."""
+    sys.stdout.flush()
+    for exc in errors:
+        _err(sys.stderr, f"{exc} (the records before it were printed)")
+    return 1 if errors else 0
 
 
 def _printable(table):
@@ -285,6 +391,15 @@ def _printable(table):
             text = pc.strftime(table.column(i), format="%Y-%m-%dT%H:%M:%SZ")
             table = table.set_column(i, field.name, text)
     return table
+
+
+def cmd_keygen(args):
+    from probe.privacy import new_key, write_key_file
+
+    write_key_file(args.file, new_key(args.algorithm), force=args.force)
+    print(f"dnsprobe: wrote a new {args.algorithm} key to {args.file} (mode 0600); keep it secret and keep a copy: "
+          "without it the anonymised addresses cannot be matched with new data", file=sys.stderr)
+    return 0
 
 
 def cmd_config(args):
@@ -309,7 +424,9 @@ def main(argv=None):
         return 2
     from probe.live import cmd_capture
 
-    handler = {"read": cmd_read, "inspect": cmd_inspect, "config": cmd_config, "capture": cmd_capture}[args.command]
+    handler = {
+        "read": cmd_read, "inspect": cmd_inspect, "config": cmd_config, "capture": cmd_capture, "keygen": cmd_keygen,
+    }[args.command]
     try:
         return handler(args)
     except (ConfigError, OutputError, DnsprobeError) as exc:

@@ -7,6 +7,7 @@ key, a wrong type or an impossible value raises ConfigError naming the key (exit
 """
 
 import dataclasses
+import ipaddress
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,12 +15,15 @@ from pathlib import Path
 import yaml
 
 from probe.errors import ConfigError
+from probe.privacy import check_network
 
 DEFAULT_CONFIG_PATH = Path(__file__).resolve().parent.parent / "config" / "dnsprobe.yml"
 
 
-def opt(default, help, *, min=None, max=None, choices=None):
-    meta = {"help": help, "min": min, "max": max, "choices": choices}
+def opt(default, help, *, min=None, max=None, choices=None, check=None, allow_empty=False):
+    """check: a function of each value returning it (or raising ValueError with the problem);
+    allow_empty: a list option may be empty."""
+    meta = {"help": help, "min": min, "max": max, "choices": choices, "check": check, "allow_empty": allow_empty}
     if isinstance(default, (list, tuple)):
         return field(default=tuple(default), metadata=meta)
     return field(default=default, metadata=meta)
@@ -51,7 +55,7 @@ class MatchConfig:
 
 @dataclass(frozen=True)
 class ExportConfig:
-    format: str = opt("parquet", "output format", choices=("parquet",))
+    format: str = opt("parquet", "output format: parquet, or cdns (C-DNS, RFC 8618)", choices=("parquet", "cdns"))
     directory: str = opt(".", "output directory (the -o flag)")
     file_prefix: str = opt("dnsprobe.", "output file name prefix")
     rotate_records: int = opt(5000000, "close a file after this many records (0: no limit)", min=0)
@@ -60,7 +64,28 @@ class ExportConfig:
     compression: str = opt(
         "zstd", "Parquet compression codec", choices=("zstd", "snappy", "gzip", "brotli", "lz4", "none")
     )
-    compression_level: typing.Optional[int] = opt(None, "codec level (null: the codec's default)")
+    compression_level: typing.Optional[int] = opt(  # noqa: UP045
+        None, "level of the Parquet codec or of cdns_compression (null: the codec's default)"
+    )
+    rotate_blocks: int = opt(0, "C-DNS: close a file after this many blocks (0: no limit)", min=0)
+    cdns_block_items: int = opt(
+        10000, "C-DNS max-block-items: Q/R items (and malformed messages, address events) per block", min=1
+    )
+    cdns_compression: str = opt(
+        "none", "C-DNS whole-file compression, done in a thread off the capture path: none, gzip, xz, zstd",
+        choices=("none", "gzip", "xz", "zstd"),
+    )
+    cdns_full_sections: bool = opt(
+        False, "C-DNS: also record the question (2nd and later), answer, authority and additional sections"
+    )
+    cdns_qr_type: typing.Optional[str] = opt(  # noqa: UP045
+        None, "C-DNS qr-type of every item (null: not recorded)",
+        choices=("stub", "client", "resolver", "auth", "forwarder", "tool"),
+    )
+    cdns_server_addresses: tuple[str, ...] = opt(
+        (), "C-DNS collection parameter server-addresses: addresses of the servers watched (metadata only)",
+        check=lambda text: str(ipaddress.ip_address(text)), allow_empty=True,
+    )
 
 
 @dataclass(frozen=True)
@@ -103,6 +128,62 @@ class CaptureConfig:
     user: typing.Optional[str] = opt(  # noqa: UP045
         None, "user the workers switch to after opening their sockets (null: stay)"
     )
+    kernel_ip_filter: bool = opt(
+        True, "put the filter.* IP lists into the kernel packet filter when they fit (false: apply them in the workers)"
+    )
+
+
+@dataclass(frozen=True)
+class DpdkConfig:
+    enabled: bool = opt(
+        False, "capture with DPDK instead of AF_PACKET (the --dpdk flag; needs the DPDK extension, see README, DPDK)"
+    )
+    args: str = opt(
+        "", "EAL arguments besides the cores (capture.coremask), shell-quoted: PCI devices (-a 0000:01:00.0),"
+        " --vdev=net_pcap0,rx_pcap=FILE, --no-huge, --no-pci, -m MB, ..."
+    )
+    port: int = opt(0, "DPDK port to capture on, in the order EAL found the devices", min=0, max=1023)
+    ring_size: int = opt(1024, "RX descriptors per queue (the device may round it)", min=32, max=65536)
+    mempool_size: int = opt(
+        16383, "mbufs in the port's packet pool, shared by its queues (best 2^n - 1; more than queues x ring_size)",
+        min=64, max=1 << 24,
+    )
+    mbuf_size: int = opt(
+        2048, "bytes of frame an mbuf holds; longer frames take several mbufs where the device can scatter (else"
+        " it truncates or drops them: see truncated_frames and the device's counters)", min=256, max=65000,
+    )
+    promiscuous: bool = opt(True, "put the port in promiscuous mode (a SPAN port sees other hosts' traffic)")
+
+@dataclass(frozen=True)
+class PrivacyConfig:
+    anonymize: bool = opt(
+        False, "replace client addresses by their cryptopANT prefix-preserving anonymisation (key: privacy.key_file)"
+    )
+    key_file: typing.Optional[str] = opt(  # noqa: UP045
+        None, "cryptopANT key file, the same as DNS Probe's (`dnsprobe keygen FILE` creates one)"
+    )
+    client_ipv4_prefix: int = opt(
+        32, "keep only the first N bits of client IPv4 addresses, after anonymisation (32: all)", min=0, max=32
+    )
+    client_ipv6_prefix: int = opt(
+        128, "keep only the first N bits of client IPv6 addresses, after anonymisation (128: all)", min=0, max=128
+    )
+
+
+def _networks(family, allow):
+    if allow:
+        meaning = f"keep only packets from or to these; when set, ipv{family}_deny is not used"
+    else:
+        meaning = f"drop packets from or to these (when ipv{family}_allow is empty)"
+    return opt((), f"IPv{family} addresses or CIDR prefixes: {meaning}", check=check_network(family), allow_empty=True)
+
+
+@dataclass(frozen=True)
+class FilterConfig:
+    ipv4_allow: tuple[str, ...] = _networks(4, True)
+    ipv4_deny: tuple[str, ...] = _networks(4, False)
+    ipv6_allow: tuple[str, ...] = _networks(6, True)
+    ipv6_deny: tuple[str, ...] = _networks(6, False)
 
 
 @dataclass(frozen=True)
@@ -112,6 +193,9 @@ class Config:
     export: ExportConfig = field(default_factory=ExportConfig)
     run: RunConfig = field(default_factory=RunConfig)
     capture: CaptureConfig = field(default_factory=CaptureConfig)
+    dpdk: DpdkConfig = field(default_factory=DpdkConfig)
+    privacy: PrivacyConfig = field(default_factory=PrivacyConfig)
+    filter: FilterConfig = field(default_factory=FilterConfig)
 
 
 SECTIONS = {f.name: f.default_factory for f in dataclasses.fields(Config)}
@@ -145,6 +229,11 @@ def _check_scalar(key, value, typ, meta):
         raise ConfigError(f"config key '{key}': {value!r} is below the minimum {meta['min']}")
     if meta.get("max") is not None and value > meta["max"]:
         raise ConfigError(f"config key '{key}': {value!r} is above the maximum {meta['max']}")
+    if meta.get("check"):
+        try:
+            value = meta["check"](value)
+        except ValueError as exc:
+            raise ConfigError(f"config key '{key}': {exc}") from None
     return value
 
 
@@ -160,8 +249,9 @@ def check_value(key, value, typ, meta):
         item = typing.get_args(typ)[0]
         if isinstance(value, (int, str)) and not isinstance(value, bool):
             value = [value]
-        if not isinstance(value, (list, tuple)) or not value:
-            raise ConfigError(f"config key '{key}': expected a non-empty list, got {value!r}")
+        if not isinstance(value, (list, tuple)) or not (value or meta.get("allow_empty")):
+            what = "a list" if meta.get("allow_empty") else "a non-empty list"
+            raise ConfigError(f"config key '{key}': expected {what}, got {value!r}")
         return tuple(_check_scalar(key, v, item, meta) for v in value)
     return _check_scalar(key, value, typ, meta)
 

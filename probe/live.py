@@ -112,6 +112,7 @@ class WorkerSpec:
     out_dir: Path
     interfaces: tuple
     fanout_ids: tuple
+    kernel_ip_filter: bool = False  # the filter.* IP lists are in the kernel filter, not applied by the worker
 
 
 def _set_parent_death_signal():
@@ -124,8 +125,9 @@ def _set_parent_death_signal():
         pass
 
 
-def worker_main(spec, conn, inherited):
-    """Entry point of a worker process (forked by the supervisor)."""
+def worker_main(spec, conn, inherited, worker_class=None):
+    """Entry point of a worker process (forked by the supervisor); worker_class: _Worker unless given
+    (probe.dpdk_live.DpdkWorker)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's ^C reaches the supervisor, which stops us
     signal.signal(signal.SIGHUP, signal.SIG_IGN)  # rotation is the supervisor's to order
     stop = threading.Event()
@@ -139,7 +141,7 @@ def worker_main(spec, conn, inherited):
         conn.send(("error", 2, f"worker {spec.worker_id}: cannot pin to core {spec.core}: {exc.strerror}"))
         sys.exit(2)
     try:
-        worker = _Worker(spec, conn, stop)
+        worker = (worker_class or _Worker)(spec, conn, stop)
     except DnsprobeError as exc:
         conn.send(("error", exc.exit_status, str(exc)))
         sys.exit(exc.exit_status)
@@ -149,25 +151,32 @@ def worker_main(spec, conn, inherited):
 
 class _Worker:
     def __init__(self, spec, conn, stop):
+        from probe.config import FilterConfig
         from probe.pipeline import Pipeline
-        from probe.sources.afpacket import AfPacketSource
+        from probe.privacy import IpFilter
+        from probe.sources.afpacket import AfPacketSource, RejectedCounter
 
         self.spec = spec
         self.conn = conn
         self.stop = stop
         cfg = spec.cfg
         self.sources = []
+        self.counters = []  # RejectedCounter per interface: worker 0 only, with the IP lists in the kernel
+        in_kernel = IpFilter(cfg.filter) if spec.kernel_ip_filter else None
         try:
             for ifname, fanout_id in zip(spec.interfaces, spec.fanout_ids, strict=True):
-                self.sources.append(AfPacketSource(ifname, cfg.capture, cfg.decode.dns_ports, fanout_id))
+                self.sources.append(AfPacketSource(ifname, cfg.capture, cfg.decode.dns_ports, fanout_id, in_kernel))
+                if in_kernel and spec.worker_id == 0:
+                    self.counters.append(RejectedCounter(ifname, cfg.decode.dns_ports, in_kernel))
             # Time rotation is the supervisor's (wall clock, all workers together), not the pipeline's.
             live_cfg = dataclasses.replace(cfg, export=dataclasses.replace(cfg.export, rotate_seconds=0))
-            self.pipeline = Pipeline(live_cfg, spec.out_dir, spec.worker_id)
+            if in_kernel:  # nothing that reaches the worker is rejected by the lists: no need to check again
+                live_cfg = dataclasses.replace(live_cfg, filter=FilterConfig())
+            self.pipeline = Pipeline(live_cfg, spec.out_dir, spec.worker_id, live=True)
             if cfg.capture.user:
                 drop_privileges(cfg.capture.user, spec.out_dir)
         except BaseException:
-            for src in self.sources:
-                src.close()
+            self._close_sources()
             raise
         self.stats = self.pipeline.stats
         self.batch_size = cfg.run.batch_size
@@ -216,6 +225,8 @@ class _Worker:
                 "kernel_received": src.received, "kernel_drops": src.drops, "kernel_freezes": src.freezes,
                 "frames": src.frames,
             }
+        if self.counters:
+            stats.ip_filtered = sum(c.read() for c in self.counters)
         exporter = self.pipeline.exporter
         part = getattr(exporter, "part_path", None) if exporter.is_open() else None
         snapshot = {"counters": stats.as_dict(), "interfaces": interfaces, "part_file": part and str(part)}
@@ -249,7 +260,7 @@ class _Worker:
     def _drain(self):
         """Stop letting frames in, then read what the rings still hold (a partly filled block is handed
         over by the kernel after block_timeout_ms), then read the kernel's final counters."""
-        for src in self.sources:
+        for src in self.sources + self.counters:
             src.stop_filtering_in()
         deadline = time.monotonic() + self.drain_s
         while time.monotonic() < deadline:
@@ -262,7 +273,7 @@ class _Worker:
         self._close_sources()
 
     def _close_sources(self):
-        for src in self.sources:
+        for src in self.sources + self.counters:
             src.close()
 
 
@@ -318,8 +329,12 @@ class _StatusLine:
 
 
 class Supervisor:
-    def __init__(self, cfg, out_dir, interfaces, cores, show_status=False):
+    worker_class = None  # the class a worker process runs (None: _Worker, AF_PACKET)
+
+    def __init__(self, cfg, out_dir, interfaces, cores, show_status=False, ip_filter_where=None):
+        """ip_filter_where: where the filter.* IP lists are applied: "kernel", "workers" or None (no lists)."""
         self.cfg = cfg
+        self.ip_filter_where = ip_filter_where
         self.out_dir = Path(out_dir)
         self.interfaces = tuple(interfaces)
         self.cores = cores
@@ -341,9 +356,11 @@ class Supervisor:
 
     def _start(self, slot):
         parent, child = self.ctx.Pipe()
-        spec = WorkerSpec(slot.worker_id, slot.core, self.cfg, self.out_dir, self.interfaces, self.fanout_ids)
+        spec = WorkerSpec(slot.worker_id, slot.core, self.cfg, self.out_dir, self.interfaces, self.fanout_ids,
+                          kernel_ip_filter=self.ip_filter_where == "kernel")
         inherited = [s.conn for s in self.slots if s.conn is not None and s is not slot]
-        proc = self.ctx.Process(target=worker_main, args=(spec, child, inherited), name=f"dnsprobe-w{slot.worker_id}")
+        proc = self.ctx.Process(target=worker_main, args=(spec, child, inherited, self.worker_class),
+                                name=f"dnsprobe-w{slot.worker_id}")
         proc.start()
         child.close()
         slot.proc, slot.conn, slot.pid = proc, parent, proc.pid
@@ -450,6 +467,7 @@ class Supervisor:
             "interfaces": list(self.interfaces),
             "coremask": self.cfg.capture.coremask,
             "fanout_groups": dict(zip(self.interfaces, self.fanout_ids, strict=True)),
+            "ip_filter": self.ip_filter_where,
             "workers": workers,
             "errors": list(self.errors),
         }
@@ -667,6 +685,9 @@ CAPTURE_FLAGS = (
     (("--block-timeout",), "capture.block_timeout_ms", int, "ms before a partly filled block is handed over"),
     (("--stats-interval",), "capture.stats_interval", float, "seconds between statistics JSON writes"),
     (("--prometheus-port",), "capture.prometheus_port", int, "local port of the Prometheus endpoint (0: off)"),
+    (("--dpdk",), "dpdk.enabled", None, "capture with DPDK instead of AF_PACKET (README, DPDK)"),
+    (("--dpdk-args",), "dpdk.args", str, "EAL arguments, e.g. --dpdk-args='--no-huge --vdev=net_pcap0,rx_pcap=F'"),
+    (("--dpdk-port",), "dpdk.port", int, "DPDK port to capture on"),
 )
 
 
@@ -700,7 +721,8 @@ def cmd_capture(args):
     from export.parquet import check_output_dir
     from probe.cli import _overrides
     from probe.config import load_config
-    from probe.sources.afpacket import interface_link_type
+    from probe.privacy import IpFilter, client_privacy
+    from probe.sources.afpacket import interface_link_type, ip_lists_fit
 
     overrides = _overrides(args)
     for _, key, _, _ in CAPTURE_FLAGS:
@@ -708,7 +730,12 @@ def cmd_capture(args):
         if value is not None:
             overrides[key] = value
     cfg = load_config(args.config, overrides)
+    client_privacy(cfg.privacy)  # a missing or malformed key file stops us here, before any worker starts
     cap = cfg.capture
+    if cfg.dpdk.enabled:
+        from probe.dpdk_live import cmd_capture_dpdk
+
+        return cmd_capture_dpdk(cfg, args)
     if not cap.interfaces:
         raise ConfigError("no interface to capture on: give -i IFACE or set capture.interfaces")
     if len(set(cap.interfaces)) != len(cap.interfaces):
@@ -721,8 +748,13 @@ def cmd_capture(args):
     for ifname in cap.interfaces:
         interface_link_type(ifname)
     check_capture_permission()
+    ip_filter = IpFilter(cfg.filter)
+    where = None
+    if ip_filter:
+        where = "kernel" if cap.kernel_ip_filter and ip_lists_fit(cfg.decode.dns_ports, ip_filter) else "workers"
+        _log(f"IP allow/deny lists applied in the {'kernel filter' if where == 'kernel' else 'workers'}")
     show = cfg.run.progress == "always" or (cfg.run.progress == "auto" and sys.stderr.isatty())
-    supervisor = Supervisor(cfg, out_dir, cap.interfaces, cores, show_status=show)
+    supervisor = Supervisor(cfg, out_dir, cap.interfaces, cores, show_status=show, ip_filter_where=where)
     status = supervisor.run()
     if not args.quiet:
         supervisor.totals().render_table(Console(file=sys.stdout))

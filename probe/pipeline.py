@@ -9,10 +9,10 @@ import time
 from export import make_exporter
 from probe.decode.packets import PacketDecoder
 from probe.match import TransactionTable
-from probe.records import RecordBuilder
+from probe.privacy import IpFilter, client_privacy
 from probe.stats import Stats
 
-EXPORT_BATCH = 16384  # transactions per Arrow table handed to the exporter
+EXPORT_BATCH = 16384  # transactions handed to the exporter at once
 
 
 def tune_gc():
@@ -25,14 +25,14 @@ def tune_gc():
 
 
 class Pipeline:
-    def __init__(self, cfg, out_dir, worker_id=0, stats=None):
+    def __init__(self, cfg, out_dir, worker_id=0, stats=None, live=False):
         tune_gc()
         self.cfg = cfg
         self.stats = stats if stats is not None else Stats()
-        self.decoder = PacketDecoder(cfg.decode, cfg.decode.dns_ports, self.stats)
+        self.decoder = PacketDecoder(cfg.decode, cfg.decode.dns_ports, self.stats, IpFilter(cfg.filter))
         self.table = TransactionTable(cfg.match, self.stats)
-        self.builder = RecordBuilder()
-        self.exporter = make_exporter(cfg.export, out_dir, worker_id, self.stats)
+        client = client_privacy(cfg.privacy)
+        self.exporter = make_exporter(cfg, out_dir, worker_id, self.stats, client=client, live=live)
         self._txs = []
         self.started = time.time()
 
@@ -54,10 +54,13 @@ class Pipeline:
 
     def _export(self):
         txs = self._txs
-        if not txs:
+        events = self.decoder.address_events
+        if not txs and not events:
             return
         self._txs = []
-        self.exporter.write(self.builder.build(txs))
+        if events:
+            self.decoder.address_events = {}
+        self.exporter.write_transactions(txs, events, self.decoder.now_ns)
 
     def finish(self):
         """End of input: pending TCP/fragments dropped (counted), pending queries exported, files closed."""

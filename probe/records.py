@@ -113,7 +113,7 @@ SCHEMA = pa.schema([pa.field(name, typ) for name, typ, _ in COLUMNS])
 _NM = len(MESSAGE_FIELDS)
 _NONE_MSG = (None,) * _NM
 _NONE_EDNS = (None,) * len(EDNS_FIELDS)
-_ABSENT_EDNS = (0, 0, False, 0, "", "", "", "", "", "", (), False)
+_ABSENT_EDNS = (0, 0, False, 0, "", "", "", "", "", "", (), False, b"")
 _DOMAIN_RE = r"^.*\.([^.]*\.[^.]*)$"
 
 
@@ -124,13 +124,20 @@ def _bit(flags, mask):
 class RecordBuilder:
     """Builds Arrow tables from transaction triples (query, response, response_messages)."""
 
-    def __init__(self, max_cache=200_000):
+    def __init__(self, max_cache=200_000, client=None):
+        """client: a probe.privacy.ClientPrivacy applied to client addresses (and EDNS client subnets), or
+        None. Server addresses are written as they are. Each cache maps an address to its written text."""
         self._addr_text = {}
         self._max_cache = max_cache
+        self._client = client
+        self._client_text = {} if client else self._addr_text
+        self._subnet_text = {}
 
-    def _addresses(self, first, second):
-        """Text form of `first`, or of `second` where `first` is None (cached: addresses repeat)."""
-        cache = self._addr_text
+    def _addresses(self, first, second, client=False):
+        """Text form of `first`, or of `second` where `first` is None (cached: addresses repeat).
+        client: the addresses are clients', transformed by the ClientPrivacy before formatting."""
+        cache = self._client_text if client else self._addr_text
+        transform = self._client.address if client and self._client else None
         if len(cache) > self._max_cache:
             cache.clear()
         out = []
@@ -143,8 +150,25 @@ class RecordBuilder:
                 if a is None:
                     append(None)
                     continue
-                t = cache[a] = socket.inet_ntop(socket.AF_INET if len(a) == 4 else socket.AF_INET6, a)
+                packed = transform(a) if transform else a
+                t = cache[a] = socket.inet_ntop(socket.AF_INET if len(a) == 4 else socket.AF_INET6, packed)
             append(t)
+        return out
+
+    def _subnets(self, texts):
+        """EDNS client subnets, transformed like client addresses when a ClientPrivacy is set (cached)."""
+        if self._client is None:
+            return texts
+        cache = self._subnet_text
+        if len(cache) > self._max_cache:
+            cache.clear()
+        subnet = self._client.subnet
+        out = []
+        for t in texts:
+            s = cache.get(t)
+            if s is None:
+                s = cache[t] = subnet(t) if t else t
+            out.append(s)
         return out
 
     def build(self, txs):
@@ -181,7 +205,7 @@ class RecordBuilder:
             pc.shift_left(pa.array(re_[E.EXT_RCODE], I32), pa.scalar(4, I32)),
         )
         opcode = pc.bit_wise_and(pc.shift_right(pc.coalesce(qflags, rflags), pa.scalar(11, I32)), pa.scalar(0x0F, I32))
-        client = self._addresses(q[M.SRC], r[M.DST])
+        client = self._addresses(q[M.SRC], r[M.DST], client=True)
         server = self._addresses(q[M.DST], r[M.SRC])
         zero_i32 = pa.array([0] * n, I32)
         empty = pa.array([""] * n, STR)
@@ -230,7 +254,7 @@ class RecordBuilder:
             pa.array(qe[E.DAU], STR),
             pa.array(qe[E.DHU], STR),
             pa.array(qe[E.N3U], STR),
-            pa.array(qe[E.CLIENT_SUBNET], STR),
+            pa.array(self._subnets(qe[E.CLIENT_SUBNET]), STR),
             pa.array(qe[E.OTHER], STR),
             empty,
             empty,

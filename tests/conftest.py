@@ -45,6 +45,20 @@ def dnsprobe_read(pcap, out_dir, *extra):
     return as_rows(read_output(out_dir))
 
 
+# Columns DNS Probe's own tests do not compare: it stamps rows with the wall clock.
+DNSPROBE_IGNORED = {"unixtime", "time", "time_micro", "tcp_hs_rtt"}
+
+
+def assert_rows_equal_dnsprobe(expected_file, rows, label):
+    """Our rows equal DNS Probe's expected Parquet file, row by row in order, on every column it compares."""
+    expected = pq.read_table(expected_file)
+    assert len(rows) == expected.num_rows, f"{label}: {len(rows)} rows, DNS Probe has {expected.num_rows}"
+    columns = [c for c in expected.column_names if c not in DNSPROBE_IGNORED]
+    for i, (want, got) in enumerate(zip(expected.select(columns).to_pylist(), rows)):
+        diff = {c: (want[c], got[c]) for c in columns if want[c] != got[c]}
+        assert not diff, f"{label} row {i}: (expected, ours) {diff}"
+
+
 @pytest.fixture
 def out_dir(tmp_path):
     d = tmp_path / "out"

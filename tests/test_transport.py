@@ -107,10 +107,11 @@ def framed(dns):
 
 
 class TcpConn:
-    """Frames of one TCP connection (client port → server port 53), sequence numbers tracked per side."""
+    """Frames of one TCP connection (client port → server port), sequence numbers tracked per side."""
 
-    def __init__(self, cport, isn_c=1000, isn_s=900_000, v6=False):
+    def __init__(self, cport, isn_c=1000, isn_s=900_000, v6=False, port=53):
         self.cport = cport
+        self.port = port
         self.v6 = v6
         self.next = {"c": isn_c, "s": isn_s}
 
@@ -119,7 +120,7 @@ class TcpConn:
         other = "s" if to_server else "c"
         s = self.next[side] if seq is None else seq
         ack = self.next[other] if "A" in flags else 0
-        ports = (self.cport, 53) if to_server else (53, self.cport)
+        ports = (self.cport, self.port) if to_server else (self.port, self.cport)
         tcp = TCP(sport=ports[0], dport=ports[1], flags=flags, seq=s, ack=ack, window=65535)
         pkt = ip_layer(to_server, self.v6) / tcp
         if payload:

@@ -119,7 +119,7 @@ def _ecs(value):
 def parse_opt(buf, rclass, ttl, start, end):
     """Decode an OPT RR (RFC 6891) into the EDNS tuple (see EDNS_FIELDS)."""
     if start == end:  # no options: the common case, no loop
-        return (rclass, (ttl >> 16) & 0xFF, bool(ttl & 0x8000), ttl >> 24, "", "", "", "", "", "", (), False)
+        return (rclass, (ttl >> 16) & 0xFF, bool(ttl & 0x8000), ttl >> 24, "", "", "", "", "", "", (), False, b"")
     nsid = dau = dhu = n3u = ecs = ""
     other = []
     ede = []
@@ -165,10 +165,11 @@ def parse_opt(buf, rclass, ttl, start, end):
         ",".join(other),
         tuple(ede),
         cookie,
+        bytes(buf[start:end]),
     )
 
 
-assert len(EDNS_FIELDS) == 12
+assert len(EDNS_FIELDS) == 13
 
 
 def _walk_rrs(buf, off, count, additional):
@@ -211,7 +212,7 @@ def parse_message(buf, names=None):
     """
     n = len(buf)
     if n < 12:
-        return (n, None, None, None, None, None, None, None, None, None, None, None, True, None)
+        return (n, None, None, None, None, None, None, None, None, None, None, None, True, None, buf)
     mid, flags, qd, an, ns, ar = _HDR(buf, 0)
     qname = qtype = qclass = labels = edns = last_an = None
     try:
@@ -251,8 +252,8 @@ def parse_message(buf, names=None):
         if off > n:
             raise Malformed("resource record runs past the end of the message")
     except (Malformed, IndexError, struct.error, UnicodeError):
-        return (n, mid, flags, qd, an, ns, ar, qname, qtype, qclass, labels, edns, True, last_an)
-    return (n, mid, flags, qd, an, ns, ar, qname, qtype, qclass, labels, edns, False, last_an)
+        return (n, mid, flags, qd, an, ns, ar, qname, qtype, qclass, labels, edns, True, last_an, buf)
+    return (n, mid, flags, qd, an, ns, ar, qname, qtype, qclass, labels, edns, False, last_an, buf)
 
 
 def _name_from_wire(wire):

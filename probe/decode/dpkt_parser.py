@@ -32,7 +32,7 @@ def from_dpkt(msg, buf):
                 raise Malformed("resource record runs past the end of the message")
     return (
         len(buf), msg.id, msg.op, len(msg.qd), len(msg.an), len(msg.ns), len(msg.ar),
-        qname, qtype, qclass, labels, edns, False, last_an,
+        qname, qtype, qclass, labels, edns, False, last_an, buf,
     )
 
 

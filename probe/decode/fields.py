@@ -35,6 +35,7 @@ DNS_FIELDS = (
     "edns",  # EDNS tuple (EDNS_FIELDS) or None without OPT
     "malformed",  # True when the message could not be walked to its end
     "last_an_type",  # RR type of the last answer (closes zone transfers), or None
+    "raw",  # the DNS message bytes as received (C-DNS full sections and malformed-message data)
 )
 
 EDNS_FIELDS = (
@@ -50,6 +51,7 @@ EDNS_FIELDS = (
     "other",  # comma-separated codes of other options with a payload (DNS Probe's edns_other)
     "ede",  # tuple of extended DNS error info-codes (RFC 8914)
     "cookie",  # a COOKIE option is present
+    "rdata",  # the OPT RR's RDATA bytes (its options), b"" without options (C-DNS query-opt-rdata)
 )
 
 MESSAGE_FIELDS = NET_FIELDS + DNS_FIELDS

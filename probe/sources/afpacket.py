@@ -15,7 +15,8 @@ One `AfPacketSource` is one socket on one interface, owned by one worker process
 - SO_ATTACH_FILTER: a classic BPF program, assembled below, keeps in the kernel only UDP and TCP on the
   DNS ports (also behind one or two VLAN tags) and fragments of UDP/TCP datagrams. Everything else
   never reaches the ring, so it is not counted anywhere: the filter is the definition of what is
-  captured.
+  captured. The IP allow/deny lists (filter.*) can be compiled into it too; what they reject is then
+  counted by a RejectedCounter socket whose filter keeps exactly that.
 - PACKET_STATISTICS: frames the filter passed (drops included), frames dropped because the ring was
   full, and ring freezes. Reading resets the kernel's counters; we accumulate them.
 
@@ -72,7 +73,8 @@ SNAPLEN = 262144  # what the filter keeps of an accepted frame: all of it
 # ---------------------------------------------------------------------------------------------
 # Classic BPF: opcodes (<linux/filter.h>) and a small assembler with labels.
 
-BPF_LD, BPF_LDX, BPF_JMP, BPF_RET = 0x00, 0x01, 0x05, 0x06
+BPF_LD, BPF_LDX, BPF_ALU, BPF_JMP, BPF_RET = 0x00, 0x01, 0x04, 0x05, 0x06
+BPF_AND = 0x50
 BPF_W, BPF_H, BPF_B = 0x00, 0x08, 0x10
 BPF_IMM, BPF_ABS, BPF_IND, BPF_MSH = 0x00, 0x20, 0x40, 0xA0
 BPF_JA, BPF_JEQ, BPF_JSET = 0x00, 0x10, 0x40
@@ -90,6 +92,7 @@ OPCODES = {
     "ldh_x": (BPF_LD | BPF_H | BPF_IND, False),  # A = u16 at [X + k]
     "ldxb_msh": (BPF_LDX | BPF_B | BPF_MSH, False),  # X = 4 * ([k] & 0xf): IPv4 header length
     "ldx_imm": (BPF_LDX | BPF_W | BPF_IMM, False),
+    "and": (BPF_ALU | BPF_AND | BPF_K, False),  # A &= k
     "jeq": (BPF_JMP | BPF_JEQ | BPF_K, True),
     "jset": (BPF_JMP | BPF_JSET | BPF_K, True),
     "ja": (BPF_JMP | BPF_JA, False),  # k = label, 32-bit forward jump
@@ -158,50 +161,96 @@ def _ports_check(a, ports, x_relative, offset, accept, otherwise):
         a.op("jeq", port, accept, otherwise if last else None)
 
 
-def _ipv4_block(a, base, ports, snaplen):
-    p = f"ip4_{base}_"
-    a.label(p + "start")
-    a.op("ldb", base + 9)  # protocol
-    a.op("jeq", 17, p + "l4", None)
-    a.op("jeq", 6, p + "l4", p + "drop")
-    a.label(p + "l4")
-    a.op("ldh", base + 6)  # flags and fragment offset
-    a.op("jset", 0x3FFF, p + "accept", None)  # a fragment (MF set or offset > 0): keep
-    a.op("ldxb_msh", base)  # X = IPv4 header length
-    _ports_check(a, ports, True, base, p + "accept", None)  # source port
-    _ports_check(a, ports, True, base + 2, p + "accept", p + "drop")  # destination port
+def _ip_lists_check(a, p, lists, family, base, kept, rejected):
+    """The IP allow/deny lists of one family (probe.privacy._FamilyFilter), on the addresses of the IP header
+    at base: goes to `kept` or `rejected`. A prefix is matched 32 bits at a time: load, mask, compare."""
+    src, dst, words = (base + 12, base + 16, 1) if family == 4 else (base + 8, base + 24, 4)
+    listed, unlisted = (kept, rejected) if lists.allow else (rejected, kept)
+    n = 0
+    for address in (src, dst):
+        for net, plen in lists.prefixes:
+            miss = f"{p}miss{n}"
+            n += 1
+            for w in range(words):
+                bits = min(32, max(0, plen - 32 * w))
+                if not bits:
+                    break
+                mask = (0xFFFFFFFF << (32 - bits)) & 0xFFFFFFFF
+                a.op("ld", address + 4 * w)
+                if mask != 0xFFFFFFFF:
+                    a.op("and", mask)
+                a.op("jeq", (net >> (32 * (words - 1 - w))) & mask, None, miss)
+            a.op("ja", listed)
+            a.label(miss)
+    a.op("ja", unlisted)
+
+
+def _verdicts(a, p, snaplen, lists, family, base, invert):
+    """The end of a family block: `p`no is reached by what the DNS part of the filter rejects (placed first:
+    jumps go forward only and not far), `p`dns by what it keeps. With IP lists the verdict is theirs
+    (inverted: keep exactly what the lists reject, for counting them)."""
+    a.label(p + "no")
+    a.op("ret", 0)
+    a.label(p + "dns")
+    if lists is not None:
+        kept, rejected = (p + "drop", p + "accept") if invert else (p + "accept", p + "drop")
+        _ip_lists_check(a, p, lists, family, base, kept, rejected)
+    elif invert:
+        a.op("ja", p + "drop")
+    else:
+        a.op("ja", p + "accept")
     a.label(p + "drop")
     a.op("ret", 0)
     a.label(p + "accept")
     a.op("ret", snaplen)
 
 
-def _ipv6_block(a, base, ports, snaplen):
+def _ipv4_block(a, base, ports, snaplen, lists=None, invert=False):
+    p = f"ip4_{base}_"
+    a.label(p + "start")
+    a.op("ldb", base + 9)  # protocol
+    a.op("jeq", 17, p + "l4", None)
+    a.op("jeq", 6, p + "l4", p + "no")
+    a.label(p + "l4")
+    a.op("ldh", base + 6)  # flags and fragment offset
+    if invert:
+        # The counting socket is in no fanout group, so nothing reassembles fragments for it: count a
+        # fragmented datagram once, by its first fragment, whose ports are there to check.
+        a.op("jset", 0x1FFF, p + "no", None)
+    else:
+        a.op("jset", 0x3FFF, p + "dns", None)  # a fragment (MF set or offset > 0): keep
+    a.op("ldxb_msh", base)  # X = IPv4 header length
+    _ports_check(a, ports, True, base, p + "dns", None)  # source port
+    _ports_check(a, ports, True, base + 2, p + "dns", p + "no")  # destination port
+    _verdicts(a, p, snaplen, lists, 4, base, invert)
+
+
+def _ipv6_block(a, base, ports, snaplen, lists=None, invert=False):
     p = f"ip6_{base}_"
     a.label(p + "start")
     a.op("ldb", base + 6)  # next header
     a.op("jeq", 17, p + "ports", None)
     a.op("jeq", 6, p + "ports", None)
-    a.op("jeq", 44, None, p + "drop")  # fragment header: keep fragments of UDP and TCP
+    a.op("jeq", 44, None, p + "no")  # fragment header: keep fragments of UDP and TCP
     a.op("ldb", base + 40)
-    a.op("jeq", 17, p + "accept", None)
-    a.op("jeq", 6, p + "accept", p + "drop")
+    a.op("jeq", 17, p + "dns", None)
+    a.op("jeq", 6, p + "dns", p + "no")
     a.label(p + "ports")
-    _ports_check(a, ports, False, base + 40, p + "accept", None)
-    _ports_check(a, ports, False, base + 42, p + "accept", p + "drop")
-    a.label(p + "drop")
-    a.op("ret", 0)
-    a.label(p + "accept")
-    a.op("ret", snaplen)
+    _ports_check(a, ports, False, base + 40, p + "dns", None)
+    _ports_check(a, ports, False, base + 42, p + "dns", p + "no")
+    _verdicts(a, p, snaplen, lists, 6, base, invert)
 
 
-def dns_filter(ports, skip_outgoing=False, snaplen=SNAPLEN):
+def dns_filter(ports, skip_outgoing=False, snaplen=SNAPLEN, ip_filter=None, invert_ip_filter=False):
     """The classic BPF program (list of (code, jt, jf, k)) that keeps DNS and IP fragments on Ethernet.
 
     Kept: IPv4/IPv6 UDP or TCP with a source or destination port in `ports`, and fragments of
     IPv4/IPv6 UDP or TCP datagrams; untagged or behind one or two VLAN tags (802.1Q, 802.1ad, 0x9100).
     IPv6 extension headers other than a fragment header are not walked (as tcpdump's `port 53`).
     skip_outgoing drops frames this host sends (used on loopback, where every frame is seen twice).
+    ip_filter (probe.privacy.IpFilter): of those, keep only what its allow/deny lists keep, or with
+    invert_ip_filter only what they reject (the program of the socket that counts them). ValueError when
+    the program is longer than the kernel takes.
     """
     ports = sorted(set(ports))
     if not ports:
@@ -226,9 +275,11 @@ def dns_filter(ports, skip_outgoing=False, snaplen=SNAPLEN):
             for tag in tags:
                 a.jeq_far(tag, f"ethertype_{etype_at + 4}")
         a.op("ret", 0)
+    v4 = ip_filter.v4 if ip_filter else None
+    v6 = ip_filter.v6 if ip_filter else None
     for base in (14, 18, 22):
-        _ipv4_block(a, base, ports, snaplen)
-        _ipv6_block(a, base, ports, snaplen)
+        _ipv4_block(a, base, ports, snaplen, v4, invert_ip_filter)
+        _ipv6_block(a, base, ports, snaplen, v6, invert_ip_filter)
     return a.assemble()
 
 
@@ -245,6 +296,86 @@ def attach_filter(sock, program):
 
 
 # ---------------------------------------------------------------------------------------------
+
+
+def _bind(sock, name):
+    try:
+        sock.bind((name, ETH_P_ALL))
+    except OSError as exc:
+        if exc.errno == errno.ENODEV:
+            raise ConfigError(f"interface {name!r} does not exist") from None
+        if exc.errno == errno.ENETDOWN:
+            raise ConfigError(f"interface {name!r} is down") from None
+        raise ConfigError(f"cannot bind a packet socket to {name!r}: {exc.strerror}") from None
+
+
+def _join_fanout(sock, name, fanout_id):
+    """PACKET_FANOUT_HASH with defragmentation: IPv4 fragments are reassembled before the filter runs."""
+    arg = (fanout_id & 0xFFFF) | ((PACKET_FANOUT_HASH | PACKET_FANOUT_FLAG_DEFRAG) << 16)
+    try:
+        sock.setsockopt(SOL_PACKET, PACKET_FANOUT, struct.pack("I", arg))
+    except OSError as exc:
+        raise ConfigError(
+            f"interface {name!r}: cannot join packet fanout group {fanout_id} ({exc.strerror}); another "
+            "capture may use that group id: set capture.fanout_group"
+        ) from None
+
+
+def ip_lists_fit(dns_ports, ip_filter):
+    """True when the IP lists of ip_filter fit in the kernel filter with the DNS ports."""
+    try:
+        dns_filter(dns_ports, skip_outgoing=True, ip_filter=ip_filter)
+        dns_filter(dns_ports, skip_outgoing=True, ip_filter=ip_filter, invert_ip_filter=True)
+    except ValueError:
+        return False
+    return True
+
+
+class RejectedCounter:
+    """Counts in the kernel the frames that the IP lists reject, when the lists are in the kernel filter.
+
+    A packet socket that is never read: its filter keeps exactly the DNS frames the lists reject (the
+    capture sockets' filter minus the lists), its receive buffer is the kernel's minimum, and
+    PACKET_STATISTICS counts every frame the filter passed, queued or dropped. A fragmented IPv4 datagram
+    counts once, by its first fragment, as the capture sockets (whose fanout group reassembles it) see it
+    once. It is in no fanout group: a second defragmenting group on the interface would share the kernel's
+    reassembly queues with the capture sockets' group and take datagrams from it. So it sees every frame
+    of the interface, and one worker only has it.
+    """
+
+    def __init__(self, ifname, dns_ports, ip_filter):
+        self.ifname = ifname
+        self.count = 0
+        link = interface_link_type(ifname)
+        program = dns_filter(
+            dns_ports, skip_outgoing=link == ARPHRD_LOOPBACK, snaplen=64, ip_filter=ip_filter, invert_ip_filter=True
+        )
+        self.sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)
+        try:
+            attach_filter(self.sock, reject_all_filter())
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 0)  # raised to the kernel's minimum
+            _bind(self.sock, ifname)
+            attach_filter(self.sock, program)
+            self.read()
+            self.count = 0
+        except BaseException:
+            self.close()
+            raise
+
+    def read(self):
+        """Add the kernel's count since the last read (tpacket_stats: packets counts the drops too)."""
+        if self.sock is not None:
+            packets, _ = struct.unpack("II", self.sock.getsockopt(SOL_PACKET, PACKET_STATISTICS, 8))
+            self.count += packets
+        return self.count
+
+    def stop_filtering_in(self):
+        attach_filter(self.sock, reject_all_filter())
+
+    def close(self):
+        if self.sock is not None:
+            self.sock.close()
+            self.sock = None
 
 
 def interface_link_type(ifname):
@@ -272,7 +403,7 @@ class AfPacketSource:
     ready; POLLERR: check_error()). kernel_stats() fetches the kernel's counters into the totals.
     """
 
-    def __init__(self, ifname, capture_cfg, dns_ports, fanout_id=None):
+    def __init__(self, ifname, capture_cfg, dns_ports, fanout_id=None, ip_filter=None):
         self.ifname = ifname
         self.block_size = capture_cfg.block_size
         self.block_count = capture_cfg.block_count
@@ -290,7 +421,7 @@ class AfPacketSource:
                 f"config key 'capture.block_size': {self.block_size} is not a multiple of the page size {page}"
             )
         try:
-            self.program = dns_filter(dns_ports, skip_outgoing=link == ARPHRD_LOOPBACK)
+            self.program = dns_filter(dns_ports, skip_outgoing=link == ARPHRD_LOOPBACK, ip_filter=ip_filter)
         except ValueError as exc:
             raise ConfigError(f"config key 'decode.dns_ports': cannot build the kernel filter: {exc}") from None
         try:
@@ -334,26 +465,12 @@ class AfPacketSource:
             self.ring = mmap.mmap(sock.fileno(), size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
         except OSError as exc:
             raise ConfigError(f"interface {name!r}: cannot map a capture ring of {size >> 20} MiB: {exc}") from None
-        try:
-            sock.bind((name, ETH_P_ALL))
-        except OSError as exc:
-            if exc.errno == errno.ENODEV:
-                raise ConfigError(f"interface {name!r} does not exist") from None
-            if exc.errno == errno.ENETDOWN:
-                raise ConfigError(f"interface {name!r} is down") from None
-            raise ConfigError(f"cannot bind a packet socket to {name!r}: {exc.strerror}") from None
+        _bind(sock, name)
         if cfg.promiscuous:
             mreq = struct.pack("iHH8s", socket.if_nametoindex(name), PACKET_MR_PROMISC, 0, b"")
             sock.setsockopt(SOL_PACKET, PACKET_ADD_MEMBERSHIP, mreq)
         if fanout_id is not None:
-            arg = (fanout_id & 0xFFFF) | ((PACKET_FANOUT_HASH | PACKET_FANOUT_FLAG_DEFRAG) << 16)
-            try:
-                sock.setsockopt(SOL_PACKET, PACKET_FANOUT, struct.pack("I", arg))
-            except OSError as exc:
-                raise ConfigError(
-                    f"interface {name!r}: cannot join packet fanout group {fanout_id} ({exc.strerror}); another "
-                    "capture may use that group id: set capture.fanout_group"
-                ) from None
+            _join_fanout(sock, name, fanout_id)
         attach_filter(sock, self.program)
         self.kernel_stats()  # the frames refused while the socket was set up are none of our business
         self.received = self.drops = self.freezes = 0

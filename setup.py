@@ -1,0 +1,38 @@
+"""Build the optional DPDK extension (probe.sources._dpdk) when libdpdk is found with pkg-config.
+
+Everything else about the package is in pyproject.toml. Without libdpdk (Debian: apt-get install
+libdpdk-dev pkg-config) the package installs and works as before; `dnsprobe capture --dpdk` then says
+that DPDK support was not built.
+"""
+
+import subprocess
+
+from setuptools import Extension, setup
+
+
+def pkg_config(*args):
+    """pkg-config's output split into words, or None when it or libdpdk is missing."""
+    try:
+        proc = subprocess.run(["pkg-config", *args, "libdpdk"], capture_output=True, text=True)
+    except OSError:
+        return None
+    return proc.stdout.split() if proc.returncode == 0 else None
+
+
+def dpdk_extensions():
+    cflags, libs = pkg_config("--cflags"), pkg_config("--libs")
+    if cflags is None or libs is None:
+        print("dnsprobe: libdpdk not found with pkg-config: building without DPDK support")
+        return []
+    return [
+        Extension(
+            "probe.sources._dpdk",
+            ["probe/sources/_dpdk.c"],
+            extra_compile_args=[*cflags, "-O2", "-Wno-unused-parameter"],
+            extra_link_args=libs,
+            optional=True,  # no compiler or no Python headers: a warning, and the package without DPDK
+        )
+    ]
+
+
+setup(ext_modules=dpdk_extensions())
