@@ -7,14 +7,11 @@ DEMO_OUT := demo-out
 
 .PHONY: demo test lint bench deps venv clean
 
-# Debian packages the tests use (tshark is the independent DNS oracle). Installed only when missing.
+# Debian packages the tests, demo and benchmarks use (see the script). Installed only when missing.
 deps:
-	@command -v tshark >/dev/null 2>&1 || { \
-	  echo "installing tshark (Debian package)"; \
-	  export DEBIAN_FRONTEND=noninteractive; \
-	  apt-get update -qq && apt-get install -y -qq tshark >/dev/null; }
+	@bash contrib/install-deps.sh
 
-$(VENV)/.installed: pyproject.toml setup.py probe/sources/_dpdk.c
+$(VENV)/.installed: pyproject.toml setup.py probe/sources/_dpdk.c | deps
 	@$(PYTHON) -m venv --help >/dev/null 2>&1 || { \
 	  export DEBIAN_FRONTEND=noninteractive; apt-get update -qq && apt-get install -y -qq python3-venv >/dev/null; }
 	$(PYTHON) -m venv $(VENV)
@@ -34,15 +31,17 @@ demo: venv
 	$(VENV)/bin/dnsprobe inspect $(DEMO_OUT)/*.parquet --limit 8
 	@bash contrib/live-demo.sh $(VENV)/bin/dnsprobe $(SAMPLE) $(DEMO_OUT)/live
 
-test: venv deps
+test: deps venv
 	$(PY) -m pytest -q
 
 lint: venv
 	$(VENV)/bin/ruff check probe export tests benchmarks
 
 bench: venv
+	$(PY) -m pip install -q -e '.[bench]'
 	$(PY) benchmarks/offline.py
 	$(PY) benchmarks/live.py
+	$(VENV)/bin/dnsprobe bench $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) $(DEMO_OUT) benchmarks/cache

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Debian packages that the tests, the demo and the benchmarks use; installs only what is missing.
+# Called by `make` (target deps) before the virtualenv is built, so that the DPDK extension finds
+# libdpdk at build time. Needs root (apt-get); without root it lists what is missing and goes on.
+set -euo pipefail
+need=()
+have() { command -v "$1" >/dev/null 2>&1; }
+have tshark || need+=(tshark)                 # independent DNS oracle in the tests
+have xz || need+=(xz-utils)
+have tcpreplay || need+=(tcpreplay)           # live-capture tests and demo replay through a veth
+have ip || need+=(iproute2)                   # network namespaces and veth pairs
+have dnscap || need+=(dnscap)                 # dnsprobe bench compares against these
+have netsniff-ng || need+=(netsniff-ng)
+have tcpdump || need+=(tcpdump)
+# The DPDK extension (tests/test_dpdk.py): libdpdk found with pkg-config, a C compiler, Python's headers.
+pkg-config --exists libdpdk 2>/dev/null || need+=(libdpdk-dev pkg-config)
+have cc || need+=(gcc)
+[ -e "$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["include"])')/Python.h" ] || need+=(python3-dev)
+python3 -m venv --help >/dev/null 2>&1 || need+=(python3-venv)
+[ ${#need[@]} -eq 0 ] && exit 0
+if [ "$(id -u)" -ne 0 ]; then
+  echo "not root: cannot install ${need[*]}; the tests that need them will be skipped or fail" >&2
+  exit 0
+fi
+echo "installing Debian packages: ${need[*]}"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq "${need[@]}" >/dev/null
