@@ -182,6 +182,12 @@ def parse_tcpreplay(text):
     return out
 
 
+def tcpreplay_command(bed, pcap, rate):
+    """The generator: tcpreplay inside the namespace, pinned to GENERATOR_CORE, at `rate` pkts/s."""
+    return ["ip", "netns", "exec", bed.ns, "taskset", "-c", str(GENERATOR_CORE), "tcpreplay", "-K",
+            "--no-flow-stats", f"--timer={OPTIONS['timer']}", f"--pps={rate}", f"--intf1={bed.peer}", str(pcap)]
+
+
 # ----------------------------------------------------------------------------------------------
 # /proc readings
 
@@ -308,13 +314,17 @@ class Sampler(threading.Thread):
 # One trial
 
 
-def start_probe(bed, out_dir, log):
+def start_probe(bed, out_dir, log, cores=(WORKER_CORE,), source=None, extra=(), pids=False):
+    """Start `dnsprobe capture` with a worker per core of `cores` (source: the capture arguments, default
+    `-i IFACE`); returns (process, pid of worker 0, command) once every worker runs (pids: the list of their
+    distinct pids instead of worker 0's)."""
     code_dir = OPTIONS["code_dir"]
     base = [sys.executable, "-m", "probe"] if code_dir else offline.dnsprobe_command()
-    cmd = [*base, "capture", "-i", bed.iface, "--coremask", hex(1 << WORKER_CORE), "-o", str(out_dir),
-           "--no-progress", "-q"]
+    mask = sum(1 << c for c in cores)
+    cmd = [*base, "capture", *(source or ("-i", bed.iface)), "--coremask", hex(mask), "-o", str(out_dir),
+           "--no-progress", "-q", *extra]
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=code_dir or ROOT,
-                            preexec_fn=lambda: os.sched_setaffinity(0, {WORKER_CORE}))
+                            preexec_fn=lambda: os.sched_setaffinity(0, {cores[0]}))
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -324,9 +334,10 @@ def start_probe(bed, out_dir, log):
                 doc = json.loads(f.read_text())
             except (OSError, ValueError):
                 continue
-            worker = doc.get("workers", {}).get("0")
-            if worker and worker.get("pid") and worker.get("alive"):
-                return proc, worker["pid"], cmd
+            workers = doc.get("workers", {})
+            if workers and all(w.get("pid") and w.get("alive") for w in workers.values()):
+                alive = sorted({w["pid"] for w in workers.values()})
+                return proc, (alive if pids else workers["0"]["pid"]), cmd
         time.sleep(0.05)
     stop_process(proc)
     raise RuntimeError("dnsprobe capture did not write its statistics within 60 s")
@@ -361,9 +372,7 @@ def run_trial(bed, pcap, expected, rate, catch_up_limit, profile_to=None):
         time.sleep(0.3)  # the worker is in its poll loop; a few idle samples before the replay
         rx0, sn0, nr0, ct0 = bed.rx(), softnet(), net_rx_softirqs(), cpu_times()
         t0, cpu0 = sampler.now()
-        replay_cmd = ["ip", "netns", "exec", bed.ns, "taskset", "-c", str(GENERATOR_CORE), "tcpreplay", "-K",
-                      "--no-flow-stats", f"--timer={OPTIONS['timer']}", f"--pps={rate}", f"--intf1={bed.peer}",
-                      str(pcap)]
+        replay_cmd = tcpreplay_command(bed, pcap, rate)
         if profile_to is not None:
             duration = int(expected / rate + 3)
             spy = subprocess.Popen(["taskset", "-c", str(GENERATOR_CORE), profile_to["py_spy"], "record", "--pid",

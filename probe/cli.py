@@ -186,6 +186,9 @@ def build_parser():
                         help="cryptopANT algorithm for IPv4 and IPv6 (default aes)")
     keygen.add_argument("--force", action="store_true", help="replace FILE if it exists")
 
+    sub.add_parser("bench", add_help=False, help="benchmark suite: pkts/s by worker count against dnscap, netsniff-ng "
+                   "(source tree only; dnsprobe bench --help)")
+
     conf = sub.add_parser(
         "config",
         help="print the effective or default configuration",
@@ -416,7 +419,22 @@ def cmd_config(args):
     return 0
 
 
+def cmd_bench(argv):
+    """`dnsprobe bench ARGS`: benchmarks/suite.py's main(ARGS), from the source tree dnsprobe runs from."""
+    suite = Path(__file__).resolve().parent.parent / "benchmarks" / "suite.py"
+    if not suite.exists():
+        _err(sys.stderr, f"dnsprobe bench needs the source tree (no {suite}): run it from a git checkout")
+        return 2
+    sys.path.insert(0, str(suite.parent))
+    import suite as bench_suite
+
+    return bench_suite.main(argv)
+
+
 def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["bench"]:  # its options are the suite's own: not parsed here
+        return cmd_bench(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
     if not args.command:

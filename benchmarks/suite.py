@@ -1,0 +1,812 @@
+"""Benchmark suite: loss-free pkts/s and CPU per packet by worker count, dnsprobe against dnscap, netsniff-ng, tcpdump.
+
+    dnsprobe bench                          # (or make bench) every tool, workers 1..cores-1, rate search
+    dnsprobe bench --smoke                  # seconds: 2,000 packets at 2k pkts/s, no search (the test's run)
+    dnsprobe bench --workers 1,2,4 --max-rate 1M --packets 2000000 --tools dnsprobe,netsniff-ng
+    dnsprobe bench --interface eth1 --generator-cmd 'ssh gen trafgen ... --rate {rate}pps'   # real NIC
+
+Must run as root. The testbed is live.py's: a network namespace with one end of a veth pair, tcpreplay pinned
+to the generator core (--generator-core, 0) sending from inside it, the capturer(s) pinned to the worker cores
+(--cores, default every other core) on the host end. Everything is removed at the end, also on Ctrl-C, SIGTERM
+or a failure; every process started is stopped.
+
+Rows (tool x format) and what runs for N workers (cores = the first N worker cores):
+  dnsprobe parquet / cdns   `dnsprobe capture -i VETH --coremask <N cores>`, AF_PACKET fanout, N workers
+  dnsprobe dpdk-parquet     `dnsprobe capture --dpdk --dpdk-args="--no-huge --no-pci -m 512
+                            --vdev=net_af_packet0,iface=VETH,qpairs=N"` (when probe.sources._dpdk imports)
+  dnscap pcap               `dnscap -i VETH -w FILE -m qun -e nytfsxir -s ir -T -f -S` (queries, updates,
+                            notifies; every RCODE and TC; initiations and responses; TCP; fragments). dnscap has
+                            no fanout: one process, run for N = 1 only.
+  netsniff-ng pcap          `netsniff-ng --in VETH --out FILE --silent -f <port 53 as BPF>`, one instance per
+                            core, `-C <group> -K hash -L defrag` when N > 1
+  tcpdump pcap (baseline)   `tcpdump -i VETH -w FILE -B 32768 port 53`, one process, N = 1 only
+
+One trial (rate R, N workers): start the capturer(s) and wait until they listen; tcpreplay sends the cached
+mix at R pkts/s; wait until the capturers are idle; stop them (dnsprobe SIGTERM, the others SIGINT) and read
+- sent: tcpreplay's successful packets (with --interface: the NIC's rx_packets delta);
+- received, kernel drops: the tool's own report (dnsprobe: kernel_received/kernel_drops, DPDK: dpdk_ipackets/
+  dpdk_imissed; tcpdump: "received by filter"/"dropped by kernel"; dnscap -S: recv/drop; netsniff-ng: "packets
+  incoming"/"failed filter (out of space)");
+- captured: packets the tool took in (dnsprobe: `packets`; the others: received - dropped);
+- written: records of the output (dnsprobe: transactions; the others: frames in the pcaps they wrote);
+- drops: every drop counter the tool reports, by name (dnsprobe: every counter with drop/missed/evict/
+  nombuf/errors in its name);
+- CPU s per worker (user + system, from the start of the replay to the tool's exit, incl. its final flush),
+  CPU us/pkt = their sum / captured, peak RSS per worker.
+A trial passes when nothing was lost (tcpreplay sent everything, drops 0, captured = sent; for dnscap also
+written = what `dnscap -r` keeps of the same file) and the capturers kept up (idle within --catch-up-limit s
+of the end of the replay). Search: live.py's (a ladder up to the first failure, then bisection).
+
+Offline section: `dnsprobe read` (Parquet, C-DNS), `dnscap -r` and `tshark -r -Y dns -w` on the cached mixes,
+pinned to one worker core: pkts/s per core = packets / CPU seconds of the process.
+
+Results: benchmarks/results/suite.json, suite.md and suite.png (--results DIR to write elsewhere).
+"""
+
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
+
+import live  # noqa: E402  (benchmarks/ is not a package): the testbed, sampling, search, tcpreplay
+import offline  # noqa: E402
+import traffic  # noqa: E402
+
+SMOKE_PACKETS = 2_000
+SMOKE_RATE = 2_000
+DEFAULT_PACKETS = 300_000
+FANOUT_GROUP = 0x4D53
+PCAP_MAGICS = {b"\xd4\xc3\xb2\xa1": "<", b"\xa1\xb2\xc3\xd4": ">", b"\x4d\x3c\xb2\xa1": "<", b"\xa1\xb2\x3c\x4d": ">"}
+DNSCAP_OPTIONS = ("-m", "qun", "-e", "nytfsxir", "-s", "ir", "-T", "-f")
+DROP_WORDS = ("drop", "missed", "evict", "nombuf", "errors", "overflow")
+
+
+def pcap_frames(paths):
+    """Number of records in classic pcap files (any byte order, us or ns)."""
+    n = 0
+    for path in paths:
+        with open(path, "rb") as fh:
+            head = fh.read(24)
+            if len(head) < 24:
+                continue
+            rec = struct.Struct(PCAP_MAGICS[head[:4]] + "IIII")
+            while True:
+                hdr = fh.read(16)
+                if len(hdr) < 16:
+                    break
+                fh.seek(rec.unpack(hdr)[2], 1)
+                n += 1
+    return n
+
+
+def first_line(cmd):
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    lines = [x.strip() for x in (p.stdout + p.stderr).splitlines() if x.strip()]
+    return lines[0] if lines else None
+
+
+def install(package):
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    print(f"installing {package} (Debian package)", flush=True)
+    subprocess.run(["apt-get", "update", "-qq"], env=env, check=False, capture_output=True)
+    subprocess.run(["apt-get", "install", "-y", "-qq", package], env=env, check=False, capture_output=True)
+
+
+# ----------------------------------------------------------------------------------------------
+# The tools
+
+
+class Tool:
+    """A capturer: `start` launches it for some worker cores, `stop` stops it, `collect` reads its figures."""
+
+    name = fmt = binary = package = ""
+    max_workers = None  # None: any number (one instance or worker per core)
+    stop_signal = signal.SIGINT
+    settle_s = 0.0  # after the tool is idle, wait this long before stopping it (libpcap's 1 s block timeout)
+
+    @property
+    def label(self):
+        return f"{self.name} {self.fmt}"
+
+    def missing(self, may_install):
+        if shutil.which(self.binary):
+            return None
+        if may_install:
+            install(self.package)
+            if shutil.which(self.binary):
+                return None
+        return f"{self.binary} not found (Debian package {self.package})"
+
+    def version(self):
+        return first_line([self.binary, "--version"])
+
+    def start(self, bed, out, cores, logs):
+        """Returns (processes, the pids whose CPU and memory count as the workers', commands)."""
+        procs, cmds = [], []
+        for i, core in enumerate(cores):
+            cmd = self.command(bed, out, i, len(cores))
+            log = open(out / f"{self.binary}.{i}.log", "w+")  # noqa: SIM115 - closed by the trial
+            logs.append(log)
+            procs.append(subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                                          preexec_fn=lambda c=core: os.sched_setaffinity(0, {c})))
+            cmds.append(" ".join(cmd))
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not all(self.ready(log) for log in logs):
+            for p, log in zip(procs, logs):
+                if p.poll() is not None:
+                    log.seek(0)
+                    raise RuntimeError(f"{self.binary} exited {p.returncode} at start:\n{log.read()[-2000:]}")
+            time.sleep(0.05)
+        time.sleep(0.5)  # the socket is open and bound a little after the message
+        return procs, [p.pid for p in procs], cmds
+
+    def ready(self, log):
+        return True
+
+
+class Dnsprobe(Tool):
+    name, binary, package = "dnsprobe", "dnsprobe", "dnsprobe"
+    stop_signal = signal.SIGTERM
+
+    def __init__(self, fmt, dpdk=False):
+        self.fmt = f"dpdk-{fmt}" if dpdk else fmt
+        self.export_format, self.dpdk = fmt, dpdk
+
+    def missing(self, may_install):
+        if self.dpdk:
+            try:
+                import probe.sources._dpdk  # noqa: F401
+            except ImportError as exc:
+                return f"the DPDK extension does not import: {exc}"
+        return None
+
+    def version(self):
+        return offline._version("probe")
+
+    def start(self, bed, out, cores, logs):
+        log = open(out / "dnsprobe.log", "w+")  # noqa: SIM115 - closed by the trial
+        logs.append(log)
+        extra = ["--format", self.export_format]
+        source = None
+        if self.dpdk:
+            extra += ["--set", "dpdk.mbuf_size=4096"]
+            source = ["--dpdk", f"--dpdk-args=--no-huge --no-pci -m 512 --vdev=net_af_packet0,iface={bed.iface},"
+                                f"qpairs={len(cores)},"
+                                f"blocksz=4096,framesz=4096,framecnt=8192"]  # 32 MiB per queue, as AF_PACKET
+        data = out / "data"
+        data.mkdir()
+        proc, pids, cmd = live.start_probe(bed, data, log, cores=tuple(cores), source=source, extra=extra, pids=True)
+        return [proc], pids, [" ".join(cmd)]
+
+    def collect(self, out, texts):
+        data = out / "data"
+        stats = sorted(data.glob("*.stats.json"))
+        if not stats:
+            raise RuntimeError(f"dnsprobe wrote no statistics:\n{texts[0][-2000:]}")
+        doc = json.loads(stats[-1].read_text())
+        c = doc["counters"]
+        if self.dpdk:
+            received, kdrops = c.get("dpdk_ipackets", 0), c.get("dpdk_imissed", 0) + c.get("dpdk_rx_nombuf", 0)
+        else:
+            received, kdrops = c["kernel_received"], c["kernel_drops"]
+        drops = {k: v for k, v in c.items() if any(w in k for w in DROP_WORDS) and isinstance(v, int)}
+        return {"received": received, "kernel_drops": kdrops, "captured": c["packets"], "written": c["records"],
+                "written_what": "transactions", "drops": drops, "errors": doc.get("errors", []),
+                "part_files_left": [p.name for p in data.glob("*.part")]}
+
+
+class Pcapper(Tool):
+    """The pcap writers: one (or, with fanout, one per core) process that writes frames to files."""
+
+    fmt = "pcap"
+    settle_s = 1.5
+    writes_all = True  # writes every frame it takes in: captured = frames written
+
+    def collect(self, out, texts):
+        report = self.parse(texts)
+        files = sorted(p for p in out.glob("cap*") if p.is_file())
+        written = pcap_frames(files)
+        report.update(written=written, written_what="frames in its pcap files",
+                      captured=written if self.writes_all else report["received"] - report["kernel_drops"])
+        report["drops"] = {"kernel_drops": report["kernel_drops"], **report.get("drops", {})}
+        return report
+
+
+class Tcpdump(Pcapper):
+    name = binary = package = "tcpdump"
+    max_workers = 1
+
+    def command(self, bed, out, i, n):
+        return ["tcpdump", "-n", "-i", bed.iface, "-w", str(out / "cap.pcap"), "-B", "32768", "port 53"]
+
+    def ready(self, log):
+        log.seek(0)
+        return "listening on" in log.read()
+
+    def parse(self, texts):
+        t = texts[0]
+        return {"received": int(re.search(r"(\d+) packets received by filter", t).group(1)),
+                "kernel_drops": int(re.search(r"(\d+) packets dropped by kernel", t).group(1))}
+
+
+class Dnscap(Pcapper):
+    name = binary = package = "dnscap"
+    max_workers = 1
+    writes_all = False  # it writes the DNS messages it selects (not TCP segments without one): see expected_written
+
+    def version(self):
+        return first_line(["dnscap", "-V"])
+
+    def command(self, bed, out, i, n):
+        return ["dnscap", "-N", "-S", "-i", bed.iface, "-w", str(out / "cap"), *DNSCAP_OPTIONS,
+                "-o", "pcap_buffer_size=33554432"]
+
+    def parse(self, texts):
+        m = re.search(r"(\d+) recv (\d+) drop \d+ total ptdrop (\d+)", texts[0])
+        if not m:
+            raise RuntimeError(f"dnscap printed no statistics:\n{texts[0][-2000:]}")
+        recv, drop, ptdrop = map(int, m.groups())
+        return {"received": recv, "kernel_drops": drop, "drops": {"pcap_thread_drops": ptdrop}}
+
+
+class Netsniff(Pcapper):
+    name = binary = package = "netsniff-ng"
+    filter_file = None
+
+    def version(self):
+        return first_line(["netsniff-ng", "-v"])
+
+    def command(self, bed, out, i, n):
+        if self.filter_file is None or not Path(self.filter_file).exists():
+            # Its own filter-expression compiler passes nothing here; tcpdump -dd's output is bpfc's syntax.
+            code = subprocess.run(["tcpdump", "-i", bed.iface, "-dd", "port 53"], capture_output=True, text=True,
+                                  check=True).stdout
+            self.filter_file = out / "port53.bpf"
+            self.filter_file.write_text(code)
+        cmd = ["netsniff-ng", "--in", bed.iface, "--out", str(out / f"cap{i}.pcap"), "--silent",
+               "-f", str(self.filter_file), "-S", "32MiB"]
+        if n > 1:
+            cmd += ["-C", str(FANOUT_GROUP), "-K", "hash", "-L", "defrag"]
+        return cmd
+
+    def ready(self, log):
+        log.seek(0)
+        return "Running!" in log.read()
+
+    def parse(self, texts):
+        recv = drop = 0
+        for t in texts:
+            m = re.search(r"(\d+)\s+packets incoming", t)
+            f = re.search(r"(\d+)\s+packets failed filter \(out of space\)", t)
+            if not (m and f):
+                raise RuntimeError(f"netsniff-ng printed no statistics:\n{t[-2000:]}")
+            recv, drop = recv + int(m.group(1)), drop + int(f.group(1))
+        return {"received": recv, "kernel_drops": drop}
+
+
+def all_tools():
+    return [Dnsprobe("parquet"), Dnsprobe("cdns"), Dnsprobe("parquet", dpdk=True), Dnscap(), Netsniff(), Tcpdump()]
+
+
+# ----------------------------------------------------------------------------------------------
+# One trial
+
+
+class Sampler(live.Sampler):
+    """live.Sampler over any set of processes: samples hold their summed CPU time; per-pid last CPU and memory."""
+
+    def __init__(self, pids):
+        super().__init__(None, None)
+        self.pids = list(pids)
+        self.cpu = {}
+        self.mem = {}
+
+    def run(self):
+        n = 0
+        while not self.done.is_set():
+            vals = {p: live.proc_cpu(p) for p in self.pids}
+            with self.lock:
+                self.cpu.update({p: v[0] for p, v in vals.items() if v is not None})
+                self.samples.append((time.monotonic(), sum(self.cpu.values())))
+            if n % 5 == 0:
+                for p in self.pids:
+                    m = live.proc_mem(p)
+                    if m is not None:
+                        self.mem[p] = m
+            if all(v is None for v in vals.values()):
+                break
+            n += 1
+            time.sleep(live.SAMPLE_S)
+
+
+def wait_rusage(procs, timeout):
+    """Reap the processes (already signalled); returns each one's (exit status, CPU s incl. reaped children)."""
+    deadline = time.monotonic() + timeout
+    out = {}
+    while len(out) < len(procs):
+        for p in procs:
+            if p.pid in out:
+                continue
+            pid, status, ru = os.wait4(p.pid, os.WNOHANG)
+            if pid:
+                p.returncode = os.waitstatus_to_exitcode(status)
+                out[p.pid] = (p.returncode, ru.ru_utime + ru.ru_stime)
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"capturer(s) did not stop within {timeout} s")
+        time.sleep(0.05)
+    return [out[p.pid] for p in procs]
+
+
+def run_generator(bed, pcap, rate, expected, opts):
+    """Send: tcpreplay in the testbed, or --generator-cmd against a real interface. Returns (sent, generator dict)."""
+    if opts.generator_cmd:
+        rx0 = bed.rx()["rx_packets"]
+        cmd = opts.generator_cmd.format(rate=rate, pcap=pcap, packets=expected)
+        t0 = time.monotonic()
+        p = subprocess.run(cmd, shell=True, capture_output=True, text=True)
+        secs = time.monotonic() - t0
+        time.sleep(0.5)
+        sent = bed.rx()["rx_packets"] - rx0
+        gen = {"command": cmd, "exit_status": p.returncode, "successful": sent, "failed": 0, "actual_seconds": secs,
+               "actual_pps": sent / secs if secs else 0}
+        if p.returncode:
+            raise RuntimeError(f"--generator-cmd exited {p.returncode}:\n{(p.stdout + p.stderr)[-2000:]}")
+        return sent, gen
+    cmd = live.tcpreplay_command(bed, pcap, rate)
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=expected / rate * 3 + 120)
+    if p.returncode:
+        raise RuntimeError(f"tcpreplay exited {p.returncode}:\n{p.stdout}{p.stderr}")
+    gen = live.parse_tcpreplay(p.stdout)
+    gen["command"] = " ".join(cmd)
+    return gen["successful"] or 0, gen
+
+
+def run_trial(bed, tool, pcap, expected, rate, cores, opts, expected_written=None):
+    tmp = Path(tempfile.mkdtemp(prefix="dnsprobe-suite-"))
+    logs, procs = [], []
+    sampler = None
+    try:
+        procs, pids, cmds = tool.start(bed, tmp, cores, logs)
+        # dnsprobe's supervisor is sampled too: its own CPU time is taken off its rusage, which has the workers'.
+        sampler = Sampler(pids + ([procs[0].pid] if isinstance(tool, Dnsprobe) else []))
+        sampler.start()
+        time.sleep(0.3)
+        t0, cpu0 = sampler.now()
+        with sampler.lock:
+            cpu0_by_pid = dict(sampler.cpu)
+        sent, gen = run_generator(bed, pcap, rate, expected, opts)
+        t_end, _ = sampler.now()
+        idle_at = sampler.wait_idle(t_end, timeout=max(30.0, 3 * expected / rate))
+        mem = dict(sampler.mem)
+        time.sleep(tool.settle_s)
+        for p in procs:
+            p.send_signal(tool.stop_signal)
+        reaped = wait_rusage(procs, 180)
+        sampler.done.set()
+        sampler.join(5)
+        texts = []
+        for log in logs:
+            log.seek(0)
+            texts.append(log.read())
+        bad = [(p.args[0], s) for p, (s, _) in zip(procs, reaped) if s != 0]
+        if bad:
+            raise RuntimeError(f"{tool.label} exited {bad}:\n{texts[0][-2000:]}")
+        rep = tool.collect(tmp, texts)
+    finally:
+        for p in procs:
+            live.stop_process(p, timeout=5)
+        if sampler is not None:
+            sampler.done.set()
+        for log in logs:
+            log.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+    if isinstance(tool, Dnsprobe):
+        # Per worker: its last /proc sample (up to SAMPLE_S before its exit); in all: the supervisor's rusage, which
+        # has its reaped workers' time to the tick, less its own time and the workers' time before the replay.
+        per_worker = [round(sampler.cpu.get(p, 0.0) - cpu0_by_pid.get(p, 0.0), 3) for p in pids]
+        cpu_total = reaped[0][1] - sampler.cpu.get(procs[0].pid, 0.0) - sum(cpu0_by_pid.get(p, 0.0) for p in pids)
+    else:
+        per_worker = [round(c - cpu0_by_pid.get(p, 0.0), 3) for p, (_, c) in zip(pids, reaped)]
+        cpu_total = sum(per_worker)
+    captured = rep["captured"]
+    catch_up = (idle_at - t_end) if idle_at is not None else None
+    actual = gen.get("actual_pps") or 0
+    total_drops = sum(v for v in rep["drops"].values() if v)
+    zero_loss = (sent == expected and not gen.get("failed") and rep["kernel_drops"] == 0 and captured == sent
+                 and (expected_written is None or rep["written"] == expected_written))
+    kept_up = catch_up is not None and catch_up <= opts.catch_up_limit
+    return {
+        "tool": tool.name, "format": tool.fmt, "workers": len(cores), "cores": list(cores),
+        "offered_pps": rate, "actual_pps": round(actual), "generator_limited": actual < live.GENERATOR_SHORTFALL * rate,
+        "expected": expected, "sent": sent, "received": rep["received"], "kernel_drops": rep["kernel_drops"],
+        "captured": captured, "lost": sent - captured, "written": rep["written"], "written_what": rep["written_what"],
+        "expected_written": expected_written, "drops": rep["drops"], "total_drops": total_drops,
+        "errors": rep.get("errors", []), "part_files_left": rep.get("part_files_left", []),
+        "catch_up_seconds": round(catch_up, 3) if catch_up is not None else None,
+        "zero_loss": zero_loss, "kept_up": kept_up, "passed": zero_loss and kept_up,
+        "cpu_seconds_per_worker": per_worker, "cpu_seconds": round(cpu_total, 3),
+        "cpu_us_per_packet": round(cpu_total / captured * 1e6, 2) if captured else None,
+        "peak_rss_mb_per_worker": [(mem.get(p) or {}).get("hwm_mb") for p in pids],
+        "commands": cmds, "generator": gen,
+    }
+
+
+def show(t):
+    gl = " (generator-limited)" if t["generator_limited"] else ""
+    print(f"  {t['tool']} {t['format']} x{t['workers']} offered {t['offered_pps']:,} actual {t['actual_pps']:,}{gl} | "
+          f"sent {t['sent']:,} captured {t['captured']:,} kernel drops {t['kernel_drops']:,} written {t['written']:,}"
+          f" | {t['cpu_us_per_packet']} us/pkt, RSS {t['peak_rss_mb_per_worker']} MB | "
+          f"{verdict(t)}", flush=True)
+
+
+def verdict(t):
+    if t["passed"]:
+        return "pass"
+    return "FAIL" + ("" if t["zero_loss"] else " (loss)") + ("" if t["kept_up"] else " (behind)")
+
+
+# ----------------------------------------------------------------------------------------------
+# Offline section
+
+
+def offline_section(mixes, packets, seed, core, tools_ok, tmp_root):
+    rows = []
+    for mix in mixes:
+        pcap = traffic.generate(mix, packets, seed)
+        for fmt in ("parquet", "cdns"):
+            m = offline.measure_dnsprobe(pcap, core, tmp_root, fmt=fmt)
+            rows.append({"mix": mix, "tool": "dnsprobe read", "format": fmt, **m})
+        with tempfile.TemporaryDirectory(dir=tmp_root) as d:
+            if tools_ok.get("dnscap"):
+                _, m = offline.run_measured(["dnscap", "-N", "-r", str(pcap), "-w", f"{d}/cap", *DNSCAP_OPTIONS], core)
+                m["written"] = pcap_frames(Path(d).glob("cap*"))
+                rows.append({"mix": mix, "tool": "dnscap -r", "format": "pcap", **m})
+            if shutil.which("tshark"):
+                _, m = offline.run_measured(["tshark", "-n", "-r", str(pcap), "-Y", "dns", "-w", f"{d}/ts.pcap"], core)
+                rows.append({"mix": mix, "tool": "tshark -r -Y dns", "format": "pcap", **m})
+    for r in rows:
+        r["packets"] = packets
+        r["pkts_per_cpu_second"] = round(packets / r["cpu_seconds"]) if r["cpu_seconds"] else None
+    return rows
+
+
+def dnscap_keeps(pcap, tmp_root):
+    """Frames `dnscap -r` writes of the file with the live options: what a loss-free live dnscap must write."""
+    with tempfile.TemporaryDirectory(dir=tmp_root) as d:
+        subprocess.run(["dnscap", "-N", "-r", str(pcap), "-w", f"{d}/cap", *DNSCAP_OPTIONS], check=True,
+                       capture_output=True)
+        return pcap_frames(Path(d).glob("cap*"))
+
+
+# ----------------------------------------------------------------------------------------------
+# Report
+
+
+def summary_rows(res):
+    """{label: {workers: cell}} with the loss-free rate and, from the fixed-rate trial, CPU us/pkt."""
+    rows = {}
+    for s in res["series"]:
+        cell = {"best_rate": s["best_rate"], "first_fail": s["first_fail"],
+                "cpu_us_per_packet": (s["fixed"] or {}).get("cpu_us_per_packet"), "skipped": s.get("skipped")}
+        rows.setdefault(s["label"], {})[s["workers"]] = cell
+    return rows
+
+
+def cell_text(c):
+    if c is None:
+        return "—"
+    if c.get("skipped"):
+        return "skipped"
+    # ≥: no rate tried failed (the ladder, --max-rate or the generator was the limit)
+    rate = (f"{'≥' if c['first_fail'] is None else ''}{c['best_rate']:,}") if c["best_rate"] else "none"
+    us = f"{c['cpu_us_per_packet']} µs" if c["cpu_us_per_packet"] is not None else "—"
+    return f"{rate} / {us}"
+
+
+def ratios(res):
+    rows = summary_rows(res)
+    out = []
+    ours = rows.get("dnsprobe parquet", {})
+    for other in ("dnscap pcap", "netsniff-ng pcap"):
+        for n, c in rows.get(other, {}).items():
+            mine = ours.get(n)
+            if mine and mine["best_rate"] and c["best_rate"]:
+                out.append({"workers": n, "against": other.split()[0], "pps_ratio": round(mine["best_rate"] /
+                                                                                           c["best_rate"], 2),
+                            "cpu_ratio": round(mine["cpu_us_per_packet"] / c["cpu_us_per_packet"], 2)
+                            if mine["cpu_us_per_packet"] and c["cpu_us_per_packet"] else None})
+    return out
+
+
+def table_lines(res):
+    rows = summary_rows(res)
+    ns = res["worker_counts"]
+    lines = ["| tool × format | " + " | ".join(f"{n} worker{'s' if n > 1 else ''}" for n in ns) + " |",
+             "|---|" + "---|" * len(ns)]
+    for label, cells in rows.items():
+        lines.append(f"| {label} | " + " | ".join(cell_text(cells.get(n)) for n in ns) + " |")
+    return lines
+
+
+def ratio_lines(res):
+    return [f"- dnsprobe parquet / {r['against']} ({r['workers']} worker{'s' if r['workers'] > 1 else ''}): "
+            f"loss-free rate ×{r['pps_ratio']}, CPU per packet ×{r['cpu_ratio']}" for r in res["ratios"]]
+
+
+def markdown(res):
+    m = res["machine"]
+    lines = [
+        "# Benchmark suite", "",
+        f"Run {res['date_utc']} by `{res['command']}`.", "",
+        "Cells: highest offered rate with 0 loss (pkts/s; `none`: no rate tried passed; `≥`: no rate tried "
+        f"failed) / CPU µs per packet at the fixed rate {res['fixed_rate']:,} pkts/s (all workers' CPU time / "
+        "packets captured). Each trial: "
+        f"{res['input']['packets']:,} packets of the `{res['input']['mix']}` mix; rates tried: "
+        f"{res['rates_desc']}. `—`: not run for that worker count (single-process tools).", "",
+        *table_lines(res), "", *ratio_lines(res), "",
+    ]
+    if res["skipped"]:
+        lines += ["Skipped: " + "; ".join(f"{k}: {v}" for k, v in res["skipped"].items()), ""]
+    lines += ["## Fixed-rate trials", "",
+              "| tool × format | workers | sent | received | kernel drops | captured | written | other drops | "
+              "CPU s per worker | µs/pkt | peak RSS MB per worker | result |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for s in res["series"]:
+        f = s["fixed"]
+        if not f:
+            continue
+        other = ", ".join(f"{k} {v:,}" for k, v in f["drops"].items() if v and k != "kernel_drops") or "0"
+        lines.append(f"| {s['label']} | {f['workers']} | {f['sent']:,} | {f['received']:,} | {f['kernel_drops']:,} "
+                     f"| {f['captured']:,} | {f['written']:,} {f['written_what']} | {other} | "
+                     f"{f['cpu_seconds_per_worker']} | {f['cpu_us_per_packet']} | {f['peak_rss_mb_per_worker']} | "
+                     f"{verdict(f)} |")
+    if res["offline"]:
+        lines += ["", "## Offline (one pinned core)", "", "| mix | tool | format | CPU s | pkts/s per core |",
+                  "|---|---|---|---|---|"]
+        lines += [f"| {r['mix']} | {r['tool']} | {r['format']} | {r['cpu_seconds']} | {r['pkts_per_cpu_second']:,} |"
+                  for r in res["offline"]]
+    lines += ["", "## Machine", "",
+              f"- CPU: {m['cpu_model']}, {m['logical_cpus']} logical CPUs ({m['usable_cpus']} usable), "
+              f"{m['memory_gib']} GiB; kernel {m['kernel']}; {m['python']}",
+              "- tools: " + "; ".join(f"{k} {v}" for k, v in res["tool_versions"].items()),
+              f"- generator core {res['generator_core']}, worker cores {res['worker_cores']}"]
+    if res.get("plot"):
+        lines += ["", f"![pkts/s and CPU per packet by worker count]({Path(res['plot']).name})"]
+    return "\n".join(lines) + "\n"
+
+
+def plot(res, path):
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as exc:
+        return f"no plot: matplotlib missing ({exc}); pip install -e '.[bench]'"
+    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4.2))
+    for label, cells in summary_rows(res).items():
+        ns = sorted(n for n, c in cells.items() if not c.get("skipped"))
+        if not ns:
+            continue
+        a.plot(ns, [cells[n]["best_rate"] or 0 for n in ns], marker="o", label=label)
+        b.plot(ns, [cells[n]["cpu_us_per_packet"] or 0 for n in ns], marker="o", label=label)
+    a.set(xlabel="workers", ylabel="loss-free pkts/s", title="highest loss-free offered rate")
+    b.set(xlabel="workers", ylabel="CPU µs per packet", title=f"CPU per packet at {res['fixed_rate']:,} pkts/s")
+    for ax in (a, b):
+        ax.set_xticks(res["worker_counts"])
+        ax.grid(alpha=0.3)
+    a.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return None
+
+
+# ----------------------------------------------------------------------------------------------
+
+
+class ExternalBed:
+    """--interface: capture on a real interface, fed by an external generator (no namespace, no veth)."""
+
+    def __init__(self, iface):
+        self.iface, self.ns, self.peer = iface, None, None
+
+    def __enter__(self):
+        if not Path("/sys/class/net", self.iface).exists():
+            raise RuntimeError(f"interface {self.iface} does not exist")
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    rx = live.Testbed.rx
+
+
+def int_list(text):
+    """'1,2,4' or '1-8' (or both: '1-3,8') → a list of ints."""
+    out = []
+    for part in filter(None, (x.strip() for x in text.split(","))):
+        lo, _, hi = part.partition("-")
+        out += range(int(lo), int(hi or lo) + 1)
+    return out
+
+
+def parse_args(argv):
+    ap = argparse.ArgumentParser(prog="dnsprobe bench", description=__doc__.split("\n\n")[0],
+                                 epilog=__doc__.split("\n\n", 1)[1],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--smoke", action="store_true", help=f"seconds: {SMOKE_PACKETS:,} packets at {SMOKE_RATE:,} "
+                                                         "pkts/s, no search, 1 worker, offline on the same file")
+    ap.add_argument("--workers", type=int_list, help="worker counts (default 1..number of worker cores)")
+    ap.add_argument("--cores", type=int_list, help="worker cores (default: every usable core but the generator's)")
+    ap.add_argument("--generator-core", type=int, default=live.GENERATOR_CORE)
+    ap.add_argument("--tools", help="comma-separated tool names (dnsprobe,dnscap,netsniff-ng,tcpdump; default all)")
+    ap.add_argument("--formats", default="parquet,cdns,dpdk-parquet", help="dnsprobe rows")
+    ap.add_argument("--packets", type=int, help=f"packets per trial (default {DEFAULT_PACKETS:,})")
+    ap.add_argument("--mix", choices=traffic.MIXES, default="standard")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--rates", help="comma-separated rates to try instead of the search (e.g. 20k,50k)")
+    ap.add_argument("--ladder", default="25k,50k,100k,200k,400k", help="search ladder (pkts/s)")
+    ap.add_argument("--max-rate", type=live.parse_rate, default=1_000_000)
+    ap.add_argument("--resolution", type=live.parse_rate, default=25_000, help="bisection stops this close")
+    ap.add_argument("--fixed-rate", type=live.parse_rate, default=50_000, help="rate of the drops/CPU trial")
+    ap.add_argument("--catch-up-limit", type=float, default=0.5)
+    ap.add_argument("--offline-mixes", default=",".join(traffic.MIXES), help="mixes of the offline section ('': none)")
+    ap.add_argument("--offline-packets", type=int, default=100_000)
+    ap.add_argument("--no-install", action="store_true", help="do not apt-get install a missing tool: skip it")
+    ap.add_argument("--interface", help="capture on this real interface instead of the veth testbed (needs "
+                                        "--generator-cmd)")
+    ap.add_argument("--generator-cmd", help="shell command sending the traffic to --interface; {rate}, {pcap} and "
+                                            "{packets} are replaced. sent = the interface's rx_packets delta")
+    ap.add_argument("--results", type=Path, default=HERE / "results", help="directory of suite.{json,md,png}")
+    args = ap.parse_args(argv)
+    if args.smoke:
+        args.packets = args.packets or SMOKE_PACKETS
+        args.rates = args.rates or str(SMOKE_RATE)
+        args.fixed_rate = SMOKE_RATE
+        args.workers = args.workers or [1]
+        args.offline_packets = SMOKE_PACKETS
+        args.offline_mixes = "standard" if args.offline_mixes == ",".join(traffic.MIXES) else args.offline_mixes
+        args.catch_up_limit = max(args.catch_up_limit, 1.0)
+    args.packets = args.packets or DEFAULT_PACKETS
+    if args.interface and not args.generator_cmd:
+        ap.error("--interface needs --generator-cmd (the external generator)")
+    return args
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    if os.geteuid() != 0:
+        print("dnsprobe bench must run as root: it creates a network namespace and a veth pair and opens packet "
+              "sockets", file=sys.stderr)
+        return 2
+    usable = sorted(os.sched_getaffinity(0))
+    cores = args.cores or [c for c in usable if c != args.generator_core]
+    if not cores or args.generator_core not in usable or not set(cores) <= set(usable):
+        print(f"dnsprobe bench: generator core {args.generator_core} and worker cores {cores} must be among the "
+              f"usable CPUs {usable} (a 1-CPU machine cannot run it)", file=sys.stderr)
+        return 2
+    worker_counts = args.workers or list(range(1, len(cores) + 1))
+    if max(worker_counts) > len(cores):
+        print(f"dnsprobe bench: {max(worker_counts)} workers need as many worker cores; have {cores}", file=sys.stderr)
+        return 2
+    live.GENERATOR_CORE = args.generator_core
+    wanted = set(args.tools.split(",")) if args.tools else None
+    formats = set(args.formats.split(","))
+    tools = [t for t in all_tools() if (wanted is None or t.name in wanted)
+             and (not isinstance(t, Dnsprobe) or t.fmt in formats)]
+    if args.interface:
+        tools = [t for t in tools if not (isinstance(t, Dnsprobe) and t.dpdk)]  # would take the NIC off the kernel
+    live.ensure_tcpreplay()
+    skipped, versions = {}, {"tcpreplay": live.tcpreplay_version(), "tshark": first_line(["tshark", "-v"])}
+    ok = []
+    for t in tools:
+        why = t.missing(may_install=not args.no_install)
+        if why:
+            skipped[t.label] = why
+            print(f"skipping {t.label}: {why}", flush=True)
+        else:
+            ok.append(t)
+            versions[t.name] = t.version()
+    if any(isinstance(t, Netsniff) for t in ok) and not shutil.which("tcpdump"):
+        skipped["netsniff-ng pcap"] = "tcpdump (which compiles its BPF filter) not found"
+        ok = [t for t in ok if not isinstance(t, Netsniff)]
+    mach = offline.machine()
+    pcap = traffic.generate(args.mix, args.packets, args.seed)
+    print(f"input {pcap} ({args.packets:,} packets)", flush=True)
+    tmp_root = Path(tempfile.mkdtemp(prefix="dnsprobe-bench-"))
+    dnscap_expected = dnscap_keeps(pcap, tmp_root) if any(isinstance(t, Dnscap) for t in ok) else None
+    os.sched_setaffinity(0, {args.generator_core})
+    series = []
+    handlers = {s: signal.signal(s, live._on_signal) for s in (signal.SIGTERM, signal.SIGHUP)}
+    bed_cls = (lambda: ExternalBed(args.interface)) if args.interface else live.Testbed
+    try:
+        with bed_cls() as bed:
+            print(f"testbed: capture on {bed.iface}" + (f", generator in namespace {bed.ns} on {bed.peer}, core "
+                                                        f"{args.generator_core}" if bed.ns else ""), flush=True)
+            for n in worker_counts:
+                for t in ok:
+                    label = t.label + (" (baseline)" if isinstance(t, Tcpdump) else "")
+                    if t.max_workers is not None and n > t.max_workers:
+                        continue
+                    exp_w = dnscap_expected if isinstance(t, Dnscap) else None
+
+                    def trial(rate, t=t, n=n, exp_w=exp_w):
+                        r = run_trial(bed, t, pcap, args.packets, rate, cores[:n], args, exp_w)
+                        show(r)
+                        return r
+
+                    print(f"{label}, {n} worker(s)", flush=True)
+                    if args.rates:
+                        trials = {r: trial(r) for r in map(live.parse_rate, args.rates.split(","))}
+                        passing = [r for r, x in trials.items() if x["passed"]]
+                        best = max(passing, default=None)
+                        fail = min((r for r, x in trials.items() if not x["passed"] and r > (best or 0)), default=None)
+                    else:
+                        ladder = [live.parse_rate(x) for x in args.ladder.split(",")]
+                        best, fail, _, trials = live.search(trial, ladder, args.resolution, args.max_rate)
+                    fixed = trials.get(args.fixed_rate) or trial(args.fixed_rate)
+                    series.append({"label": label, "tool": t.name, "format": t.fmt, "workers": n, "best_rate": best,
+                                   "first_fail": fail, "fixed": fixed,
+                                   "trials": sorted(trials.values(), key=lambda x: x["offered_pps"])})
+    except (KeyboardInterrupt, live.Interrupted, RuntimeError, subprocess.SubprocessError, OSError) as exc:
+        stopped = isinstance(exc, (KeyboardInterrupt, live.Interrupted))
+        what = f"interrupted ({str(exc) or 'SIGINT'})" if stopped else f"dnsprobe bench: {exc}"
+        print(f"\n{what}\n(every capturer and the generator were stopped, the testbed removed)", file=sys.stderr)
+        return 130 if stopped else 1
+    finally:
+        for s, h in handlers.items():
+            signal.signal(s, h)
+        os.sched_setaffinity(0, usable)
+
+    mixes = [m for m in args.offline_mixes.split(",") if m]
+    print("offline section" if mixes else "", flush=True)
+    off = offline_section(mixes, args.offline_packets, args.seed, cores[0],
+                          {"dnscap": any(isinstance(t, Dnscap) for t in ok)}, tmp_root)
+    shutil.rmtree(tmp_root, ignore_errors=True)
+    res = {
+        "date_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
+        "command": "dnsprobe bench " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "machine": mach, "tool_versions": versions, "code": offline.code(),
+        "generator_core": args.generator_core, "worker_cores": cores, "worker_counts": worker_counts,
+        "interface": args.interface, "generator_cmd": args.generator_cmd,
+        "input": {"mix": args.mix, "seed": args.seed, "packets": args.packets, "file": pcap.name},
+        "rates_desc": args.rates or f"ladder {args.ladder} up to {args.max_rate:,}, bisection to {args.resolution:,}",
+        "fixed_rate": args.fixed_rate, "catch_up_limit_s": args.catch_up_limit,
+        "dnscap_expected_written": dnscap_expected, "skipped": skipped,
+        "series": series, "offline": off,
+    }
+    res["ratios"] = ratios(res)
+    args.results.mkdir(parents=True, exist_ok=True)
+    png = args.results / "suite.png"
+    why = plot(res, png)
+    res["plot"] = None if why else str(png)
+    res["plot_note"] = why
+    print("\n" + "\n".join(table_lines(res)))
+    print("\n".join(ratio_lines(res)))
+    for r in off:
+        print(f"offline {r['mix']}: {r['tool']} {r['format']}: {r['pkts_per_cpu_second']:,} pkts/s per core")
+    (args.results / "suite.json").write_text(json.dumps(res, indent=2, default=str) + "\n")
+    (args.results / "suite.md").write_text(markdown(res))
+    print(f"\nwrote {args.results / 'suite.json'}, suite.md" + (", suite.png" if not why else f" ({why})"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
