@@ -63,7 +63,6 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-RESULTS = HERE / "results"
 sys.path.insert(0, str(HERE))
 
 import offline  # noqa: E402  (benchmarks/ is not a package): machine(), code helpers, dnsprobe_command()
@@ -950,10 +949,7 @@ def main(argv=None):
     }
     print_table(res)
     if not args.no_save:
-        RESULTS.mkdir(parents=True, exist_ok=True)
-        (RESULTS / "live.json").write_text(json.dumps(res, indent=2) + "\n")
-        (RESULTS / "live.md").write_text(markdown(res))
-        print(f"\nwrote {RESULTS / 'live.json'} and {RESULTS / 'live.md'}")
+        offline.save_results("live", res, markdown(res))
     return 0
 
 

@@ -600,31 +600,22 @@ def main(argv=None):
         tiny = Path(tmp) / "head.pcap"
         head_pcap(pcap, tiny, 100)
         startup_d = measure_dnsprobe(tiny, core, tmp)["cpu_seconds"]
-        dsamples = []
-        for i in range(args.repeat):
-            dsamples.append(measure_dnsprobe(pcap, core, tmp))
-            print(f"dnsprobe run {i + 1}/{args.repeat}: {dsamples[-1]['cpu_seconds']:.2f} s CPU "
-                  f"({packets / dsamples[-1]['cpu_seconds']:,.0f} pkts/s)", flush=True)
+        dsamples = _runs("dnsprobe", args.repeat, packets, lambda i: measure_dnsprobe(pcap, core, tmp))
         dres = summarise(dsamples, packets, startup_d)
         dres["output_bytes"] = dsamples[-1]["output_bytes"]
         cres = None
         if not args.no_cdns:
             startup_c = measure_dnsprobe(tiny, core, tmp, "cdns")["cpu_seconds"]
-            csamples = []
-            for i in range(args.repeat):
-                csamples.append(measure_dnsprobe(pcap, core, tmp, "cdns", sizes=i == args.repeat - 1))
-                print(f"dnsprobe --format cdns run {i + 1}/{args.repeat}: {csamples[-1]['cpu_seconds']:.2f} s CPU "
-                      f"({packets / csamples[-1]['cpu_seconds']:,.0f} pkts/s)", flush=True)
+            csamples = _runs(
+                "dnsprobe --format cdns", args.repeat, packets,
+                lambda i: measure_dnsprobe(pcap, core, tmp, "cdns", sizes=i == args.repeat - 1),
+            )
             cres = summarise(csamples, packets, startup_c)
             cres["cdns_bytes"] = csamples[-1]["cdns_bytes"]
         bres = None
         if not args.no_baseline:
             startup_b = measure_baseline(tiny, core, tmp)["cpu_seconds"]
-            bsamples = []
-            for i in range(args.baseline_repeat):
-                bsamples.append(measure_baseline(pcap, core, tmp))
-                print(f"baseline run {i + 1}/{args.baseline_repeat}: {bsamples[-1]['cpu_seconds']:.2f} s CPU "
-                      f"({packets / bsamples[-1]['cpu_seconds']:,.0f} pkts/s)", flush=True)
+            bsamples = _runs("baseline", args.baseline_repeat, packets, lambda i: measure_baseline(pcap, core, tmp))
             bres = summarise(bsamples, packets, startup_b)
         prof = None
         if args.profile:
@@ -656,11 +647,26 @@ def main(argv=None):
         print("\n" + prof["cumulative_text"])
     print_table(res)
     if not args.no_save:
-        RESULTS.mkdir(parents=True, exist_ok=True)
-        (RESULTS / "offline.json").write_text(json.dumps(res, indent=2) + "\n")
-        (RESULTS / "offline.md").write_text(markdown(res))
-        print(f"\nwrote {RESULTS / 'offline.json'} and {RESULTS / 'offline.md'}")
+        save_results("offline", res, markdown(res))
     return 0
+
+
+def _runs(label, repeat, packets, measure):
+    """`repeat` measurements (measure(i) → sample dict), each printed as it finishes."""
+    samples = []
+    for i in range(repeat):
+        samples.append(measure(i))
+        cpu = samples[-1]["cpu_seconds"]
+        print(f"{label} run {i + 1}/{repeat}: {cpu:.2f} s CPU ({packets / cpu:,.0f} pkts/s)", flush=True)
+    return samples
+
+
+def save_results(name, res, markdown_text):
+    """benchmarks/results/NAME.json and NAME.md."""
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / f"{name}.json").write_text(json.dumps(res, indent=2) + "\n")
+    (RESULTS / f"{name}.md").write_text(markdown_text)
+    print(f"\nwrote {RESULTS / (name + '.json')} and {RESULTS / (name + '.md')}")
 
 
 if __name__ == "__main__":
