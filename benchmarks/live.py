@@ -388,7 +388,7 @@ def run_trial(bed, pcap, expected, rate, catch_up_limit, profile_to=None):
             raise RuntimeError(f"tcpreplay exited {replay.returncode}:\n{replay_out}")
         gen = parse_tcpreplay(replay_out)
         idle_at = sampler.wait_idle(t_end, timeout=max(60.0, 3 * expected / rate))
-        t_idle, cpu_idle = sampler.now()
+        _, cpu_idle = sampler.now()
         mem_before_stop = sampler.worker_mem
         rx1, sn1, nr1 = bed.rx(), softnet(), net_rx_softirqs()
         probe.send_signal(signal.SIGTERM)

@@ -91,7 +91,6 @@ TXT_SAMPLES = (b"v=spf1 include:_spf.google.com ~all", b"v=spf1 mx a -all",
 # Per-query choices of the standard mix (weights).
 STD_QTYPES = (("A", 48), ("AAAA", 26), ("HTTPS", 10), ("PTR", 5), ("TXT", 3), ("MX", 2.5), ("NS", 2.5),
               ("DS", 3))
-APEX_ONLY = ("MX", "TXT", "NS", "DS")
 EDNS_SHARE = 0.33
 EDNS_FLAVOURS = (("plain", 30), ("do", 35), ("cookie", 20), ("ecs", 10), ("nsid", 5))
 NX_SHARE = 0.08

@@ -4,7 +4,6 @@ The exporter interface, used by probe.pipeline.Pipeline:
   write_transactions(txs, address_events, now_ns)  append completed transactions (and C-DNS address events)
   is_open()     a file is open
   due(now_ns)   the open file has reached its time limit
-  tick(now_ns)  close the file when it is due
   rotate()      close the current file now (the next records open a new one)
   close()       end of output: close, and wait for anything still finishing the files
   completed     final paths of the files closed so far
@@ -90,11 +89,6 @@ class FileExporter:
             and self.cfg.rotate_seconds > 0
             and now_ns - self.file_start_ns >= int(self.cfg.rotate_seconds * 1e9)
         )
-
-    def tick(self, now_ns):
-        """Time passes (capture time offline, wall clock live): close the file when it is due."""
-        if self.due(now_ns):
-            self.rotate()
 
     def close(self):
         self.rotate()

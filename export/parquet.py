@@ -3,8 +3,8 @@
 A file is written as NAME.parquet.part and renamed to NAME.parquet only once complete, so readers
 never see a half-written file. NAME = <prefix><UTC start YYYYmmdd.HHMMSS.ffffff>.w<worker>, the
 start being the capture time of the file's first record. Rotation: after rotate_records records,
-and rotate_seconds after the file's start (checked against the time given to tick(), so a quiet
-file is still closed on time).
+and rotate_seconds after the file's start (the pipeline asks due() with capture time offline; live, the
+supervisor rotates on the wall clock, so a quiet file is still closed on time).
 """
 
 import os
