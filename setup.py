@@ -1,4 +1,5 @@
-"""Build the optional DPDK extension (probe.sources._dpdk) when libdpdk is found with pkg-config.
+frame fast path), always, and the optional DPDK extension
+(probe.sources._dpdk) when libdpdk is found with pkg-config.
 
 Everything else about the package is in pyproject.toml. Without libdpdk (Debian: apt-get install
 libdpdk-dev pkg-config) the package installs and works as before; `dnsprobe capture --dpdk` then says
@@ -35,4 +36,15 @@ def dpdk_extensions():
     ]
 
 
-setup(ext_modules=dpdk_extensions())
+def core_extensions():
+    """Built everywhere; optional=True so that a machine without a compiler still installs (the package then
+    uses its slower pure-Python paths and says so; the tests fail, so CI cannot miss it)."""
+    return [
+        Extension("probe._columns", ["probe/_columns.c"], extra_compile_args=["-O2"], optional=True),
+        Extension(
+            "probe.sources._pcaprecords", ["probe/sources/_pcaprecords.c"], extra_compile_args=["-O2"], optional=True
+        ),
+    ]
+
+
+setup(ext_modules=core_extensions() + dpdk_extensions())

@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from export import FileExporter, check_output_dir, file_stamp  # noqa: F401 (the CLI imports them from here)
-from probe.records import SCHEMA
+from probe.records import SCHEMA, UNIQUE_VALUED
 
 
 def _first_time_ns(table):
@@ -89,6 +89,7 @@ class ParquetExporter(FileExporter):
                 SCHEMA,
                 compression=self.compression,
                 compression_level=self.cfg.compression_level,
+                use_dictionary=[name for name in SCHEMA.names if name not in UNIQUE_VALUED],
             )
         except OSError as exc:
             raise self._output_error(exc) from None

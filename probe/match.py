@@ -11,8 +11,6 @@ connection with the same ID add their ANCOUNT and lengths, until a message whose
 (or an error RCODE) closes it, as DNS Probe does.
 """
 
-from collections import deque
-
 from probe.decode.fields import FLAG_QR, M
 
 QTYPE_IXFR = 251
@@ -62,22 +60,26 @@ class TransactionTable:
 
     add() takes a list of message tuples in capture order and returns the transactions completed
     by them, as (query, response, response_messages) triples, in completion order.
+
+    `pending` maps a key to its query tuple, or to a list of them when several queries with the same
+    key are outstanding (retries that reuse the ID and port). The dict's insertion order is the age
+    order that expiry walks from the front, so a matched query costs nothing more once it is removed:
+    no separate age queue to pop and look up again (that lookup cost a cache miss per query).
     """
 
     def __init__(self, match_cfg, stats):
         self.timeout_ns = int(match_cfg.query_timeout * 1e9)
         self.max_pending = match_cfg.max_pending
         self.stats = stats
-        self.pending = {}  # key -> list of query tuples (usually one)
-        self.order = deque()  # (ts, key, query) in arrival order, for expiry
+        self.pending = {}  # key -> query tuple, or list of query tuples (oldest first); oldest key first
         self.transfers = {}  # key -> _Transfer
         self.now_ns = 0
 
     def add(self, msgs):
         out = []
         pending = self.pending
-        order = self.order
         stats = self.stats
+        timeout = self.timeout_ns
         matched = response_only = dup = 0
         for m in msgs:
             flags = m[_FLAGS]
@@ -87,14 +89,21 @@ class TransactionTable:
                 continue
             if flags & FLAG_QR:
                 key = (m[_PROTO], m[_DST], m[_DPORT], m[_SRC], m[_SPORT], m[_ID])
-                queries = pending.get(key)
-                if queries is not None:
+                waiting = pending.get(key)
+                if waiting is not None:
                     # Queries older than the timeout (capture time) no longer match, even when their
                     # expiry has not run yet (it runs once per batch); _expire exports them below.
-                    q = _take(queries, m, m[_TS] - self.timeout_ns)
-                    if q is not None:
-                        if not queries:
+                    min_ts = m[_TS] - timeout
+                    if type(waiting) is list:
+                        q = _take(waiting, m, min_ts)
+                        if q is not None and not waiting:
                             del pending[key]
+                    elif _answers(waiting, m, min_ts):
+                        q = waiting
+                        del pending[key]
+                    else:
+                        q = None
+                    if q is not None:
                         if q[_QTYPE] == QTYPE_AXFR or q[_QTYPE] == QTYPE_IXFR:
                             if not _closes_transfer(m):
                                 self.transfers[key] = _Transfer(q, m)
@@ -116,13 +125,15 @@ class TransactionTable:
                 out.append((None, m, 1))
             else:
                 key = (m[_PROTO], m[_SRC], m[_SPORT], m[_DST], m[_DPORT], m[_ID])
-                queries = pending.get(key)
-                if queries is None:
-                    pending[key] = [m]
+                waiting = pending.get(key)
+                if waiting is None:
+                    pending[key] = m
                 else:
                     dup += 1
-                    queries.append(m)
-                order.append((m[_TS], key, m))
+                    if type(waiting) is list:
+                        waiting.append(m)
+                    else:
+                        pending[key] = [waiting, m]
         if msgs:
             last = msgs[-1][_TS]
             if last > self.now_ns:
@@ -134,26 +145,34 @@ class TransactionTable:
         return out
 
     def _expire(self, out):
+        """Export queries older than the timeout (and the oldest beyond max_pending) as query-only."""
         cutoff = self.now_ns - self.timeout_ns
-        order = self.order
         pending = self.pending
-        query_only = 0
-        while order and (order[0][0] < cutoff or len(order) > self.max_pending):
-            ts, key, q = order.popleft()
-            queries = pending.get(key)
-            if queries is None:
-                continue
-            for i, x in enumerate(queries):
-                if x is q:
-                    del queries[i]
-                    if not queries:
-                        del pending[key]
-                    query_only += 1
-                    out.append((q, None, 1))
-                    if ts >= cutoff:
-                        self.stats.match_evicted += 1
-                    break
+        excess = len(pending) - self.max_pending
+        due = []
+        for key, waiting in pending.items():
+            first = waiting[0] if type(waiting) is list else waiting
+            if first[_TS] >= cutoff and excess <= 0:
+                break
+            due.append(key)
+            excess -= 1
+        query_only = evicted = 0
+        for key in due:
+            waiting = pending.pop(key)
+            if type(waiting) is not list:
+                waiting = [waiting]
+            elif waiting[-1][_TS] >= cutoff and len(pending) < self.max_pending:
+                # Retries still within the timeout stay pending, now at the young end.
+                keep = [q for q in waiting if q[_TS] >= cutoff]
+                waiting = [q for q in waiting if q[_TS] < cutoff]
+                pending[key] = keep if len(keep) > 1 else keep[0]
+            for q in waiting:
+                query_only += 1
+                out.append((q, None, 1))
+                if q[_TS] >= cutoff:
+                    evicted += 1
         self.stats.query_only += query_only
+        self.stats.match_evicted += evicted
         if self.transfers:
             for key in [k for k, x in self.transfers.items() if x.last_ts < cutoff]:
                 self.stats.matched += 1
@@ -166,45 +185,37 @@ class TransactionTable:
             self.stats.matched += 1
             out.append(xfr.merged())
         self.transfers.clear()
-        query_only = 0
-        for _, _, q in self.order:
-            queries = self.pending.get(_key_of_query(q))
-            if queries and any(x is q for x in queries):
-                query_only += 1
-                out.append((q, None, 1))
+        queries = []
+        for waiting in self.pending.values():
+            if type(waiting) is list:
+                queries += waiting
+            else:
+                queries.append(waiting)
+        if any(type(w) is list for w in self.pending.values()):
+            queries.sort(key=lambda q: q[_TS])  # retries moved to the young end go back in capture order
+        out += [(q, None, 1) for q in queries]
         self.pending.clear()
-        self.order.clear()
-        self.stats.query_only += query_only
+        self.stats.query_only += len(queries)
         return out
 
 
-def _key_of_query(q):
-    return (q[_PROTO], q[_SRC], q[_SPORT], q[_DST], q[_DPORT], q[_ID])
+def _answers(q, response, min_ts):
+    """The pending query q (with the response's key) is the one `response` answers."""
+    rname = response[_QNAME]
+    if rname is None:  # response without a question: the query with this ID
+        return q[_TS] >= min_ts
+    qname = q[_QNAME]
+    return (
+        q[_QTYPE] == response[_QTYPE]
+        and qname is not None
+        and (qname == rname or qname.lower() == rname.lower())
+        and q[_TS] >= min_ts
+    )
 
 
 def _take(queries, response, min_ts):
-    """Remove and return the pending query (captured at min_ts or later) whose question matches."""
-    rname = response[_QNAME]
-    if rname is None:  # response without a question: oldest query with this ID
-        for i, q in enumerate(queries):
-            if q[_TS] >= min_ts:
-                return queries.pop(i)
-        return None
-    rtype = response[_QTYPE]
-    if len(queries) == 1:  # the usual case: compare exactly first, case-fold only when that fails
-        q = queries[0]
-        qname = q[_QNAME]
-        if (
-            q[_QTYPE] == rtype
-            and qname is not None
-            and (qname == rname or qname.lower() == rname.lower())
-            and q[_TS] >= min_ts
-        ):
-            return queries.pop()
-        return None
-    rname = rname.lower()
+    """Remove and return the oldest pending query (captured at min_ts or later) that `response` answers."""
     for i, q in enumerate(queries):
-        qname = q[_QNAME]
-        if q[_QTYPE] == rtype and qname is not None and qname.lower() == rname and q[_TS] >= min_ts:
+        if _answers(q, response, min_ts):
             return queries.pop(i)
     return None

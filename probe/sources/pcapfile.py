@@ -121,45 +121,75 @@ def read_capture(path, batch_size=4096, on_progress=None):
         raw.close()
 
 
+_MAX_CAPLEN = 0x40000  # larger captured lengths mean a corrupt record (libpcap's maximum snaplen is 256 KiB)
+
+
+def split_records(buf, pos, big_endian, ts_mult, limit, ts_list, wl_list, data_list):
+    """Append up to `limit` records lying entirely in buf[pos:] to the lists; return (position after
+    them, status): 0 stopped (limit reached or the next record is incomplete), 1 the record header at
+    the position announces an impossible captured length. The reference for the C version in
+    probe.sources._pcaprecords, which the reader uses when it was built."""
+    unpack = _REC_BE if big_endian else _REC_LE
+    end = len(buf)
+    if not 0 <= pos <= end:
+        raise ValueError("position outside the buffer")
+    done = 0
+    while done < limit and pos + 16 <= end:
+        sec, frac, caplen, wirelen = unpack(buf, pos)
+        if caplen > _MAX_CAPLEN or caplen > wirelen + _MAX_CAPLEN:
+            return pos, 1
+        stop = pos + 16 + caplen
+        if stop > end:
+            break
+        ts_list.append(sec * 1_000_000_000 + frac * ts_mult)
+        wl_list.append(wirelen)
+        data_list.append(buf[pos + 16 : stop])
+        pos = stop
+        done += 1
+    return pos, 0
+
+
+_REC_LE = struct.Struct("<IIII").unpack_from
+_REC_BE = struct.Struct(">IIII").unpack_from
+try:
+    from probe.sources._pcaprecords import split as _split
+except ImportError:  # not built (no compiler): the Python loop, slower; probe.columns logs the missing build
+    _split = split_records
+
+
 def _read_pcap(r, endian, ts_mult, batch_size):
     if not r.fill(24):
         raise CaptureFileError(r.path, "truncated pcap file header")
     _, _, _, _, _, snaplen, linktype = struct.unpack_from(endian + "IHHiIII", r.buf, 0)
     linktype &= 0x0FFFFFFF  # upper bits carry FCS information in newer files
     r.pos = 24
-    rec = struct.Struct(endian + "IIII")
-    unpack = rec.unpack_from
+    big = endian == ">"
+    unpack = _REC_BE if big else _REC_LE
     batch = FrameBatch(linktype)
-    ts_list, wl_list, data_list = batch.ts_ns, batch.wirelen, batch.data
     while True:
         if not r.fill(16):
             if len(r.buf) - r.pos:
                 raise CaptureFileError(r.path, f"truncated record header at byte {r.offset()}")
             break
         buf = r.buf
-        pos = r.pos
-        end = len(buf)
-        # Inner loop over records fully present in the buffer: no per-record read() calls.
-        while pos + 16 <= end:
-            sec, frac, caplen, wirelen = unpack(buf, pos)
-            if caplen > 0x40000 or caplen > wirelen + 0x40000:
-                raise CaptureFileError(
-                    r.path, f"corrupt record at byte {r.consumed + pos}: captured length {caplen}"
-                )
-            stop = pos + 16 + caplen
-            if stop > end:
+        # Records fully present in the buffer are split in one call: no per-record read() calls.
+        while True:
+            data_list = batch.data
+            r.pos, status = _split(
+                buf, r.pos, big, ts_mult, batch_size - len(data_list), batch.ts_ns, batch.wirelen, data_list
+            )
+            if status:
+                caplen = unpack(buf, r.pos)[2]
+                if data_list:
+                    yield batch
+                raise CaptureFileError(r.path, f"corrupt record at byte {r.offset()}: captured length {caplen}")
+            if len(data_list) < batch_size:
                 break
-            ts_list.append(sec * 1_000_000_000 + frac * ts_mult)
-            wl_list.append(wirelen)
-            data_list.append(buf[pos + 16 : stop])
-            pos = stop
-            if len(data_list) >= batch_size:
-                yield batch
-                batch = FrameBatch(linktype)
-                ts_list, wl_list, data_list = batch.ts_ns, batch.wirelen, batch.data
-        r.pos = pos
-        if pos + 16 <= end:
-            caplen = unpack(buf, pos)[2]
+            yield batch
+            batch = FrameBatch(linktype)
+        data_list = batch.data
+        if r.pos + 16 <= len(buf):
+            caplen = unpack(buf, r.pos)[2]
             if not r.fill(16 + caplen):
                 if data_list:
                     yield batch

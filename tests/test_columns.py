@@ -1,0 +1,129 @@
+"""The C column extractor (probe._columns) against its pure-Python reference (probe.columns.extract_python).
+
+The record builder reads every column of every Parquet file through `extract`, so the two must give
+equal Arrow arrays on real transactions (all captures the project has) and on the edge cases below.
+"""
+
+import socket
+
+import pyarrow as pa
+import pytest
+from conftest import COMPACTOR_DATA, DNSPROBE_DATA, ROOT
+
+from probe import columns
+from probe.config import load_config
+from probe.decode.packets import PacketDecoder
+from probe.match import TransactionTable
+from probe.privacy import IpFilter
+from probe.records import _CLIENT, _CLIENT_RAW, _FIELDS
+from probe.sources.pcapfile import read_capture
+from probe.stats import Stats
+
+CAPTURES = sorted(DNSPROBE_DATA.glob("*.pcap")) + [
+    COMPACTOR_DATA / "knot-live.raw.pcap.xz",
+    COMPACTOR_DATA / "gold.pcap.xz",
+    ROOT / "samples" / "sample-mix.pcap.xz",
+]
+SPECS = list(_FIELDS.values()) + list(_CLIENT.values()) + list(_CLIENT_RAW.values())
+
+
+def transactions(path):
+    cfg = load_config()
+    stats = Stats()
+    decoder = PacketDecoder(cfg.decode, cfg.decode.dns_ports, stats, IpFilter(cfg.filter))
+    table = TransactionTable(cfg.match, stats)
+    txs = []
+    for batch in read_capture(path, 4096):
+        txs += table.add(decoder.decode(batch, str(path)))
+    decoder.flush()
+    return txs + table.flush()
+
+
+def test_extension_is_built():
+    """A build without the extension still works (slower, with a warning); CI must not ship one."""
+    assert columns.BACKEND == "c", "probe._columns was not built: check the compiler and Python headers"
+
+
+@pytest.mark.parametrize("path", CAPTURES, ids=lambda p: p.name)
+def test_c_equals_python_on_real_transactions(path):
+    txs = transactions(path)
+    assert len(txs) > 50
+    fast = columns.extract(txs, SPECS)
+    slow = columns.extract_python(txs, SPECS)
+    for (spec_path, kind), a, b in zip(SPECS, fast, slow):
+        a.validate(full=True)
+        assert a.type == b.type and a.equals(b), f"column {spec_path} ({kind}) differs"
+    # Non-trivial data: both sides, nulls and EDNS values occur.
+    by_name = dict(zip(_FIELDS, fast))
+    assert by_name["q_ts"].null_count < len(txs) and by_name["r_ts"].null_count < len(txs)
+
+
+ADDRESSES = [
+    "0.0.0.0", "255.255.255.255", "192.0.2.1", "::", "::1", "::ffff:192.0.2.1", "2001:db8::",
+    "2001:db8:0:0:1:0:0:1", "fe80::1:2:3:4", "1:2:3:4:5:6:7:8", "2001:0:0:1::1", "::192.0.2.1",
+]
+
+
+def test_addresses_format_as_inet_ntop():
+    packed = [socket.inet_pton(socket.AF_INET6 if ":" in a else socket.AF_INET, a) for a in ADDRESSES]
+    rows = [(p,) for p in packed] + [(None,)]
+    got = columns.extract(rows, [((0,), "a")])[0].to_pylist()
+    want = [socket.inet_ntop(socket.AF_INET6 if len(p) == 16 else socket.AF_INET, p) for p in packed]
+    assert got == want + [None]
+
+
+def test_nulls_nested_paths_and_every_kind():
+    rows = [
+        (1, (2, "x", b"\x00\xff", (7, 8)), True, 1.5, 2**40),
+        (None, None, False, None, -(2**40)),
+        (3, (None, "", b"", ()), None, 0.0, None),
+        (4, (5, "é\\xff", b"ab", None), True, -2.25, 0),
+    ]
+    specs = [
+        ((0,), "i"), ((1, 0), "i"), ((1, 1), "s"), ((1, 2), "y"), ((1, 3), "L"),
+        ((2,), "b"), ((3,), "d"), ((4,), "q"),
+    ]
+    fast = columns.extract(rows, specs)
+    slow = columns.extract_python(rows, specs)
+    for a, b in zip(fast, slow):
+        a.validate(full=True)
+        assert a.equals(b), (a, b)
+    assert fast[1].to_pylist() == [2, None, None, 5]
+    assert fast[4].to_pylist() == [[7, 8], None, [], None]
+    assert fast[5].to_pylist() == [True, False, None, True]
+    empty = columns.extract([], specs)
+    assert [len(a) for a in empty] == [0] * len(specs)
+    assert all(a.type == columns.KIND_TYPES[k] for a, (_, k) in zip(empty, specs))
+
+
+@pytest.mark.parametrize(
+    "rows, spec, error",
+    [
+        ([(2**31,)], ((0,), "i"), OverflowError),
+        ([((1,),)], ((0, 3), "i"), IndexError),
+        ([(5,)], ((0, 0), "i"), TypeError),
+        ([(b"\x01\x02\x03",)], ((0,), "a"), ValueError),
+        ([("text",)], ((0,), "y"), TypeError),
+        ([("1",)], ((0,), "i"), TypeError),
+        ([(1,)], ((0,), "b"), TypeError),
+        ([(1,)], ((0,), "?"), ValueError),
+    ],
+)
+def test_bad_rows_raise(rows, spec, error):
+    """A bug upstream (a value of the wrong type) is an exception, never a wrong or corrupt column."""
+    with pytest.raises(error):
+        columns.extract(rows, [spec])
+
+
+def test_large_batch_is_exact():
+    """More rows than the prefetch distances and several buffer growths: values land in their own rows."""
+    n = 100_003
+    rows = [(i, None if i % 7 == 0 else f"name{i}", (i % 3 == 0, (i, i + 1))) for i in range(n)]
+    specs = [((0,), "q"), ((1,), "s"), ((2, 0), "b"), ((2, 1), "L")]
+    fast = columns.extract(rows, specs)
+    assert fast[0].to_pylist() == list(range(n))
+    assert fast[1].null_count == len(range(0, n, 7))
+    assert fast[1][n - 2].as_py() == f"name{n - 2}" and fast[1][n - 1].as_py() is None  # (n - 1) % 7 == 0
+    assert fast[3].flatten().to_pylist()[-2:] == [n - 1, n]
+    assert all(a.equals(b) for a, b in zip(fast, columns.extract_python(rows, specs)))
+    assert pa.chunked_array(fast[1:2]).null_count == fast[1].null_count
