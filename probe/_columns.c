@@ -8,8 +8,10 @@
  *
  * extract(rows, specs) -> list of results, one per spec.
  *   rows:  a list of tuples.
- *   specs: a sequence of (path, kind). path is a tuple of indexes followed from the row through nested
- *          tuples; a None anywhere on the path (or the value itself) is a null.
+ *   specs: a sequence of (path, kind) or (path, kind, fill). path is a tuple of indexes followed from
+ *          the row through nested tuples; a None anywhere on the path (or the value itself) is a null,
+ *          except that with a fill value, a None met after the first tuple on the path (row[path[0]])
+ *          gives `fill` (a transaction's query present, but without an OPT record: DNS Probe's zeros).
  *   kind:  'q' int64, 'i' int32, 'd' float64, 'b' bool, 's' str as UTF-8, 'y' bytes,
  *          'a' packed IPv4/IPv6 address bytes as text (inet_ntop, as socket.inet_ntop), 'L' a tuple or
  *          list of ints as list<int32>.
@@ -52,6 +54,7 @@ typedef struct {
     Py_ssize_t path[MAX_PATH];
     int depth;
     char kind;
+    PyObject *fill;     /* value for a None met after the first tuple on the path, or NULL (then null) */
     PyObject *validity; /* bytearray-like: a bytes object written in place */
     PyObject *data;     /* fixed width / bool: bytes of the final size; var width: offsets */
     Buf var;            /* var width data, 'L' values */
@@ -244,6 +247,7 @@ static int put_value(Column *c, Py_ssize_t i, PyObject *v, int32_t *offsets)
 static void free_columns(Column *cols, Py_ssize_t n)
 {
     for (Py_ssize_t k = 0; k < n; k++) {
+        Py_XDECREF(cols[k].fill);
         Py_XDECREF(cols[k].validity);
         Py_XDECREF(cols[k].data);
         PyMem_Free(cols[k].var.p);
@@ -254,12 +258,16 @@ static void free_columns(Column *cols, Py_ssize_t n)
 static int parse_spec(PyObject *spec, Column *c)
 {
     PyObject *path, *kind;
-    if (!PyTuple_Check(spec) || PyTuple_GET_SIZE(spec) != 2) {
-        PyErr_SetString(PyExc_TypeError, "a spec is a (path, kind) tuple");
+    if (!PyTuple_Check(spec) || PyTuple_GET_SIZE(spec) < 2 || PyTuple_GET_SIZE(spec) > 3) {
+        PyErr_SetString(PyExc_TypeError, "a spec is a (path, kind) or (path, kind, fill) tuple");
         return -1;
     }
     path = PyTuple_GET_ITEM(spec, 0);
     kind = PyTuple_GET_ITEM(spec, 1);
+    if (PyTuple_GET_SIZE(spec) == 3 && PyTuple_GET_ITEM(spec, 2) != Py_None) {
+        c->fill = PyTuple_GET_ITEM(spec, 2);
+        Py_INCREF(c->fill);
+    }
     if (!PyTuple_Check(path) || PyTuple_GET_SIZE(path) < 1 || PyTuple_GET_SIZE(path) > MAX_PATH) {
         PyErr_SetString(PyExc_TypeError, "a path is a tuple of 1 to 4 indexes");
         return -1;
@@ -337,6 +345,9 @@ static PyObject *extract(PyObject *self, PyObject *args)
             PyObject *v = follow(row, c);
             if (v == NULL)
                 goto done;
+            if (v == Py_None && c->fill != NULL && c->depth > 1 && PyTuple_Check(row) &&
+                PyTuple_GET_SIZE(row) > c->path[0] && PyTuple_GET_ITEM(row, c->path[0]) != Py_None)
+                v = c->fill;
             if (v == Py_None) {
                 c->nulls++;
                 PyBytes_AS_STRING(c->validity)[i >> 3] &= (char)~(1 << (i & 7));

@@ -6,8 +6,10 @@ copy). `extract_python` is the reference implementation (pa.array over Python li
 that both give equal arrays, and it is used when the extension was not built (see `BACKEND`).
 
 A path is a tuple of indexes followed from the row through nested tuples; a None anywhere on it is a
-null. Kinds: 'q' int64, 'i' int32, 'd' float64, 'b' bool, 's' string, 'y' binary, 'a' packed address
-bytes → text, 'L' tuple of ints → list<int32>.
+null, except that a spec (path, kind, fill) gives `fill` for a None met after the first tuple on the path
+(row[path[0]] present: e.g. a query without an OPT record gets DNS Probe's 0/"" EDNS values).
+Kinds: 'q' int64, 'i' int32, 'd' float64, 'b' bool, 's' string, 'y' binary, 'a' packed address bytes
+→ text, 'L' tuple of ints → list<int32>.
 """
 
 import logging
@@ -49,8 +51,12 @@ def _address(packed):
 def extract_python(rows, specs):
     """Reference implementation: the same arrays as `extract`, built with pa.array."""
     out = []
-    for path, kind in specs:
+    for path, kind, *fill in specs:
         values = [_follow(row, path) for row in rows]
+        if fill and fill[0] is not None and len(path) > 1:
+            values = [
+                fill[0] if v is None and row[path[0]] is not None else v for v, row in zip(values, rows)
+            ]
         if kind == "a":
             values = [None if v is None else _address(v) for v in values]
         out.append(pa.array(values, KIND_TYPES[kind]))
@@ -77,4 +83,4 @@ def extract(rows, specs):
             )
         return extract_python(rows, specs)
     n = len(rows)
-    return [_wrap(kind, n, res) for (_, kind), res in zip(specs, _columns.extract(rows, specs))]
+    return [_wrap(spec[1], n, res) for spec, res in zip(specs, _columns.extract(rows, specs))]

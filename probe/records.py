@@ -119,7 +119,8 @@ _DOMAIN_RE = r"^.*\.([^.]*\.[^.]*)$"
 Q, R = 0, 1  # a transaction is (query tuple or None, response tuple or None, response message count)
 
 # Every value the columns are made of, read from the transactions in one pass (probe.columns): name ->
-# (path into the transaction, kind). A None on the path is a null: a missing side, or no OPT record.
+# (path into the transaction, kind[, fill]). A None on the path is a null (the side is missing), except
+# that for the OPT record's fields a present side without OPT gets `fill`, the value DNS Probe writes.
 _FIELDS = {
     "q_ts": ((Q, M.TS_NS), "q"),
     "r_ts": ((R, M.TS_NS), "q"),
@@ -162,18 +163,18 @@ _FIELDS = {
     "q_malformed": ((Q, M.MALFORMED), "b"),
     "r_malformed": ((R, M.MALFORMED), "b"),
     "messages": ((2,), "i"),
-    "q_edns_udp": ((Q, M.EDNS, E.UDP_SIZE), "i"),
-    "q_edns_version": ((Q, M.EDNS, E.VERSION), "i"),
-    "q_edns_do": ((Q, M.EDNS, E.DO), "b"),
-    "q_dau": ((Q, M.EDNS, E.DAU), "s"),
-    "q_dhu": ((Q, M.EDNS, E.DHU), "s"),
-    "q_n3u": ((Q, M.EDNS, E.N3U), "s"),
-    "q_ecs": ((Q, M.EDNS, E.CLIENT_SUBNET), "s"),
-    "q_other": ((Q, M.EDNS, E.OTHER), "s"),
-    "r_nsid": ((R, M.EDNS, E.NSID), "s"),
-    "r_ext_rcode": ((R, M.EDNS, E.EXT_RCODE), "i"),
-    "r_ede": ((R, M.EDNS, E.EDE), "L"),
-    "r_edns_udp": ((R, M.EDNS, E.UDP_SIZE), "i"),
+    "q_edns_udp": ((Q, M.EDNS, E.UDP_SIZE), "i", 0),
+    "q_edns_version": ((Q, M.EDNS, E.VERSION), "i", 0),
+    "q_edns_do": ((Q, M.EDNS, E.DO), "b", False),
+    "q_dau": ((Q, M.EDNS, E.DAU), "s", ""),
+    "q_dhu": ((Q, M.EDNS, E.DHU), "s", ""),
+    "q_n3u": ((Q, M.EDNS, E.N3U), "s", ""),
+    "q_ecs": ((Q, M.EDNS, E.CLIENT_SUBNET), "s", ""),
+    "q_other": ((Q, M.EDNS, E.OTHER), "s", ""),
+    "r_nsid": ((R, M.EDNS, E.NSID), "s", ""),
+    "r_ext_rcode": ((R, M.EDNS, E.EXT_RCODE), "i", 0),
+    "r_ede": ((R, M.EDNS, E.EDE), "L", ()),
+    "r_edns_udp": ((R, M.EDNS, E.UDP_SIZE), "i", 0),
 }
 _CLIENT = {"q_src": ((Q, M.SRC), "a"), "r_dst": ((R, M.DST), "a")}
 _CLIENT_RAW = {"q_src": ((Q, M.SRC), "y"), "r_dst": ((R, M.DST), "y")}
@@ -181,12 +182,6 @@ _CLIENT_RAW = {"q_src": ((Q, M.SRC), "y"), "r_dst": ((R, M.DST), "y")}
 
 def _bit(flags, mask):
     return pc.not_equal(pc.bit_wise_and(flags, pa.scalar(mask, I32)), pa.scalar(0, I32))
-
-
-def _when(present, value, default):
-    """A column of the OPT record of one side: its value, `default` when that side has no OPT record,
-    null when the side is missing (the values DNS Probe writes for a message without EDNS)."""
-    return pc.if_else(present, pc.fill_null(value, pa.scalar(default, value.type)), pa.scalar(None, value.type))
 
 
 class RecordBuilder:
@@ -245,15 +240,15 @@ class RecordBuilder:
         qname = pc.coalesce(f["q_qname"], f["r_qname"])
         rcode = pc.bit_wise_or(
             pc.bit_wise_and(rflags, pa.scalar(0x0F, I32)),
-            pc.shift_left(pc.fill_null(f["r_ext_rcode"], pa.scalar(0, I32)), pa.scalar(4, I32)),
+            pc.shift_left(f["r_ext_rcode"], pa.scalar(4, I32)),
         )
         opcode = pc.bit_wise_and(pc.shift_right(pc.coalesce(qflags, rflags), pa.scalar(11, I32)), pa.scalar(0x0F, I32))
         if self._client:
             client = self._private_clients(f["q_src"], f["r_dst"])
-            ecs = self._private_subnets(_when(q_present, f["q_ecs"], ""))
+            ecs = self._private_subnets(f["q_ecs"])
         else:
             client = pc.coalesce(f["q_src"], f["r_dst"])
-            ecs = _when(q_present, f["q_ecs"], "")
+            ecs = f["q_ecs"]
         zero_i32 = pa.nulls(n, I32).fill_null(0)
         empty = pa.nulls(n, STR).fill_null("")
         false = pa.nulls(n, BOOL).fill_null(False)
@@ -292,16 +287,16 @@ class RecordBuilder:
             pc.coalesce(f["q_qclass"], f["r_qclass"]),
             empty,
             empty,
-            _when(q_present, f["q_edns_udp"], 0),
-            _when(q_present, f["q_edns_version"], 0),
-            _when(q_present, f["q_edns_do"], False),
+            f["q_edns_udp"],
+            f["q_edns_version"],
+            f["q_edns_do"],
             false,
-            _when(r_present, f["r_nsid"], ""),
-            _when(q_present, f["q_dau"], ""),
-            _when(q_present, f["q_dhu"], ""),
-            _when(q_present, f["q_n3u"], ""),
+            f["r_nsid"],
+            f["q_dau"],
+            f["q_dhu"],
+            f["q_n3u"],
             ecs,
-            _when(q_present, f["q_other"], ""),
+            f["q_other"],
             empty,
             empty,
             pc.coalesce(f["q_labels"], f["r_labels"]),
@@ -321,9 +316,9 @@ class RecordBuilder:
             qts.cast(TS_NS),
             rts.cast(TS_NS),
             pc.coalesce(f["q_vlan"], f["r_vlan"]),
-            _when(r_present, f["r_ede"], []),
+            f["r_ede"],
             pc.coalesce(f["q_malformed"], f["r_malformed"]),
             pc.if_else(r_present, f["messages"], pa.scalar(None, I32)),
-            _when(r_present, f["r_edns_udp"], 0),
+            f["r_edns_udp"],
         ]
         return pa.Table.from_arrays(columns, schema=SCHEMA)
