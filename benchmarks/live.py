@@ -182,9 +182,10 @@ def parse_tcpreplay(text):
 
 
 def tcpreplay_command(bed, pcap, rate):
-    """The generator: tcpreplay inside the namespace, pinned to GENERATOR_CORE, at `rate` pkts/s."""
+    """The generator: tcpreplay inside the namespace, pinned to GENERATOR_CORE, at `rate` pkts/s (None: --topspeed)."""
+    pace = [f"--timer={OPTIONS['timer']}", f"--pps={rate}"] if rate else ["--topspeed"]
     return ["ip", "netns", "exec", bed.ns, "taskset", "-c", str(GENERATOR_CORE), "tcpreplay", "-K",
-            "--no-flow-stats", f"--timer={OPTIONS['timer']}", f"--pps={rate}", f"--intf1={bed.peer}", str(pcap)]
+            "--no-flow-stats", *pace, f"--intf1={bed.peer}", str(pcap)]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -545,7 +546,8 @@ def search(trial, ladder, resolution, max_rate):
         t = run(rate)
         if t["passed"]:
             best = rate
-            if t["generator_limited"]:
+            if t["generator_limited"]:  # what was reached, not what was asked for
+                best = min(rate, t["actual_pps"])
                 note = f"the generator reached only {t['actual_pps']:,} of {rate:,} pkts/s offered; search stopped"
                 break
         else:
@@ -767,9 +769,10 @@ def print_table(res):
 
 
 def parse_rate(text):
+    """'50000', '50k', '1.5M' -> pkts/s."""
     text = text.strip().lower().replace("_", "").replace(",", "")
-    mult = 1000 if text.endswith("k") else 1
-    return int(float(text.rstrip("k")) * mult)
+    mult = {"k": 1000, "m": 1_000_000}.get(text[-1:], 1)
+    return int(float(text.rstrip("km")) * mult)
 
 
 def main(argv=None):

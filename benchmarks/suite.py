@@ -3,12 +3,24 @@
     dnsprobe bench                          # (or make bench) every tool, workers 1..cores-1, rate search
     dnsprobe bench --smoke                  # seconds: 2,000 packets at 2k pkts/s, no search (the test's run)
     dnsprobe bench --workers 1,2,4 --max-rate 1M --packets 2000000 --tools dnsprobe,netsniff-ng
+    dnsprobe bench --generator trafgen --tools tcpdump --rates 50k,100k      # trafgen for every trial
+    dnsprobe bench --generators-only --packets 50000 --rates 50k,100k,200k   # what each generator reaches here
     dnsprobe bench --interface eth1 --generator-cmd 'ssh gen trafgen ... --rate {rate}pps'   # real NIC
 
-Must run as root. The testbed is live.py's: a network namespace with one end of a veth pair, tcpreplay pinned
-to the generator core (--generator-core, 0) sending from inside it, the capturer(s) pinned to the worker cores
-(--cores, default every other core) on the host end. Everything is removed at the end, also on Ctrl-C, SIGTERM
-or a failure; every process started is stopped.
+Must run as root. The testbed is live.py's: a network namespace with one end of a veth pair, the generator
+pinned to the generator core (--generator-core, 0) sending from inside it, the capturer(s) pinned to the worker
+cores (--cores, default every other core) on the host end. Everything is removed at the end, also on Ctrl-C,
+SIGTERM or a failure; every process started is stopped.
+
+Generators (--generator): tcpreplay (`--pps=R --timer=nano`: evenly spaced) or trafgen (netsniff-ng's; the
+pcap converted to a trafgen configuration by traffic.py, cached next to it; `--cpus 1 --num <packets>`, moved
+onto the generator core; `--rate Rpps`: each second's R packets back to back, then a pause; without --rate its
+TX_RING path, as fast as it goes). auto (default): tcpreplay --topspeed is measured on the testbed first;
+rates up to 90 % of it (--tcpreplay-max) go to tcpreplay, higher ones to trafgen as fast as it goes (the trial
+records the rate reached: when it is below the one asked for, the trial is generator-limited and the search
+stops there). Which generator sent a trial is in its `generator` entry, the fixed-rate table and the cells.
+--generators-only measures both on the testbed, nothing capturing. trafgen 0.6.8 loads its configuration in
+time quadratic in the number of packets (about 20 s for 100,000 here); CPU time counts from the first packet.
 
 Rows (tool x format) and what runs for N workers (cores = the first N worker cores):
   dnsprobe parquet / cdns   `dnsprobe capture -i VETH --coremask <N cores>`, AF_PACKET fanout, N workers
@@ -21,9 +33,10 @@ Rows (tool x format) and what runs for N workers (cores = the first N worker cor
                             core, `-C <group> -K hash -L defrag` when N > 1
   tcpdump pcap (baseline)   `tcpdump -i VETH -w FILE -B 32768 port 53`, one process, N = 1 only
 
-One trial (rate R, N workers): start the capturer(s) and wait until they listen; tcpreplay sends the cached
+One trial (rate R, N workers): start the capturer(s) and wait until they listen; the generator sends the cached
 mix at R pkts/s; wait until the capturers are idle; stop them (dnsprobe SIGTERM, the others SIGINT) and read
-- sent: tcpreplay's successful packets (with --interface: the NIC's rx_packets delta);
+- sent: tcpreplay's successful packets; with trafgen and with --interface, the growth of the capture interface's
+  rx_packets (trafgen's own count beside it, as `reported`);
 - received, kernel drops: the tool's own report (dnsprobe: kernel_received/kernel_drops, DPDK: dpdk_ipackets/
   dpdk_imissed; tcpdump: "received by filter"/"dropped by kernel"; dnscap -S: recv/drop; netsniff-ng: "packets
   incoming"/"failed filter (out of space)");
@@ -33,7 +46,7 @@ mix at R pkts/s; wait until the capturers are idle; stop them (dnsprobe SIGTERM,
   nombuf/errors in its name);
 - CPU s per worker (user + system, from the start of the replay to the tool's exit, incl. its final flush),
   CPU us/pkt = their sum / captured, peak RSS per worker.
-A trial passes when nothing was lost (tcpreplay sent everything, drops 0, captured = sent; for dnscap also
+A trial passes when nothing was lost (the generator sent everything, drops 0, captured = sent; for dnscap also
 written = what `dnscap -r` keeps of the same file) and the capturers kept up (idle within --catch-up-limit s
 of the end of the replay). Search: live.py's (a ladder up to the first failure, then bisection).
 
@@ -72,6 +85,8 @@ DEFAULT_PACKETS = 300_000
 FANOUT_GROUP = 0x4D53
 DNSCAP_OPTIONS = ("-m", "qun", "-e", "nytfsxir", "-s", "ir", "-T", "-f")
 DROP_WORDS = ("drop", "missed", "evict", "nombuf", "errors", "overflow")
+TRAFGEN_FRAMES = 50_000
+TCPREPLAY_REACH = 0.9  # auto: tcpreplay sends the rates up to this share of its --topspeed rate
 
 
 def pcap_frames(paths):
@@ -349,28 +364,152 @@ def wait_rusage(procs, timeout):
     return [out[p.pid] for p in procs]
 
 
-def run_generator(bed, pcap, rate, expected, opts):
-    """Send: tcpreplay in the testbed, or --generator-cmd against a real interface. Returns (sent, generator dict)."""
+# ----------------------------------------------------------------------------------------------
+# The generators
+
+
+def pick_generator(rate, opts):
+    """Which generator sends a trial at `rate`: --generator-cmd, else tcpreplay or trafgen (auto: trafgen as fast
+    as it goes when the rate is above what tcpreplay reaches, opts.tcpreplay_max)."""
     if opts.generator_cmd:
-        rx0 = bed.rx()["rx_packets"]
-        cmd = opts.generator_cmd.format(rate=rate, pcap=pcap, packets=expected)
+        return "external"
+    if opts.generator == "auto":
+        return "trafgen" if opts.tcpreplay_max and rate > opts.tcpreplay_max else "tcpreplay"
+    return opts.generator
+
+
+def run_generator(bed, pcap, rate, expected, opts, started=lambda: None):
+    """A trial's traffic: the generator pick_generator() names, at `rate` (auto's trafgen: as fast as it goes)."""
+    name = pick_generator(rate, opts)
+    pace = None if name == "trafgen" and opts.generator == "auto" else rate
+    return send(bed, name, pcap, pace, expected, opts.generator_cmd, started, opts.trafgen_frames)
+
+
+def send(bed, name, pcap, rate, packets, generator_cmd=None, started=lambda: None, trafgen_frames=None):
+    """Send `packets` packets of the pcap with generator `name` at `rate` pkts/s (None: as fast as it goes);
+    `started()` is called when sending begins (after trafgen has loaded its configuration). Returns (sent,
+    generator dict). sent: tcpreplay's successful packets; for trafgen and --generator-cmd, the growth of the
+    capture interface's rx_packets (trafgen's own count is `reported`). `veth_rx` is that growth for all."""
+    rx0 = bed.rx()["rx_packets"]
+    if name == "external":
+        cmd = generator_cmd.format(rate=rate, pcap=pcap, packets=packets)
+        started()
         t0 = time.monotonic()
         p = subprocess.run(cmd, shell=True, capture_output=True, text=True)
         secs = time.monotonic() - t0
-        time.sleep(0.5)
-        sent = bed.rx()["rx_packets"] - rx0
-        gen = {"command": cmd, "exit_status": p.returncode, "successful": sent, "failed": 0, "actual_seconds": secs,
-               "actual_pps": sent / secs if secs else 0}
         if p.returncode:
             raise RuntimeError(f"--generator-cmd exited {p.returncode}:\n{(p.stdout + p.stderr)[-2000:]}")
-        return sent, gen
-    cmd = live.tcpreplay_command(bed, pcap, rate)
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=expected / rate * 3 + 120)
-    if p.returncode:
-        raise RuntimeError(f"tcpreplay exited {p.returncode}:\n{p.stdout}{p.stderr}")
-    gen = live.parse_tcpreplay(p.stdout)
-    gen["command"] = " ".join(cmd)
+        time.sleep(0.5)
+        gen = {"command": cmd, "mode": f"{rate:,} pkts/s", "exit_status": p.returncode, "actual_seconds": secs}
+    elif name == "trafgen":
+        gen = run_trafgen(bed, pcap, rate, packets, started, trafgen_frames)
+    else:
+        cmd = live.tcpreplay_command(bed, pcap, rate)
+        started()
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=packets / (rate or 100_000) * 3 + 120)
+        if p.returncode:
+            raise RuntimeError(f"tcpreplay exited {p.returncode}:\n{p.stdout}{p.stderr}")
+        gen = live.parse_tcpreplay(p.stdout)
+        gen.update(command=" ".join(cmd), mode=f"{rate:,} pkts/s" if rate else "topspeed")
+    arrived = bed.rx()["rx_packets"] - rx0
+    gen.update(name=name, veth_rx=arrived)
+    if name != "tcpreplay":
+        gen["successful"] = arrived
+        gen["failed"] = max(0, gen.get("reported", arrived) - arrived)  # sent by trafgen, not delivered by the veth
+        secs = gen.get("actual_seconds")
+        gen["actual_pps"] = arrived / secs if secs else 0
     return gen["successful"] or 0, gen
+
+
+def trafgen_command(bed, cfg, rate, packets):
+    """trafgen inside the namespace: one process (--cpus 1) pinned to the generator core, `packets` frames of the
+    configuration in its order; --rate R pps (trafgen's shaper: R frames back to back, then a sleep to the end
+    of the second) or, rate None, as fast as it goes (its TX_RING path). --no-sock-mem and --notouch-irq: it
+    changes no system-wide socket buffer sizes or IRQ affinities."""
+    cmd = ["ip", "netns", "exec", bed.ns, "taskset", "-c", str(live.GENERATOR_CORE), "trafgen", "--in", str(cfg),
+           "--out", bed.peer, "--cpus", "1", "--num", str(packets), "--no-sock-mem", "--notouch-irq"]
+    return cmd + (["--rate", f"{rate}pps"] if rate else [])
+
+
+def descendants(pid):
+    out = []
+    try:
+        kids = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:
+        return out
+    for k in map(int, kids):
+        out += [k, *descendants(k)]
+    return out
+
+
+def run_trafgen(bed, pcap, rate, packets, started, frames=None):
+    """Send with trafgen (see trafgen_command); the configuration is traffic.py's, cached next to the pcap, of
+    its first `frames` frames when fewer than `packets` (repeated to make up `packets`). Returns the generator
+    dict: its report (`reported` frames, seconds on its CPU) and how long it took to load the configuration
+    (trafgen 0.6.8's parser takes time quadratic in the number of frames)."""
+    frames = frames if frames and frames < packets else None
+    cfg = traffic.trafgen_config(pcap, frames)
+    cmd = trafgen_command(bed, cfg, rate, packets)
+    t0 = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="dnsprobe-trafgen-") as cwd:  # it makes a temporary file in its cwd
+        p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=cwd,
+                             start_new_session=True)
+        try:
+            lines = []
+            for line in p.stdout:
+                lines.append(line)
+                if "Running!" in line:
+                    break
+            load_s = time.monotonic() - t0
+            # trafgen pins its sender i to CPU i whatever taskset said: move it to the generator core.
+            for pid in descendants(p.pid):
+                try:
+                    os.sched_setaffinity(pid, {live.GENERATOR_CORE})
+                except OSError:
+                    pass
+            started()
+            lines += p.stdout.readlines()
+            p.wait(timeout=(packets / rate * 3 if rate else 60) + 120)
+        finally:
+            live.stop_process(p, timeout=5)
+            p.stdout.close()
+    out = "".join(lines)
+    sent = re.search(r"(\d+) packets outgoing", out)
+    cpu = re.findall(r"(\d+) sec, (\d+) usec on CPU\d+", out)
+    if p.returncode or not sent:
+        raise RuntimeError(f"trafgen exited {p.returncode}:\n{out[-2000:]}")
+    return {"command": " ".join(cmd), "mode": f"{rate:,} pkts/s" if rate else "topspeed", "config": cfg.name,
+            "config_frames": frames or packets,
+            "config_load_seconds": round(load_s, 3), "reported": int(sent.group(1)),
+            "actual_seconds": max((int(a) + int(b) / 1e6 for a, b in cpu), default=None)}
+
+
+def trafgen_version():
+    line = first_line(["trafgen", "-v"]) or ""
+    m = re.search(r"trafgen (\S+)", line)
+    return m.group(1) if m else line or None
+
+
+def ensure_trafgen(may_install):
+    if not shutil.which("trafgen") and may_install:
+        install("netsniff-ng")
+    return shutil.which("trafgen") is not None
+
+
+def measure_generators(bed, pcap, packets, names, rates, trafgen_frames=None):
+    """Each generator's rate on the testbed with nothing capturing, as fast as it goes (rate None) and at each
+    of `rates`: rows of offered and actual pkts/s."""
+    rows = []
+    for name in names:
+        for rate in rates:
+            sent, gen = send(bed, name, pcap, rate, packets, trafgen_frames=trafgen_frames)
+            rows.append({"generator": name, "mode": gen["mode"], "offered_pps": rate, "packets": packets,
+                         "sent": sent, "actual_pps": round(gen.get("actual_pps") or 0), "failed": gen.get("failed"),
+                         "config_frames": gen.get("config_frames"),
+                         "config_load_seconds": gen.get("config_load_seconds")})
+            load = f", configuration loaded in {gen['config_load_seconds']} s" if name == "trafgen" else ""
+            print(f"  {name} {gen['mode']}: {rows[-1]['actual_pps']:,} pkts/s, sent {sent:,}{load}", flush=True)
+    return rows
 
 
 def run_trial(bed, tool, pcap, expected, rate, cores, opts, expected_written=None):
@@ -383,10 +522,14 @@ def run_trial(bed, tool, pcap, expected, rate, cores, opts, expected_written=Non
         sampler = Sampler(pids + ([procs[0].pid] if isinstance(tool, Dnsprobe) else []))
         sampler.start()
         time.sleep(0.3)
-        t0, cpu0 = sampler.now()
-        with sampler.lock:
-            cpu0_by_pid = dict(sampler.cpu)
-        sent, gen = run_generator(bed, pcap, rate, expected, opts)
+        cpu0_by_pid = {}
+
+        def started():  # CPU time counts from here (trafgen loads its configuration first)
+            with sampler.lock:
+                cpu0_by_pid.update(sampler.cpu)
+
+        sent, gen = run_generator(bed, pcap, rate, expected, opts, started)
+        expected_written = (expected_written or {}).get(gen["name"])
         t_end, _ = sampler.now()
         idle_at = sampler.wait_idle(t_end, timeout=max(30.0, 3 * expected / rate))
         mem = dict(sampler.mem)
@@ -446,10 +589,28 @@ def run_trial(bed, tool, pcap, expected, rate, cores, opts, expected_written=Non
 
 def show(t):
     gl = " (generator-limited)" if t["generator_limited"] else ""
-    print(f"  {t['tool']} {t['format']} x{t['workers']} offered {t['offered_pps']:,} actual {t['actual_pps']:,}{gl} | "
+    print(f"  {t['tool']} {t['format']} x{t['workers']} offered {t['offered_pps']:,} ({gen_text(t)}) actual "
+          f"{t['actual_pps']:,}{gl} | "
           f"sent {t['sent']:,} captured {t['captured']:,} kernel drops {t['kernel_drops']:,} written {t['written']:,}"
           f" | {t['cpu_us_per_packet']} us/pkt, RSS {t['peak_rss_mb_per_worker']} MB | "
           f"{verdict(t)}", flush=True)
+
+
+def reached(t):
+    """The rate a passing trial proves: the offered one, or what the generator reached when it fell short."""
+    if t is None:
+        return None
+    return min(t["offered_pps"], t["actual_pps"]) if t["generator_limited"] else t["offered_pps"]
+
+
+def best_trial(trials):
+    return max((t for t in trials.values() if t["passed"]), key=reached, default=None)
+
+
+def gen_text(t):
+    """The generator of a trial: 'tcpreplay', 'trafgen topspeed', 'trafgen 50,000 pkts/s', 'external'."""
+    g = t["generator"]
+    return g["name"] + (" topspeed" if g.get("mode") == "topspeed" else "")
 
 
 def verdict(t):
@@ -499,7 +660,7 @@ def summary_rows(res):
     """{label: {workers: cell}} with the loss-free rate and, from the fixed-rate trial, CPU us/pkt."""
     rows = {}
     for s in res["series"]:
-        cell = {"best_rate": s["best_rate"], "first_fail": s["first_fail"],
+        cell = {"best_rate": s["best_rate"], "first_fail": s["first_fail"], "best_generator": s.get("best_generator"),
                 "cpu_us_per_packet": (s["fixed"] or {}).get("cpu_us_per_packet"), "skipped": s.get("skipped")}
         rows.setdefault(s["label"], {})[s["workers"]] = cell
     return rows
@@ -513,7 +674,8 @@ def cell_text(c):
     # ≥: no rate tried failed (the ladder, --max-rate or the generator was the limit)
     rate = (f"{'≥' if c['first_fail'] is None else ''}{c['best_rate']:,}") if c["best_rate"] else "none"
     us = f"{c['cpu_us_per_packet']} µs" if c["cpu_us_per_packet"] is not None else "—"
-    return f"{rate} / {us}"
+    by = c.get("best_generator")
+    return f"{rate} / {us}" + (f" ({by})" if by and c["best_rate"] and not by.startswith("tcpreplay") else "")
 
 
 def ratios(res):
@@ -546,6 +708,20 @@ def ratio_lines(res):
             f"loss-free rate ×{r['pps_ratio']}, CPU per packet ×{r['cpu_ratio']}" for r in res["ratios"]]
 
 
+def generators_text(g):
+    """One sentence: which generator sent which trials."""
+    if g["requested"] == "external":
+        return "Traffic: `--generator-cmd` (sent = the interface's rx_packets growth)."
+    if g["requested"] != "auto":
+        return f"Traffic: {g['requested']} for every trial" + (
+            " (`--rate`: each second's packets back to back, then a pause)." if g["requested"] == "trafgen" else ".")
+    top = g.get("tcpreplay_topspeed_pps")
+    return (f"Traffic: tcpreplay up to {g['tcpreplay_max_pps']:,} pkts/s"
+            + (f" ({TCPREPLAY_REACH:.0%} of its --topspeed on this testbed, {top:,} pkts/s)" if top else "")
+            + (", trafgen as fast as it goes above (marked `(trafgen topspeed)`)." if g.get("trafgen") else
+               "; no trafgen."))
+
+
 def markdown(res):
     m = res["machine"]
     lines = [
@@ -555,21 +731,23 @@ def markdown(res):
         f"failed) / CPU µs per packet at the fixed rate {res['fixed_rate']:,} pkts/s (all workers' CPU time / "
         "packets captured). Each trial: "
         f"{res['input']['packets']:,} packets of the `{res['input']['mix']}` mix; rates tried: "
-        f"{res['rates_desc']}. `—`: not run for that worker count (single-process tools).", "",
+        f"{res['rates_desc']}. `—`: not run for that worker count (single-process tools). "
+        f"{generators_text(res['generators'])}", "",
         *table_lines(res), "", *ratio_lines(res), "",
     ]
     if res["skipped"]:
         lines += ["Skipped: " + "; ".join(f"{k}: {v}" for k, v in res["skipped"].items()), ""]
     lines += ["## Fixed-rate trials", "",
-              "| tool × format | workers | sent | received | kernel drops | captured | written | other drops | "
-              "CPU s per worker | µs/pkt | peak RSS MB per worker | result |",
-              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+              "| tool × format | workers | generator | actual pkts/s | sent | received | kernel drops | captured | "
+              "written | other drops | CPU s per worker | µs/pkt | peak RSS MB per worker | result |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for s in res["series"]:
         f = s["fixed"]
         if not f:
             continue
         other = ", ".join(f"{k} {v:,}" for k, v in f["drops"].items() if v and k != "kernel_drops") or "0"
-        lines.append(f"| {s['label']} | {f['workers']} | {f['sent']:,} | {f['received']:,} | {f['kernel_drops']:,} "
+        lines.append(f"| {s['label']} | {f['workers']} | {gen_text(f)} | {f['actual_pps']:,} | {f['sent']:,} "
+                     f"| {f['received']:,} | {f['kernel_drops']:,} "
                      f"| {f['captured']:,} | {f['written']:,} {f['written_what']} | {other} | "
                      f"{f['cpu_seconds_per_worker']} | {f['cpu_us_per_packet']} | {f['peak_rss_mb_per_worker']} | "
                      f"{verdict(f)} |")
@@ -635,6 +813,85 @@ class ExternalBed:
     rx = live.Testbed.rx
 
 
+def search_rates(trial, args):
+    """(highest loss-free rate, lowest failing rate, {rate: trial}) of one row and worker count: the --rates, or
+    live.search up the --ladder. auto with trafgen: the search stays within tcpreplay's reach (--tcpreplay-max
+    becomes the ladder's top rung); when nothing failed there, one trial with trafgen as fast as it goes (at
+    --max-rate, so generator-limited) gives `≥` its rate when it passes, or its rate as the first failure.
+    Rates between the two are out of reach of both generators here, so they are not bisected."""
+    if args.rates:
+        trials = {r: trial(r) for r in map(live.parse_rate, args.rates.split(","))}
+        best = reached(best_trial(trials))
+        return best, min((r for r, x in trials.items() if not x["passed"] and r > (best or 0)), default=None), trials
+    ladder = [live.parse_rate(x) for x in args.ladder.split(",")]
+    cap = args.tcpreplay_max
+    beyond = bool(cap) and max(ladder) > cap and args.max_rate > cap
+    if beyond:
+        ladder = sorted({r for r in ladder if r < cap} | {cap})
+    best, fail, _, trials = live.search(trial, ladder, args.resolution, cap if beyond else args.max_rate)
+    if beyond and fail is None:
+        t = trials[args.max_rate] = trial(args.max_rate)
+        best, fail = (max(best or 0, reached(t)), None) if t["passed"] else (best, t["actual_pps"])
+    return best, fail, trials
+
+
+def generators_setup(args, versions, skipped):
+    """The generators' part of the results; installs trafgen (netsniff-ng) when it may be used. None: cannot run."""
+    if args.generator_cmd:
+        return {"requested": "external"}
+    want = ["tcpreplay", "trafgen"] if args.generators_only or args.generator == "auto" else [args.generator]
+    have_trafgen = "trafgen" in want and ensure_trafgen(may_install=not args.no_install)
+    if "trafgen" in want and not have_trafgen:
+        if args.generator == "trafgen":
+            print("dnsprobe bench: --generator trafgen: trafgen not found (Debian package netsniff-ng)",
+                  file=sys.stderr)
+            return None
+        skipped["trafgen"] = "trafgen not found (Debian package netsniff-ng): tcpreplay sends every trial"
+    if have_trafgen:
+        versions["trafgen"] = trafgen_version()
+    return {"requested": args.generator, "trafgen": have_trafgen, "tcpreplay_max_pps": args.tcpreplay_max}
+
+
+def calibrate(args, bed, pcap, gens):
+    """auto: tcpreplay --topspeed of the trial's file on the testbed, nothing capturing, sets --tcpreplay-max."""
+    if gens["requested"] != "auto" or not gens["trafgen"]:
+        args.tcpreplay_max = None  # pick_generator: tcpreplay (or trafgen, or the external command) for every rate
+        return
+    if args.tcpreplay_max:
+        return
+    print("generator: tcpreplay --topspeed on the testbed", flush=True)
+    row = measure_generators(bed, pcap, args.packets, ["tcpreplay"], [None])[0]
+    args.tcpreplay_max = gens["tcpreplay_max_pps"] = int(TCPREPLAY_REACH * row["actual_pps"]) // 1000 * 1000
+    gens["tcpreplay_topspeed_pps"] = row["actual_pps"]
+    print(f"generator: tcpreplay up to {args.tcpreplay_max:,} pkts/s, trafgen as fast as it goes above", flush=True)
+
+
+def generators_report(args, bed, pcap, gens, mach, versions):
+    """--generators-only: both generators on the testbed, as fast as they go and at each rate; generators.*"""
+    rates = [live.parse_rate(x) for x in (args.rates or args.ladder).split(",")]
+    names = ["tcpreplay"] + (["trafgen"] if gens["trafgen"] else [])
+    rows = measure_generators(bed, pcap, args.packets, names, [None, *rates], args.trafgen_frames)
+    lines = ["# Traffic generators on the testbed", "",
+             f"{args.packets:,} packets of the `{args.mix}` mix sent from the namespace over the veth, nothing "
+             f"capturing; generator pinned to core {args.generator_core}. actual = frames that reached the host end "
+             "/ the generator's own sending time. "
+             f"CPU: {mach['cpu_model']}, kernel {mach['kernel']}; "
+             + "; ".join(f"{k} {versions.get(k)}" for k in names), "",
+             "| generator | mode | offered pkts/s | actual pkts/s | sent | failed | configuration: frames, load s |",
+             "|---|---|---|---|---|---|---|"]
+    lines += [f"| {r['generator']} | {r['mode']} | {r['offered_pps'] or 0:,} | {r['actual_pps']:,} "
+              f"| {r['sent']:,} | {r['failed'] or 0} | "
+              + (f"{r['config_frames']:,}, {r['config_load_seconds']} s |" if r["config_frames"] else " |")
+              for r in rows]
+    args.results.mkdir(parents=True, exist_ok=True)
+    doc = {"date_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()), "machine": mach, "tool_versions": versions,
+           "input": {"mix": args.mix, "seed": args.seed, "packets": args.packets, "file": pcap.name}, "rows": rows}
+    (args.results / "generators.json").write_text(json.dumps(doc, indent=2, default=str) + "\n")
+    (args.results / "generators.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines[4:]) + f"\n\nwrote {args.results / 'generators.json'}, generators.md")
+    return 0
+
+
 def int_list(text):
     """'1,2,4' or '1-8' (or both: '1-3,8') → a list of ints."""
     out = []
@@ -671,6 +928,20 @@ def parse_args(argv):
                                         "--generator-cmd)")
     ap.add_argument("--generator-cmd", help="shell command sending the traffic to --interface; {rate}, {pcap} and "
                                             "{packets} are replaced. sent = the interface's rx_packets delta")
+    ap.add_argument("--generator", choices=("auto", "tcpreplay", "trafgen"), default="auto",
+                    help="auto (default): tcpreplay at the rates it reaches (--tcpreplay-max), trafgen as fast as it "
+                         "goes above them; tcpreplay: every trial at its rate (--pps, --timer=nano); trafgen: every "
+                         "trial with trafgen --rate (per-second bursts)")
+    ap.add_argument("--tcpreplay-max", type=live.parse_rate, help="auto: highest rate left to tcpreplay (default "
+                                                                   f"{TCPREPLAY_REACH:.0%} of its --topspeed, measured "
+                                                                   "on the testbed at the start)")
+    ap.add_argument("--trafgen-frames", type=int, default=TRAFGEN_FRAMES,
+                    help=f"trafgen's configuration holds the first N frames of the mix (default {TRAFGEN_FRAMES:,}), "
+                         "repeated to make up --packets: trafgen 0.6.8 loads a configuration in time quadratic in its "
+                         "frames (here about 4 s for 50,000, 20 s for 100,000, minutes for 200,000)")
+    ap.add_argument("--generators-only", action="store_true",
+                    help="only measure the generators on the testbed, nothing capturing: tcpreplay and trafgen as "
+                         "fast as they go and at each of --rates (or --ladder); writes generators.{json,md}")
     ap.add_argument("--results", type=Path, default=HERE / "results", help="directory of suite.{json,md,png}")
     args = ap.parse_args(argv)
     if args.smoke:
@@ -684,6 +955,8 @@ def parse_args(argv):
     args.packets = args.packets or DEFAULT_PACKETS
     if args.interface and not args.generator_cmd:
         ap.error("--interface needs --generator-cmd (the external generator)")
+    if args.generators_only and args.interface:
+        ap.error("--generators-only measures the veth testbed's generators: not with --interface")
     return args
 
 
@@ -724,11 +997,20 @@ def main(argv=None):
     if any(isinstance(t, Netsniff) for t in ok) and not shutil.which("tcpdump"):
         skipped["netsniff-ng pcap"] = "tcpdump (which compiles its BPF filter) not found"
         ok = [t for t in ok if not isinstance(t, Netsniff)]
+    gens = generators_setup(args, versions, skipped)
+    if gens is None:
+        return 2
     mach = offline.machine()
     pcap = traffic.generate(args.mix, args.packets, args.seed)
     print(f"input {pcap} ({args.packets:,} packets)", flush=True)
     tmp_root = Path(tempfile.mkdtemp(prefix="dnsprobe-bench-"))
-    dnscap_expected = dnscap_keeps(pcap, tmp_root) if any(isinstance(t, Dnscap) for t in ok) else None
+    dnscap_expected = None
+    if any(isinstance(t, Dnscap) for t in ok):  # what dnscap must write of what each generator sends
+        dnscap_expected = {"tcpreplay": dnscap_keeps(pcap, tmp_root)}
+        dnscap_expected["external"] = dnscap_expected["trafgen"] = dnscap_expected["tcpreplay"]
+        if gens.get("trafgen") and args.packets > args.trafgen_frames:
+            traffic.repeat_pcap(pcap, args.trafgen_frames, args.packets, tmp_root / "trafgen-stream.pcap")
+            dnscap_expected["trafgen"] = dnscap_keeps(tmp_root / "trafgen-stream.pcap", tmp_root)
     os.sched_setaffinity(0, {args.generator_core})
     series = []
     handlers = {s: signal.signal(s, live._on_signal) for s in (signal.SIGTERM, signal.SIGHUP)}
@@ -737,6 +1019,9 @@ def main(argv=None):
         with bed_cls() as bed:
             print(f"testbed: capture on {bed.iface}" + (f", generator in namespace {bed.ns} on {bed.peer}, core "
                                                         f"{args.generator_core}" if bed.ns else ""), flush=True)
+            if args.generators_only:
+                return generators_report(args, bed, pcap, gens, mach, versions)
+            calibrate(args, bed, pcap, gens)
             for n in worker_counts:
                 for t in ok:
                     label = t.label + (" (baseline)" if isinstance(t, Tcpdump) else "")
@@ -750,17 +1035,11 @@ def main(argv=None):
                         return r
 
                     print(f"{label}, {n} worker(s)", flush=True)
-                    if args.rates:
-                        trials = {r: trial(r) for r in map(live.parse_rate, args.rates.split(","))}
-                        passing = [r for r, x in trials.items() if x["passed"]]
-                        best = max(passing, default=None)
-                        fail = min((r for r, x in trials.items() if not x["passed"] and r > (best or 0)), default=None)
-                    else:
-                        ladder = [live.parse_rate(x) for x in args.ladder.split(",")]
-                        best, fail, _, trials = live.search(trial, ladder, args.resolution, args.max_rate)
+                    best, fail, trials = search_rates(trial, args)
                     fixed = trials.get(args.fixed_rate) or trial(args.fixed_rate)
+                    bt = best_trial(trials)
                     series.append({"label": label, "tool": t.name, "format": t.fmt, "workers": n, "best_rate": best,
-                                   "first_fail": fail, "fixed": fixed,
+                                   "first_fail": fail, "fixed": fixed, "best_generator": bt and gen_text(bt),
                                    "trials": sorted(trials.values(), key=lambda x: x["offered_pps"])})
     except (KeyboardInterrupt, live.Interrupted, RuntimeError, subprocess.SubprocessError, OSError) as exc:
         stopped = isinstance(exc, (KeyboardInterrupt, live.Interrupted))
@@ -782,11 +1061,12 @@ def main(argv=None):
         "command": "dnsprobe bench " + " ".join(argv if argv is not None else sys.argv[1:]),
         "machine": mach, "tool_versions": versions, "code": offline.code(),
         "generator_core": args.generator_core, "worker_cores": cores, "worker_counts": worker_counts,
-        "interface": args.interface, "generator_cmd": args.generator_cmd,
+        "interface": args.interface, "generator_cmd": args.generator_cmd, "generators": gens,
         "input": {"mix": args.mix, "seed": args.seed, "packets": args.packets, "file": pcap.name},
         "rates_desc": args.rates or f"ladder {args.ladder} up to {args.max_rate:,}, bisection to {args.resolution:,}",
         "fixed_rate": args.fixed_rate, "catch_up_limit_s": args.catch_up_limit,
-        "dnscap_expected_written": dnscap_expected, "skipped": skipped,
+        "dnscap_expected_written": (dnscap_expected or {}).get("tcpreplay"),
+        "dnscap_expected_written_trafgen": (dnscap_expected or {}).get("trafgen"), "skipped": skipped,
         "series": series, "offline": off,
     }
     res["ratios"] = ratios(res)

@@ -38,6 +38,7 @@ About 40 s for 1M standard packets on 2 CPUs, most of it building the ~33k disti
 import argparse
 import bisect
 import heapq
+import itertools
 import json
 import math
 import multiprocessing
@@ -990,6 +991,70 @@ def generate(mix="standard", packets=1_000_000, seed=1, force=False, workers=Non
     return path
 
 
+def pcap_frames(path):
+    """The frames of a classic little-endian microsecond pcap as written by write_pcap, in order."""
+    with open(path, "rb") as fh:
+        if fh.read(len(_PCAP_HDR)) != _PCAP_HDR:
+            raise ValueError(f"{path}: not a pcap written by this generator")
+        while hdr := fh.read(16):
+            n = struct.unpack_from("<I", hdr, 8)[0] if len(hdr) == 16 else -1
+            frame = fh.read(max(n, 0))
+            if len(frame) != n:
+                raise ValueError(f"{path}: truncated record")
+            yield frame
+
+
+# trafgen (netsniff-ng) packet configuration: one `{ 0x.., ... }` block per frame, bytes in hex, 16 to a line.
+TRAFGEN_CFG_VERSION = 1  # part of the config's name: bump whenever the text written changes
+_HEX = tuple(f"0x{i:02x}" for i in range(256))
+
+
+def trafgen_config_path(pcap, frames=None):
+    pcap = Path(pcap)
+    return pcap.with_name(f"{pcap.stem}.trafgen-v{TRAFGEN_CFG_VERSION}{f'-first{frames}' if frames else ''}.cfg")
+
+
+def write_trafgen_config(pcap, path, frames=None):
+    """Convert a pcap (its first `frames` frames) into a trafgen configuration sending the same frames in the same
+    order (trafgen --num <frames> sends each once; more repeats them). Deterministic: the text depends on the
+    frames only. Returns the frame count."""
+    path = Path(path)
+    part = path.with_name(f"{path.name}.{os.getpid()}.part")
+    n = 0
+    try:
+        with open(part, "w") as fh:
+            fh.write(f"/* trafgen packet configuration (format {TRAFGEN_CFG_VERSION}) written by benchmarks/traffic.py "
+                     "from a pcap: one block per frame, in the pcap's order */\n")
+            for frame in itertools.islice(pcap_frames(pcap), frames):
+                n += 1
+                rows = (",".join(_HEX[b] for b in frame[i : i + 16]) for i in range(0, len(frame), 16))
+                fh.write(f"/* {n} */ {{\n  " + ",\n  ".join(rows) + "\n}\n")
+        os.replace(part, path)
+    finally:
+        part.unlink(missing_ok=True)
+    return n
+
+
+def trafgen_config(pcap, frames=None, force=False):
+    """Path of the trafgen configuration of the pcap (of its first `frames` frames) cached next to it, writing it
+    first if needed."""
+    path = trafgen_config_path(pcap, frames)
+    if force or not path.exists() or path.stat().st_mtime < Path(pcap).stat().st_mtime:
+        write_trafgen_config(pcap, path, frames)
+    return path
+
+
+def repeat_pcap(pcap, frames, packets, out):
+    """Write to `out` the stream trafgen sends with the configuration of the first `frames` frames and --num
+    `packets`: those frames again and again, `packets` in all."""
+    head = list(itertools.islice(pcap_frames(pcap), frames))
+    with open(out, "wb") as fh:
+        fh.write(_PCAP_HDR)
+        for i in range(packets):
+            frame = head[i % len(head)]
+            fh.write(_REC(i // 1_000_000, i % 1_000_000, len(frame), len(frame)) + frame)
+
+
 def verify(path, limit):
     """Re-dissect the first `limit` frames with scapy: every checksum right, every DNS message parses."""
     from scapy.layers.dns import DNS
@@ -1045,6 +1110,8 @@ def main(argv=None):
     ap.add_argument("--workers", type=int, metavar="N", help="processes building message bodies (default: all CPUs)")
     ap.add_argument("--verify", type=int, default=0, metavar="N", help="check the first N frames with scapy")
     ap.add_argument("--stats", action="store_true", help="print what the file contains (to stderr)")
+    ap.add_argument("--trafgen", action="store_true", help="also write (or reuse) the trafgen configuration of the "
+                                                         "pcap next to it and print its path")
     args = ap.parse_args(argv)
     if args.packets < 1:
         ap.error("--packets must be at least 1")
@@ -1057,6 +1124,8 @@ def main(argv=None):
     if args.stats:
         print(json.dumps(meta, indent=2), file=sys.stderr)
     print(path)
+    if args.trafgen:
+        print(trafgen_config(path, force=args.force))
     if args.verify and not verify(path, args.verify):
         return 1
     return 0

@@ -10,11 +10,13 @@ have xz || need+=(xz-utils)
 have tcpreplay || need+=(tcpreplay)           # live-capture tests and demo replay through a veth
 have ip || need+=(iproute2)                   # network namespaces and veth pairs
 have dnscap || need+=(dnscap)                 # dnsprobe bench compares against these
-have netsniff-ng || need+=(netsniff-ng)
+{ have netsniff-ng && have trafgen; } || need+=(netsniff-ng)  # also trafgen: dnsprobe bench's fast generator
 have tcpdump || need+=(tcpdump)
-# The DPDK extension (tests/test_dpdk.py): libdpdk found with pkg-config, a C compiler, Python's headers.
+# The C extensions (probe/_columns.c, probe/decode/_fastwire.c; without them the package falls back to
+# slower Python and tests/test_fastwire.py fails) need a C compiler and Python's headers; the DPDK one
+# (tests/test_dpdk.py) also libdpdk, found with pkg-config.
 pkg-config --exists libdpdk 2>/dev/null || need+=(libdpdk-dev pkg-config)
-have cc || need+=(gcc)
+{ have cc && have gcc; } || need+=(gcc)
 [ -e "$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["include"])')/Python.h" ] || need+=(python3-dev)
 python3 -m venv --help >/dev/null 2>&1 || need+=(python3-venv)
 [ ${#need[@]} -eq 0 ] && exit 0
