@@ -72,6 +72,13 @@ def test_addresses_format_as_inet_ntop():
     assert got == want + [None]
 
 
+def test_every_ipv4_byte_value_formats_as_inet_ntop():
+    """IPv4 text is written by hand in C (faster than glibc's inet_ntop): every byte value, every position."""
+    packed = [bytes((b, (b * 7) % 256, 255 - b, (b * 13 + 5) % 256)) for b in range(256)]
+    rows = [(p,) for p in packed]
+    assert columns.extract(rows, [((0,), "a")])[0].to_pylist() == [socket.inet_ntop(socket.AF_INET, p) for p in packed]
+
+
 def test_nulls_nested_paths_and_every_kind():
     rows = [
         (1, (2, "x", b"\x00\xff", (7, 8)), True, 1.5, 2**40),
