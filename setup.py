@@ -1,4 +1,5 @@
-frame fast path), always, and the optional DPDK extension
+"""Build the C extensions: probe._columns (record columns), probe.sources._pcaprecords (pcap records) and
+probe.decode._fastwire (DNS walker and frame fast path) always, and the optional DPDK extension
 (probe.sources._dpdk) when libdpdk is found with pkg-config.
 
 Everything else about the package is in pyproject.toml. Without libdpdk (Debian: apt-get install
@@ -44,6 +45,7 @@ def core_extensions():
         Extension(
             "probe.sources._pcaprecords", ["probe/sources/_pcaprecords.c"], extra_compile_args=["-O2"], optional=True
         ),
+        Extension("probe.decode._fastwire", ["probe/decode/_fastwire.c"], extra_compile_args=["-O2"], optional=True),
     ]
 
 

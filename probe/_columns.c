@@ -12,6 +12,7 @@
  *          the row through nested tuples; a None anywhere on the path (or the value itself) is a null,
  *          except that with a fill value, a None met after the first tuple on the path (row[path[0]])
  *          gives `fill` (a transaction's query present, but without an OPT record: DNS Probe's zeros).
+ *          path may also be a pair of paths (p1, p2): p2 is read where p1 gives None (a coalesce).
  *   kind:  'q' int64, 'i' int32, 'd' float64, 'b' bool, 's' str as UTF-8, 'y' bytes,
  *          'a' packed IPv4/IPv6 address bytes as text (inet_ntop, as socket.inet_ntop), 'L' a tuple or
  *          list of ints as list<int32>.
@@ -53,6 +54,8 @@ static int buf_put(Buf *b, const void *src, Py_ssize_t n)
 typedef struct {
     Py_ssize_t path[MAX_PATH];
     int depth;
+    Py_ssize_t alt[MAX_PATH]; /* second path, read when the first gives None (Arrow's coalesce) */
+    int alt_depth;            /* 0: no second path */
     char kind;
     PyObject *fill;     /* value for a None met after the first tuple on the path, or NULL (then null) */
     PyObject *validity; /* bytearray-like: a bytes object written in place */
@@ -61,17 +64,17 @@ typedef struct {
     Py_ssize_t nulls;
 } Column;
 
-static PyObject *follow(PyObject *row, const Column *c)
+static PyObject *follow(PyObject *row, const Py_ssize_t *path, int depth)
 {
     PyObject *v = row;
-    for (int i = 0; i < c->depth; i++) {
+    for (int i = 0; i < depth; i++) {
         if (v == Py_None)
             return v;
         if (!PyTuple_Check(v)) {
             PyErr_Format(PyExc_TypeError, "expected a tuple on the path, got %.80s", Py_TYPE(v)->tp_name);
             return NULL;
         }
-        Py_ssize_t k = c->path[i];
+        Py_ssize_t k = path[i];
         if (k >= PyTuple_GET_SIZE(v)) {
             PyErr_Format(PyExc_IndexError, "index %zd out of range for a tuple of %zd", k, PyTuple_GET_SIZE(v));
             return NULL;
@@ -283,6 +286,26 @@ static void free_columns(Column *cols, Py_ssize_t n)
     PyMem_Free(cols);
 }
 
+static int parse_path(PyObject *path, Py_ssize_t *out, int *depth)
+{
+    if (!PyTuple_Check(path) || PyTuple_GET_SIZE(path) < 1 || PyTuple_GET_SIZE(path) > MAX_PATH) {
+        PyErr_SetString(PyExc_TypeError, "a path is a tuple of 1 to 4 indexes (or a pair of such paths)");
+        return -1;
+    }
+    *depth = (int)PyTuple_GET_SIZE(path);
+    for (int i = 0; i < *depth; i++) {
+        Py_ssize_t k = PyLong_AsSsize_t(PyTuple_GET_ITEM(path, i));
+        if (k == -1 && PyErr_Occurred())
+            return -1;
+        if (k < 0) {
+            PyErr_SetString(PyExc_ValueError, "path indexes must be >= 0");
+            return -1;
+        }
+        out[i] = k;
+    }
+    return 0;
+}
+
 static int parse_spec(PyObject *spec, Column *c)
 {
     PyObject *path, *kind;
@@ -296,20 +319,17 @@ static int parse_spec(PyObject *spec, Column *c)
         c->fill = PyTuple_GET_ITEM(spec, 2);
         Py_INCREF(c->fill);
     }
-    if (!PyTuple_Check(path) || PyTuple_GET_SIZE(path) < 1 || PyTuple_GET_SIZE(path) > MAX_PATH) {
-        PyErr_SetString(PyExc_TypeError, "a path is a tuple of 1 to 4 indexes");
-        return -1;
-    }
-    c->depth = (int)PyTuple_GET_SIZE(path);
-    for (int i = 0; i < c->depth; i++) {
-        Py_ssize_t k = PyLong_AsSsize_t(PyTuple_GET_ITEM(path, i));
-        if (k == -1 && PyErr_Occurred())
-            return -1;
-        if (k < 0) {
-            PyErr_SetString(PyExc_ValueError, "path indexes must be >= 0");
+    if (PyTuple_Check(path) && PyTuple_GET_SIZE(path) == 2 && PyTuple_Check(PyTuple_GET_ITEM(path, 0))) {
+        /* two paths: the second is read where the first gives None */
+        if (c->fill != NULL) {
+            PyErr_SetString(PyExc_ValueError, "a fill value needs a single path");
             return -1;
         }
-        c->path[i] = k;
+        if (parse_path(PyTuple_GET_ITEM(path, 0), c->path, &c->depth) < 0 ||
+            parse_path(PyTuple_GET_ITEM(path, 1), c->alt, &c->alt_depth) < 0)
+            return -1;
+    } else if (parse_path(path, c->path, &c->depth) < 0) {
+        return -1;
     }
     if (!PyUnicode_Check(kind) || PyUnicode_GET_LENGTH(kind) != 1) {
         PyErr_SetString(PyExc_TypeError, "kind is a one-letter string");
@@ -370,7 +390,9 @@ static PyObject *extract(PyObject *self, PyObject *args)
         for (Py_ssize_t k = 0; k < ncols; k++) {
             Column *c = &cols[k];
             int32_t *offsets = var_width(c->kind) ? (int32_t *)PyBytes_AS_STRING(c->data) : NULL;
-            PyObject *v = follow(row, c);
+            PyObject *v = follow(row, c->path, c->depth);
+            if (v == Py_None && c->alt_depth)
+                v = follow(row, c->alt, c->alt_depth);
             if (v == NULL)
                 goto done;
             if (v == Py_None && c->fill != NULL && c->depth > 1 && PyTuple_Check(row) &&

@@ -89,7 +89,7 @@ CONFIG_FLAGS = (
     ("--format", "export.format", str, "output format: parquet or cdns (C-DNS, RFC 8618)", None),
     ("--query-timeout", "match.query_timeout", float, "seconds a query waits for its response", None),
     ("--dns-port", "decode.dns_ports", int, "DNS port (repeatable; replaces the configured list)", "append"),
-    ("--parser", "decode.parser", str, "DNS parser: fast or dpkt", None),
+    ("--parser", "decode.parser", str, "DNS parser: auto, fast, wire or dpkt", None),
     ("--rotate-records", "export.rotate_records", int, "close a file after N records (0: never)", None),
     ("--rotate-seconds", "export.rotate_seconds", float, "close a file after S seconds (0: never)", None),
     ("--row-group-size", "export.row_group_size", int, "Parquet rows per row group", None),
@@ -271,6 +271,7 @@ def cmd_read(args):
         stats.write_json(
             out_dir / name,
             {
+                "decode_parser": pipeline.decoder.parser,  # decode.parser auto resolved: fast, wire or dpkt
                 "inputs": [str(f) for f in args.files],
                 "errors": [str(e) for e in errors],
                 "files_written": [p.name for p in pipeline.exporter.completed],

@@ -7,7 +7,8 @@ that both give equal arrays, and it is used when the extension was not built (se
 
 A path is a tuple of indexes followed from the row through nested tuples; a None anywhere on it is a
 null, except that a spec (path, kind, fill) gives `fill` for a None met after the first tuple on the path
-(row[path[0]] present: e.g. a query without an OPT record gets DNS Probe's 0/"" EDNS values).
+(row[path[0]] present: e.g. a query without an OPT record gets DNS Probe's 0/"" EDNS values). A pair
+of paths (p1, p2) reads p2 where p1 gives None, like Arrow's coalesce (query side, else response side).
 Kinds: 'q' int64, 'i' int32, 'd' float64, 'b' bool, 's' string, 'y' binary, 'a' packed address bytes
 → text, 'L' tuple of ints → list<int32>.
 """
@@ -37,6 +38,9 @@ _warned = []
 
 
 def _follow(row, path):
+    if isinstance(path[0], tuple):  # a pair of paths: the second where the first gives None
+        first = _follow(row, path[0])
+        return _follow(row, path[1]) if first is None else first
     for k in path:
         if row is None:
             return None

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import yaml
 
+from probe.decode.parsers import CHOICES as PARSER_CHOICES
+from probe.decode.parsers import check_choice as check_parser
 from probe.errors import ConfigError
 from probe.privacy import check_network
 
@@ -33,10 +35,11 @@ def opt(default, help, *, min=None, max=None, choices=None, check=None, allow_em
 class DecodeConfig:
     dns_ports: tuple[int, ...] = opt((53,), "UDP/TCP ports that carry DNS", min=1, max=65535)
     parser: str = opt(
-        "fast",
-        "DNS parser: 'fast' (wire walker, checked against dpkt by the tests) or 'dpkt' (dpkt for every"
-        " message, the walker only where dpkt cannot parse)",
-        choices=("fast", "dpkt"),
+        "auto",
+        "DNS parser: 'fast' (the wire walker in C), 'wire' (the same walker in Python, the reference), 'auto' (fast"
+        " when built, else wire with a warning), 'dpkt' (dpkt for every message, the walker where dpkt cannot parse)",
+        choices=PARSER_CHOICES,
+        check=check_parser,
     )
     fragment_timeout: float = opt(
         5.0, "seconds (capture time) to wait for the rest of a fragmented datagram", min=0.001

@@ -41,6 +41,8 @@ STATS_PUSH_S = 1.0  # how often a worker sends its counters to the supervisor
 POLL_MS = 200  # longest wait of a worker for a ring block or a command
 STARTUP_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 120.0  # a worker still running this long after "stop" is killed (logged)
+DRAIN_SETTLE_S = 0.02  # a stopping worker reads its rings at least this long after closing its filter
+DRAIN_GRACE_S = 5.0  # ... and gives up on a block the kernel has not handed over 2 x block timeout + this later
 QUICK_DEATH_S = 10.0  # a worker dying sooner than this after its start is restarted with a growing delay
 
 
@@ -180,7 +182,7 @@ class _Worker:
             raise
         self.stats = self.pipeline.stats
         self.batch_size = cfg.run.batch_size
-        self.drain_s = 2 * cfg.capture.block_timeout_ms / 1000 + 0.5
+        self.drain_s = 2 * cfg.capture.block_timeout_ms / 1000 + DRAIN_GRACE_S
         self.poller = select.poll()
         self.by_fd = {src.fileno(): src for src in self.sources}
         for src in self.sources:
@@ -259,14 +261,25 @@ class _Worker:
 
     def _drain(self):
         """Stop letting frames in, then read what the rings still hold (a partly filled block is handed
-        over by the kernel after block_timeout_ms), then read the kernel's final counters."""
+        over by the kernel after block_timeout_ms), then read the kernel's final counters.
+
+        The rings are read once more after every wait, also after the deadline: a worker that got no CPU
+        for a while (a loaded machine) finds the last block handed over meanwhile, and reads it before it
+        gives up. It stops when no ring holds an unread frame, but not before DRAIN_SETTLE_S after the
+        filter closed, so that a frame that passed the old filter just before is in the ring and counted."""
         for src in self.sources + self.counters:
             src.stop_filtering_in()
-        deadline = time.monotonic() + self.drain_s
-        while time.monotonic() < deadline:
+        closed = time.monotonic()
+        while True:
             if self._read_ready():
                 continue
-            if not any(src.pending_in_kernel() for src in self.sources):
+            left = sum(src.unread() for src in self.sources)
+            waited = time.monotonic() - closed
+            if not left and waited >= DRAIN_SETTLE_S:
+                break
+            if left and waited >= self.drain_s:
+                _log(f"worker {self.spec.worker_id}: {left} frame(s) left in a capture ring the kernel did not "
+                     f"hand over within {self.drain_s:.1f} s of the stop (counted in kernel_received, not read)")
                 break
             time.sleep(0.01)
         self._push()  # final kernel counters, read before the sockets close

@@ -124,23 +124,16 @@ Q, R = 0, 1  # a transaction is (query tuple or None, response tuple or None, re
 _FIELDS = {
     "q_ts": ((Q, M.TS_NS), "q"),
     "r_ts": ((R, M.TS_NS), "q"),
-    "q_id": ((Q, M.ID), "i"),
-    "r_id": ((R, M.ID), "i"),
-    "q_qname": ((Q, M.QNAME), "s"),
-    "r_qname": ((R, M.QNAME), "s"),
+    "id": (((Q, M.ID), (R, M.ID)), "i"),
+    "qname": (((Q, M.QNAME), (R, M.QNAME)), "s"),
     "q_wirelen": ((Q, M.WIRELEN), "i"),
     "r_wirelen": ((R, M.WIRELEN), "i"),
     "q_ttl": ((Q, M.TTL), "i"),
-    "q_ipv": ((Q, M.IPV), "i"),
-    "r_ipv": ((R, M.IPV), "i"),
-    "q_proto": ((Q, M.PROTO), "i"),
-    "r_proto": ((R, M.PROTO), "i"),
-    "q_sport": ((Q, M.SPORT), "i"),
-    "r_dport": ((R, M.DPORT), "i"),
-    "q_dport": ((Q, M.DPORT), "i"),
-    "r_sport": ((R, M.SPORT), "i"),
-    "q_dst": ((Q, M.DST), "a"),
-    "r_src": ((R, M.SRC), "a"),
+    "ipv": (((Q, M.IPV), (R, M.IPV)), "i"),
+    "proto": (((Q, M.PROTO), (R, M.PROTO)), "i"),
+    "client_port": (((Q, M.SPORT), (R, M.DPORT)), "i"),
+    "server_port": (((Q, M.DPORT), (R, M.SPORT)), "i"),
+    "server": (((Q, M.DST), (R, M.SRC)), "a"),
     "q_udp_sum": ((Q, M.UDP_SUM), "i"),
     "q_dns_len": ((Q, M.DNS_LEN), "i"),
     "r_dns_len": ((R, M.DNS_LEN), "i"),
@@ -150,18 +143,12 @@ _FIELDS = {
     "r_arcount": ((R, M.ARCOUNT), "i"),
     "r_nscount": ((R, M.NSCOUNT), "i"),
     "q_qdcount": ((Q, M.QDCOUNT), "i"),
-    "q_qtype": ((Q, M.QTYPE), "i"),
-    "r_qtype": ((R, M.QTYPE), "i"),
-    "q_qclass": ((Q, M.QCLASS), "i"),
-    "r_qclass": ((R, M.QCLASS), "i"),
-    "q_labels": ((Q, M.LABELS), "i"),
-    "r_labels": ((R, M.LABELS), "i"),
-    "q_rtt": ((Q, M.TCP_RTT_MS), "d"),
-    "r_rtt": ((R, M.TCP_RTT_MS), "d"),
-    "q_vlan": ((Q, M.VLAN), "i"),
-    "r_vlan": ((R, M.VLAN), "i"),
-    "q_malformed": ((Q, M.MALFORMED), "b"),
-    "r_malformed": ((R, M.MALFORMED), "b"),
+    "qtype": (((Q, M.QTYPE), (R, M.QTYPE)), "i"),
+    "qclass": (((Q, M.QCLASS), (R, M.QCLASS)), "i"),
+    "labels": (((Q, M.LABELS), (R, M.LABELS)), "i"),
+    "rtt": (((Q, M.TCP_RTT_MS), (R, M.TCP_RTT_MS)), "d"),
+    "vlan": (((Q, M.VLAN), (R, M.VLAN)), "i"),
+    "malformed": (((Q, M.MALFORMED), (R, M.MALFORMED)), "b"),
     "messages": ((2,), "i"),
     "q_edns_udp": ((Q, M.EDNS, E.UDP_SIZE), "i", 0),
     "q_edns_version": ((Q, M.EDNS, E.VERSION), "i", 0),
@@ -176,7 +163,7 @@ _FIELDS = {
     "r_ede": ((R, M.EDNS, E.EDE), "L", ()),
     "r_edns_udp": ((R, M.EDNS, E.UDP_SIZE), "i", 0),
 }
-_CLIENT = {"q_src": ((Q, M.SRC), "a"), "r_dst": ((R, M.DST), "a")}
+_CLIENT = {"client": (((Q, M.SRC), (R, M.DST)), "a")}
 _CLIENT_RAW = {"q_src": ((Q, M.SRC), "y"), "r_dst": ((R, M.DST), "y")}
 
 
@@ -237,7 +224,7 @@ class RecordBuilder:
         time_us = pc.divide(ts, 1000)
         unixtime = pc.divide(ts, 1_000_000_000)
         qflags, rflags = f["q_flags"], f["r_flags"]
-        qname = pc.coalesce(f["q_qname"], f["r_qname"])
+        qname = f["qname"]
         rcode = pc.bit_wise_or(
             pc.bit_wise_and(rflags, pa.scalar(0x0F, I32)),
             pc.shift_left(f["r_ext_rcode"], pa.scalar(4, I32)),
@@ -247,14 +234,14 @@ class RecordBuilder:
             client = self._private_clients(f["q_src"], f["r_dst"])
             ecs = self._private_subnets(f["q_ecs"])
         else:
-            client = pc.coalesce(f["q_src"], f["r_dst"])
+            client = f["client"]
             ecs = f["q_ecs"]
         zero_i32 = pa.nulls(n, I32).fill_null(0)
         empty = pa.nulls(n, STR).fill_null("")
         false = pa.nulls(n, BOOL).fill_null(False)
 
         columns = [
-            pc.coalesce(f["q_id"], f["r_id"]),
+            f["id"],
             unixtime,
             time_us,
             qname,
@@ -262,12 +249,12 @@ class RecordBuilder:
             f["q_wirelen"],
             zero_i32,
             f["q_ttl"],
-            pc.coalesce(f["q_ipv"], f["r_ipv"]),
-            pc.coalesce(f["q_proto"], f["r_proto"]),
+            f["ipv"],
+            f["proto"],
             client,
-            pc.coalesce(f["q_sport"], f["r_dport"]),
-            pc.coalesce(f["q_dst"], f["r_src"]),
-            pc.coalesce(f["q_dport"], f["r_sport"]),
+            f["client_port"],
+            f["server"],
+            f["server_port"],
             f["q_udp_sum"],
             f["q_dns_len"],
             _bit(rflags, FLAG_AA),
@@ -283,8 +270,8 @@ class RecordBuilder:
             f["q_qdcount"],
             opcode,
             rcode,
-            pc.coalesce(f["q_qtype"], f["r_qtype"]),
-            pc.coalesce(f["q_qclass"], f["r_qclass"]),
+            f["qtype"],
+            f["qclass"],
             empty,
             empty,
             f["q_edns_udp"],
@@ -299,7 +286,7 @@ class RecordBuilder:
             f["q_other"],
             empty,
             empty,
-            pc.coalesce(f["q_labels"], f["r_labels"]),
+            f["labels"],
             f["r_wirelen"],
             pc.subtract(time_us, pc.multiply(unixtime, 1_000_000)),
             zero_i32,
@@ -308,16 +295,16 @@ class RecordBuilder:
             false,
             f["r_dns_len"],
             empty,
-            pc.coalesce(f["q_rtt"], f["r_rtt"]),
+            f["rtt"],
             # dnsprobe's own columns
             q_present,
             r_present,
             pc.divide(pc.subtract(rts, qts), 1000),
             qts.cast(TS_NS),
             rts.cast(TS_NS),
-            pc.coalesce(f["q_vlan"], f["r_vlan"]),
+            f["vlan"],
             f["r_ede"],
-            pc.coalesce(f["q_malformed"], f["r_malformed"]),
+            f["malformed"],
             pc.if_else(r_present, f["messages"], pa.scalar(None, I32)),
             f["r_edns_udp"],
         ]

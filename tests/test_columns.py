@@ -122,6 +122,17 @@ def test_fill_applies_only_below_a_present_first_tuple():
     assert columns.extract_python([(None,), (3,)], one_step)[0].to_pylist() == [None, 3]
 
 
+def test_pair_of_paths_reads_the_second_where_the_first_is_none():
+    """((p1), (p2)): Arrow's coalesce of the two paths, as the builder uses for query-else-response."""
+    rows = [((1, 2), (3, 4)), (None, (5, 6)), ((None, 7), (8, None)), (None, None), ((9, 1), None)]
+    specs = [(((0, 0), (1, 0)), "i"), (((0, 1), (1, 1)), "i")]
+    fast = columns.extract(rows, specs)
+    assert [a.to_pylist() for a in fast] == [[1, 5, 8, None, 9], [2, 6, 7, None, 1]]
+    assert all(a.equals(b) for a, b in zip(fast, columns.extract_python(rows, specs)))
+    with pytest.raises(ValueError):
+        columns.extract(rows, [(((0, 0), (1, 0)), "i", 0)])  # a fill needs a single path
+
+
 @pytest.mark.parametrize(
     "rows, spec, error",
     [

@@ -435,6 +435,44 @@ def test_kernel_drops_counted_and_stats_add_up(testbed, probes, out_dir, tmp_pat
     assert len(rows_of(out_dir)) == c["records"]
 
 
+def test_stopping_worker_reads_a_block_handed_over_after_its_deadline(monkeypatch):
+    """The cause of a rare failure of the test above on a loaded machine: a stopping worker that got no CPU
+    until after its drain deadline gave up without looking at the rings again, so the last block, handed over
+    by the kernel meanwhile, stayed unread (counted in kernel_received, neither read nor dropped). Here the
+    clock jumps past the deadline while the worker waits; it must still read the block."""
+    from probe import live
+
+    clock = [100.0]
+    monkeypatch.setattr(live.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(live.time, "sleep", lambda s: clock.__setitem__(0, clock[0] + 10.0))  # no CPU for 10 s
+
+    class Ring:
+        ifname = "veth"
+        handed_over_at = clock[0] + 1.0  # the kernel hands the partly filled block over 1 s after the stop
+        left = 25
+
+        def stop_filtering_in(self):
+            pass
+
+        def ready(self):
+            return self.left > 0 and clock[0] >= self.handed_over_at
+
+        def read(self, max_frames):
+            frames, self.left = self.left, 0
+            return type("Batch", (), {"data": [b"frame"] * frames})()
+
+        def unread(self):
+            return self.left
+
+    fed = []
+    worker = object.__new__(live._Worker)
+    worker.sources, worker.counters, worker.batch_size, worker.drain_s = [Ring()], [], 4096, 0.7
+    worker.pipeline = type("Pipeline", (), {"feed": lambda self, batch, name: fed.append(len(batch.data))})()
+    worker._push = worker._close_sources = lambda: None
+    worker._drain()
+    assert fed == [25]
+
+
 def test_sigterm_mid_run_loses_nothing_decoded(testbed, traffic, probes, out_dir):
     pcap, passed, expected = traffic["B"]
     probe = probes(testbed, out_dir)

@@ -116,7 +116,7 @@ def dns_messages(path):
         bufs.append(bytes(buf))
         return parse_message(buf)
 
-    decoder = PacketDecoder(DecodeConfig(), (53,), Stats())
+    decoder = PacketDecoder(DecodeConfig(parser="wire"), (53,), Stats())  # every message through self.parse
     decoder.parse = grab
     for batch in read_capture(path):
         decoder.decode(batch, str(path))

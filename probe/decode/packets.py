@@ -1,7 +1,10 @@
 """Packet decoder: a FrameBatch in, a list of DNS message tuples out (see decode.fields).
 
 Per frame the work is a handful of struct unpacks and slices; the DNS parse reads only what the
-output needs. Counters are kept in locals and added to the shared Stats once per batch.
+output needs. Counters are kept in locals and added to the shared Stats once per batch. With the C
+parser (decode.parser fast, or auto when built) the common frames (Ethernet + IP + UDP on a DNS port)
+are decoded in C (probe/decode/_fastwire.c), which stops at each frame it does not handle; those go
+through the Python code below, so messages stay in capture order.
 """
 
 import struct
@@ -10,6 +13,7 @@ from probe.decode.dnswire import MessageParser
 from probe.decode.fields import M
 from probe.decode.fragments import FragmentReassembler
 from probe.decode.link import ETH_IPV4, ETH_IPV6, LINK_DECODERS, LINK_NAMES
+from probe.decode.parsers import FastParser, _fastwire, resolve
 from probe.decode.tcpstream import TcpReassembler
 from probe.errors import CaptureFileError
 from probe.frames import LINKTYPE_ETHERNET
@@ -64,10 +68,23 @@ class PacketDecoder:
             decode_cfg.tcp_max_ooo_bytes,
             stats,
         )
-        if decode_cfg.parser == "dpkt":
+        # The parser that runs (fast, wire or dpkt; decode.parser auto resolved), for the statistics.
+        self.parser = resolve(decode_cfg.parser)
+        self._c_frames = None
+        if self.parser == "dpkt":
             from probe.decode.dpkt_parser import DpktParser
 
             self.parse = DpktParser(stats).parse
+        elif self.parser == "fast":
+            parser = FastParser()
+            self.parse = parser.parse
+            self._c_frames = _fastwire.decode_frames
+            self._names, self._max_names = parser.names, parser.max_names
+            portmap = bytearray(8192)  # bit p: port p carries DNS
+            for port in self.ports:
+                if 0 <= port < 65536:
+                    portmap[port >> 3] |= 1 << (port & 7)
+            self._portmap = bytes(portmap)
         else:
             self.parse = MessageParser().parse
         self.now_ns = 0
@@ -85,17 +102,64 @@ class PacketDecoder:
                 + ")",
             )
         out = []
-        ports = self.ports
+        counts = [0, 0, 0, 0, 0]  # bytes, non_ip, non_dns, truncated_frames, ip_filtered
+        fast = batch.linktype == LINKTYPE_ETHERNET
+        if fast and self._c_frames is not None:
+            self._decode_c(batch, link, out, counts)
+        else:
+            self._frames(link, fast, batch.ts_ns, batch.wirelen, batch.data, out, counts)
+            self._count(out)
         stats = self.stats
+        n = len(batch.data)
+        stats.packets += n
+        stats.bytes += counts[0]
+        stats.non_ip += counts[1]
+        stats.non_dns += counts[2]
+        stats.truncated_frames += counts[3]
+        stats.ip_filtered += counts[4]
+        if n:
+            last = batch.ts_ns[-1]
+            if last > self.now_ns:
+                self.now_ns = last
+            if self.now_ns >= self._next_sweep:
+                self.frags.expire(self.now_ns)
+                self.tcp.expire(self.now_ns)
+                self._next_sweep = self.now_ns + 1_000_000_000
+        return out
+
+    def _decode_c(self, batch, link, out, counts):
+        """The C fast path over the batch; the runs of frames it does not handle go through _frames."""
+        ts, wl, data = batch.ts_ns, batch.wirelen, batch.data
+        c_counts = [0, 0, 0, 0, 0]  # bytes, messages, responses, malformed, ip_filtered (frames done in C)
+        i, n = 0, len(data)
+        args = (out, self._portmap, self.keep4, self.keep6, self._names, self._max_names, c_counts)
+        while True:
+            i, j = self._c_frames(ts, wl, data, i, *args)
+            if i >= n:
+                break
+            first = len(out)
+            self._frames(link, True, ts[i:j], wl[i:j], data[i:j], out, counts)
+            self._count(out[first:])
+            i = j
+        counts[0] += c_counts[0]
+        counts[4] += c_counts[4]
+        stats = self.stats
+        stats.dns_messages += c_counts[1]
+        stats.responses += c_counts[2]
+        stats.queries += c_counts[1] - c_counts[2]
+        stats.malformed += c_counts[3]
+
+    def _frames(self, link, fast, ts_list, wl_list, data_list, out, counts):
+        """Decode frames in Python, appending their messages to out; adds to counts (see decode)."""
+        ports = self.ports
         non_ip = non_dns = damaged = filtered = 0
         keep4, keep6 = self.keep4, self.keep6
         nbytes = 0
         ip4 = self._ipv4
         ip6 = self._ipv6
         parse = self.parse
-        fast = batch.linktype == LINKTYPE_ETHERNET
         append = out.append
-        for ts, wirelen, frame in zip(batch.ts_ns, batch.wirelen, batch.data):
+        for ts, wirelen, frame in zip(ts_list, wl_list, data_list):
             nbytes += wirelen
             try:
                 if fast:
@@ -151,23 +215,11 @@ class PacketDecoder:
                 damaged += 1
             elif r == 4:
                 filtered += 1
-        n = len(batch.data)
-        stats.packets += n
-        stats.bytes += nbytes
-        stats.non_ip += non_ip
-        stats.non_dns += non_dns
-        stats.truncated_frames += damaged
-        stats.ip_filtered += filtered
-        if n:
-            last = batch.ts_ns[-1]
-            if last > self.now_ns:
-                self.now_ns = last
-            if self.now_ns >= self._next_sweep:
-                self.frags.expire(self.now_ns)
-                self.tcp.expire(self.now_ns)
-                self._next_sweep = self.now_ns + 1_000_000_000
-        self._count(out)
-        return out
+        counts[0] += nbytes
+        counts[1] += non_ip
+        counts[2] += non_dns
+        counts[3] += damaged
+        counts[4] += filtered
 
     def _count(self, msgs):
         stats = self.stats

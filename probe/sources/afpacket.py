@@ -61,7 +61,7 @@ ARPHRD_LOOPBACK = 772
 # tpacket_block_desc: version, offset_to_priv, then tpacket_hdr_v1: block_status, num_pkts,
 # offset_to_first_pkt, blk_len, seq_num, ts_first_pkt, ts_last_pkt.
 _BLOCK_STATUS = 8
-_BLOCK_HDR = struct.Struct("<IIII")  # block_status, num_pkts, offset_to_first_pkt, blk_len (at 8)
+_BLOCK_HDR = struct.Struct("<IIIIQ")  # block_status, num_pkts, offset_to_first_pkt, blk_len, seq_num (at 8)
 # tpacket3_hdr: tp_next_offset, tp_sec, tp_nsec, tp_snaplen, tp_len, tp_status, tp_mac, tp_net,
 # hv1: tp_rxhash, tp_vlan_tci, tp_vlan_tpid.
 _FRAME_HDR = struct.Struct("<IIIIIIHHIIH")
@@ -410,6 +410,7 @@ class AfPacketSource:
         self.sock = None
         self.ring = None
         self.next_block = 0
+        self.last_seq = 0  # sequence number of the last block read (the kernel numbers blocks from 1)
         self.received = self.drops = self.freezes = 0  # accumulated PACKET_STATISTICS
         self.frames = 0  # frames read out of the ring
         link = interface_link_type(ifname)
@@ -491,11 +492,15 @@ class AfPacketSource:
         off = self.next_block * self.block_size
         return bool(struct.unpack_from("<I", self.ring, off + _BLOCK_STATUS)[0] & TP_STATUS_USER)
 
-    def pending_in_kernel(self):
-        """Frames in the block the kernel is filling now (not yet handed over; 0 when idle)."""
+    def unread(self):
+        """Frames of the next block not read yet: a block handed over to us, or the one the kernel is filling
+        (0 when idle). Status and count are read together, so a block handed over between a ready() and this
+        call is not taken for an empty one. A block we gave back keeps its old count until the kernel opens it
+        again (it does not at once when the ring was full): its sequence number, not above that of the last
+        block read, tells it apart from a block opened since."""
         off = self.next_block * self.block_size
-        status, num, _, _ = _BLOCK_HDR.unpack_from(self.ring, off + _BLOCK_STATUS)
-        return 0 if status & TP_STATUS_USER else num
+        status, num, _, _, seq = _BLOCK_HDR.unpack_from(self.ring, off + _BLOCK_STATUS)
+        return num if status & TP_STATUS_USER or seq > self.last_seq else 0
 
     def check_error(self):
         """Raise the socket's pending error (interface gone or down), if any; poll() reports it as POLLERR."""
@@ -512,9 +517,10 @@ class AfPacketSource:
         hdr = _FRAME_HDR.unpack_from
         while len(data_list) < max_frames:
             off = self.next_block * bsize
-            status, num, first, blen = _BLOCK_HDR.unpack_from(ring, off + _BLOCK_STATUS)
+            status, num, first, blen, seq = _BLOCK_HDR.unpack_from(ring, off + _BLOCK_STATUS)
             if not status & TP_STATUS_USER:
                 break
+            self.last_seq = seq
             if not first <= blen <= bsize:
                 blen = bsize
             block = ring[off : off + blen]  # one copy; the block goes back to the kernel at once

@@ -1,0 +1,69 @@
+"""Which DNS parser a run uses (config decode.parser), and the C walker when it is built.
+
+- fast: probe.decode._fastwire (probe/decode/_fastwire.c), the wire walker and the common-frame fast
+  path in C; the tests check it against the Python walker message by message.
+- wire: the Python walker, probe.decode.dnswire (the reference for the C code).
+- dpkt: dpkt for every message, the walker where dpkt cannot parse (probe.decode.dpkt_parser).
+- auto: fast when the extension is built, else wire, saying so once on stderr.
+"""
+
+import sys
+
+from probe.decode.dnswire import MessageParser
+from probe.errors import ConfigError
+
+try:
+    from probe.decode import _fastwire
+except ImportError as exc:  # built with optional=True: no compiler or no Python headers at install time
+    _fastwire = None
+    IMPORT_ERROR = str(exc)
+else:
+    IMPORT_ERROR = None
+
+CHOICES = ("auto", "fast", "wire", "dpkt")
+NOT_BUILT = (
+    "the C extension probe.decode._fastwire is not built (it needs a C compiler and Python's headers, on Debian"
+    " gcc and python3-dev, at install time: pip install -e .)"
+)
+_warned = False
+
+
+def check_choice(value):
+    """The config check of decode.parser: 'fast' needs the extension."""
+    if value == "fast" and _fastwire is None:
+        raise ValueError(f"'fast' needs {NOT_BUILT}: {IMPORT_ERROR}")
+    return value
+
+
+def effective(value):
+    """The parser that runs for decode.parser=value: fast, wire or dpkt."""
+    if value == "auto":
+        return "fast" if _fastwire is not None else "wire"
+    return value
+
+
+def resolve(value):
+    """effective(value); says once per process when auto falls back to the Python walker, and raises
+    ConfigError when fast is asked for but not built."""
+    global _warned
+    try:
+        check_choice(value)
+    except ValueError as exc:
+        raise ConfigError(f"config key 'decode.parser': {exc}") from None
+    name = effective(value)
+    if value == "auto" and name == "wire" and not _warned:
+        _warned = True
+        print(
+            f"dnsprobe: warning: decode.parser auto: {NOT_BUILT} ({IMPORT_ERROR}); decoding with the"
+            " pure-Python walker, about ten times slower",
+            file=sys.stderr,
+            flush=True,
+        )
+    return name
+
+
+class FastParser(MessageParser):
+    """MessageParser with the C walker: the same names cache, the same bound."""
+
+    def parse(self, buf):
+        return _fastwire.parse_message(buf, self.names, self.max_names)
