@@ -11,7 +11,10 @@ from conftest import COMPACTOR_DATA, DNSPROBE_DATA
 from probe.sources import _pcaprecords
 from probe.sources.pcapfile import split_records
 
-CAPTURES = sorted(DNSPROBE_DATA.glob("*.pcap")) + [COMPACTOR_DATA / "gold.pcap.xz", COMPACTOR_DATA / "malformed.pcap.xz"]
+CAPTURES = sorted(DNSPROBE_DATA.glob("*.pcap")) + [
+    COMPACTOR_DATA / "gold.pcap.xz",
+    COMPACTOR_DATA / "malformed.pcap.xz",
+]
 
 
 def load(path):
