@@ -933,7 +933,7 @@ def parse_args(argv):
                          "goes above them; tcpreplay: every trial at its rate (--pps, --timer=nano); trafgen: every "
                          "trial with trafgen --rate (per-second bursts)")
     ap.add_argument("--tcpreplay-max", type=live.parse_rate, help="auto: highest rate left to tcpreplay (default "
-                                                                   f"{TCPREPLAY_REACH:.0%} of its --topspeed, measured "
+                                                                   f"{TCPREPLAY_REACH:.0%}%" + " of its --topspeed, measured "
                                                                    "on the testbed at the start)")
     ap.add_argument("--trafgen-frames", type=int, default=TRAFGEN_FRAMES,
                     help=f"trafgen's configuration holds the first N frames of the mix (default {TRAFGEN_FRAMES:,}), "

@@ -79,6 +79,10 @@ def test_help_reads_like_a_man_page():
     for word in ("--output", "--config", "--query-timeout", "--set", "examples:", "pcapng"):
         assert word in read
     assert "--json" in run_dnsprobe("inspect", "--help").stdout
+    # Every subcommand's help renders (a stray '%' in a help string breaks argparse's formatting).
+    for command, word in (("capture", "--coremask"), ("config", "--defaults"), ("keygen", "key"),
+                          ("bench", "--generator")):
+        assert word in run_dnsprobe(command, "--help").stdout, command
 
 
 def test_flags_reach_the_output(tmp_path, out_dir):
