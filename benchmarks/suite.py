@@ -932,9 +932,10 @@ def parse_args(argv):
                     help="auto (default): tcpreplay at the rates it reaches (--tcpreplay-max), trafgen as fast as it "
                          "goes above them; tcpreplay: every trial at its rate (--pps, --timer=nano); trafgen: every "
                          "trial with trafgen --rate (per-second bursts)")
-    ap.add_argument("--tcpreplay-max", type=live.parse_rate, help="auto: highest rate left to tcpreplay (default "
-                                                                   f"{TCPREPLAY_REACH:.0%}%" + " of its --topspeed, measured "
-                                                                   "on the testbed at the start)")
+    reach = f"{TCPREPLAY_REACH:.0%}".replace("%", "%%")  # argparse formats help strings with %
+    ap.add_argument("--tcpreplay-max", type=live.parse_rate,
+                    help=f"auto: highest rate left to tcpreplay (default {reach} of its --topspeed, measured "
+                         "on the testbed at the start)")
     ap.add_argument("--trafgen-frames", type=int, default=TRAFGEN_FRAMES,
                     help=f"trafgen's configuration holds the first N frames of the mix (default {TRAFGEN_FRAMES:,}), "
                          "repeated to make up --packets: trafgen 0.6.8 loads a configuration in time quadratic in its "
