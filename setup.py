@@ -1,6 +1,6 @@
-"""Build the C extensions: probe._columns (record columns), probe.sources._pcaprecords (pcap records) and
-probe.decode._fastwire (DNS walker and frame fast path) always, and the optional DPDK extension
-(probe.sources._dpdk) when libdpdk is found with pkg-config.
+"""Build the C extensions: probe._columns (record columns), probe.sources._pcaprecords (pcap records),
+probe.decode._fastwire (DNS walker and frame fast path) and export._cdnsblock (C-DNS blocks) always, and
+the optional DPDK extension (probe.sources._dpdk) when libdpdk is found with pkg-config.
 
 Everything else about the package is in pyproject.toml. Without libdpdk (Debian: apt-get install
 libdpdk-dev pkg-config) the package installs and works as before; `dnsprobe capture --dpdk` then says
@@ -46,6 +46,7 @@ def core_extensions():
             "probe.sources._pcaprecords", ["probe/sources/_pcaprecords.c"], extra_compile_args=["-O2"], optional=True
         ),
         Extension("probe.decode._fastwire", ["probe/decode/_fastwire.c"], extra_compile_args=["-O2"], optional=True),
+        Extension("export._cdnsblock", ["export/_cdnsblock.c"], extra_compile_args=["-O2"], optional=True),
     ]
 
 

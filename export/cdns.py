@@ -34,6 +34,7 @@ them, and does not wait for the compressor, nor for the disk, even at rotation (
 is renamed by its thread; close() waits for them all).
 """
 
+import logging
 import lzma
 import os
 import queue
@@ -51,6 +52,14 @@ from export import cdns_format as F
 from probe import __version__
 from probe.decode.dnswire import Malformed, _skip_name, _walk_rrs, read_name
 from probe.decode.fields import E, M
+
+try:
+    from export import _cdnsblock
+except ImportError:  # no compiler when the package was installed: the Python loop, slower, said once
+    _cdnsblock = None
+
+BACKEND = "c" if _cdnsblock is not None else "python"
+_warned = []
 
 TICKS_PER_SECOND = 1_000_000  # ticks of 1 µs; timestamps in ns are divided by NS_PER_TICK
 NS_PER_TICK = 1_000_000_000 // TICKS_PER_SECOND
@@ -260,7 +269,35 @@ class Block:
         return len(self.items) + len(self.malformed)
 
     def add(self, txs):
-        """Add (query, response, response_messages) transactions: the hot loop of the C-DNS export."""
+        """Add (query, response, response_messages) transactions: the hot loop of the C-DNS export.
+
+        In C (export._cdnsblock.add) when it was built and there is neither client privacy nor full
+        sections; it gives back the transactions it does not take (malformed messages, unusual shapes),
+        one at a time, to add_python, the reference it must equal (tests/test_cdns_block.py)."""
+        w = self.w
+        if _cdnsblock is None or w.clients is not None or w.full_sections:
+            if _cdnsblock is None and not _warned:
+                _warned.append(True)
+                logging.getLogger("dnsprobe").warning(
+                    "the C extension export._cdnsblock was not built (no compiler?): building C-DNS blocks in "
+                    "Python, slower"
+                )
+            self.add_python(txs)
+            return
+        i, n = 0, len(txs)
+        while i < n:
+            i, self.earliest, processed, unmatched_q, unmatched_r = _cdnsblock.add(
+                txs, i, self.ip, self.names, self.classtype, self.sigs, self.items, self.earliest, w.qr_type
+            )
+            self.processed += processed
+            self.unmatched_q += unmatched_q
+            self.unmatched_r += unmatched_r
+            if i < n:
+                self.add_python(txs[i : i + 1])
+                i += 1
+
+    def add_python(self, txs):
+        """add() in Python: the reference implementation, and the path of client privacy and full sections."""
         w = self.w
         ip = self.ip
         ip_get = ip.get
@@ -442,9 +479,11 @@ class Block:
             self.fallback_ticks = now_ns // NS_PER_TICK
         return []
 
-    def encode(self):
+    def encode(self, python=False):
         """The block's CBOR bytes. Tables are ordered most-referenced first, so that the indexes used most
-        take the fewest bytes (CBOR: 1 byte below 24, 2 below 256); every reference is renumbered."""
+        take the fewest bytes (CBOR: 1 byte below 24, 2 below 256); every reference is renumbered.
+        Signatures and items are written by _cdnsblock when built; python=True: the reference, in Python."""
+        c = None if python else _cdnsblock
         earliest = self.earliest if self.earliest is not None else self.fallback_ticks or 0
         items = self.items
         sig_uses = Counter(map(itemgetter(4), items))
@@ -484,7 +523,9 @@ class Block:
             tables[F.NAME_RDATA] = [names[i] for i in name_order]
         if self.sigs:
             sigs = list(self.sigs)
-            tables[F.QR_SIG] = [_signature(sigs[i], new_ip, new_name) for i in sig_order]
+            sigs = [sigs[i] for i in sig_order]
+            data = c.encode_signatures(sigs, new_ip, new_name) if c else None
+            tables[F.QR_SIG] = _Encoded(data) if data is not None else [_signature(s, new_ip, new_name) for s in sigs]
         if self.qlist:
             tables[F.QLIST] = [list(x) for x in self.qlist]
             tables[F.QRR] = [{F.NAME_INDEX: new_name[n], F.CLASSTYPE_INDEX: c} for n, c in self.qrr]
@@ -502,7 +543,11 @@ class Block:
         if tables:
             block[F.BLOCK_TABLES] = tables
         if items:
-            block[F.QUERY_RESPONSES] = [_item(it, earliest, new_ip, new_sig, new_name) for it in items]
+            args = (items, earliest, new_ip, new_sig, new_name)
+            data = c.encode_items(*args) if c else None
+            block[F.QUERY_RESPONSES] = (
+                _Encoded(data) if data is not None else c.items(*args) if c else item_maps_python(*args)
+            )
         if self.events:
             block[F.ADDRESS_EVENT_COUNTS] = [
                 _event(ae_type, code, new_ip[ai], tflags, count)
@@ -514,7 +559,20 @@ class Block:
                  F.MESSAGE_DATA_INDEX: d}
                 for t, c, p, d in self.malformed
             ]
-        return cbor2.dumps(block)
+        return cbor2.dumps(block, default=_write_encoded)
+
+
+class _Encoded:
+    """CBOR bytes made elsewhere (_cdnsblock.encode_items, encode_signatures) that cbor2.dumps writes as is."""
+
+    __slots__ = ("data",)
+
+    def __init__(self, data):
+        self.data = data
+
+
+def _write_encoded(encoder, value):
+    encoder.write(value.data)
 
 
 def _by_use(n, uses):
@@ -532,6 +590,12 @@ def _signature(sig, new_ip, new_name):
     if sig[15] is not None:
         out[F.QUERY_OPT_RDATA_INDEX] = new_name[sig[15]]
     return out
+
+
+def item_maps_python(items, earliest, new_ip, new_sig, new_name):
+    """The QueryResponse maps of the items, indexes renumbered: the reference of _cdnsblock.items (and of
+    _cdnsblock.encode_items, which writes their CBOR without making them)."""
+    return [_item(it, earliest, new_ip, new_sig, new_name) for it in items]
 
 
 def _item(it, earliest, new_ip, new_sig, new_name):

@@ -19,7 +19,7 @@ from probe.records import _CLIENT, _CLIENT_RAW, _FIELDS
 from probe.sources.pcapfile import read_capture
 from probe.stats import Stats
 
-CAPTURES = sorted(DNSPROBE_DATA.glob("*.pcap")) + [
+CAPTURES = sorted((DNSPROBE_DATA / "test_pcaps").glob("*.pcap")) + [
     COMPACTOR_DATA / "knot-live.raw.pcap.xz",
     COMPACTOR_DATA / "gold.pcap.xz",
     ROOT / "samples" / "sample-mix.pcap.xz",
@@ -39,6 +39,10 @@ def transactions(path):
     return txs + table.flush()
 
 
+def test_captures_found():
+    assert all(p.exists() for p in CAPTURES) and len(CAPTURES) >= 7, CAPTURES
+
+
 def test_extension_is_built():
     """A build without the extension still works (slower, with a warning); CI must not ship one."""
     assert columns.BACKEND == "c", "probe._columns was not built: check the compiler and Python headers"
@@ -47,7 +51,7 @@ def test_extension_is_built():
 @pytest.mark.parametrize("path", CAPTURES, ids=lambda p: p.name)
 def test_c_equals_python_on_real_transactions(path):
     txs = transactions(path)
-    assert len(txs) > 50
+    assert txs  # (the DNS Probe captures hold 1 to 92 transactions)
     fast = columns.extract(txs, SPECS)
     slow = columns.extract_python(txs, SPECS)
     for spec, a, b in zip(SPECS, fast, slow):
