@@ -34,7 +34,6 @@ them, and does not wait for the compressor, nor for the disk, even at rotation (
 is renamed by its thread; close() waits for them all).
 """
 
-import logging
 import lzma
 import os
 import queue
@@ -52,14 +51,10 @@ from export import cdns_format as F
 from probe import __version__
 from probe.decode.dnswire import Malformed, _skip_name, _walk_rrs, read_name
 from probe.decode.fields import E, M
+from probe.native import load, say_not_built
 
-try:
-    from export import _cdnsblock
-except ImportError:  # no compiler when the package was installed: the Python loop, slower, said once
-    _cdnsblock = None
-
+_cdnsblock = load("export._cdnsblock")
 BACKEND = "c" if _cdnsblock is not None else "python"
-_warned = []
 
 TICKS_PER_SECOND = 1_000_000  # ticks of 1 µs; timestamps in ns are divided by NS_PER_TICK
 NS_PER_TICK = 1_000_000_000 // TICKS_PER_SECOND
@@ -276,12 +271,8 @@ class Block:
         one at a time, to add_python, the reference it must equal (tests/test_cdns_block.py)."""
         w = self.w
         if _cdnsblock is None or w.clients is not None or w.full_sections:
-            if _cdnsblock is None and not _warned:
-                _warned.append(True)
-                logging.getLogger("dnsprobe").warning(
-                    "the C extension export._cdnsblock was not built (no compiler?): building C-DNS blocks in "
-                    "Python, slower"
-                )
+            if _cdnsblock is None:
+                say_not_built("export._cdnsblock", "building C-DNS blocks")
             self.add_python(txs)
             return
         i, n = 0, len(txs)

@@ -13,15 +13,13 @@ Kinds: 'q' int64, 'i' int32, 'd' float64, 'b' bool, 's' string, 'y' binary, 'a' 
 → text, 'L' tuple of ints → list<int32>.
 """
 
-import logging
 import socket
 
 import pyarrow as pa
 
-try:
-    from probe import _columns
-except ImportError:  # no compiler when the package was installed: the slower reference path, said once
-    _columns = None
+from probe.native import load, say_not_built
+
+_columns = load("probe._columns")
 
 BACKEND = "c" if _columns is not None else "python"
 KIND_TYPES = {
@@ -34,7 +32,6 @@ KIND_TYPES = {
     "a": pa.string(),
     "L": pa.list_(pa.int32()),
 }
-_warned = []
 
 
 def _follow(row, path):
@@ -80,11 +77,7 @@ def _wrap(kind, n, result):
 def extract(rows, specs):
     """One Arrow array per (path, kind) spec, read from `rows` (a list of tuples)."""
     if _columns is None:
-        if not _warned:
-            _warned.append(True)
-            logging.getLogger("dnsprobe").warning(
-                "the C extension probe._columns was not built (no compiler?): building records in Python, slower"
-            )
+        say_not_built("probe._columns", "building record columns")
         return extract_python(rows, specs)
     n = len(rows)
     return [_wrap(spec[1], n, res) for spec, res in zip(specs, _columns.extract(rows, specs))]

@@ -34,6 +34,7 @@ import threading
 import time
 from pathlib import Path
 
+from probe.decode.parsers import effective as effective_parser
 from probe.errors import ConfigError, DnsprobeError
 from probe.stats import COUNTER_NAMES, COUNTERS, Stats
 
@@ -481,6 +482,7 @@ class Supervisor:
             "coremask": self.cfg.capture.coremask,
             "fanout_groups": dict(zip(self.interfaces, self.fanout_ids, strict=True)),
             "ip_filter": self.ip_filter_where,
+            "decode_parser": effective_parser(self.cfg.decode.parser),  # auto resolved: fast or wire
             "workers": workers,
             "errors": list(self.errors),
         }

@@ -6,7 +6,6 @@ equal Arrow arrays on real transactions (all captures the project has) and on th
 
 import socket
 
-import pyarrow as pa
 import pytest
 from conftest import COMPACTOR_DATA, DNSPROBE_DATA, ROOT
 
@@ -167,4 +166,16 @@ def test_large_batch_is_exact():
     assert fast[1][n - 2].as_py() == f"name{n - 2}" and fast[1][n - 1].as_py() is None  # (n - 1) % 7 == 0
     assert fast[3].flatten().to_pylist()[-2:] == [n - 1, n]
     assert all(a.equals(b) for a, b in zip(fast, columns.extract_python(rows, specs)))
-    assert pa.chunked_array(fast[1:2]).null_count == fast[1].null_count
+    assert fast[1].is_null().to_pylist() == [i % 7 == 0 for i in range(n)]  # each null in its own row
+
+
+def test_a_missing_extension_is_said_once(caplog):
+    """The fallback to a Python twin is never silent, and said once per extension (probe.native)."""
+    from probe.native import load, say_not_built
+
+    assert load("probe._no_such_extension") is None
+    with caplog.at_level("WARNING", logger="dnsprobe"):
+        for _ in range(3):
+            say_not_built("probe._no_such_extension", "testing")
+    said = [r.getMessage() for r in caplog.records if "_no_such_extension" in r.getMessage()]
+    assert said == ["the C extension probe._no_such_extension was not built (no compiler?): testing in Python, slower"]

@@ -388,6 +388,7 @@ def test_two_workers_fanout_whole_transactions(testbed, traffic, probes, out_dir
         assert all(r["query_present"] and r["response_present"] for r in rows)
     doc = probe.stats()
     assert {w["core"] for w in doc["workers"].values()} == {0, 1}
+    assert doc["decode_parser"] == "fast"  # the C walker, built (decode.parser auto)
     assert doc["counters"]["kernel_received"] == passed and doc["counters"]["kernel_drops"] == 0
     assert sum(w["counters"]["records"] for w in doc["workers"].values()) == len(expected)
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from probe.errors import CaptureFileError
 from probe.frames import FrameBatch
+from probe.native import load, say_not_built
 
 CHUNK = 1 << 20
 
@@ -151,10 +152,7 @@ def split_records(buf, pos, big_endian, ts_mult, limit, ts_list, wl_list, data_l
 
 _REC_LE = struct.Struct("<IIII").unpack_from
 _REC_BE = struct.Struct(">IIII").unpack_from
-try:
-    from probe.sources._pcaprecords import split as _split
-except ImportError:  # not built (no compiler): the Python loop, slower; probe.columns logs the missing build
-    _split = split_records
+_pcaprecords = load("probe.sources._pcaprecords")
 
 
 def _read_pcap(r, endian, ts_mult, batch_size):
@@ -164,6 +162,9 @@ def _read_pcap(r, endian, ts_mult, batch_size):
     linktype &= 0x0FFFFFFF  # upper bits carry FCS information in newer files
     r.pos = 24
     big = endian == ">"
+    if _pcaprecords is None:
+        say_not_built("probe.sources._pcaprecords", "splitting pcap records")
+    split = split_records if _pcaprecords is None else _pcaprecords.split
     unpack = _REC_BE if big else _REC_LE
     batch = FrameBatch(linktype)
     while True:
@@ -175,7 +176,7 @@ def _read_pcap(r, endian, ts_mult, batch_size):
         # Records fully present in the buffer are split in one call: no per-record read() calls.
         while True:
             data_list = batch.data
-            r.pos, status = _split(
+            r.pos, status = split(
                 buf, r.pos, big, ts_mult, batch_size - len(data_list), batch.ts_ns, batch.wirelen, data_list
             )
             if status:
