@@ -41,7 +41,6 @@ import socket
 import struct
 import threading
 import zlib
-from collections import Counter
 from operator import itemgetter
 
 import cbor2
@@ -477,9 +476,13 @@ class Block:
         c = None if python else _cdnsblock
         earliest = self.earliest if self.earliest is not None else self.fallback_ticks or 0
         items = self.items
-        sig_uses = Counter(map(itemgetter(4), items))
-        ip_uses = Counter(map(itemgetter(1), items))
-        name_uses = Counter(map(itemgetter(7), items))
+        count = _count_uses_python if c is None else c.count_uses
+        sig_uses = [0] * len(self.sigs)
+        ip_uses = [0] * len(self.ip)
+        name_uses = [0] * len(self.names)
+        count(items, 4, sig_uses)
+        count(items, 1, ip_uses)
+        count(items, 7, name_uses)
         for sig, i in self.sigs.items():
             uses = sig_uses[i]
             ip_uses[sig[0]] += uses
@@ -566,9 +569,17 @@ def _write_encoded(encoder, value):
     encoder.write(value.data)
 
 
+def _count_uses_python(items, field, uses):
+    """Reference of _cdnsblock.count_uses: uses[i] += 1 for each item's index i in `field` (None skipped)."""
+    for i in map(itemgetter(field), items):
+        if i is not None:
+            uses[i] += 1
+
+
 def _by_use(n, uses):
-    """(old indexes most used first, new index of each old index); ties keep the order of first use."""
-    order = sorted(range(n), key=lambda i: -uses[i])
+    """(old indexes most used first, new index of each old index); ties keep the order of first use
+    (sorted is stable, also with reverse=True)."""
+    order = sorted(range(n), key=uses.__getitem__, reverse=True)
     new = [0] * n
     for j, i in enumerate(order):
         new[i] = j

@@ -15,7 +15,8 @@
  *          path may also be a pair of paths (p1, p2): p2 is read where p1 gives None (a coalesce).
  *   kind:  'q' int64, 'i' int32, 'd' float64, 'b' bool, 's' str as UTF-8, 'y' bytes,
  *          'a' packed IPv4/IPv6 address bytes as text (inet_ntop, as socket.inet_ntop), 'L' a tuple or
- *          list of ints as list<int32>.
+ *          list of ints as list<int32>, 'D' a QNAME str as DNS Probe's domain_name (see domain_name in
+ *          probe/columns.py).
  *   result: (null_count, validity or None, buffers...) with the buffers Arrow's layout needs:
  *          fixed width and bool: (data,); 's' 'y' 'a': (offsets int32, data); 'L': (offsets, values).
  */
@@ -136,7 +137,7 @@ static int fixed_width(char kind)
 
 static int var_width(char kind)
 {
-    return kind == 's' || kind == 'y' || kind == 'a' || kind == 'L';
+    return kind == 's' || kind == 'y' || kind == 'a' || kind == 'L' || kind == 'D';
 }
 
 /* Dotted-quad text of an IPv4 address, as inet_ntop writes it; returns its length. Written out because
@@ -208,6 +209,36 @@ static int put_value(Column *c, Py_ssize_t i, PyObject *v, int32_t *offsets)
             return -1;
         if (buf_put(&c->var, s, n) < 0)
             return -1;
+        break;
+    }
+    case 'D': {
+        /* domain_name: ASCII-lowercased, the last two labels when there are at least two dots and no
+         * newline before the second-to-last dot; else the whole name. This is what the regex replace
+         * ^.*\.([^.]*\.[^.]*)$ -> \1 gives (RE2's '.' stops at a newline), at a fraction of its cost. */
+        Py_ssize_t n;
+        const char *s = PyUnicode_AsUTF8AndSize(v, &n);
+        if (s == NULL)
+            return -1;
+        Py_ssize_t last = -1, second = -1;
+        for (Py_ssize_t k = n - 1; k >= 0; k--) {
+            if (s[k] == '.') {
+                if (last < 0) {
+                    last = k;
+                } else {
+                    second = k;
+                    break;
+                }
+            }
+        }
+        Py_ssize_t start = 0;
+        if (second >= 0 && memchr(s, '\n', second) == NULL)
+            start = second + 1;
+        if (buf_put(&c->var, s + start, n - start) < 0)
+            return -1;
+        char *w = c->var.p + c->var.len - (n - start);
+        for (Py_ssize_t k = 0; k < n - start; k++)
+            if (w[k] >= 'A' && w[k] <= 'Z')
+                w[k] += 'a' - 'A';
         break;
     }
     case 'y': {

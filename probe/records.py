@@ -115,7 +115,6 @@ UNIQUE_VALUED = frozenset(
     ("time", "time_micro", "id", "srcp", "udp_sum", "tcp_hs_rtt", "response_delay_us", "query_time", "response_time")
 )
 
-_DOMAIN_RE = r"^.*\.([^.]*\.[^.]*)$"
 Q, R = 0, 1  # a transaction is (query tuple or None, response tuple or None, response message count)
 
 # Every value the columns are made of, read from the transactions in one pass (probe.columns): name ->
@@ -126,6 +125,7 @@ _FIELDS = {
     "r_ts": ((R, M.TS_NS), "q"),
     "id": (((Q, M.ID), (R, M.ID)), "i"),
     "qname": (((Q, M.QNAME), (R, M.QNAME)), "s"),
+    "domain_name": (((Q, M.QNAME), (R, M.QNAME)), "D"),
     "q_wirelen": ((Q, M.WIRELEN), "i"),
     "r_wirelen": ((R, M.WIRELEN), "i"),
     "q_ttl": ((Q, M.TTL), "i"),
@@ -245,7 +245,7 @@ class RecordBuilder:
             unixtime,
             time_us,
             qname,
-            pc.replace_substring_regex(pc.ascii_lower(qname), pattern=_DOMAIN_RE, replacement=r"\1"),
+            f["domain_name"],
             f["q_wirelen"],
             zero_i32,
             f["q_ttl"],

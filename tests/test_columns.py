@@ -11,6 +11,7 @@ from conftest import COMPACTOR_DATA, DNSPROBE_DATA, ROOT
 
 from probe import columns
 from probe.config import load_config
+from probe.decode.fields import M
 from probe.decode.packets import PacketDecoder
 from probe.match import TransactionTable
 from probe.privacy import IpFilter
@@ -179,3 +180,31 @@ def test_a_missing_extension_is_said_once(caplog):
             say_not_built("probe._no_such_extension", "testing")
     said = [r.getMessage() for r in caplog.records if "_no_such_extension" in r.getMessage()]
     assert said == ["the C extension probe._no_such_extension was not built (no compiler?): testing in Python, slower"]
+
+
+DOMAIN_EDGES = [
+    "", ".", "..", "a", "a.b", "a.b.c", "WWW.Example.COM", ".a.b", "a..b", "a.b.", "x\ny.a.b", "a\n.b.c",
+    "a.b\nc.d", "a.\nb.c", "ÄÖ.Bär.DE", "ǅ.a.b", "ß.EXAMPLE.org", "\\046.A.b", "a b.c d.e f", "x" * 300 + ".Y.z",
+]
+
+
+def test_domain_name_rule_equals_dns_probe_regex():
+    """The 'D' kind (C) and columns.domain_name (Python) equal the regex replace that defines the column,
+    ASCII-lowercased, on every QNAME of the real captures and on edge cases (newlines, non-ASCII case)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    names = list(DOMAIN_EDGES)
+    for path in CAPTURES:
+        for q, r, _ in transactions(path):
+            name = (q or r)[M.QNAME]
+            if name is not None:
+                names.append(name)
+    regex = pc.replace_substring_regex(
+        pc.ascii_lower(pa.array(names, pa.string())), pattern=r"^.*\.([^.]*\.[^.]*)$", replacement=r"\1"
+    ).to_pylist()
+    rows = [(n,) for n in names]
+    assert [columns.domain_name(n) for n in names] == regex
+    assert columns.extract(rows, [((0,), "D")])[0].to_pylist() == regex
+    assert columns.extract_python(rows, [((0,), "D")])[0].to_pylist() == regex
+    assert len(set(regex)) > 100  # real names, not only the edge cases
