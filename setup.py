@@ -47,6 +47,7 @@ def core_extensions():
         ),
         Extension("probe.decode._fastwire", ["probe/decode/_fastwire.c"], extra_compile_args=["-O2"], optional=True),
         Extension("export._cdnsblock", ["export/_cdnsblock.c"], extra_compile_args=["-O2"], optional=True),
+        Extension("probe._match", ["probe/_match.c"], extra_compile_args=["-O2"], optional=True),
     ]
 
 

@@ -39,6 +39,13 @@ def make_exporter(cfg, directory, worker_id, stats, client=None, live=False):
     raise ValueError(f"unknown export format {fmt!r}")
 
 
+def reads_raw(cfg):
+    """Whether the exporter for cfg.export.format reads the raw DNS message of the message tuples
+    (probe.decode.fields.DNS_FIELDS raw): C-DNS does (question names, full sections, malformed-message
+    data), Parquet does not, so the decoder leaves it None and saves a copy of every message."""
+    return cfg.export.format != "parquet"
+
+
 def file_stamp(ts_ns):
     t = datetime.datetime.fromtimestamp(ts_ns // 1_000_000_000, datetime.timezone.utc)
     return t.strftime("%Y%m%d.%H%M%S") + f".{(ts_ns // 1000) % 1_000_000:06d}"

@@ -9,9 +9,16 @@ alone, unmatched (as compactor does: a malformed message cannot be trusted to ma
 Zone transfers (AXFR/IXFR): the first response opens the transaction; later responses on the same
 connection with the same ID add their ANCOUNT and lengths, until a message whose last answer is an SOA
 (or an error RCODE) closes it, as DNS Probe does.
+
+The per-message loop runs in C (probe._match) when it was built; TransactionTable.add_python is its
+reference and does what the C loop leaves to it (zone transfers, values of unexpected types).
 """
 
 from probe.decode.fields import FLAG_QR, M
+from probe.native import load, say_not_built
+
+_match = load("probe._match")
+BACKEND = "c" if _match is not None else "python"
 
 QTYPE_IXFR = 251
 QTYPE_AXFR = 252
@@ -67,16 +74,51 @@ class TransactionTable:
     no separate age queue to pop and look up again (that lookup cost a cache miss per query).
     """
 
-    def __init__(self, match_cfg, stats):
+    def __init__(self, match_cfg, stats, python=False):
+        """python=True: always the Python loop (the reference the tests compare the C loop with)."""
         self.timeout_ns = int(match_cfg.query_timeout * 1e9)
         self.max_pending = match_cfg.max_pending
         self.stats = stats
         self.pending = {}  # key -> query tuple, or list of query tuples (oldest first); oldest key first
         self.transfers = {}  # key -> _Transfer
         self.now_ns = 0
+        if _match is None and not python:
+            say_not_built("probe._match", "matching queries with responses")
+        # The C loop does its time arithmetic in 64 bits: an absurd timeout stays in Python.
+        self._c_run = None if python or _match is None or abs(self.timeout_ns) >= 2**63 else _match.run
 
     def add(self, msgs):
         out = []
+        if self._c_run is not None:
+            self._add_c(msgs, out)
+        else:
+            self.add_python(msgs, out)
+        if msgs:
+            last = msgs[-1][_TS]
+            if last > self.now_ns:
+                self.now_ns = last
+        self._expire(out)
+        return out
+
+    def _add_c(self, msgs, out):
+        """The C loop over msgs; each message it leaves to Python goes through add_python alone."""
+        counts = [0, 0, 0]  # matched, response_only, duplicate_queries (messages done in C)
+        run, pending, timeout = self._c_run, self.pending, self.timeout_ns
+        i, n = 0, len(msgs)
+        while True:
+            i = run(msgs, i, pending, timeout, bool(self.transfers), out, counts)
+            if i >= n:
+                break
+            self.add_python(msgs[i : i + 1], out)
+            i += 1
+        stats = self.stats
+        stats.matched += counts[0]
+        stats.response_only += counts[1]
+        stats.duplicate_queries += counts[2]
+
+    def add_python(self, msgs, out):
+        """Match msgs in Python, appending completed transactions to out (no expiry): the reference of the C
+        loop (probe._match.run), which must give the same out, pending dict (in the same order) and counters."""
         pending = self.pending
         stats = self.stats
         timeout = self.timeout_ns
@@ -134,15 +176,9 @@ class TransactionTable:
                         waiting.append(m)
                     else:
                         pending[key] = [waiting, m]
-        if msgs:
-            last = msgs[-1][_TS]
-            if last > self.now_ns:
-                self.now_ns = last
         stats.matched += matched
         stats.response_only += response_only
         stats.duplicate_queries += dup
-        self._expire(out)
-        return out
 
     def _expire(self, out):
         """Export queries older than the timeout (and the oldest beyond max_pending) as query-only."""

@@ -6,7 +6,7 @@ The same object serves offline reading (`dnsprobe read`) and, later, each live-c
 import gc
 import time
 
-from export import make_exporter
+from export import make_exporter, reads_raw
 from probe.decode.packets import PacketDecoder
 from probe.match import TransactionTable
 from probe.privacy import IpFilter, client_privacy
@@ -34,7 +34,9 @@ class Pipeline:
         tune_gc()
         self.cfg = cfg
         self.stats = stats if stats is not None else Stats()
-        self.decoder = PacketDecoder(cfg.decode, cfg.decode.dns_ports, self.stats, IpFilter(cfg.filter))
+        self.decoder = PacketDecoder(
+            cfg.decode, cfg.decode.dns_ports, self.stats, IpFilter(cfg.filter), keep_raw=reads_raw(cfg)
+        )
         self.table = TransactionTable(cfg.match, self.stats)
         client = client_privacy(cfg.privacy)
         self.exporter = make_exporter(cfg, out_dir, worker_id, self.stats, client=client, live=live)

@@ -2,7 +2,8 @@
  *
  * Why: decoding a frame in Python (struct unpacks, slices, the walker in probe/decode/dnswire.py) cost
  * about 9 µs and was the largest part of a run; here an Ethernet/UDP frame costs a fraction of that,
- * most of it the allocation of the objects of the message tuple (README, Decoding).
+ * most of it the allocation of the objects of the message tuple (README, Decoding). A TCP frame in
+ * Python cost about 13 µs; here only its stream step (probe/decode/tcpstream.py) is Python code.
  * It is a translation of the Python code, rule for rule: probe/decode/dnswire.py stays the reference
  * (and the fallback where this module is not built), and tests/test_fastwire.py checks that both give
  * equal results on every message of the test captures and on many thousands of damaged ones.
@@ -12,16 +13,21 @@
  *   Python walker fills it. max_names >= 0: first clear names when it holds more entries (as
  *   dnswire.MessageParser.parse does). A buf that is not bytes is handed to the Python walker.
  *
- * decode_frames(ts, wirelen, data, start, out, portmap, keep4, keep6, names, max_names, counts) -> (i, j)
- *   The fast path at the top of PacketDecoder.decode, for a batch of Ethernet frames: from frame
- *   `start` on, frames that are untagged Ethernet + IPv4 without options (not a fragment) + UDP, or
- *   Ethernet + IPv6 without extension headers + UDP, on a DNS port (portmap: 8192 bytes, bit p set for
- *   port p) and with consistent lengths, are decoded and their message tuples appended to out; those the
- *   IP lists drop (keep4/keep6: callables (src, dst) -> keep?, or None) are counted. It stops at the
- *   first frame it does not handle and returns its index i and the index j of the next frame it would
- *   handle (i == j == len(data) at the end), so the caller decodes frames i..j-1 in Python and calls
- *   again from j: messages stay in capture order. counts: a list [bytes, messages, responses,
- *   malformed, ip_filtered] that is added to for the frames handled.
+ * decode_frames(ts, wirelen, data, start, out, portmap, keep4, keep6, names, max_names, counts, tcp=None,
+ *               keep_raw=True) -> (i, j)
+ *   PacketDecoder.decode for a batch of Ethernet frames: from frame `start` on, frames that are
+ *   Ethernet (VLAN tags allowed) + IPv4 (not a fragment) or IPv6 without extension headers + UDP, or
+ *   TCP when tcp is given, on a DNS port (portmap: 8192 bytes, bit p set for port p), with headers
+ *   and lengths that pass every check of the Python code, are decoded and their message tuples
+ *   appended to out; those the IP lists drop (keep4/keep6: callables (src, dst) -> keep?, or None)
+ *   are counted. A TCP segment goes to tcp(ipv, (src, sport, dst, dport), ts, wirelen, ttl, seq,
+ *   flags, payload) (PacketDecoder._tcp_step: the RST count and event, the stream step), which
+ *   returns the messages it completes as TcpReassembler.segment does; each becomes a message tuple
+ *   here. keep_raw false: the raw field of the tuples is None. It stops at the first frame it does
+ *   not handle and returns its index i and the index j of the next frame it would handle (i == j ==
+ *   len(data) at the end), so the caller decodes frames i..j-1 in Python and calls again from j:
+ *   messages stay in capture order. counts: a list [bytes, messages, responses, malformed,
+ *   ip_filtered] that is added to for the frames handled.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -690,13 +696,12 @@ static int bound_cache(PyObject *names, Py_ssize_t max_names)
     return 0;
 }
 
-/* Store the DNS tuple of the bytes object buf in t[first..first+N_DNS) (t: a new tuple, items unset).
- * *flags_out: the header's flags word or -1 (None); *malformed_out: the malformed flag. */
-static int fill_dns(PyObject *t, Py_ssize_t first, PyObject *buf, PyObject *names, int slots, long *flags_out,
-                    int *malformed_out)
+/* Store the DNS tuple of the message p[0..n) in t[first..first+N_DNS) (t: a new tuple, items unset); its
+ * raw field is raw (NULL: None). *flags_out: the header's flags word or -1 (None); *malformed_out: the
+ * malformed flag. */
+static int fill_dns(PyObject *t, Py_ssize_t first, const unsigned char *p, Py_ssize_t n, PyObject *raw,
+                    PyObject *names, int slots, long *flags_out, int *malformed_out)
 {
-    const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(buf);
-    Py_ssize_t n = PyBytes_GET_SIZE(buf);
     Parsed m = {NULL, NULL, NULL, -1, -1, -1};
     long hdr[6] = {-1, -1, -1, -1, -1, -1};
     int malformed = 1;
@@ -724,7 +729,7 @@ static int fill_dns(PyObject *t, Py_ssize_t first, PyObject *buf, PyObject *name
     v[11] = m.edns != NULL ? m.edns : Py_NewRef(Py_None);
     v[12] = Py_NewRef(malformed ? Py_True : Py_False);
     v[13] = shared16_or_none(m.last_an);
-    v[14] = Py_NewRef(buf);
+    v[14] = Py_NewRef(raw != NULL ? raw : Py_None);
     int bad = 0;
     for (int i = 0; i < N_DNS; i++) {
         if (v[i] == NULL)
@@ -760,7 +765,8 @@ static PyObject *parse_message(PyObject *self, PyObject *args)
         return NULL;
     long flags;
     int malformed;
-    if (fill_dns(t, 0, buf, names, 0, &flags, &malformed) < 0) {
+    if (fill_dns(t, 0, (const unsigned char *)PyBytes_AS_STRING(buf), PyBytes_GET_SIZE(buf), buf, names, 0, &flags,
+                 &malformed) < 0) {
         Py_DECREF(t);
         return NULL;
     }
@@ -771,11 +777,16 @@ static PyObject *parse_message(PyObject *self, PyObject *args)
 /* ---------------------------------------------------------------------------------------------
  * Frames */
 
+#define PROTO_TCP 6
+
 typedef struct {
-    int ipv;              /* 4 or 6 */
+    int ipv;               /* 4 or 6 */
+    int proto;             /* PROTO_UDP or PROTO_TCP */
+    long vlan;             /* the outermost VLAN id, -1: none (None) */
     Py_ssize_t addr, alen; /* source address offset and length; the destination follows it */
-    unsigned sport, dport, ttl, csum;
-    Py_ssize_t dns, dns_len; /* DNS message offset and length */
+    unsigned sport, dport, ttl, csum, flags;
+    uint32_t seq;
+    Py_ssize_t dns, dns_len; /* UDP: the DNS message; TCP: the segment's payload (offset and length) */
 } Fast;
 
 static inline int dns_port(const unsigned char *portmap, unsigned port)
@@ -783,58 +794,271 @@ static inline int dns_port(const unsigned char *portmap, unsigned port)
     return portmap[port >> 3] & (1 << (port & 7));
 }
 
-/* The conditions of PacketDecoder.decode's fast path; 1 when the frame takes it. */
-static int classify(const unsigned char *f, Py_ssize_t len, const unsigned char *portmap, Fast *x)
+static inline uint32_t rd32(const unsigned char *p)
 {
-    long most; /* the largest UDP length the IP header allows */
-    if (len < 14)
-        return 0;
-    if (f[12] == 0x08 && f[13] == 0x00) {
-        if (len < 42 || f[14] != 0x45 || f[23] != PROTO_UDP || (rd16(f + 20) & 0x3FFF))
+    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
+}
+
+/* The general path of PacketDecoder._frames (link.ethernet, _ipv4/_ipv6, _transport) for the frames it
+ * decodes without a detour: Ethernet with any VLAN tags, IPv4 (options allowed, not a fragment) or IPv6
+ * without extension headers, UDP or (when tcp) TCP, a DNS port, headers and lengths consistent so that
+ * none of the Python code's checks fails. 1 when the frame is one of them. */
+static int classify_general(const unsigned char *f, Py_ssize_t len, const unsigned char *portmap, int tcp, Fast *x)
+{
+    unsigned etype = rd16(f + 12);
+    Py_ssize_t off = 14, l4, end;
+    x->vlan = -1;
+    while (etype == 0x8100 || etype == 0x88A8 || etype == 0x9100) { /* link.VLAN_TAGS */
+        if (off + 4 > len)
+            return 0;
+        if (x->vlan < 0)
+            x->vlan = rd16(f + off) & 0x0FFF;
+        etype = rd16(f + off + 2);
+        off += 4;
+    }
+    if (etype == 0x0800) {
+        if (off + 20 > len || (f[off] >> 4) != 4)
+            return 0;
+        Py_ssize_t hl = (f[off] & 0x0F) * 4, total = rd16(f + off + 2);
+        if (hl < 20 || total < hl || off + total > len || (rd16(f + off + 6) & 0x3FFF))
             return 0;
         x->ipv = 4;
-        x->addr = 26;
+        x->addr = off + 12;
         x->alen = 4;
-        x->ttl = f[22];
-        most = (long)rd16(f + 16) - 20;
-    } else if (f[12] == 0x86 && f[13] == 0xDD) {
-        if (len < 62 || (f[14] >> 4) != 6 || f[20] != PROTO_UDP)
+        x->ttl = f[off + 8];
+        x->proto = f[off + 9];
+        l4 = off + hl;
+        end = off + total;
+    } else if (etype == 0x86DD) {
+        if (off + 40 > len || (f[off] >> 4) != 6)
+            return 0;
+        unsigned plen = rd16(f + off + 4);
+        end = plen ? off + 40 + plen : len; /* 0: a jumbogram, to the end of the frame */
+        if (end > len)
             return 0;
         x->ipv = 6;
-        x->addr = 22;
+        x->addr = off + 8;
         x->alen = 16;
-        x->ttl = f[21];
-        most = rd16(f + 18);
+        x->ttl = f[off + 7];
+        x->proto = f[off + 6];
+        l4 = off + 40;
     } else {
         return 0;
     }
-    Py_ssize_t udp = x->addr + 2 * x->alen;
-    unsigned ulen = rd16(f + udp + 4);
-    x->sport = rd16(f + udp);
-    x->dport = rd16(f + udp + 2);
-    x->csum = rd16(f + udp + 6);
-    x->dns = udp + 8;
-    x->dns_len = (Py_ssize_t)ulen - 8;
-    return (dns_port(portmap, x->sport) || dns_port(portmap, x->dport)) && ulen >= 8 && (long)ulen <= most
-           && (Py_ssize_t)ulen <= len - udp;
+    Py_ssize_t plen = end - l4;
+    if (x->proto == PROTO_UDP) {
+        if (plen < 8)
+            return 0;
+        Py_ssize_t ulen = rd16(f + l4 + 4);
+        if (ulen < 8 || ulen > plen)
+            return 0;
+        x->csum = rd16(f + l4 + 6);
+        x->dns = l4 + 8;
+        x->dns_len = ulen - 8;
+    } else if (x->proto == PROTO_TCP && tcp) {
+        if (plen < 20)
+            return 0;
+        Py_ssize_t thl = (f[l4 + 12] >> 4) * 4;
+        if (thl < 20 || thl > plen)
+            return 0;
+        x->csum = 0;
+        x->seq = rd32(f + l4 + 4);
+        x->flags = f[l4 + 13];
+        x->dns = l4 + thl;
+        x->dns_len = plen - thl;
+    } else {
+        return 0;
+    }
+    x->sport = rd16(f + l4);
+    x->dport = rd16(f + l4 + 2);
+    return dns_port(portmap, x->sport) || dns_port(portmap, x->dport);
 }
 
-static int frame_ok(PyObject *frame, const unsigned char *portmap, Fast *x)
+/* The frames the C loop decodes; 1 when the frame is one. First the conditions of the fast path at the top
+ * of PacketDecoder._frames (untagged Ethernet, IPv4 without options or IPv6, UDP); a frame that fails them
+ * goes through the general path there, so it is judged by the general path's rules here. */
+static int classify(const unsigned char *f, Py_ssize_t len, const unsigned char *portmap, int tcp, Fast *x)
+{
+    long most = -1; /* the largest UDP length the IP header allows */
+    if (len < 14)
+        return 0;
+    if (f[12] == 0x08 && f[13] == 0x00) {
+        if (len >= 42 && f[14] == 0x45 && f[23] == PROTO_UDP && !(rd16(f + 20) & 0x3FFF)) {
+            x->ipv = 4;
+            x->addr = 26;
+            x->alen = 4;
+            x->ttl = f[22];
+            most = (long)rd16(f + 16) - 20;
+        }
+    } else if (f[12] == 0x86 && f[13] == 0xDD) {
+        if (len >= 62 && (f[14] >> 4) == 6 && f[20] == PROTO_UDP) {
+            x->ipv = 6;
+            x->addr = 22;
+            x->alen = 16;
+            x->ttl = f[21];
+            most = rd16(f + 18);
+        }
+    }
+    if (most >= 0) {
+        Py_ssize_t udp = x->addr + 2 * x->alen;
+        unsigned ulen = rd16(f + udp + 4);
+        x->proto = PROTO_UDP;
+        x->vlan = -1;
+        x->sport = rd16(f + udp);
+        x->dport = rd16(f + udp + 2);
+        x->csum = rd16(f + udp + 6);
+        x->dns = udp + 8;
+        x->dns_len = (Py_ssize_t)ulen - 8;
+        if ((dns_port(portmap, x->sport) || dns_port(portmap, x->dport)) && ulen >= 8 && (long)ulen <= most
+            && (Py_ssize_t)ulen <= len - udp)
+            return 1;
+    }
+    return classify_general(f, len, portmap, tcp, x);
+}
+
+static int frame_ok(PyObject *frame, const unsigned char *portmap, int tcp, Fast *x)
 {
     return PyBytes_Check(frame)
-           && classify((const unsigned char *)PyBytes_AS_STRING(frame), PyBytes_GET_SIZE(frame), portmap, x);
+           && classify((const unsigned char *)PyBytes_AS_STRING(frame), PyBytes_GET_SIZE(frame), portmap, tcp, x);
+}
+
+/* The address as a bytes object. A direct-mapped table keeps the last one of each slot: a busy probe sees
+ * the same few thousand addresses again and again, and a shared object saves an allocation, its later
+ * release and, in the transaction table, the hashing of a new key part (bytes cache their hash). Bytes
+ * are immutable, so the sharing is invisible. */
+#define ADDR_SLOTS 8192
+static PyObject *addr_slots[ADDR_SLOTS];
+
+static PyObject *address(const unsigned char *a, Py_ssize_t n)
+{
+    uint64_t h;
+    if (n == 4) {
+        h = rd32(a);
+    } else {
+        uint64_t w[2];
+        memcpy(w, a, 16);
+        h = w[0] ^ (w[1] * 0xff51afd7ed558ccdull);
+    }
+    h *= 0x9E3779B97F4A7C15ull;
+    unsigned k = (unsigned)(h >> 51) & (ADDR_SLOTS - 1);
+    PyObject *o = addr_slots[k];
+    if (o != NULL && PyBytes_GET_SIZE(o) == n && memcmp(PyBytes_AS_STRING(o), a, n) == 0)
+        return Py_NewRef(o);
+    o = PyBytes_FromStringAndSize((const char *)a, n);
+    if (o != NULL)
+        Py_XSETREF(addr_slots[k], Py_NewRef(o));
+    return o;
 }
 
 enum { C_BYTES, C_MESSAGES, C_RESPONSES, C_MALFORMED, C_FILTERED, N_COUNTS };
 
-/* One frame that takes the fast path: its message appended to out, or counted as filtered. */
-static int fast_frame(PyObject *ts, PyObject *wl, PyObject *frame, const Fast *x, PyObject *keep, PyObject *out,
-                      PyObject *names, Py_ssize_t max_names, long long *counts)
+/* Append the message tuple net + the DNS tuple of p[0..n) to out and count it. net: N_NET new references
+ * (NULL items allowed: then an error), released here in any case. raw: the raw field (NULL: None). */
+static int emit(PyObject **net, const unsigned char *p, Py_ssize_t n, PyObject *raw, PyObject *out,
+                PyObject *names, Py_ssize_t max_names, long long *counts)
 {
-    const char *f = PyBytes_AS_STRING(frame);
-    PyObject *t = NULL, *payload = NULL;
-    PyObject *src = PyBytes_FromStringAndSize(f + x->addr, x->alen);
-    PyObject *dst = PyBytes_FromStringAndSize(f + x->addr + x->alen, x->alen);
+    PyObject *t = PyTuple_New(N_NET + N_DNS);
+    int bad = t == NULL;
+    for (int i = 0; i < N_NET; i++) {
+        bad |= net[i] == NULL;
+        if (t != NULL)
+            PyTuple_SET_ITEM(t, i, net[i]);
+        else
+            Py_XDECREF(net[i]);
+    }
+    long flags;
+    int malformed;
+    if (bad || bound_cache(names, max_names) < 0 || fill_dns(t, N_NET, p, n, raw, names, 1, &flags, &malformed) < 0) {
+        Py_XDECREF(t); /* unset items are NULL, which a tuple's release skips */
+        return -1;
+    }
+    untrack_if_acyclic(t);
+    int r = PyList_Append(out, t);
+    Py_DECREF(t);
+    if (r < 0)
+        return -1;
+    counts[C_MESSAGES]++;
+    counts[C_RESPONSES] += flags >= 0 && (flags & 0x8000);
+    counts[C_MALFORMED] += malformed;
+    return 0;
+}
+
+/* A TCP segment: tcp(ipv, (src, sport, dst, dport), ts, wirelen, ttl, seq, flags, payload) does what
+ * PacketDecoder._transport does before the messages (the RST count and address event, the stream
+ * step) and returns the messages completed, as TcpReassembler.segment returns them: a list of
+ * (message bytes, ts, wirelen, ttl, rtt_ms). Each becomes a message tuple, as in _transport. */
+static int tcp_segment(PyObject *ts, PyObject *wl, const unsigned char *f, const Fast *x, PyObject *src,
+                       PyObject *dst, PyObject *tcp, int keep_raw, PyObject *out, PyObject *names,
+                       Py_ssize_t max_names, long long *counts)
+{
+    PyObject *ipv = NULL, *sport = NULL, *dport = NULL, *key = NULL, *res = NULL, *seq = NULL, *payload = NULL;
+    PyObject *ttl = NULL, *flags = NULL, *seq_list = NULL, *vlan = NULL;
+    int r = -1;
+    ipv = shared16(x->ipv);
+    sport = u16(x->sport);
+    dport = u16(x->dport);
+    ttl = shared16(x->ttl);
+    flags = shared16(x->flags);
+    seq = PyLong_FromUnsignedLong(x->seq);
+    payload = PyBytes_FromStringAndSize((const char *)f + x->dns, x->dns_len);
+    vlan = x->vlan < 0 ? Py_NewRef(Py_None) : shared16(x->vlan);
+    if (ipv == NULL || sport == NULL || dport == NULL || ttl == NULL || flags == NULL || seq == NULL || payload == NULL
+        || vlan == NULL)
+        goto done;
+    PyObject *k[4] = {Py_NewRef(src), Py_NewRef(sport), Py_NewRef(dst), Py_NewRef(dport)};
+    key = tuple_of(k, 4);
+    if (key == NULL)
+        goto done;
+    PyObject *args[8] = {ipv, key, ts, wl, ttl, seq, flags, payload};
+    res = PyObject_Vectorcall(tcp, args, 8, NULL);
+    if (res == NULL)
+        goto done;
+    seq_list = PySequence_Fast(res, "the TCP step must return a sequence");
+    if (seq_list == NULL)
+        goto done;
+    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(seq_list); i++) {
+        PyObject *m = PySequence_Fast_GET_ITEM(seq_list, i);
+        if (!PyTuple_Check(m) || PyTuple_GET_SIZE(m) != 5 || !PyBytes_Check(PyTuple_GET_ITEM(m, 0))) {
+            PyErr_SetString(PyExc_TypeError, "the TCP step must return (bytes, ts, wirelen, ttl, rtt_ms) tuples");
+            goto done;
+        }
+        PyObject *data = PyTuple_GET_ITEM(m, 0);
+        PyObject *net[N_NET] = {
+            Py_NewRef(PyTuple_GET_ITEM(m, 1)), Py_NewRef(PyTuple_GET_ITEM(m, 2)), Py_NewRef(ipv), shared16(PROTO_TCP),
+            Py_NewRef(src), Py_NewRef(sport), Py_NewRef(dst), Py_NewRef(dport), Py_NewRef(PyTuple_GET_ITEM(m, 3)),
+            shared16(0), Py_NewRef(vlan), Py_NewRef(PyTuple_GET_ITEM(m, 4)),
+        };
+        Py_INCREF(data); /* the list is ours, but names and max_names may run Python code */
+        int bad = emit(net, (const unsigned char *)PyBytes_AS_STRING(data), PyBytes_GET_SIZE(data),
+                       keep_raw ? data : NULL, out, names, max_names, counts);
+        Py_DECREF(data);
+        if (bad)
+            goto done;
+    }
+    r = 0;
+done:
+    Py_XDECREF(ipv);
+    Py_XDECREF(sport);
+    Py_XDECREF(dport);
+    Py_XDECREF(ttl);
+    Py_XDECREF(flags);
+    Py_XDECREF(seq);
+    Py_XDECREF(payload);
+    Py_XDECREF(vlan);
+    Py_XDECREF(key);
+    Py_XDECREF(res);
+    Py_XDECREF(seq_list);
+    return r;
+}
+
+/* One frame that classify accepted: its messages appended to out, or counted as filtered. */
+static int fast_frame(PyObject *ts, PyObject *wl, PyObject *frame, const Fast *x, PyObject *keep, PyObject *tcp,
+                      int keep_raw, PyObject *out, PyObject *names, Py_ssize_t max_names, long long *counts)
+{
+    const unsigned char *f = (const unsigned char *)PyBytes_AS_STRING(frame);
+    PyObject *raw = NULL;
+    PyObject *src = address(f + x->addr, x->alen);
+    PyObject *dst = address(f + x->addr + x->alen, x->alen);
     int r = -1;
     if (src == NULL || dst == NULL)
         goto done;
@@ -852,40 +1076,22 @@ static int fast_frame(PyObject *ts, PyObject *wl, PyObject *frame, const Fast *x
             goto done;
         }
     }
-    payload = PyBytes_FromStringAndSize(f + x->dns, x->dns_len);
-    if (payload == NULL || bound_cache(names, max_names) < 0)
+    if (x->proto == PROTO_TCP) {
+        r = tcp_segment(ts, wl, f, x, src, dst, tcp, keep_raw, out, names, max_names, counts);
         goto done;
-    t = PyTuple_New(N_NET + N_DNS);
-    if (t == NULL)
-        goto done;
-    PyObject *v[N_NET] = {
-        Py_NewRef(ts), Py_NewRef(wl), shared16(x->ipv), shared16(PROTO_UDP), src, u16(x->sport), dst,
-        u16(x->dport), shared16(x->ttl), u16(x->csum), Py_NewRef(Py_None), Py_NewRef(Py_None),
-    };
-    src = dst = NULL; /* now in v */
-    int bad = 0;
-    for (int i = 0; i < N_NET; i++) {
-        bad |= v[i] == NULL;
-        PyTuple_SET_ITEM(t, i, v[i]);
     }
-    if (bad)
+    if (keep_raw && (raw = PyBytes_FromStringAndSize((const char *)f + x->dns, x->dns_len)) == NULL)
         goto done;
-    long flags;
-    int malformed;
-    if (fill_dns(t, N_NET, payload, names, 1, &flags, &malformed) < 0)
-        goto done;
-    untrack_if_acyclic(t);
-    if (PyList_Append(out, t) < 0)
-        goto done;
-    counts[C_MESSAGES]++;
-    counts[C_RESPONSES] += flags >= 0 && (flags & 0x8000);
-    counts[C_MALFORMED] += malformed;
-    r = 0;
+    PyObject *net[N_NET] = {
+        Py_NewRef(ts), Py_NewRef(wl), shared16(x->ipv), shared16(PROTO_UDP), Py_NewRef(src), u16(x->sport),
+        Py_NewRef(dst), u16(x->dport), shared16(x->ttl), u16(x->csum),
+        x->vlan < 0 ? Py_NewRef(Py_None) : shared16(x->vlan), Py_NewRef(Py_None),
+    };
+    r = emit(net, f + x->dns, x->dns_len, raw, out, names, max_names, counts);
 done:
     Py_XDECREF(src);
     Py_XDECREF(dst);
-    Py_XDECREF(payload);
-    Py_XDECREF(t);
+    Py_XDECREF(raw);
     return r;
 }
 
@@ -907,18 +1113,24 @@ static int add_counts(PyObject *counts, const long long *add)
 
 static PyObject *decode_frames(PyObject *self, PyObject *args)
 {
-    PyObject *ts_obj, *wl_obj, *data_obj, *out, *keep4, *keep6, *names, *counts_obj;
+    PyObject *ts_obj, *wl_obj, *data_obj, *out, *keep4, *keep6, *names, *counts_obj, *tcp = Py_None;
     Py_ssize_t start, max_names;
     const unsigned char *portmap;
     Py_ssize_t portmap_len;
-    if (!PyArg_ParseTuple(args, "OOOnO!y#OOOnO!:decode_frames", &ts_obj, &wl_obj, &data_obj, &start,
+    int keep_raw = 1;
+    if (!PyArg_ParseTuple(args, "OOOnO!y#OOOnO!|Op:decode_frames", &ts_obj, &wl_obj, &data_obj, &start,
                           &PyList_Type, &out, &portmap, &portmap_len, &keep4, &keep6, &names, &max_names,
-                          &PyList_Type, &counts_obj))
+                          &PyList_Type, &counts_obj, &tcp, &keep_raw))
         return NULL;
     if (portmap_len != 8192 || PyList_GET_SIZE(counts_obj) != N_COUNTS) {
         PyErr_SetString(PyExc_ValueError, "portmap must have 8192 bytes and counts 5 items");
         return NULL;
     }
+    if (tcp != Py_None && !PyCallable_Check(tcp)) {
+        PyErr_SetString(PyExc_TypeError, "tcp must be callable or None");
+        return NULL;
+    }
+    int do_tcp = tcp != Py_None;
     PyObject *ts = NULL, *wl = NULL, *data = NULL, *result = NULL;
     long long counts[N_COUNTS] = {0};
     ts = PySequence_Fast(ts_obj, "ts_ns must be a sequence");
@@ -931,14 +1143,14 @@ static PyObject *decode_frames(PyObject *self, PyObject *args)
         PyErr_SetString(PyExc_ValueError, "ts_ns, wirelen and data differ in length");
         goto done;
     }
-    /* The lengths are read again after each frame: keep4/keep6 are Python code. */
+    /* The lengths are read again after each frame: keep4/keep6 and tcp are Python code. */
 #define N_NOW()                                                                                            \
     Py_MIN(PySequence_Fast_GET_SIZE(data), Py_MIN(PySequence_Fast_GET_SIZE(ts), PySequence_Fast_GET_SIZE(wl)))
     Py_ssize_t i = start < 0 ? 0 : start;
     Fast x;
     for (; i < N_NOW(); i++) {
         PyObject *frame = PySequence_Fast_GET_ITEM(data, i);
-        if (!frame_ok(frame, portmap, &x))
+        if (!frame_ok(frame, portmap, do_tcp, &x))
             break;
         PyObject *w = PySequence_Fast_GET_ITEM(wl, i), *t = PySequence_Fast_GET_ITEM(ts, i);
         long long wirelen = PyLong_AsLongLong(w);
@@ -947,7 +1159,8 @@ static PyObject *decode_frames(PyObject *self, PyObject *args)
         Py_INCREF(frame);
         Py_INCREF(w);
         Py_INCREF(t);
-        int bad = fast_frame(t, w, frame, &x, x.ipv == 4 ? keep4 : keep6, out, names, max_names, counts);
+        int bad = fast_frame(t, w, frame, &x, x.ipv == 4 ? keep4 : keep6, tcp, keep_raw, out, names, max_names,
+                             counts);
         Py_DECREF(frame);
         Py_DECREF(w);
         Py_DECREF(t);
@@ -956,7 +1169,7 @@ static PyObject *decode_frames(PyObject *self, PyObject *args)
         counts[C_BYTES] += wirelen;
     }
     Py_ssize_t j = i;
-    while (j < N_NOW() && !frame_ok(PySequence_Fast_GET_ITEM(data, j), portmap, &x))
+    while (j < N_NOW() && !frame_ok(PySequence_Fast_GET_ITEM(data, j), portmap, do_tcp, &x))
         j++;
     result = Py_BuildValue("(nn)", i, j);
 done:

@@ -35,7 +35,7 @@ DNS_FIELDS = (
     "edns",  # EDNS tuple (EDNS_FIELDS) or None without OPT
     "malformed",  # True when the message could not be walked to its end
     "last_an_type",  # RR type of the last answer (closes zone transfers), or None
-    "raw",  # the DNS message bytes as received (C-DNS full sections and malformed-message data)
+    "raw",  # the DNS message bytes as received (C-DNS); None where the exporter does not read it (export.reads_raw)
 )
 
 EDNS_FIELDS = (

@@ -2,9 +2,10 @@
 
 Per frame the work is a handful of struct unpacks and slices; the DNS parse reads only what the
 output needs. Counters are kept in locals and added to the shared Stats once per batch. With the C
-parser (decode.parser fast, or auto when built) the common frames (Ethernet + IP + UDP on a DNS port)
-are decoded in C (probe/decode/_fastwire.c), which stops at each frame it does not handle; those go
-through the Python code below, so messages stay in capture order.
+parser (decode.parser fast, or auto when built) the common frames (Ethernet, VLAN tags allowed, + IP +
+UDP or TCP on a DNS port) are decoded in C (probe/decode/_fastwire.c; for TCP it calls _tcp_step, the
+stream step below), which stops at each frame it does not handle; those go through the Python code
+below, so messages stay in capture order.
 """
 
 import struct
@@ -53,7 +54,9 @@ AE_TCP_RESET = 0
 class PacketDecoder:
     """Stateful decoder for one worker: fragment and TCP reassembly persist across batches."""
 
-    def __init__(self, decode_cfg, dns_ports, stats, ip_filter=None):
+    def __init__(self, decode_cfg, dns_ports, stats, ip_filter=None, keep_raw=True):
+        """keep_raw: fill the raw field of the messages (fields.DNS_FIELDS); False leaves it None, which
+        saves a copy of every message where the exporter never reads it (only C-DNS does)."""
         self.stats = stats
         self.ports = frozenset(dns_ports)
         # IP allow/deny lists (probe.privacy.IpFilter): (src, dst) -> keep?, per family; None: not filtered.
@@ -87,6 +90,10 @@ class PacketDecoder:
             self._portmap = bytes(portmap)
         else:
             self.parse = MessageParser().parse
+        self.keep_raw = keep_raw
+        if not keep_raw:
+            parse = self.parse
+            self.parse = lambda buf: parse(buf)[:-1] + (None,)
         self.now_ns = 0
         self._next_sweep = 0
         # C-DNS address events since the exporter last took them: (type, code, address, ip version) -> count.
@@ -132,7 +139,8 @@ class PacketDecoder:
         ts, wl, data = batch.ts_ns, batch.wirelen, batch.data
         c_counts = [0, 0, 0, 0, 0]  # bytes, messages, responses, malformed, ip_filtered (frames done in C)
         i, n = 0, len(data)
-        args = (out, self._portmap, self.keep4, self.keep6, self._names, self._max_names, c_counts)
+        tcp, raw = self._tcp_step, self.keep_raw
+        args = (out, self._portmap, self.keep4, self.keep6, self._names, self._max_names, c_counts, tcp, raw)
         while True:
             i, j = self._c_frames(ts, wl, data, i, *args)
             if i >= n:
@@ -347,11 +355,21 @@ class PacketDecoder:
             if hl < 20 or hl > len(payload):
                 return 2
             msgs = self.tcp.segment((src, sport, dst, dport), ts, wirelen, ttl, seq, flags, payload[hl:])
+            # (The C frame loop does the part above in C and in _tcp_step, and the part below in C.)
             for data, mts, mwl, mttl, rtt in msgs:
                 net = (mts, mwl, ipv, PROTO_TCP, src, sport, dst, dport, mttl, 0, vlan, rtt)
                 out.append(net + self.parse(data))
             return 0
         return 1
+
+    def _tcp_step(self, ipv, key, ts, wirelen, ttl, seq, flags, payload):
+        """For the C frame loop (decode_frames in _fastwire.c), which has checked the headers as _transport
+        does: a TCP segment's RST count and address event and its stream step, in _transport's order.
+        Returns the completed messages as TcpReassembler.segment does."""
+        if flags & TCP_RST:
+            self.stats.tcp_resets += 1
+            self._event(AE_TCP_RESET, 0, key[0], ipv)
+        return self.tcp.segment(key, ts, wirelen, ttl, seq, flags, payload)
 
     def flush(self):
         """End of input: drop incomplete fragments and TCP buffers (counted)."""
