@@ -1,6 +1,6 @@
 """Build the C extensions: probe._columns (record columns), probe.sources._pcaprecords (pcap records),
-probe.decode._fastwire (DNS walker and frame fast path) and export._cdnsblock (C-DNS blocks) always, and
-the optional DPDK extension (probe.sources._dpdk) when libdpdk is found with pkg-config.
+probe._match (matching), probe.decode._fastwire (DNS walker and frame fast path) and export._cdnsblock
+(C-DNS blocks) always, and the optional DPDK extension (probe.sources._dpdk) when libdpdk is found with pkg-config.
 
 Everything else about the package is in pyproject.toml. Without libdpdk (Debian: apt-get install
 libdpdk-dev pkg-config) the package installs and works as before; `dnsprobe capture --dpdk` then says

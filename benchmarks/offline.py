@@ -600,16 +600,22 @@ def main(argv=None):
         tiny = Path(tmp) / "head.pcap"
         head_pcap(pcap, tiny, 100)
         startup_d = measure_dnsprobe(tiny, core, tmp)["cpu_seconds"]
-        dsamples = _runs("dnsprobe", args.repeat, packets, lambda i: measure_dnsprobe(pcap, core, tmp))
+        startup_c = None if args.no_cdns else measure_dnsprobe(tiny, core, tmp, "cdns")["cpu_seconds"]
+        # Parquet and C-DNS runs alternate: this VM's speed drifts by 10-20 % within minutes, and
+        # alternating gives both formats the same share of fast and slow minutes.
+        measures = [("dnsprobe", lambda i: measure_dnsprobe(pcap, core, tmp))]
+        if not args.no_cdns:
+            measures.append(
+                ("dnsprobe --format cdns",
+                 lambda i: measure_dnsprobe(pcap, core, tmp, "cdns", sizes=i == args.repeat - 1))
+            )
+        runs = _interleaved_runs(measures, args.repeat, packets)
+        dsamples = runs[0]
         dres = summarise(dsamples, packets, startup_d)
         dres["output_bytes"] = dsamples[-1]["output_bytes"]
         cres = None
         if not args.no_cdns:
-            startup_c = measure_dnsprobe(tiny, core, tmp, "cdns")["cpu_seconds"]
-            csamples = _runs(
-                "dnsprobe --format cdns", args.repeat, packets,
-                lambda i: measure_dnsprobe(pcap, core, tmp, "cdns", sizes=i == args.repeat - 1),
-            )
+            csamples = runs[1]
             cres = summarise(csamples, packets, startup_c)
             cres["cdns_bytes"] = csamples[-1]["cdns_bytes"]
         bres = None
@@ -649,6 +655,17 @@ def main(argv=None):
     if not args.no_save:
         save_results("offline", res, markdown(res))
     return 0
+
+
+def _interleaved_runs(measures, repeat, packets):
+    """`repeat` rounds, each running every (label, measure) once in turn; a list of samples per measure."""
+    samples = [[] for _ in measures]
+    for i in range(repeat):
+        for (label, measure), mine in zip(measures, samples):
+            mine.append(measure(i))
+            cpu = mine[-1]["cpu_seconds"]
+            print(f"{label} run {i + 1}/{repeat}: {cpu:.2f} s CPU ({packets / cpu:,.0f} pkts/s)", flush=True)
+    return samples
 
 
 def _runs(label, repeat, packets, measure):

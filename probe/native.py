@@ -1,7 +1,7 @@
 """The optional C extensions: import one, and say once when its pure-Python twin runs instead.
 
-Each extension (probe._columns, probe.sources._pcaprecords, export._cdnsblock; probe.decode._fastwire
-through probe.decode.parsers) is built with optional=True, so a machine without a compiler still
+Each extension (probe._columns, probe._match, probe.sources._pcaprecords, export._cdnsblock;
+probe.decode._fastwire through probe.decode.parsers) is built with optional=True, so a machine without a compiler still
 installs the package. Its Python twin then does the work, slower, and dnsprobe says so once per
 extension: never a silent fallback. The tests require every extension to be built.
 """
