@@ -621,7 +621,8 @@ def main(argv=None):
         bres = None
         if not args.no_baseline:
             startup_b = measure_baseline(tiny, core, tmp)["cpu_seconds"]
-            bsamples = _runs("baseline", args.baseline_repeat, packets, lambda i: measure_baseline(pcap, core, tmp))
+            baseline = ("baseline", lambda i: measure_baseline(pcap, core, tmp))
+            bsamples = _interleaved_runs([baseline], args.baseline_repeat, packets)[0]
             bres = summarise(bsamples, packets, startup_b)
         prof = None
         if args.profile:
@@ -665,16 +666,6 @@ def _interleaved_runs(measures, repeat, packets):
             mine.append(measure(i))
             cpu = mine[-1]["cpu_seconds"]
             print(f"{label} run {i + 1}/{repeat}: {cpu:.2f} s CPU ({packets / cpu:,.0f} pkts/s)", flush=True)
-    return samples
-
-
-def _runs(label, repeat, packets, measure):
-    """`repeat` measurements (measure(i) → sample dict), each printed as it finishes."""
-    samples = []
-    for i in range(repeat):
-        samples.append(measure(i))
-        cpu = samples[-1]["cpu_seconds"]
-        print(f"{label} run {i + 1}/{repeat}: {cpu:.2f} s CPU ({packets / cpu:,.0f} pkts/s)", flush=True)
     return samples
 
 

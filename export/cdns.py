@@ -477,12 +477,9 @@ class Block:
         earliest = self.earliest if self.earliest is not None else self.fallback_ticks or 0
         items = self.items
         count = _count_uses_python if c is None else c.count_uses
-        sig_uses = [0] * len(self.sigs)
-        ip_uses = [0] * len(self.ip)
-        name_uses = [0] * len(self.names)
-        count(items, 4, sig_uses)
-        count(items, 1, ip_uses)
-        count(items, 7, name_uses)
+        sig_uses = count(items, 4, len(self.sigs))
+        ip_uses = count(items, 1, len(self.ip))
+        name_uses = count(items, 7, len(self.names))
         for sig, i in self.sigs.items():
             uses = sig_uses[i]
             ip_uses[sig[0]] += uses
@@ -491,9 +488,9 @@ class Block:
         for n, _, _, d in self.rr:
             name_uses[n] += 1
             name_uses[d] += 1
-        sig_order, new_sig = _by_use(len(self.sigs), sig_uses)
-        ip_order, new_ip = _by_use(len(self.ip), ip_uses)
-        name_order, new_name = _by_use(len(self.names), name_uses)
+        sig_order, new_sig = _by_use(sig_uses)
+        ip_order, new_ip = _by_use(ip_uses)
+        name_order, new_name = _by_use(name_uses)
 
         block = {
             F.BLOCK_PREAMBLE: {F.EARLIEST_TIME: [earliest // TICKS_PER_SECOND, earliest % TICKS_PER_SECOND]},
@@ -569,18 +566,20 @@ def _write_encoded(encoder, value):
     encoder.write(value.data)
 
 
-def _count_uses_python(items, field, uses):
-    """Reference of _cdnsblock.count_uses: uses[i] += 1 for each item's index i in `field` (None skipped)."""
+def _count_uses_python(items, field, n):
+    """Reference of _cdnsblock.count_uses: how many items hold each index 0..n-1 in `field` (None skipped)."""
+    uses = [0] * n
     for i in map(itemgetter(field), items):
         if i is not None:
             uses[i] += 1
+    return uses
 
 
-def _by_use(n, uses):
+def _by_use(uses):
     """(old indexes most used first, new index of each old index); ties keep the order of first use
     (sorted is stable, also with reverse=True)."""
-    order = sorted(range(n), key=uses.__getitem__, reverse=True)
-    new = [0] * n
+    order = sorted(range(len(uses)), key=uses.__getitem__, reverse=True)
+    new = [0] * len(uses)
     for j, i in enumerate(order):
         new[i] = j
     return order, new

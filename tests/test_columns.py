@@ -6,6 +6,8 @@ equal Arrow arrays on real transactions (all captures the project has) and on th
 
 import socket
 
+import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 from conftest import COMPACTOR_DATA, DNSPROBE_DATA, ROOT
 
@@ -191,9 +193,6 @@ DOMAIN_EDGES = [
 def test_domain_name_rule_equals_dns_probe_regex():
     """The 'D' kind (C) and columns.domain_name (Python) equal the regex replace that defines the column,
     ASCII-lowercased, on every QNAME of the real captures and on edge cases (newlines, non-ASCII case)."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
     names = list(DOMAIN_EDGES)
     for path in CAPTURES:
         for q, r, _ in transactions(path):

@@ -112,19 +112,26 @@ static void untrack_if_acyclic(PyObject *t)
     PyObject_GC_UnTrack(t);
 }
 
-/* A new tuple of n new references (NULL items allowed: then NULL, the others released). */
-static PyObject *tuple_of(PyObject **v, Py_ssize_t n)
+/* Move the n new references v (NULL items allowed) into t[first..first+n), or release them when t is NULL;
+ * -1 when t is NULL or an item was. */
+static int set_items(PyObject *t, Py_ssize_t first, PyObject **v, Py_ssize_t n)
 {
-    PyObject *t = PyTuple_New(n);
     int bad = t == NULL;
     for (Py_ssize_t i = 0; i < n; i++) {
         bad |= v[i] == NULL;
         if (t != NULL)
-            PyTuple_SET_ITEM(t, i, v[i]);
+            PyTuple_SET_ITEM(t, first + i, v[i]);
         else
             Py_XDECREF(v[i]);
     }
-    if (bad) {
+    return bad ? -1 : 0;
+}
+
+/* A new tuple of n new references (NULL items allowed: then NULL, the others released). */
+static PyObject *tuple_of(PyObject **v, Py_ssize_t n)
+{
+    PyObject *t = PyTuple_New(n);
+    if (set_items(t, 0, v, n) < 0) {
         Py_XDECREF(t);
         return NULL;
     }
@@ -730,13 +737,7 @@ static int fill_dns(PyObject *t, Py_ssize_t first, const unsigned char *p, Py_ss
     v[12] = Py_NewRef(malformed ? Py_True : Py_False);
     v[13] = shared16_or_none(m.last_an);
     v[14] = Py_NewRef(raw != NULL ? raw : Py_None);
-    int bad = 0;
-    for (int i = 0; i < N_DNS; i++) {
-        if (v[i] == NULL)
-            bad = 1;
-        PyTuple_SET_ITEM(t, first + i, v[i]);
-    }
-    if (bad) {
+    if (set_items(t, first, v, N_DNS) < 0) {
         if (!PyErr_Occurred())
             PyErr_NoMemory();
         return -1;
@@ -958,14 +959,7 @@ static int emit(PyObject **net, const unsigned char *p, Py_ssize_t n, PyObject *
                 PyObject *names, Py_ssize_t max_names, long long *counts)
 {
     PyObject *t = PyTuple_New(N_NET + N_DNS);
-    int bad = t == NULL;
-    for (int i = 0; i < N_NET; i++) {
-        bad |= net[i] == NULL;
-        if (t != NULL)
-            PyTuple_SET_ITEM(t, i, net[i]);
-        else
-            Py_XDECREF(net[i]);
-    }
+    int bad = set_items(t, 0, net, N_NET) < 0;
     long flags;
     int malformed;
     if (bad || bound_cache(names, max_names) < 0 || fill_dns(t, N_NET, p, n, raw, names, 1, &flags, &malformed) < 0) {

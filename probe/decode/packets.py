@@ -348,14 +348,13 @@ class PacketDecoder:
             sport, dport, seq, _, doff, flags = _TCP(payload, 0)
             if sport not in ports and dport not in ports:
                 return 1
-            if flags & TCP_RST:
-                self.stats.tcp_resets += 1
-                self._event(AE_TCP_RESET, 0, src, ipv)
             hl = (doff >> 4) * 4
             if hl < 20 or hl > len(payload):
+                if flags & TCP_RST:
+                    self._reset_seen(src, ipv)
                 return 2
-            msgs = self.tcp.segment((src, sport, dst, dport), ts, wirelen, ttl, seq, flags, payload[hl:])
-            # (The C frame loop does the part above in C and in _tcp_step, and the part below in C.)
+            msgs = self._tcp_step(ipv, (src, sport, dst, dport), ts, wirelen, ttl, seq, flags, payload[hl:])
+            # (The C frame loop does the part above in C, calls _tcp_step, and does the part below in C.)
             for data, mts, mwl, mttl, rtt in msgs:
                 net = (mts, mwl, ipv, PROTO_TCP, src, sport, dst, dport, mttl, 0, vlan, rtt)
                 out.append(net + self.parse(data))
@@ -363,13 +362,17 @@ class PacketDecoder:
         return 1
 
     def _tcp_step(self, ipv, key, ts, wirelen, ttl, seq, flags, payload):
-        """For the C frame loop (decode_frames in _fastwire.c), which has checked the headers as _transport
-        does: a TCP segment's RST count and address event and its stream step, in _transport's order.
-        Returns the completed messages as TcpReassembler.segment does."""
+        """A TCP segment whose headers passed the checks (by _transport, or in C by decode_frames in
+        _fastwire.c): its RST count and address event, then its stream step. Returns the completed
+        messages as TcpReassembler.segment does."""
         if flags & TCP_RST:
-            self.stats.tcp_resets += 1
-            self._event(AE_TCP_RESET, 0, key[0], ipv)
+            self._reset_seen(key[0], ipv)
         return self.tcp.segment(key, ts, wirelen, ttl, seq, flags, payload)
+
+    def _reset_seen(self, src, ipv):
+        """A TCP RST on a DNS port: counted, and a C-DNS address event for its source."""
+        self.stats.tcp_resets += 1
+        self._event(AE_TCP_RESET, 0, src, ipv)
 
     def flush(self):
         """End of input: drop incomplete fragments and TCP buffers (counted)."""
