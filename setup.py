@@ -40,15 +40,18 @@ def dpdk_extensions():
 def core_extensions():
     """Built everywhere; optional=True so that a machine without a compiler still installs (the package then
     uses its slower pure-Python paths and says so; the tests fail, so CI cannot miss it)."""
+    fastint = ["probe/fastint.h"]  # the header some of them include: a change rebuilds them
     return [
-        Extension("probe._columns", ["probe/_columns.c"], extra_compile_args=["-O2"], optional=True),
-        Extension(
-            "probe.sources._pcaprecords", ["probe/sources/_pcaprecords.c"], extra_compile_args=["-O2"], optional=True
-        ),
-        Extension("probe.decode._fastwire", ["probe/decode/_fastwire.c"], extra_compile_args=["-O2"], optional=True),
-        Extension("export._cdnsblock", ["export/_cdnsblock.c"], extra_compile_args=["-O2"], optional=True),
-        Extension("probe._match", ["probe/_match.c"], extra_compile_args=["-O2"], optional=True),
+        _optional("probe._columns", "probe/_columns.c", fastint),
+        _optional("probe.sources._pcaprecords", "probe/sources/_pcaprecords.c"),
+        _optional("probe.decode._fastwire", "probe/decode/_fastwire.c"),
+        _optional("export._cdnsblock", "export/_cdnsblock.c", fastint),
+        _optional("probe._match", "probe/_match.c", fastint),
     ]
+
+
+def _optional(name, source, depends=()):
+    return Extension(name, [source], depends=list(depends), extra_compile_args=["-O2"], optional=True)
 
 
 setup(ext_modules=core_extensions() + dpdk_extensions())

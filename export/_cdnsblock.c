@@ -6,13 +6,15 @@
  * export/cdns.py keeps the Python loop as the reference and the fallback, and the tests compare the two
  * (tests/test_cdns_block.py): every table in the same insertion order, the same item tuples and counters.
  *
- * add(txs, start, ip, names, classtype, sigs, items, earliest, qr_type)
+ * add(txs, start, ip, names, classtype, sigs, items, earliest, qr_type[, cache])
  *     -> (stop, earliest, processed, unmatched_queries, unmatched_responses)
  *   Adds txs[start:stop] to the tables (dicts: value -> index in insertion order) and to the items list,
  *   exactly as Block.add_python does without client privacy and without full sections. It stops at the
  *   first transaction it does not take: a malformed message, or anything off the usual shapes (a value
  *   of another type than the decoders give, a header the walk would trip on); that transaction is left
  *   untouched for the caller to add with the Python loop (stop == len(txs) when all were taken).
+ *   cache: the block's Cache(), which answers most name, class/type and signature lookups without making
+ *   their key objects (see "Lookups by content" below); the tables come out the same with or without it.
  *
  * items(items, earliest, new_ip, new_sig, new_name) -> [item map, ...]
  *   The QueryResponse maps of Block.encode (cdns._item), the indexes renumbered through the lists.
@@ -27,7 +29,10 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <stdint.h>
 #include <string.h>
+
+#include "../probe/fastint.h"
 
 /* Message tuple indexes (probe.decode.fields M and E; the tests compare them with INDEXES). */
 enum {
@@ -55,6 +60,8 @@ enum { E_UDP = 0, E_VERSION = 1, E_DO = 2, E_EXT = 3, E_RDATA = 12, EDNS_LEN = 1
 /* An exact int that fits a long long, into *out; 0 for anything else (no exception left set). */
 static int as_ll(PyObject *o, long long *out)
 {
+    if (compact_int(o, out))
+        return 1;
     if (!PyLong_CheckExact(o))
         return 0;
     int overflow;
@@ -192,8 +199,220 @@ static PyObject *table_index(PyObject *d, PyObject *key)
     return v;
 }
 
+
+/* ---------------------------------------------------------------------------------------------
+ * Lookups by content in front of the block's dicts.
+ *
+ * Why: looking a transaction's signature up in the sigs dict needs its 17-field tuple, made of new int
+ * objects, hashed field by field and compared on a hit, then freed; the QNAME and the class/type pair
+ * need a new bytes object and a new tuple likewise. Most transactions repeat a signature, a name or a
+ * class/type already in the block, so a Cache (one per block, passed to add) keeps, for every key seen,
+ * its packed bytes and the index the dict gave it: a hit makes no object at all. A miss asks the dict
+ * (table_index, so the dict stays the one truth: keys the Python loop added are found there) and
+ * remembers the answer. Keys are compared by content, as the dicts compare them (exact ints, bytes). */
+
+typedef struct {
+    uint64_t hash; /* 0: an empty slot */
+    PyObject *key; /* the packed key (bytes), strong reference */
+    PyObject *index; /* the dict's value for the key, strong reference */
+} Slot;
+
+typedef struct {
+    Slot *slots;
+    size_t mask; /* capacity - 1; capacity a power of two */
+    size_t used;
+} Table;
+
+typedef struct {
+    PyObject_HEAD
+    Table names, classtype, sigs;
+} Cache;
+
+static uint64_t hash_bytes(const unsigned char *p, size_t n)
+{
+    uint64_t h = 0x9E3779B97F4A7C15ull ^ n, w;
+    for (; n >= 8; p += 8, n -= 8) {
+        memcpy(&w, p, 8);
+        h = (h ^ w) * 0xff51afd7ed558ccdull;
+        h ^= h >> 32;
+    }
+    if (n) {
+        w = 0;
+        memcpy(&w, p, n);
+        h = (h ^ w) * 0xff51afd7ed558ccdull;
+        h ^= h >> 32;
+    }
+    h ^= h >> 29;
+    return h ? h : 1;
+}
+
+/* The index stored for key p[0..n) with hash h, or NULL (borrowed). */
+static PyObject *table_find(const Table *t, uint64_t h, const void *p, Py_ssize_t n)
+{
+    if (t->slots == NULL)
+        return NULL;
+    for (size_t i = h & t->mask;; i = (i + 1) & t->mask) {
+        const Slot *s = &t->slots[i];
+        if (s->hash == 0)
+            return NULL;
+        if (s->hash == h && PyBytes_GET_SIZE(s->key) == n && memcmp(PyBytes_AS_STRING(s->key), p, n) == 0)
+            return s->index;
+    }
+}
+
+static void table_place(Slot *slots, size_t mask, Slot s)
+{
+    size_t i = s.hash & mask;
+    while (slots[i].hash != 0)
+        i = (i + 1) & mask;
+    slots[i] = s;
+}
+
+/* Remember key (bytes with hash h, not in t) -> index; -1 on no memory. */
+static int table_put(Table *t, uint64_t h, PyObject *key, PyObject *index)
+{
+    if (t->slots == NULL || 2 * (t->used + 1) > t->mask + 1) {
+        size_t cap = t->slots == NULL ? 256 : 2 * (t->mask + 1);
+        Slot *slots = PyMem_Calloc(cap, sizeof(Slot));
+        if (slots == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        for (size_t i = 0; t->slots != NULL && i <= t->mask; i++)
+            if (t->slots[i].hash != 0)
+                table_place(slots, cap - 1, t->slots[i]);
+        PyMem_Free(t->slots);
+        t->slots = slots;
+        t->mask = cap - 1;
+    }
+    table_place(t->slots, t->mask, (Slot){h, Py_NewRef(key), Py_NewRef(index)});
+    t->used++;
+    return 0;
+}
+
+static void table_clear(Table *t)
+{
+    for (size_t i = 0; t->slots != NULL && i <= t->mask; i++) {
+        if (t->slots[i].hash != 0) {
+            Py_DECREF(t->slots[i].key);
+            Py_DECREF(t->slots[i].index);
+        }
+    }
+    PyMem_Free(t->slots);
+    t->slots = NULL;
+    t->mask = t->used = 0;
+}
+
+static void cache_dealloc(PyObject *self)
+{
+    Cache *c = (Cache *)self;
+    table_clear(&c->names);
+    table_clear(&c->classtype);
+    table_clear(&c->sigs);
+    Py_TYPE(self)->tp_free(self);
+}
+
+static PyObject *cache_len(PyObject *self, PyObject *unused)
+{
+    Cache *c = (Cache *)self;
+    return Py_BuildValue("nnn", (Py_ssize_t)c->names.used, (Py_ssize_t)c->classtype.used, (Py_ssize_t)c->sigs.used);
+}
+
+static PyMethodDef cache_methods[] = {
+    {"sizes", cache_len, METH_NOARGS, "sizes() -> (names, classtypes, signatures) remembered."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject CacheType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "export._cdnsblock.Cache",
+    .tp_basicsize = sizeof(Cache),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Cache(): lookups by content in front of one block's name, class/type and signature dicts (add).",
+    .tp_new = PyType_GenericNew,
+    .tp_dealloc = cache_dealloc,
+    .tp_methods = cache_methods,
+};
+
+/* The index of key p[0..n) in dict d (added when new), through t when there is one. obj: the key as a
+ * bytes object if the caller has it, else NULL (made on a miss). New reference. */
+static PyObject *bytes_index(Table *t, PyObject *d, const void *p, Py_ssize_t n, PyObject *obj)
+{
+    uint64_t h = 0;
+    if (t != NULL) {
+        h = hash_bytes(p, n);
+        PyObject *i = table_find(t, h, p, n);
+        if (i != NULL)
+            return Py_NewRef(i);
+    }
+    PyObject *key = obj != NULL ? Py_NewRef(obj) : PyBytes_FromStringAndSize((const char *)p, n);
+    if (key == NULL)
+        return NULL;
+    PyObject *i = table_index(d, key);
+    if (i != NULL && t != NULL && table_put(t, h, key, i) < 0)
+        Py_CLEAR(i);
+    Py_DECREF(key);
+    return i;
+}
+
+/* A packed key of ints and Nones: the values in order, then a bit per None. */
+#define MAX_KEY 17
+typedef struct {
+    int64_t v[MAX_KEY];
+    uint32_t nones;
+    int n;
+} Packed;
+
+static void pack_ll(Packed *k, long long v) { k->v[k->n++] = (int64_t)v; }
+
+static void pack_none(Packed *k)
+{
+    k->nones |= 1u << k->n;
+    k->v[k->n++] = 0;
+}
+
+/* An exact int or None; 0 for anything else (the key cannot be packed: no cache for it). */
+static int pack_obj(Packed *k, PyObject *o)
+{
+    long long v;
+    if (o == Py_None) {
+        pack_none(k);
+        return 1;
+    }
+    if (!as_ll(o, &v))
+        return 0;
+    pack_ll(k, v);
+    return 1;
+}
+
+/* The bytes a packed key is compared and hashed by (v[0..n) then nones), into buf; their length. */
+static Py_ssize_t packed_bytes(const Packed *k, unsigned char *buf)
+{
+    memcpy(buf, k->v, k->n * sizeof(int64_t));
+    memcpy(buf + k->n * sizeof(int64_t), &k->nones, sizeof k->nones);
+    return k->n * sizeof(int64_t) + sizeof k->nones;
+}
+
+/* The index stored for a packed key in t, or NULL (borrowed); *h and buf/len are set for packed_put. */
+static PyObject *packed_find(const Table *t, const Packed *k, unsigned char *buf, Py_ssize_t *len, uint64_t *h)
+{
+    *len = packed_bytes(k, buf);
+    *h = hash_bytes(buf, *len);
+    return table_find(t, *h, buf, *len);
+}
+
+static int packed_put(Table *t, uint64_t h, const unsigned char *buf, Py_ssize_t len, PyObject *index)
+{
+    PyObject *key = PyBytes_FromStringAndSize((const char *)buf, len);
+    if (key == NULL)
+        return -1;
+    int r = table_put(t, h, key, index);
+    Py_DECREF(key);
+    return r;
+}
+
 typedef struct {
     PyObject *ip, *names, *classtype, *sigs, *items, *qr_type;
+    Cache *cache; /* or NULL: the dicts alone */
     long long earliest;
     int has_earliest;
     long long processed, unmatched_q, unmatched_r;
@@ -336,35 +555,73 @@ static int add_one(Block *b, PyObject *tx)
     PyObject *item = NULL, *tf = NULL, *sf = NULL, *op = NULL, *df = NULL, *qrc = NULL, *rrc = NULL;
     PyObject *ticks_o = NULL, *delay_o = NULL;
     int rc = -1;
+    Cache *cache = b->cache;
+    unsigned char kbuf[MAX_KEY * sizeof(int64_t) + sizeof(uint32_t)];
+    Py_ssize_t klen = 0;
+    uint64_t kh = 0;
     if ((ci = table_index(b->ip, client)) == NULL || (si = table_index(b->ip, server)) == NULL)
         goto done;
     if (has_name) {
-        PyObject *name = PyBytes_FromStringAndSize((const char *)name_p, name_len);
-        if (name == NULL)
+        if ((ni = bytes_index(cache ? &cache->names : NULL, b->names, name_p, name_len, NULL)) == NULL)
             goto done;
-        ni = table_index(b->names, name);
-        Py_DECREF(name);
-        PyObject *ct = PyTuple_Pack(2, F(m, QTYPE), F(m, QCLASS));
-        if (ni == NULL || ct == NULL) {
-            Py_XDECREF(ct);
-            goto done;
+        Packed ct_key = {.n = 0};
+        int ct_packed = cache != NULL && pack_obj(&ct_key, F(m, QTYPE)) && pack_obj(&ct_key, F(m, QCLASS));
+        if (ct_packed && (cti = packed_find(&cache->classtype, &ct_key, kbuf, &klen, &kh)) != NULL) {
+            Py_INCREF(cti);
+        } else {
+            PyObject *ct = PyTuple_Pack(2, F(m, QTYPE), F(m, QCLASS));
+            if (ct == NULL)
+                goto done;
+            cti = table_index(b->classtype, ct);
+            Py_DECREF(ct);
+            if (cti == NULL || (ct_packed && packed_put(&cache->classtype, kh, kbuf, klen, cti) < 0))
+                goto done;
         }
-        cti = table_index(b->classtype, ct);
-        Py_DECREF(ct);
-        if (cti == NULL)
+    }
+    if (rdata != NULL
+        && (opt_i = bytes_index(cache ? &cache->names : NULL, b->names, PyBytes_AS_STRING(rdata),
+                                PyBytes_GET_SIZE(rdata), rdata)) == NULL)
+        goto done;
+    long long op_v = (mflags >> 11) & 0xF;
+    Packed k = {.n = 0};
+    int packed = cache != NULL && pack_obj(&k, si) && pack_obj(&k, sport);
+    if (packed) {
+        pack_ll(&k, tflags);
+        packed = pack_obj(&k, b->qr_type);
+    }
+    if (packed) {
+        pack_ll(&k, sflags);
+        pack_ll(&k, op_v);
+        pack_ll(&k, dnsflags);
+        if (q != NULL)
+            pack_ll(&k, qrcode);
+        else
+            pack_none(&k);
+        packed = pack_obj(&k, cti ? cti : Py_None) && pack_obj(&k, F(m, QDCOUNT)) && pack_obj(&k, qan)
+                 && pack_obj(&k, qns) && pack_obj(&k, qar) && pack_obj(&k, ednsv) && pack_obj(&k, udp)
+                 && pack_obj(&k, opt_i ? opt_i : Py_None);
+    }
+    if (packed) {
+        if (r != NULL)
+            pack_ll(&k, rrcode);
+        else
+            pack_none(&k);
+    }
+    if (packed && (sgi = packed_find(&cache->sigs, &k, kbuf, &klen, &kh)) != NULL) {
+        Py_INCREF(sgi);
+    } else {
+        if ((tf = PyLong_FromLong(tflags)) == NULL || (sf = PyLong_FromLong(sflags)) == NULL
+            || (op = PyLong_FromLongLong(op_v)) == NULL || (df = PyLong_FromLong(dnsflags)) == NULL
+            || (qrc = q != NULL ? PyLong_FromLongLong(qrcode) : Py_NewRef(Py_None)) == NULL
+            || (rrc = r != NULL ? PyLong_FromLongLong(rrcode) : Py_NewRef(Py_None)) == NULL)
+            goto done;
+        sig = PyTuple_Pack(17, si, sport, tf, b->qr_type, sf, op, df, qrc, cti ? cti : Py_None, F(m, QDCOUNT), qan,
+                           qns, qar, ednsv, udp, opt_i ? opt_i : Py_None, rrc);
+        if (sig == NULL || (sgi = table_index(b->sigs, sig)) == NULL)
+            goto done;
+        if (packed && packed_put(&cache->sigs, kh, kbuf, klen, sgi) < 0)
             goto done;
     }
-    if (rdata != NULL && (opt_i = table_index(b->names, rdata)) == NULL)
-        goto done;
-    if ((tf = PyLong_FromLong(tflags)) == NULL || (sf = PyLong_FromLong(sflags)) == NULL
-        || (op = PyLong_FromLongLong((mflags >> 11) & 0xF)) == NULL || (df = PyLong_FromLong(dnsflags)) == NULL
-        || (qrc = q != NULL ? PyLong_FromLongLong(qrcode) : Py_NewRef(Py_None)) == NULL
-        || (rrc = r != NULL ? PyLong_FromLongLong(rrcode) : Py_NewRef(Py_None)) == NULL)
-        goto done;
-    sig = PyTuple_Pack(17, si, sport, tf, b->qr_type, sf, op, df, qrc, cti ? cti : Py_None, F(m, QDCOUNT), qan, qns,
-                       qar, ednsv, udp, opt_i ? opt_i : Py_None, rrc);
-    if (sig == NULL || (sgi = table_index(b->sigs, sig)) == NULL)
-        goto done;
     if ((ticks_o = PyLong_FromLongLong(ticks)) == NULL
         || (delay_o = q != NULL && r != NULL ? PyLong_FromLongLong(delay) : Py_NewRef(Py_None)) == NULL)
         goto done;
@@ -413,9 +670,10 @@ static PyObject *add(PyObject *self, PyObject *args)
     PyObject *txs, *earliest;
     Py_ssize_t start;
     Block b;
-    if (!PyArg_ParseTuple(args, "OnO!O!O!O!O!OO:add", &txs, &start, &PyDict_Type, &b.ip, &PyDict_Type, &b.names,
+    b.cache = NULL;
+    if (!PyArg_ParseTuple(args, "OnO!O!O!O!O!OO|O!:add", &txs, &start, &PyDict_Type, &b.ip, &PyDict_Type, &b.names,
                           &PyDict_Type, &b.classtype, &PyDict_Type, &b.sigs, &PyList_Type, &b.items, &earliest,
-                          &b.qr_type))
+                          &b.qr_type, &CacheType, &b.cache))
         return NULL;
     if (start < 0) {
         PyErr_SetString(PyExc_ValueError, "add: start must not be negative");
@@ -730,9 +988,9 @@ static PyMethodDef methods[] = {
     {"count_uses", count_uses, METH_VARARGS,
      "count_uses(items, field, n) -> [count]: how many items hold each index 0..n-1 in `field` (None skipped)."},
     {"add", add, METH_VARARGS,
-     "add(txs, start, ip, names, classtype, sigs, items, earliest, qr_type) -> (stop, earliest, processed, "
-     "unmatched_queries, unmatched_responses): Block.add_python's loop, up to the first transaction it leaves to "
-     "Python."},
+     "add(txs, start, ip, names, classtype, sigs, items, earliest, qr_type[, cache]) -> (stop, earliest, "
+     "processed, unmatched_queries, unmatched_responses): Block.add_python's loop, up to the first transaction it "
+     "leaves to Python; cache: the block's Cache (lookups by content in front of names, classtype and sigs)."},
     {"items", items, METH_VARARGS,
      "items(items, earliest, new_ip, new_sig, new_name) -> [QueryResponse map]: cdns._item over the items."},
     {"encode_items", encode_items, METH_VARARGS,
@@ -750,9 +1008,15 @@ PyMODINIT_FUNC PyInit__cdnsblock(void)
     for (int k = 0; k < 13; k++)
         if ((KEYS[k] = PyLong_FromLong(k)) == NULL)
             return NULL;
+    if (PyType_Ready(&CacheType) < 0)
+        return NULL;
     PyObject *mod = PyModule_Create(&module);
     if (mod == NULL)
         return NULL;
+    if (PyModule_AddObjectRef(mod, "Cache", (PyObject *)&CacheType) < 0) {
+        Py_DECREF(mod);
+        return NULL;
+    }
     PyObject *indexes = Py_BuildValue(
         "{sisisisisisisisisisisisisisisisisisisisisi}", "TS_NS", TS_NS, "IPV", IPV, "PROTO", PROTO, "SRC", SRC,
         "SPORT", SPORT, "DST", DST, "DPORT", DPORT, "TTL", TTL, "DNS_LEN", DNS_LEN, "ID", ID, "FLAGS", FLAGS,

@@ -258,6 +258,7 @@ class Block:
         self.earliest = None  # ticks
         self.fallback_ticks = None  # earliest-time of a block with address events only
         self.processed = self.unmatched_q = self.unmatched_r = 0
+        self.cache = _cdnsblock.Cache() if _cdnsblock is not None else None  # see _cdnsblock.add
 
     def __len__(self):
         return len(self.items) + len(self.malformed)
@@ -277,7 +278,7 @@ class Block:
         i, n = 0, len(txs)
         while i < n:
             i, self.earliest, processed, unmatched_q, unmatched_r = _cdnsblock.add(
-                txs, i, self.ip, self.names, self.classtype, self.sigs, self.items, self.earliest, w.qr_type
+                txs, i, self.ip, self.names, self.classtype, self.sigs, self.items, self.earliest, w.qr_type, self.cache
             )
             self.processed += processed
             self.unmatched_q += unmatched_q

@@ -19,6 +19,8 @@
 #include <Python.h>
 #include <string.h>
 
+#include "fastint.h"
+
 /* Message tuple indexes (probe.decode.fields M; the tests compare them with INDEXES). */
 enum { TS_NS = 0, PROTO = 3, SRC = 4, SPORT = 5, DST = 6, DPORT = 7, ID = 13, FLAGS = 14, QNAME = 19,
        QTYPE = 20, MALFORMED = 24, MESSAGE_LEN = 27 };
@@ -42,6 +44,8 @@ static PyObject *one; /* the 1 of every (query, response, 1) triple */
 /* The value of an exact int that fits in 64 bits; 0 for anything else (which the Python loop handles). */
 static int as_int64(PyObject *o, long long *v)
 {
+    if (compact_int(o, v))
+        return 1;
     if (!PyLong_CheckExact(o))
         return 0;
     int overflow;

@@ -120,6 +120,25 @@ def check_capture(path, tmp_path):
     return fast
 
 
+
+def test_cache_answers_what_the_dicts_answer(tmp_path):
+    """The Cache in front of the dicts: keys the Python loop put in the dicts first are found there (not
+    added twice); the keys it remembers are those of the dicts (names and OPT RDATA, class/types and
+    signatures); a block filled through it equals the reference."""
+    txs = transactions(ROOT / "samples" / "sample-mix.pcap.xz")
+    half = len(txs) // 2
+    writer = exporter(tmp_path)
+    fast, slow = cdns.Block(writer), cdns.Block(writer)
+    fast.add_python(txs[:half])  # the dicts get entries the cache never saw
+    slow.add_python(txs[:half])
+    for chunk in chunks(txs):  # again from the start: every key of the first half is a dict hit
+        fast.add(chunk)
+        slow.add_python(chunk)
+    assert_same(fast, slow)
+    names, classtypes, sigs = fast.cache.sizes()
+    assert names == len(fast.names) and classtypes == len(fast.classtype) and sigs == len(fast.sigs)
+    assert len(fast.sigs) < len(fast.items) // 2  # most transactions repeat a signature: cache hits
+
 # ---------------------------------------------------------------------------------------------
 # Shapes the captures above lack: no question, trailing bytes, a compressed first name, several
 # questions, records in a query, response-only without question, a zone transfer of three messages

@@ -4,7 +4,9 @@ The record builder reads every column of every Parquet file through `extract`, s
 equal Arrow arrays on real transactions (all captures the project has) and on the edge cases below.
 """
 
+import random
 import socket
+import struct
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -83,6 +85,24 @@ def test_every_ipv4_byte_value_formats_as_inet_ntop():
     packed = [bytes((b, (b * 7) % 256, 255 - b, (b * 13 + 5) % 256)) for b in range(256)]
     rows = [(p,) for p in packed]
     assert columns.extract(rows, [((0,), "a")])[0].to_pylist() == [socket.inet_ntop(socket.AF_INET, p) for p in packed]
+
+
+def test_every_ipv6_zero_pattern_formats_as_inet_ntop():
+    """IPv6 text is written by hand in C too: every pattern of zero and non-zero groups (zero runs of
+    every length and position, ties, IPv4-compatible and IPv4-mapped forms), with group values of one to
+    four hex digits, and random addresses."""
+    rng = random.Random(6)
+    packed = []
+    for mask in range(256):  # bit i set: group i is zero
+        for fill in (0x1, 0xA, 0xFF, 0xABC, 0xFFFF, None):
+            groups = [0 if mask >> i & 1 else (fill if fill is not None else rng.randrange(1, 65536)) for i in range(8)]
+            packed.append(struct.pack("!8H", *groups))
+    quads = [bytes(q) for q in ((1, 2, 3, 4), (0, 0, 0, 0), (0, 0, 0, 1), (0, 0, 1, 1), (0, 1, 0, 0))]
+    packed += [bytes(10) + b"\xff\xff" + q for q in quads] + [bytes(12) + q for q in quads]
+    packed += [bytes(10) + b"\xff\xfe" + bytes(4), rng.randbytes(16)] + [rng.randbytes(16) for _ in range(2000)]
+    rows = [(p,) for p in packed]
+    want = [socket.inet_ntop(socket.AF_INET6, p) for p in packed]
+    assert columns.extract(rows, [((0,), "a")])[0].to_pylist() == want
 
 
 def test_nulls_nested_paths_and_every_kind():
