@@ -410,8 +410,166 @@ static int packed_put(Table *t, uint64_t h, const unsigned char *buf, Py_ssize_t
     return r;
 }
 
+
+/* ---------------------------------------------------------------------------------------------
+ * Items: a block's Q/R items as C structs.
+ *
+ * Why: an item was a 12-tuple holding new ints (time, response delay): made per transaction, read again
+ * by count_uses and encode_items, and freed with the block, ~0.7 µs per transaction in all. Items keeps
+ * the same values in an array; it reads as the list of tuples it replaces (len, indexing, iteration,
+ * == with a list), so Block.encode's Python reference and the tests see the same items. It holds the
+ * items of blocks without full sections only: their last two fields (extended sections) are None. */
+
+#define ITEM_INTS 10
+
+typedef struct {
+    int64_t v[ITEM_INTS];
+    uint32_t nones; /* bit k: field k is None */
+} Item;
+
+typedef struct {
+    PyObject_HEAD
+    Item *a;
+    Py_ssize_t n, cap;
+} Items;
+
+static PyTypeObject ItemsType;
+
+static int items_push(Items *s, const Item *it)
+{
+    if (s->n == s->cap) {
+        Py_ssize_t cap = s->cap ? 2 * s->cap : 1024;
+        Item *a = PyMem_Realloc(s->a, cap * sizeof(Item));
+        if (a == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        s->a = a;
+        s->cap = cap;
+    }
+    s->a[s->n++] = *it;
+    return 0;
+}
+
+/* An item tuple as a struct: 1, or 0 when it is not 12 fields of exact ints or None with None sections. */
+static int item_of_tuple(PyObject *t, Item *it)
+{
+    if (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) != 12 || F(t, 10) != Py_None || F(t, 11) != Py_None)
+        return 0;
+    it->nones = 0;
+    for (int k = 0; k < ITEM_INTS; k++) {
+        long long x = 0;
+        if (F(t, k) == Py_None)
+            it->nones |= 1u << k;
+        else if (!as_ll(F(t, k), &x))
+            return 0;
+        it->v[k] = x;
+    }
+    return 1;
+}
+
+/* An item field as an object (new reference). */
+static PyObject *item_field(const Item *it, int k)
+{
+    if (k >= ITEM_INTS || it->nones >> k & 1)
+        Py_RETURN_NONE;
+    return PyLong_FromLongLong(it->v[k]);
+}
+
+static PyObject *item_tuple(const Item *it)
+{
+    PyObject *t = PyTuple_New(12);
+    for (int k = 0; t != NULL && k < 12; k++) {
+        PyObject *v = item_field(it, k);
+        if (v == NULL)
+            Py_CLEAR(t);
+        else
+            PyTuple_SET_ITEM(t, k, v);
+    }
+    return t;
+}
+
+static PyObject *items_append(PyObject *self, PyObject *t)
+{
+    Item it;
+    if (!item_of_tuple(t, &it)) {
+        PyErr_SetString(PyExc_TypeError, "Items holds tuples of 10 ints or None and two None (no extended sections)");
+        return NULL;
+    }
+    if (items_push((Items *)self, &it) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+static Py_ssize_t items_len(PyObject *self) { return ((Items *)self)->n; }
+
+static PyObject *items_getitem(PyObject *self, Py_ssize_t i)
+{
+    Items *s = (Items *)self;
+    if (i < 0 || i >= s->n) {
+        PyErr_SetString(PyExc_IndexError, "Items index out of range");
+        return NULL;
+    }
+    return item_tuple(&s->a[i]);
+}
+
+static PyObject *items_list(PyObject *self, PyObject *unused)
+{
+    Items *s = (Items *)self;
+    PyObject *out = PyList_New(s->n);
+    for (Py_ssize_t i = 0; out != NULL && i < s->n; i++) {
+        PyObject *t = item_tuple(&s->a[i]);
+        if (t == NULL)
+            Py_CLEAR(out);
+        else
+            PyList_SET_ITEM(out, i, t);
+    }
+    return out;
+}
+
+/* == and != with a list of item tuples (or another Items): as the list of tuples would compare. */
+static PyObject *items_richcompare(PyObject *self, PyObject *other, int op)
+{
+    if ((op != Py_EQ && op != Py_NE) || !(PyList_Check(other) || Py_IS_TYPE(other, &ItemsType)))
+        Py_RETURN_NOTIMPLEMENTED;
+    PyObject *mine = items_list(self, NULL);
+    PyObject *theirs = PyList_Check(other) ? Py_NewRef(other) : items_list(other, NULL);
+    PyObject *r = mine != NULL && theirs != NULL ? PyObject_RichCompare(mine, theirs, op) : NULL;
+    Py_XDECREF(mine);
+    Py_XDECREF(theirs);
+    return r;
+}
+
+static void items_dealloc(PyObject *self)
+{
+    PyMem_Free(((Items *)self)->a);
+    Py_TYPE(self)->tp_free(self);
+}
+
+static PySequenceMethods items_as_sequence = {.sq_length = items_len, .sq_item = items_getitem};
+
+static PyMethodDef items_methods[] = {
+    {"append", items_append, METH_O, "append(item tuple): as list.append (10 ints or None, then two None)."},
+    {"tolist", items_list, METH_NOARGS, "tolist() -> the items as a list of 12-tuples."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject ItemsType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "export._cdnsblock.Items",
+    .tp_basicsize = sizeof(Items),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Items(): a block's Q/R items as C structs, read as the list of 12-tuples they replace.",
+    .tp_new = PyType_GenericNew,
+    .tp_dealloc = items_dealloc,
+    .tp_as_sequence = &items_as_sequence,
+    .tp_richcompare = items_richcompare,
+    .tp_hash = PyObject_HashNotImplemented,
+    .tp_methods = items_methods,
+};
+
 typedef struct {
     PyObject *ip, *names, *classtype, *sigs, *items, *qr_type;
+    Items *store; /* items when they are an Items, else NULL (items is a list) */
     Cache *cache; /* or NULL: the dicts alone */
     long long earliest;
     int has_earliest;
@@ -550,6 +708,21 @@ static int add_one(Block *b, PyObject *tx)
     if (!as_ll(F(m, FLAGS), &mflags))
         return 0;
 
+    /* The item's fields read from the messages, as Items holds them (else Python adds the transaction). */
+    Item it = {.nones = 0};
+    if (b->store != NULL) {
+        PyObject *from_messages[5] = {cport, F(m, ID), hop, qsize, rsize};
+        static const int at[5] = {2, 3, 5, 8, 9};
+        for (int k = 0; k < 5; k++) {
+            long long x = 0;
+            if (from_messages[k] == Py_None)
+                it.nones |= 1u << at[k];
+            else if (!as_ll(from_messages[k], &x))
+                return 0;
+            it.v[at[k]] = x;
+        }
+    }
+
     /* Everything read: now the tables, in the order of the Python loop. */
     PyObject *ci = NULL, *si = NULL, *ni = NULL, *cti = NULL, *opt_i = NULL, *sig = NULL, *sgi = NULL;
     PyObject *item = NULL, *tf = NULL, *sf = NULL, *op = NULL, *df = NULL, *qrc = NULL, *rrc = NULL;
@@ -622,15 +795,29 @@ static int add_one(Block *b, PyObject *tx)
         if (packed && packed_put(&cache->sigs, kh, kbuf, klen, sgi) < 0)
             goto done;
     }
-    if ((ticks_o = PyLong_FromLongLong(ticks)) == NULL
-        || (delay_o = q != NULL && r != NULL ? PyLong_FromLongLong(delay) : Py_NewRef(Py_None)) == NULL)
-        goto done;
-    item = PyTuple_Pack(12, ticks_o, ci, cport, F(m, ID), sgi, hop, delay_o, ni ? ni : Py_None, qsize, rsize, Py_None,
-                        Py_None);
-    if (item == NULL)
-        goto done;
-    if (PyList_Append(b->items, item) < 0)
-        goto done;
+    if (b->store != NULL) {
+        long long ci_v, sgi_v, ni_v = 0;
+        if (!as_ll(ci, &ci_v) || !as_ll(sgi, &sgi_v) || (ni != NULL && !as_ll(ni, &ni_v))) {
+            PyErr_SetString(PyExc_SystemError, "_cdnsblock.add: a table index is not an int");
+            goto done;
+        }
+        it.v[0] = ticks;
+        it.v[1] = ci_v;
+        it.v[4] = sgi_v;
+        it.v[6] = delay;
+        it.v[7] = ni_v;
+        it.nones |= (q != NULL && r != NULL ? 0 : 1u << 6) | (ni != NULL ? 0 : 1u << 7);
+        if (items_push(b->store, &it) < 0)
+            goto done;
+    } else {
+        if ((ticks_o = PyLong_FromLongLong(ticks)) == NULL
+            || (delay_o = q != NULL && r != NULL ? PyLong_FromLongLong(delay) : Py_NewRef(Py_None)) == NULL)
+            goto done;
+        item = PyTuple_Pack(12, ticks_o, ci, cport, F(m, ID), sgi, hop, delay_o, ni ? ni : Py_None, qsize, rsize,
+                            Py_None, Py_None);
+        if (item == NULL || PyList_Append(b->items, item) < 0)
+            goto done;
+    }
     if (!b->has_earliest || ticks < b->earliest) {
         b->earliest = ticks;
         b->has_earliest = 1;
@@ -671,10 +858,15 @@ static PyObject *add(PyObject *self, PyObject *args)
     Py_ssize_t start;
     Block b;
     b.cache = NULL;
-    if (!PyArg_ParseTuple(args, "OnO!O!O!O!O!OO|O!:add", &txs, &start, &PyDict_Type, &b.ip, &PyDict_Type, &b.names,
-                          &PyDict_Type, &b.classtype, &PyDict_Type, &b.sigs, &PyList_Type, &b.items, &earliest,
-                          &b.qr_type, &CacheType, &b.cache))
+    if (!PyArg_ParseTuple(args, "OnO!O!O!O!OOO|O!:add", &txs, &start, &PyDict_Type, &b.ip, &PyDict_Type, &b.names,
+                          &PyDict_Type, &b.classtype, &PyDict_Type, &b.sigs, &b.items, &earliest, &b.qr_type,
+                          &CacheType, &b.cache))
         return NULL;
+    b.store = Py_IS_TYPE(b.items, &ItemsType) ? (Items *)b.items : NULL;
+    if (b.store == NULL && !PyList_Check(b.items)) {
+        PyErr_SetString(PyExc_TypeError, "add: items must be a list or an Items");
+        return NULL;
+    }
     if (start < 0) {
         PyErr_SetString(PyExc_ValueError, "add: start must not be negative");
         return NULL;
@@ -778,22 +970,23 @@ static PyObject *item_map(PyObject *it, PyObject *earliest, PyObject *new_ip, Py
 
 static PyObject *items(PyObject *self, PyObject *args)
 {
-    PyObject *list, *earliest, *new_ip, *new_sig, *new_name;
-    if (!PyArg_ParseTuple(args, "O!OO!O!O!:items", &PyList_Type, &list, &earliest, &PyList_Type, &new_ip,
-                          &PyList_Type, &new_sig, &PyList_Type, &new_name))
+    PyObject *seq, *earliest, *new_ip, *new_sig, *new_name;
+    if (!PyArg_ParseTuple(args, "OOO!O!O!:items", &seq, &earliest, &PyList_Type, &new_ip, &PyList_Type, &new_sig,
+                          &PyList_Type, &new_name))
         return NULL;
-    Py_ssize_t n = PyList_GET_SIZE(list);
+    PyObject *list = PySequence_Fast(seq, "items: items must be a sequence"); /* an Items gives its tuples */
+    if (list == NULL)
+        return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(list);
     PyObject *out = PyList_New(n);
-    if (out == NULL)
-        return NULL;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *d = item_map(PyList_GET_ITEM(list, i), earliest, new_ip, new_sig, new_name);
-        if (d == NULL) {
-            Py_DECREF(out);
-            return NULL;
-        }
-        PyList_SET_ITEM(out, i, d);
+    for (Py_ssize_t i = 0; out != NULL && i < n; i++) {
+        PyObject *d = item_map(PySequence_Fast_GET_ITEM(list, i), earliest, new_ip, new_sig, new_name);
+        if (d == NULL)
+            Py_CLEAR(out);
+        else
+            PyList_SET_ITEM(out, i, d);
     }
+    Py_DECREF(list);
     return out;
 }
 
@@ -838,44 +1031,40 @@ static int out_int(Out *o, int k, PyObject *v)
     return as_ll(v, &x) ? out_pair(o, k, x) : 0;
 }
 
-/* new_list[index] as a long long: 1, 0 where Python would raise or see another type. */
-static int renumbered(PyObject *list, PyObject *index, long long *v)
+/* new_list[i] as a long long: 1, 0 where Python would raise or see another type. */
+static int renumber_ll(PyObject *list, long long i, long long *v)
 {
-    long long i;
-    if (!as_ll(index, &i))
-        return 0;
     if (i < 0)
         i += PyList_GET_SIZE(list);
     return i >= 0 && i < PyList_GET_SIZE(list) && as_ll(PyList_GET_ITEM(list, i), v);
 }
 
+/* new_list[index] as a long long: 1, 0 where Python would raise or see another type. */
+static int renumbered(PyObject *list, PyObject *index, long long *v)
+{
+    long long i;
+    return as_ll(index, &i) && renumber_ll(list, i, v);
+}
+
 #define LIMIT (1LL << 62)
 
 /* One item map: 1, 0 (Python encodes the block's items), -1 error. */
-static int encode_item(Out *o, PyObject *it, long long early, PyObject *new_ip, PyObject *new_sig, PyObject *new_name)
+static int encode_item(Out *o, const Item *it, long long early, PyObject *new_ip, PyObject *new_sig,
+                       PyObject *new_name)
 {
-    long long ticks, ci, sgi, ni = 0;
-    if (!PyTuple_Check(it) || PyTuple_GET_SIZE(it) != 12 || F(it, 10) != Py_None || F(it, 11) != Py_None)
-        return 0;
-    if (!as_ll(F(it, 0), &ticks) || ticks < -LIMIT || ticks > LIMIT || !renumbered(new_ip, F(it, 1), &ci)
-        || !renumbered(new_sig, F(it, 4), &sgi) || (F(it, 7) != Py_None && !renumbered(new_name, F(it, 7), &ni)))
+    long long ci, sgi, ni = 0;
+    if ((it->nones & 0x1F) || it->v[0] < -LIMIT || it->v[0] > LIMIT || !renumber_ll(new_ip, it->v[1], &ci)
+        || !renumber_ll(new_sig, it->v[4], &sgi) || (!(it->nones >> 7 & 1) && !renumber_ll(new_name, it->v[7], &ni)))
         return 0;
     int keys = 5;
-    for (int i = 5; i < 10; i++)
-        keys += F(it, i) != Py_None;
-    int rc;
-    if (out_head(o, 5, keys) < 0 || out_pair(o, 0, ticks - early) < 0 || out_pair(o, 1, ci) < 0)
+    for (int i = 5; i < ITEM_INTS; i++)
+        keys += !(it->nones >> i & 1);
+    if (out_head(o, 5, keys) < 0 || out_pair(o, 0, it->v[0] - early) < 0 || out_pair(o, 1, ci) < 0
+        || out_pair(o, 2, it->v[2]) < 0 || out_pair(o, 3, it->v[3]) < 0 || out_pair(o, 4, sgi) < 0)
         return -1;
-    if ((rc = out_int(o, 2, F(it, 2))) != 1 || (rc = out_int(o, 3, F(it, 3))) != 1)
-        return rc;
-    if (out_pair(o, 4, sgi) < 0)
-        return -1;
-    for (int i = 5; i < 10; i++) {
-        if (F(it, i) == Py_None)
-            continue;
-        rc = i == 7 ? out_pair(o, 7, ni) : out_int(o, i, F(it, i));
-        if (rc != 1)
-            return rc;
+    for (int i = 5; i < ITEM_INTS; i++) {
+        if (!(it->nones >> i & 1) && out_pair(o, i, i == 7 ? ni : it->v[i]) < 0)
+            return -1;
     }
     return 1;
 }
@@ -884,16 +1073,27 @@ static PyObject *encode_items(PyObject *self, PyObject *args)
 {
     PyObject *list, *earliest, *new_ip, *new_sig, *new_name;
     long long early;
-    if (!PyArg_ParseTuple(args, "O!OO!O!O!:encode_items", &PyList_Type, &list, &earliest, &PyList_Type, &new_ip,
-                          &PyList_Type, &new_sig, &PyList_Type, &new_name))
+    if (!PyArg_ParseTuple(args, "OOO!O!O!:encode_items", &list, &earliest, &PyList_Type, &new_ip, &PyList_Type,
+                          &new_sig, &PyList_Type, &new_name))
         return NULL;
+    if (!PyList_Check(list) && !Py_IS_TYPE(list, &ItemsType)) {
+        PyErr_SetString(PyExc_TypeError, "encode_items: items must be a list or an Items");
+        return NULL;
+    }
     if (!as_ll(earliest, &early) || early < -LIMIT || early > LIMIT)
         Py_RETURN_NONE;
-    Py_ssize_t n = PyList_GET_SIZE(list);
+    Items *store = Py_IS_TYPE(list, &ItemsType) ? (Items *)list : NULL;
+    Py_ssize_t n = store != NULL ? store->n : PyList_GET_SIZE(list);
     Out o = {NULL, 0, 0};
     int rc = out_head(&o, 4, (unsigned long long)n) < 0 ? -1 : 1;
-    for (Py_ssize_t i = 0; rc == 1 && i < n; i++)
-        rc = encode_item(&o, PyList_GET_ITEM(list, i), early, new_ip, new_sig, new_name);
+    for (Py_ssize_t i = 0; rc == 1 && i < n; i++) {
+        Item it;
+        if (store != NULL)
+            rc = encode_item(&o, &store->a[i], early, new_ip, new_sig, new_name);
+        else
+            rc = item_of_tuple(PyList_GET_ITEM(list, i), &it) ? encode_item(&o, &it, early, new_ip, new_sig, new_name)
+                                                               : 0;
+    }
     PyObject *out = rc == 1 ? PyBytes_FromStringAndSize((const char *)o.p, o.len) : rc == 0 ? Py_NewRef(Py_None) : NULL;
     PyMem_Free(o.p);
     return out;
@@ -944,8 +1144,17 @@ static PyObject *count_uses(PyObject *self, PyObject *args)
 {
     PyObject *list;
     Py_ssize_t field, n;
-    if (!PyArg_ParseTuple(args, "O!nn:count_uses", &PyList_Type, &list, &field, &n))
+    if (!PyArg_ParseTuple(args, "Onn:count_uses", &list, &field, &n))
         return NULL;
+    Items *store = Py_IS_TYPE(list, &ItemsType) ? (Items *)list : NULL;
+    if (store == NULL && !PyList_Check(list)) {
+        PyErr_SetString(PyExc_TypeError, "count_uses: items must be a list or an Items");
+        return NULL;
+    }
+    if (store != NULL && (field < 0 || field >= 12)) {
+        PyErr_SetString(PyExc_ValueError, "count_uses: an item is not a tuple with that field");
+        return NULL;
+    }
     if (n < 0) {
         PyErr_SetString(PyExc_ValueError, "count_uses: n must not be negative");
         return NULL;
@@ -954,7 +1163,17 @@ static PyObject *count_uses(PyObject *self, PyObject *args)
     if (counts == NULL)
         return PyErr_NoMemory();
     PyObject *uses = NULL;
-    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(list); i++) {
+    for (Py_ssize_t i = 0; store != NULL && i < store->n; i++) {
+        const Item *it = &store->a[i];
+        if (field >= ITEM_INTS || it->nones >> field & 1)
+            continue;
+        if (it->v[field] < 0 || it->v[field] >= n) {
+            PyErr_Format(PyExc_IndexError, "count_uses: index %lld out of range", (long long)it->v[field]);
+            goto done;
+        }
+        counts[it->v[field]]++;
+    }
+    for (Py_ssize_t i = 0; store == NULL && i < PyList_GET_SIZE(list); i++) {
         PyObject *it = PyList_GET_ITEM(list, i);
         if (!PyTuple_Check(it) || field < 0 || field >= PyTuple_GET_SIZE(it)) {
             PyErr_SetString(PyExc_ValueError, "count_uses: an item is not a tuple with that field");
@@ -984,7 +1203,65 @@ done:
     return uses;
 }
 
+/* cdns._by_use: (old indexes most used first, ties in index order; the new index of each old one). The
+ * Python sort with a key function and the loop after it cost ~0.3 µs per transaction for three tables. */
+typedef struct {
+    long long uses;
+    Py_ssize_t index;
+} Use;
+
+static int by_more_use(const void *a, const void *b)
+{
+    const Use *x = a, *y = b;
+    if (x->uses != y->uses)
+        return x->uses > y->uses ? -1 : 1;
+    return x->index < y->index ? -1 : x->index > y->index;
+}
+
+static PyObject *by_use(PyObject *self, PyObject *uses)
+{
+    if (!PyList_Check(uses)) {
+        PyErr_SetString(PyExc_TypeError, "by_use: uses must be a list of ints");
+        return NULL;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(uses);
+    Use *u = PyMem_Malloc((n ? n : 1) * sizeof *u);
+    if (u == NULL)
+        return PyErr_NoMemory();
+    PyObject *order = NULL, *renumbered_list = NULL, *result = NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        u[i].index = i;
+        if (!as_ll(PyList_GET_ITEM(uses, i), &u[i].uses)) {
+            PyErr_SetString(PyExc_TypeError, "by_use: uses must be a list of ints");
+            goto done;
+        }
+    }
+    qsort(u, n, sizeof *u, by_more_use);
+    order = PyList_New(n);
+    renumbered_list = PyList_New(n);
+    if (order == NULL || renumbered_list == NULL)
+        goto done;
+    for (Py_ssize_t j = 0; j < n; j++) {
+        PyObject *old = PyLong_FromSsize_t(u[j].index), *new = PyLong_FromSsize_t(j);
+        if (old == NULL || new == NULL) {
+            Py_XDECREF(old);
+            Py_XDECREF(new);
+            goto done;
+        }
+        PyList_SET_ITEM(order, j, old);
+        PyList_SET_ITEM(renumbered_list, u[j].index, new);
+    }
+    result = PyTuple_Pack(2, order, renumbered_list);
+done:
+    Py_XDECREF(order);
+    Py_XDECREF(renumbered_list);
+    PyMem_Free(u);
+    return result;
+}
+
 static PyMethodDef methods[] = {
+    {"by_use", by_use, METH_O,
+     "by_use(uses) -> (order, new): old indexes most used first (ties in index order), new index of each old one."},
     {"count_uses", count_uses, METH_VARARGS,
      "count_uses(items, field, n) -> [count]: how many items hold each index 0..n-1 in `field` (None skipped)."},
     {"add", add, METH_VARARGS,
@@ -1008,12 +1285,13 @@ PyMODINIT_FUNC PyInit__cdnsblock(void)
     for (int k = 0; k < 13; k++)
         if ((KEYS[k] = PyLong_FromLong(k)) == NULL)
             return NULL;
-    if (PyType_Ready(&CacheType) < 0)
+    if (PyType_Ready(&CacheType) < 0 || PyType_Ready(&ItemsType) < 0)
         return NULL;
     PyObject *mod = PyModule_Create(&module);
     if (mod == NULL)
         return NULL;
-    if (PyModule_AddObjectRef(mod, "Cache", (PyObject *)&CacheType) < 0) {
+    if (PyModule_AddObjectRef(mod, "Cache", (PyObject *)&CacheType) < 0
+        || PyModule_AddObjectRef(mod, "Items", (PyObject *)&ItemsType) < 0) {
         Py_DECREF(mod);
         return NULL;
     }

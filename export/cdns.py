@@ -252,7 +252,9 @@ class Block:
         self.rr = _Table()
         self.rrlist = _Table()
         self.mm_data = _Table()
-        self.items = []  # tuples, see add(); maps are made at encode() once earliest-time is known
+        # Item tuples, see add_python; maps are made at encode() once earliest-time is known. With the C loop
+        # they are kept as C structs (_cdnsblock.Items reads as this list of tuples).
+        self.items = _cdnsblock.Items() if self._c_loop(writer) else []
         self.malformed = []  # (ticks, client index, client port, data index)
         self.events = {}  # (type, code, address index, transport flags) -> count
         self.earliest = None  # ticks
@@ -270,7 +272,7 @@ class Block:
         sections; it gives back the transactions it does not take (malformed messages, unusual shapes),
         one at a time, to add_python, the reference it must equal (tests/test_cdns_block.py)."""
         w = self.w
-        if _cdnsblock is None or w.clients is not None or w.full_sections:
+        if not self._c_loop(w):
             if _cdnsblock is None:
                 say_not_built("export._cdnsblock", "building C-DNS blocks")
             self.add_python(txs)
@@ -286,6 +288,11 @@ class Block:
             if i < n:
                 self.add_python(txs[i : i + 1])
                 i += 1
+
+    @staticmethod
+    def _c_loop(writer):
+        """Whether add() runs the C loop: built, and neither client privacy nor full sections."""
+        return _cdnsblock is not None and writer.clients is None and not writer.full_sections
 
     def add_python(self, txs):
         """add() in Python: the reference implementation, and the path of client privacy and full sections."""
@@ -489,9 +496,10 @@ class Block:
         for n, _, _, d in self.rr:
             name_uses[n] += 1
             name_uses[d] += 1
-        sig_order, new_sig = _by_use(sig_uses)
-        ip_order, new_ip = _by_use(ip_uses)
-        name_order, new_name = _by_use(name_uses)
+        by_use = _by_use if c is None else c.by_use
+        sig_order, new_sig = by_use(sig_uses)
+        ip_order, new_ip = by_use(ip_uses)
+        name_order, new_name = by_use(name_uses)
 
         block = {
             F.BLOCK_PREAMBLE: {F.EARLIEST_TIME: [earliest // TICKS_PER_SECOND, earliest % TICKS_PER_SECOND]},
@@ -578,7 +586,7 @@ def _count_uses_python(items, field, n):
 
 def _by_use(uses):
     """(old indexes most used first, new index of each old index); ties keep the order of first use
-    (sorted is stable, also with reverse=True)."""
+    (sorted is stable, also with reverse=True). The reference of _cdnsblock.by_use."""
     order = sorted(range(len(uses)), key=uses.__getitem__, reverse=True)
     new = [0] * len(uses)
     for j, i in enumerate(order):

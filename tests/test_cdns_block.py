@@ -8,6 +8,7 @@ of the signature table, written directly, and the item maps used with full secti
 of encode(python=True), the reference that uses no C.
 """
 
+import random
 import struct
 
 import cbor2
@@ -53,6 +54,7 @@ def chunks(txs):
 
 def both(txs, writer):
     fast, slow = cdns.Block(writer), cdns.Block(writer)
+    slow.items = []  # the reference keeps plain tuples; fast's are C structs (_cdnsblock.Items)
     for chunk in chunks(txs):
         fast.add(chunk)
         slow.add_python(chunk)
@@ -129,6 +131,7 @@ def test_cache_answers_what_the_dicts_answer(tmp_path):
     half = len(txs) // 2
     writer = exporter(tmp_path)
     fast, slow = cdns.Block(writer), cdns.Block(writer)
+    slow.items = []
     fast.add_python(txs[:half])  # the dicts get entries the cache never saw
     slow.add_python(txs[:half])
     for chunk in chunks(txs):  # again from the start: every key of the first half is a dict hit
@@ -138,6 +141,43 @@ def test_cache_answers_what_the_dicts_answer(tmp_path):
     names, classtypes, sigs = fast.cache.sizes()
     assert names == len(fast.names) and classtypes == len(fast.classtype) and sigs == len(fast.sigs)
     assert len(fast.sigs) < len(fast.items) // 2  # most transactions repeat a signature: cache hits
+
+
+def test_items_store_reads_as_its_tuples():
+    """_cdnsblock.Items gives back every tuple put in it (ints of any sign and size up to 64 bits, None in
+    any field), compares equal to the list of them, and refuses what it cannot hold."""
+    rng = random.Random(4)
+    tuples = []
+    for _ in range(500):
+        values = [rng.choice([None, 0, 1, 23, 24, 255, 65535, 2**31, 2**63 - 1, -1, -(2**63), rng.getrandbits(40)])
+                  for _ in range(10)]
+        tuples.append(tuple(values) + (None, None))
+    store = cdns._cdnsblock.Items()
+    for t in tuples:
+        store.append(t)
+    assert len(store) == len(tuples) and store.tolist() == tuples and list(store) == tuples
+    assert store == tuples and not store != tuples and store != tuples[:-1]
+    assert store[len(tuples) - 1] == tuples[-1]
+    with pytest.raises(IndexError):
+        store[len(tuples)]
+    for bad in [(1,) * 11, (1,) * 10 + ([], None), (1,) * 10 + (None, ()), (2**63,) + (1,) * 9 + (None, None),
+                ("1",) + (1,) * 9 + (None, None), (True,) + (1,) * 9 + (None, None)]:
+        with pytest.raises(TypeError):
+            store.append(bad)
+    assert len(store) == len(tuples)
+
+
+def test_by_use_equals_python():
+    """_cdnsblock.by_use orders tables as cdns._by_use does: most used first, ties in first-use order."""
+    rng = random.Random(5)
+    cases = [[], [0], [3, 3, 3], [1, 2, 3], [5, 0, 5, 2, 2, 9, 0, 300, 300]]
+    tops = [2, 5, 100, 10**6] * 5
+    cases += [[rng.randrange(top) for _ in range(rng.randrange(1, 3000))] for top in tops]
+    for uses in cases:
+        order, new = cdns._cdnsblock.by_use(uses)
+        assert (order, new) == cdns._by_use(uses)
+    with pytest.raises(TypeError):
+        cdns._cdnsblock.by_use([1, "2"])
 
 # ---------------------------------------------------------------------------------------------
 # Shapes the captures above lack: no question, trailing bytes, a compressed first name, several

@@ -16,6 +16,7 @@
 
 import collections
 import functools
+import gc
 import json
 import random
 import shutil
@@ -624,6 +625,21 @@ def test_tcp_frames_decoded_in_c(tmp_path):
     assert {m[M.IPV] for m in tcp} == {4, 6}
     assert any(m[M.TCP_RTT_MS] is not None for m in tcp) and any(m[M.TCP_RTT_MS] is None for m in tcp)
     assert {m[M.ID] for m in tcp} >= {1, 2, 3, 4, 5, 7, 8, 9, 10, 12, 13, 14, 20, 21, 22, 30, 31, 34, 41, 51, 52}
+    # The C loop takes its message tuples off the cyclic collector's lists (they cannot form cycles), TCP
+    # ones with a handshake RTT included; a capture time that is not a plain int keeps a tuple tracked.
+    c_made = [m for m in msgs if m[M.PROTO] == 6 or m[M.VLAN] is None]
+    assert c_made and not any(gc.is_tracked(m) for m in c_made)
+    query = bytes(eth() / IP(src="192.0.2.1", dst="192.0.2.53") / UDP(sport=1234) / DNS(qd=DNSQR(qname="a.example")))
+    for ts, tracked in ((1, False), ([1], True)):
+        made = []
+        decoder._c_frames([ts], [len(query)], [query], 0, made, *decoder_args(decoder))
+        assert len(made) == 1 and gc.is_tracked(made[0]) is tracked
+
+
+def decoder_args(decoder):
+    """The arguments after `out` that PacketDecoder._decode_c gives its C frame loop."""
+    return (decoder._portmap, decoder.keep4, decoder.keep6, decoder._names, decoder._max_names, [0] * 5,
+            decoder._tcp_step, decoder.keep_raw)
 
 
 @pytest.mark.parametrize("parser", ["fast", "wire", "dpkt"])

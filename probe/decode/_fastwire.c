@@ -966,7 +966,12 @@ static int emit(PyObject **net, const unsigned char *p, Py_ssize_t n, PyObject *
         Py_XDECREF(t); /* unset items are NULL, which a tuple's release skips */
         return -1;
     }
-    untrack_if_acyclic(t);
+    /* Everything in it was made here (ints, bytes, str, None, bools and the EDNS tuple, itself untracked)
+     * but the capture time and length, which come from the source, and for TCP the TTL and handshake RTT,
+     * which come from the stream step: only those need the check untrack_if_acyclic makes on all 27. */
+    if (acyclic(PyTuple_GET_ITEM(t, 0)) && acyclic(PyTuple_GET_ITEM(t, 1)) && acyclic(PyTuple_GET_ITEM(t, 8))
+        && (PyTuple_GET_ITEM(t, 11) == Py_None || PyFloat_CheckExact(PyTuple_GET_ITEM(t, 11))))
+        PyObject_GC_UnTrack(t);
     int r = PyList_Append(out, t);
     Py_DECREF(t);
     if (r < 0)
