@@ -58,7 +58,7 @@ enum { E_UDP = 0, E_VERSION = 1, E_DO = 2, E_EXT = 3, E_RDATA = 12, EDNS_LEN = 1
 #define F(m, i) PyTuple_GET_ITEM((m), (i))
 
 /* An exact int that fits a long long, into *out; 0 for anything else (no exception left set). */
-static int as_ll(PyObject *o, long long *out)
+static inline int as_ll(PyObject *o, long long *out)
 {
     if (compact_int(o, out))
         return 1;
@@ -371,7 +371,7 @@ static void pack_none(Packed *k)
 }
 
 /* An exact int or None; 0 for anything else (the key cannot be packed: no cache for it). */
-static int pack_obj(Packed *k, PyObject *o)
+static inline int pack_obj(Packed *k, PyObject *o)
 {
     long long v;
     if (o == Py_None) {
