@@ -12,7 +12,7 @@ import os
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from export import FileExporter, check_output_dir, file_stamp  # noqa: F401 (the CLI imports them from here)
+from export import FileExporter
 from probe.records import SCHEMA, UNIQUE_VALUED
 
 

@@ -231,7 +231,7 @@ def _err(console_file, message):
 def cmd_read(args):
     from rich.console import Console
 
-    from export.parquet import check_output_dir
+    from export import check_output_dir
     from probe.config import load_config
     from probe.pipeline import Pipeline
     from probe.sources.pcapfile import read_capture

@@ -162,7 +162,7 @@ def cmd_capture_dpdk(cfg, args):
     """`dnsprobe capture --dpdk`: checks, then the supervisor with its one DPDK worker process."""
     from rich.console import Console
 
-    from export.parquet import check_output_dir
+    from export import check_output_dir
     from probe.sources.dpdk import eal_args, load
 
     load()  # not built: say so now

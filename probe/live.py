@@ -733,7 +733,7 @@ def add_capture_parser(sub, config_flags):
 def cmd_capture(args):
     from rich.console import Console
 
-    from export.parquet import check_output_dir
+    from export import check_output_dir
     from probe.cli import _overrides
     from probe.config import load_config
     from probe.privacy import IpFilter, client_privacy
