@@ -530,6 +530,11 @@ def show(t):
 # Search
 
 
+def reached(t):
+    """The rate a trial reached: the offered one, or what a generator-limited trial managed."""
+    return min(t["offered_pps"], t["actual_pps"]) if t["generator_limited"] else t["offered_pps"]
+
+
 def search(trial, ladder, resolution, max_rate):
     """Trials up the ladder until one fails, halving below the ladder if its first rung fails, then bisection.
     Returns (highest passing rate or None, lowest failing rate or None, note)."""
@@ -545,11 +550,11 @@ def search(trial, ladder, resolution, max_rate):
     for rate in [r for r in ladder if r <= max_rate]:
         t = run(rate)
         if t["passed"]:
-            best = rate
-            if t["generator_limited"]:  # what was reached, not what was asked for
-                best = min(rate, t["actual_pps"])
+            if t["generator_limited"]:  # what was reached, not what was asked for (maybe below the last rung)
+                best = max(reached(t), best or 0)
                 note = f"the generator reached only {t['actual_pps']:,} of {rate:,} pkts/s offered; search stopped"
                 break
+            best = rate
         else:
             fail = rate
             break
@@ -868,11 +873,19 @@ def main(argv=None):
                 rates = [parse_rate(r) for r in args.rates.split(",") if r.strip()]
                 for r in rates:
                     trial(r)
-                passing = [t["offered_pps"] for t in trials if t["passed"]]
-                best = max(passing) if passing else None
-                fails = [t["offered_pps"] for t in trials
-                         if not t["passed"] and (best is None or t["offered_pps"] > best)]
+                # As the search: the passing rates below the lowest failing one count (on a noisy machine a
+                # higher rate may pass after a lower one failed); a passing trial counts for what it reached,
+                # its offered rate or less where the generator fell short.
+                fails = [t["offered_pps"] for t in trials if not t["passed"]]
                 fail, note = (min(fails) if fails else None), None
+                below = [t for t in trials if t["passed"] and (fail is None or t["offered_pps"] < fail)]
+                passing = [reached(t) for t in below]
+                best = max(passing) if passing else None
+                limited = [t for t in below if t["generator_limited"]]
+                if limited:
+                    top = max(limited, key=lambda t: t["offered_pps"])
+                    note = (f"the generator reached only {top['actual_pps']:,} of {top['offered_pps']:,} pkts/s "
+                            "offered: the rate above is what it reached, not the worker's limit")
             else:
                 ladder = QUICK_LADDER if args.quick else LADDER
                 best, fail, note, _ = search(trial, ladder, resolution, args.max_rate)
@@ -909,7 +922,9 @@ def main(argv=None):
         for s, h in handlers.items():
             signal.signal(s, h)
 
+    # The trial that reached `best`: its offered rate, or what a generator-limited trial reached (search()).
     by_rate = {t["offered_pps"]: t for t in trials}
+    by_rate.update({reached(t): t for t in trials})
     at_best = by_rate.get(best) if best is not None else None
     last = trials[-1]
     code = offline.code()
@@ -937,7 +952,7 @@ def main(argv=None):
         "summary": {
             "best_rate": best,
             # Zero loss alone (the ring may have held a backlog the worker had not yet worked off).
-            "best_rate_zero_loss_only": max((t["offered_pps"] for t in trials if t["zero_loss"]), default=None),
+            "best_rate_zero_loss_only": max((reached(t) for t in trials if t["zero_loss"]), default=None),
             "first_fail": fail,
             "note": note,
             "target_pps": TARGET_PPS,
