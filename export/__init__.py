@@ -16,6 +16,7 @@ file's first record.
 import datetime
 import errno
 import os
+import time
 from pathlib import Path
 
 from probe.errors import ConfigError, OutputError
@@ -49,6 +50,26 @@ def reads_raw(cfg):
 def file_stamp(ts_ns):
     t = datetime.datetime.fromtimestamp(ts_ns // 1_000_000_000, datetime.timezone.utc)
     return t.strftime("%Y%m%d.%H%M%S") + f".{(ts_ns // 1000) % 1_000_000:06d}"
+
+
+def free_path(directory, base, suffix):
+    """DIR/BASE+SUFFIX, or DIR/BASE.N+SUFFIX with the first N that is free, counting NAME.part as taken.
+
+    Output names carry a time to the second (statistics) or microsecond (data); two runs writing to one
+    directory can still meet on a name, and neither may replace the other's file."""
+    directory = Path(directory)
+    path = directory / f"{base}{suffix}"
+    seq = 1
+    while path.exists() or Path(f"{path}.part").exists():
+        path = directory / f"{base}.{seq}{suffix}"
+        seq += 1
+    return path
+
+
+def stats_json_path(export_cfg, directory, started):
+    """Where a run's statistics JSON goes: PREFIX<UTC start to the second>.stats.json, made unique."""
+    stamp = time.strftime("%Y%m%d.%H%M%S", time.gmtime(started))
+    return free_path(directory, f"{export_cfg.file_prefix}{stamp}", ".stats.json")
 
 
 def check_output_dir(directory):
@@ -102,12 +123,7 @@ class FileExporter:
 
     def _name(self, ts_ns):
         """Choose the paths of a new file starting at ts_ns (a .N is added if the name is taken)."""
-        base = f"{self.cfg.file_prefix}{file_stamp(ts_ns)}.w{self.worker_id}"
-        final = self.dir / f"{base}{self.suffix}"
-        seq = 1
-        while final.exists() or Path(f"{final}.part").exists():
-            final = self.dir / f"{base}.{seq}{self.suffix}"
-            seq += 1
+        final = free_path(self.dir, f"{self.cfg.file_prefix}{file_stamp(ts_ns)}.w{self.worker_id}", self.suffix)
         self.final_path = final
         self.part_path = Path(f"{final}.part")
         self.file_start_ns = ts_ns

@@ -7,7 +7,6 @@ written (everything decoded before the problem is still written); 2 usage or con
 import argparse
 import json
 import sys
-import time
 from pathlib import Path
 
 import yaml
@@ -231,7 +230,7 @@ def _err(console_file, message):
 def cmd_read(args):
     from rich.console import Console
 
-    from export import check_output_dir
+    from export import check_output_dir, stats_json_path
     from probe.config import load_config
     from probe.pipeline import Pipeline
     from probe.sources.pcapfile import read_capture
@@ -267,9 +266,8 @@ def cmd_read(args):
             progress.stop()
     stats = pipeline.finish()
     if cfg.run.stats_json:
-        name = f"{cfg.export.file_prefix}{time.strftime('%Y%m%d.%H%M%S', time.gmtime(pipeline.started))}.stats.json"
         stats.write_json(
-            out_dir / name,
+            stats_json_path(cfg.export, out_dir, pipeline.started),
             {
                 "decode_parser": pipeline.decoder.parser,  # decode.parser auto resolved: fast, wire or dpkt
                 "inputs": [str(f) for f in args.files],

@@ -362,9 +362,9 @@ class Supervisor:
         self.hup = False
         self.lock = threading.Lock()
         self.errors = []
-        self.stats_path = self.out_dir / (
-            f"{cfg.export.file_prefix}{time.strftime('%Y%m%d.%H%M%S', time.gmtime(self.started))}.stats.json"
-        )
+        from export import stats_json_path
+
+        self.stats_path = stats_json_path(cfg.export, self.out_dir, self.started)
 
     # -- workers --
 

@@ -1,6 +1,7 @@
 """Configuration and command line: defaults file complete, overrides, errors with exit status 2."""
 
 import json
+import re
 
 import pytest
 import yaml
@@ -100,6 +101,34 @@ def test_flags_reach_the_output(tmp_path, out_dir):
     stats = json.loads(next(out_dir.glob("*.stats.json")).read_text())
     assert stats["counters"]["files"] == 3 and stats["counters"]["records"] == 92
     assert stats["files_written"] == [f.name for f in files]
+
+
+def test_runs_sharing_a_directory_keep_every_file(out_dir):
+    # Statistics JSON names carry the run's start to the second and data names the capture's first
+    # time: repeated runs into one directory meet on both. Files standing on every name this run could
+    # take (from a second before now to a minute after) must survive, and the run must still get its own.
+    import time
+
+    now = int(time.time())
+    decoys = {}
+    for t in range(now - 1, now + 60):
+        p = out_dir / f"dnsprobe.{time.strftime('%Y%m%d.%H%M%S', time.gmtime(t))}.stats.json"
+        decoys[p] = f'{{"decoy": {t}}}\n'
+        p.write_text(decoys[p])
+    runs = []
+    for fmt in ("parquet", "parquet", "cdns"):
+        before = set(out_dir.iterdir())
+        run_dnsprobe("read", PCAP, "-o", out_dir, "-q", "--format", fmt)
+        (new_stats,) = [p for p in set(out_dir.iterdir()) - before if p.name.endswith(".stats.json")]
+        assert re.fullmatch(r"dnsprobe\.\d{8}\.\d{6}\.[1-9]\d*\.stats\.json", new_stats.name), new_stats.name
+        runs.append(json.loads(new_stats.read_text()))
+    for p, text in decoys.items():
+        assert p.read_text() == text, f"{p.name} was overwritten"
+    written = [name for doc in runs for name in doc["files_written"]]
+    assert len(written) == 3 and len(set(written)) == 3  # the second Parquet run got a .1 name
+    assert all((out_dir / name).exists() for name in written)
+    assert [doc["counters"]["records"] for doc in runs] == [92, 92, 92]
+    assert not list(out_dir.glob("*.part"))
 
 
 def test_default_compression_is_zstd_and_names_carry_utc_start(out_dir):
