@@ -15,7 +15,7 @@ $(VENV)/.installed: pyproject.toml setup.py $(wildcard probe/*.c probe/*/*.c) | 
 	@$(PYTHON) -m venv --help >/dev/null 2>&1 || { \
 	  export DEBIAN_FRONTEND=noninteractive; apt-get update -qq && apt-get install -y -qq python3-venv >/dev/null; }
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q --upgrade pip 'setuptools>=77'  # also for in-place builds: python setup.py build_ext -i
 	$(PY) -m pip install -q -e '.[test]'
 	touch $@
 
