@@ -14,7 +14,7 @@ The per-message loop runs in C (probe._match) when it was built; TransactionTabl
 reference and does what the C loop leaves to it (zone transfers, values of unexpected types).
 """
 
-from probe.decode.fields import FLAG_QR, M
+from probe.decode.fields import FLAG_QR, M, cap_int32
 from probe.native import load, say_not_built
 
 _match = load("probe._match")
@@ -48,12 +48,12 @@ class _Transfer:
         self.messages += 1
         self.last_ts = response[_TS]
 
-    def merged(self):
+    def merged(self, stats):
         """The first response with the summed counts (DNS Probe's merge_AXFR_record)."""
         r = list(self.first)
-        r[M.ANCOUNT] = self.ancount
-        r[M.WIRELEN] = self.wirelen
-        r[M.DNS_LEN] = self.dns_len
+        r[M.ANCOUNT] = cap_int32(self.ancount, stats)
+        r[M.WIRELEN] = cap_int32(self.wirelen, stats)
+        r[M.DNS_LEN] = cap_int32(self.dns_len, stats)
         return (self.query, tuple(r), self.messages)
 
 
@@ -161,7 +161,7 @@ class TransactionTable:
                         if _closes_transfer(m):
                             del self.transfers[key]
                             matched += 1
-                            out.append(xfr.merged())
+                            out.append(xfr.merged(stats))
                         continue
                 response_only += 1
                 out.append((None, m, 1))
@@ -212,14 +212,14 @@ class TransactionTable:
         if self.transfers:
             for key in [k for k, x in self.transfers.items() if x.last_ts < cutoff]:
                 self.stats.matched += 1
-                out.append(self.transfers.pop(key).merged())
+                out.append(self.transfers.pop(key).merged(self.stats))
 
     def flush(self):
         """End of input: everything pending is exported (queries as query-only)."""
         out = []
         for xfr in list(self.transfers.values()):
             self.stats.matched += 1
-            out.append(xfr.merged())
+            out.append(xfr.merged(self.stats))
         self.transfers.clear()
         queries = []
         for waiting in self.pending.values():

@@ -45,6 +45,8 @@ COUNTERS = (
     ("response_only", "responses without a query"),
     ("duplicate_queries", "queries identical (same key) to a pending one; both are kept"),
     ("zone_transfer_messages", "AXFR/IXFR response messages merged into one transaction"),
+    ("lengths_capped", "summed lengths or counts (TCP segments, fragments, zone transfers) over 2^31-1, stored"
+     " as 2^31-1, the maximum of their int32 columns"),
     ("match_evicted", "pending queries exported early because the table reached its size bound"),
     ("records", "records (rows) written"),
     ("files", "output files completed"),

@@ -62,6 +62,53 @@ def test_truncated_pcapng_block(tmp_path, out_dir):
     assert read_output(out_dir).num_rows > 10
 
 
+def test_impossible_original_length_in_pcap(tmp_path, out_dir):
+    data = bytearray(TCP_PCAP.read_bytes())
+    pos = 24
+    for _ in range(15):  # frame 16, the aol.com response, claims 4 GiB on the wire
+        pos += 16 + struct.unpack_from("<I", data, pos + 8)[0]
+    struct.pack_into("<I", data, pos + 12, 0xFFFFFF51)
+    bad = tmp_path / "wirelen.pcap"
+    bad.write_bytes(bytes(data))
+    _fails(out_dir, bad, 1, f"corrupt record at byte {pos}: original length 4294967121")
+    rows = read_output(out_dir).to_pylist()
+    assert [r["qname"] for r in rows] == ["google.com", "aol.com"]
+    assert rows[0]["response_present"] and not rows[1]["response_present"]
+
+
+def _epb_offsets(data):
+    """Where a little-endian pcapng file's enhanced packet blocks start."""
+    pos, found = 0, []
+    while pos < len(data):
+        btype, blen = struct.unpack_from("<II", data, pos)
+        if btype == 6:
+            found.append(pos)
+        pos += blen
+    return found
+
+
+@pytest.mark.parametrize(
+    "field, value, message",
+    [  # EPB: type, length, interface, ts high, ts low, caplen, len
+        (24, 0x80000000, "corrupt packet block at byte {at}: original length 2147483648 (over 2147483647)"),
+        (12, 0xFFFFFFFF, "corrupt packet block at byte {at}: timestamp 18446744073709551615 ticks is outside"
+                         " the years 1677-2262"),  # high word all ones: year 584,000 in microseconds
+        (8, 5, "packet names interface 5, which was never described"),
+    ],
+)
+def test_impossible_pcapng_packet_block(tmp_path, out_dir, field, value, message):
+    data = bytearray(PCAP.read_bytes())
+    at = _epb_offsets(data)[100]
+    if field == 12:
+        struct.pack_into("<I", data, at + 16, 0xFFFFFFFF)
+    struct.pack_into("<I", data, at + field, value)
+    bad = tmp_path / "bad.pcapng"
+    bad.write_bytes(bytes(data))
+    _fails(out_dir, bad, 1, message.format(at=at))
+    # The 100 packets before it (about 50 transactions, in the reader's batch in progress) are written.
+    assert 45 <= read_output(out_dir).num_rows < 92
+
+
 def test_unknown_link_type(tmp_path, out_dir):
     data = bytearray(TCP_PCAP.read_bytes())
     struct.pack_into("<I", data, 20, 147)  # LINKTYPE_USER0

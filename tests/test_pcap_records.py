@@ -67,14 +67,25 @@ def test_c_equals_python_on_captures(path):
             assert c_res == py_res and c_lists2 == py_lists2
 
 
-@pytest.mark.parametrize("caplen, wirelen", [(0x40001, 0x40001), (0x40000 + 61, 60), (0xFFFFFFFF, 10)])
-def test_impossible_captured_length_is_reported_at_its_record(caplen, wirelen):
+@pytest.mark.parametrize(
+    "caplen, wirelen",
+    [(0x40001, 0x40001), (0x40000 + 61, 60), (0xFFFFFFFF, 10), (4, 0x80000000), (4, 0xFFFFFF51)],
+)
+def test_impossible_lengths_are_reported_at_their_record(caplen, wirelen):
     good = struct.pack("<IIII", 1, 2, 4, 4) + b"abcd"
     bad = struct.pack("<IIII", 1, 2, caplen, wirelen) + b"x" * 64
     buf = good * 3 + bad
     (c_res, c_lists), (py_res, py_lists) = both(buf, 0, False, 1000, 100)
     assert c_res == py_res == (3 * len(good), 1)
     assert c_lists == py_lists == ([1_000_002_000] * 3, [4] * 3, [b"abcd"] * 3)
+
+
+def test_largest_original_length_is_kept():
+    # 2^31 - 1 still fits the int32 length columns; one more is refused (test above).
+    rec = struct.pack("<IIII", 1, 2, 4, 0x7FFFFFFF) + b"abcd"
+    (c_res, c_lists), (py_res, py_lists) = both(rec * 2, 0, False, 1000, 100)
+    assert c_res == py_res == (2 * len(rec), 0)
+    assert c_lists == py_lists and c_lists[1] == [0x7FFFFFFF] * 2
 
 
 def test_bad_arguments():

@@ -15,7 +15,7 @@ import pyarrow as pa
 import pytest
 import zstandard
 from conftest import read_output, run_dnsprobe
-from scapy.layers.dns import DNS, DNSQR, DNSRR, DNSRROPT, EDNS0TLV, EDNS0ClientSubnet
+from scapy.layers.dns import DNS, DNSQR, DNSRR, DNSRROPT, DNSRRSOA, EDNS0TLV, EDNS0ClientSubnet
 from scapy.layers.inet import ICMP, IP, TCP, UDP, IPOption_Router_Alert, fragment
 from scapy.layers.inet6 import (
     IPv6,
@@ -644,6 +644,43 @@ def test_incomplete_fragment_sets_are_dropped_and_counted(tmp_path):
     assert got[0x0001]["response_present"]
     assert (stats["fragments"], stats["fragments_reassembled"], stats["fragments_dropped"]) == (4, 0, 4)
     assert stats["query_only"] == 2 and stats["matched"] == 1 and stats["packets"] == len(cap)
+
+
+def test_length_sums_over_int32_are_capped_and_counted(tmp_path):
+    # Forged original lengths (a pcap can claim up to 2^31-1 per frame) summed over a TCP message's
+    # segments, a datagram's fragments and a zone transfer's messages pass the int32 columns' maximum.
+    big, huge = 0x40000000, 0x7FFFFFF0
+    conn = TcpConn(41500)
+    q = framed(q_dns(0x7C01, "tcp.example.com"))
+    r = framed(r_dns(0x7C01, "tcp.example.com"))
+    cap = [(T0 + i, f) for i, f in enumerate(f for _, f in conn.handshake(0, 0, 0))]
+    cap += [(T0 + 10, conn.data("c", q[:10]), huge), (T0 + 11, conn.data("c", q[10:]), huge)]
+    cap += [(T0 + 20, conn.data("s", r))]
+
+    qf, rf = q_dns(0x7C02, "big.example.com", "TXT"), big_response(0x7C02)
+    frags = [ether(bytes(f)) for f in fragment(
+        ip_layer(False, id=77) / UDP(sport=53, dport=41501) / Raw(rf), fragsize=1200)]
+    cap += [(T0 + 30, udp_frame(qf, cport=41501))] + [(T0 + 31 + i, f, big) for i, f in enumerate(frags)]
+
+    xfr = TcpConn(41502)
+    soa = DNSRRSOA(rrname="zone.example", mname="ns.zone.example", rname="h.zone.example", serial=7)
+    a = DNSRR(rrname="a.zone.example", type="A", rdata="192.0.2.7")
+    qx = q_dns(0x7C03, "zone.example", "AXFR")
+    rx = [bytes(DNS(id=0x7C03, qr=1, aa=1, qd=[DNSQR(qname="zone.example", qtype="AXFR")] if i == 0 else [],
+                    an=an)) for i, an in enumerate([[soa, a], [a], [a, soa]])]
+    cap += [(T0 + 40 + i, f) for i, f in enumerate(f for _, f in xfr.handshake(0, 0, 0))]
+    cap += [(T0 + 50, xfr.data("c", framed(qx)))] + [(T0 + 51 + i, xfr.data("s", framed(m)), big)
+                                                     for i, m in enumerate(rx)]
+    rows, stats = probe_run(write_pcap(tmp_path / "forged.pcap", cap), tmp_path / "out")
+
+    got = by_id(rows)
+    assert set(got) == {0x7C01, 0x7C02, 0x7C03} and all(r["response_present"] for r in rows)
+    assert got[0x7C01]["len"] == 0x7FFFFFFF and got[0x7C01]["res_len"] == len(cap[5][1])
+    assert got[0x7C02]["res_len"] == 0x7FFFFFFF and got[0x7C02]["dns_res_len"] == len(rf)
+    assert got[0x7C03]["res_len"] == 0x7FFFFFFF and got[0x7C03]["response_messages"] == 3
+    assert got[0x7C03]["dns_res_len"] == sum(map(len, rx)) and got[0x7C03]["ancount"] == 5
+    assert stats["lengths_capped"] == 3
+    assert stats["bytes"] == sum(c[2] if len(c) > 2 else len(c[1]) for c in cap)  # the frames' own lengths
 
 
 # --- 5. VLAN tags -----------------------------------------------------------------------------------------------

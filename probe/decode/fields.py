@@ -5,6 +5,19 @@ the DNS part (DNS_FIELDS, filled by the wire walker or by dpkt). Tuples, not obj
 of them transposes into columns with one zip(*rows) in C.
 """
 
+# Lengths and counts go to int32 columns (DNS Probe's len, res_len, dns_res_len, ancount). A frame's own
+# length above this is refused by the sources; sums over frames or messages are capped here and counted.
+INT32_MAX = 0x7FFFFFFF
+
+
+def cap_int32(value, stats):
+    """A summed length or count as stored: at most INT32_MAX (stats.lengths_capped counts each cut)."""
+    if value > INT32_MAX:
+        stats.lengths_capped += 1
+        return INT32_MAX
+    return value
+
+
 NET_FIELDS = (
     "ts_ns",  # capture time of the (first) frame carrying the message, ns since the epoch
     "wirelen",  # frame length(s) on the wire; TCP and fragments: summed over the frames used

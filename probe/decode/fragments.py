@@ -3,6 +3,8 @@
 Fragments are rare in DNS traffic (large UDP responses), so clarity wins over speed here.
 """
 
+from probe.decode.fields import cap_int32
+
 
 class _Datagram:
     __slots__ = ("first_ts", "last_ts", "wirelen", "pieces", "total", "size", "ttl", "vlan")
@@ -65,7 +67,7 @@ class FragmentReassembler:
             return None
         del self.pending[key]
         stats.fragments_reassembled += 1
-        return payload, dg.first_ts, dg.wirelen, dg.ttl, dg.vlan
+        return payload, dg.first_ts, cap_int32(dg.wirelen, stats), dg.ttl, dg.vlan
 
     @staticmethod
     def _assemble(dg):

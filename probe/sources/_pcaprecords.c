@@ -9,7 +9,7 @@
  *   Appends up to `limit` records that lie entirely in buf[pos:] to the three lists (timestamp in ns =
  *   seconds * 1e9 + fraction * ts_mult; original length; captured bytes), and returns the position
  *   after them with status 0 (stopped: limit reached or the next record is not complete in buf) or
- *   1 (the record header at the returned position announces an impossible captured length).
+ *   1 (the record header at the returned position announces an impossible captured or original length).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -17,6 +17,8 @@
 
 /* Largest captured length accepted, as the Python reader (and libpcap's 256 KiB maximum snaplen). */
 #define MAX_CAPLEN 0x40000u
+/* Largest original length accepted, as the Python reader: lengths are int32 columns downstream. */
+#define MAX_WIRELEN 0x7FFFFFFFu
 
 static uint32_t get32(const unsigned char *p, int big)
 {
@@ -56,7 +58,7 @@ static PyObject *split(PyObject *self, PyObject *args)
         const unsigned char *h = buf + pos;
         uint32_t sec = get32(h, big), frac = get32(h + 4, big), caplen = get32(h + 8, big),
                  wirelen = get32(h + 12, big);
-        if (caplen > MAX_CAPLEN || (uint64_t)caplen > (uint64_t)wirelen + MAX_CAPLEN) {
+        if (caplen > MAX_CAPLEN || (uint64_t)caplen > (uint64_t)wirelen + MAX_CAPLEN || wirelen > MAX_WIRELEN) {
             status = 1;
             break;
         }

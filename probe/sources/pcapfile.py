@@ -10,6 +10,7 @@ import lzma
 import struct
 from pathlib import Path
 
+from probe.decode.fields import INT32_MAX
 from probe.errors import CaptureFileError
 from probe.frames import FrameBatch
 from probe.native import load, say_not_built
@@ -59,7 +60,7 @@ def _open_stream(path):
 class _Buffered:
     """Reads a stream in large chunks; hands out views for struct parsing without per-record reads."""
 
-    __slots__ = ("stream", "buf", "pos", "consumed", "path")
+    __slots__ = ("stream", "buf", "pos", "consumed", "path", "batch")
 
     def __init__(self, stream, path):
         self.stream = stream
@@ -67,6 +68,7 @@ class _Buffered:
         self.pos = 0
         self.consumed = 0  # bytes of the file before buf[0]
         self.path = path
+        self.batch = None  # the batch a format reader is filling: handed out when an error ends the file
 
     def fill(self, need):
         """Make at least `need` bytes available from pos; False at a clean end of file."""
@@ -113,22 +115,40 @@ def read_capture(path, batch_size=4096, on_progress=None):
             batches = _read_pcapng(reader, batch_size)
         else:
             raise CaptureFileError(path, f"not a pcap or pcapng file (magic bytes {magic.hex()})")
-        for batch in batches:
-            yield batch
-            if on_progress is not None:
-                on_progress(raw.tell())
+        try:
+            for batch in batches:
+                if reader.batch is batch:
+                    reader.batch = None
+                yield batch
+                if on_progress is not None:
+                    on_progress(raw.tell())
+        except CaptureFileError:
+            if reader.batch:  # frames read before the problem: still decoded and written
+                yield reader.batch
+            raise
     finally:
         stream.close()
         raw.close()
 
 
 _MAX_CAPLEN = 0x40000  # larger captured lengths mean a corrupt record (libpcap's maximum snaplen is 256 KiB)
+# Original lengths land in int32 columns (DNS Probe's len, res_len): a larger one is a corrupt record.
+_MAX_WIRELEN = INT32_MAX
+# Capture times are int64 nanoseconds (Arrow timestamp[ns]): a pcapng time outside them is corrupt.
+_TS_MIN, _TS_MAX = -(1 << 63), (1 << 63) - 1
+
+
+def _bad_lengths(caplen, wirelen):
+    """Why a record header's lengths are impossible, for the error message."""
+    if wirelen > _MAX_WIRELEN:
+        return f"original length {wirelen} (over {_MAX_WIRELEN})"
+    return f"captured length {caplen}"
 
 
 def split_records(buf, pos, big_endian, ts_mult, limit, ts_list, wl_list, data_list):
     """Append up to `limit` records lying entirely in buf[pos:] to the lists; return (position after
     them, status): 0 stopped (limit reached or the next record is incomplete), 1 the record header at
-    the position announces an impossible captured length. The reference for the C version in
+    the position announces an impossible captured or original length. The reference for the C version in
     probe.sources._pcaprecords, which the reader uses when it was built."""
     unpack = _REC_BE if big_endian else _REC_LE
     end = len(buf)
@@ -137,7 +157,7 @@ def split_records(buf, pos, big_endian, ts_mult, limit, ts_list, wl_list, data_l
     done = 0
     while done < limit and pos + 16 <= end:
         sec, frac, caplen, wirelen = unpack(buf, pos)
-        if caplen > _MAX_CAPLEN or caplen > wirelen + _MAX_CAPLEN:
+        if caplen > _MAX_CAPLEN or caplen > wirelen + _MAX_CAPLEN or wirelen > _MAX_WIRELEN:
             return pos, 1
         stop = pos + 16 + caplen
         if stop > end:
@@ -166,7 +186,7 @@ def _read_pcap(r, endian, ts_mult, batch_size):
         say_not_built("probe.sources._pcaprecords", "splitting pcap records")
     split = split_records if _pcaprecords is None else _pcaprecords.split
     unpack = _REC_BE if big else _REC_LE
-    batch = FrameBatch(linktype)
+    batch = r.batch = FrameBatch(linktype)
     while True:
         if not r.fill(16):
             if len(r.buf) - r.pos:
@@ -180,20 +200,17 @@ def _read_pcap(r, endian, ts_mult, batch_size):
                 buf, r.pos, big, ts_mult, batch_size - len(data_list), batch.ts_ns, batch.wirelen, data_list
             )
             if status:
-                caplen = unpack(buf, r.pos)[2]
-                if data_list:
-                    yield batch
-                raise CaptureFileError(r.path, f"corrupt record at byte {r.offset()}: captured length {caplen}")
+                caplen, wirelen = unpack(buf, r.pos)[2:]
+                why = _bad_lengths(caplen, wirelen)
+                raise CaptureFileError(r.path, f"corrupt record at byte {r.offset()}: {why}")
             if len(data_list) < batch_size:
                 break
             yield batch
-            batch = FrameBatch(linktype)
+            batch = r.batch = FrameBatch(linktype)
         data_list = batch.data
         if r.pos + 16 <= len(buf):
             caplen = unpack(buf, r.pos)[2]
             if not r.fill(16 + caplen):
-                if data_list:
-                    yield batch
                 raise CaptureFileError(
                     r.path, f"truncated record at byte {r.offset()} ({caplen} bytes announced)"
                 )
@@ -235,7 +252,7 @@ def _idb_resolution(body, endian):
 def _read_pcapng(r, batch_size):
     endian = "<"
     interfaces = []  # (linktype, snaplen, num, den, offset_s)
-    batch = None
+    batch = r.batch = None
     head = struct.Struct(endian + "II").unpack_from
     epb = struct.Struct(endian + "IIIII").unpack_from
     while True:
@@ -251,14 +268,13 @@ def _read_pcapng(r, batch_size):
             if btype != _BLOCK_EPB or pos + blen > end or blen < 32 or blen % 4:
                 break
             ifid, hi, lo, caplen, wirelen = epb(buf, pos + 8)
-            if ifid >= len(interfaces) or caplen > blen - 32:
+            if ifid >= len(interfaces) or caplen > blen - 32 or wirelen > _MAX_WIRELEN:
                 break  # let the general path below report it
             linktype, _, num, den, offset_s = interfaces[ifid]
-            if batch is None or batch.linktype != linktype:
-                if batch:
-                    yield batch
-                batch = FrameBatch(linktype)
-            batch.ts_ns.append((((hi << 32) | lo) * num) // den + offset_s * 1_000_000_000)
+            ts = (((hi << 32) | lo) * num) // den + offset_s * 1_000_000_000
+            if not _TS_MIN <= ts <= _TS_MAX or batch is None or batch.linktype != linktype:
+                break  # errors and the first frame of a batch: the general path
+            batch.ts_ns.append(ts)
             batch.wirelen.append(wirelen)
             batch.data.append(buf[pos + 28 : pos + 28 + caplen])
             pos += blen
@@ -286,10 +302,9 @@ def _read_pcapng(r, batch_size):
         if blen < 12 or blen % 4 or blen > 0x1000000:
             raise CaptureFileError(r.path, f"corrupt pcapng block length {blen} at byte {r.offset()}")
         if not r.fill(blen):
-            if batch:
-                yield batch
             raise CaptureFileError(r.path, f"truncated pcapng block at byte {r.offset()}")
         buf, pos = r.buf, r.pos
+        block_at = r.offset()
         body = buf[pos + 8 : pos + blen - 4]
         r.pos = pos + blen
         if btype == _BLOCK_IDB:
@@ -300,7 +315,7 @@ def _read_pcapng(r, batch_size):
             continue
         if btype == _BLOCK_EPB:
             if len(body) < 20:
-                raise CaptureFileError(r.path, f"corrupt enhanced packet block at byte {r.offset()}")
+                raise CaptureFileError(r.path, f"corrupt enhanced packet block at byte {block_at}")
             ifid, hi, lo, caplen, wirelen = struct.unpack_from(endian + "IIIII", body, 0)
             data = body[20 : 20 + caplen]
         elif btype == _BLOCK_PB:
@@ -315,13 +330,21 @@ def _read_pcapng(r, batch_size):
             raise CaptureFileError(r.path, f"packet names interface {ifid}, which was never described")
         linktype, _, num, den, offset_s = interfaces[ifid]
         if len(data) < caplen:
-            raise CaptureFileError(r.path, f"packet block shorter than its captured length at byte {r.offset()}")
+            raise CaptureFileError(r.path, f"packet block shorter than its captured length at byte {block_at}")
+        if wirelen > _MAX_WIRELEN:
+            why = _bad_lengths(caplen, wirelen)
+            raise CaptureFileError(r.path, f"corrupt packet block at byte {block_at}: {why}")
         ticks = (hi << 32) | lo
         ts = (ticks * num) // den + offset_s * 1_000_000_000
+        if not _TS_MIN <= ts <= _TS_MAX:
+            raise CaptureFileError(
+                r.path, f"corrupt packet block at byte {block_at}: timestamp {ticks} ticks is outside"
+                " the years 1677-2262 that nanosecond capture times can hold"
+            )
         if batch is None or batch.linktype != linktype:
             if batch:
                 yield batch
-            batch = FrameBatch(linktype)
+            batch = r.batch = FrameBatch(linktype)
         batch.ts_ns.append(ts)
         batch.wirelen.append(wirelen)
         batch.data.append(data)
