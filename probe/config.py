@@ -8,6 +8,7 @@ key, a wrong type or an impossible value raises ConfigError naming the key (exit
 
 import dataclasses
 import ipaddress
+import math
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +21,13 @@ from probe.errors import ConfigError
 from probe.privacy import check_network
 
 DEFAULT_CONFIG_PATH = Path(__file__).resolve().parent.parent / "config" / "dnsprobe.yml"
+
+
+def _file_name_part(value):
+    """A prefix of output file names: no directory separators or NUL bytes (the directory is -o)."""
+    if "/" in value or "\0" in value:
+        raise ValueError(f"{value!r} is not a file name prefix (no '/' or NUL; the directory is export.directory)")
+    return value
 
 
 def opt(default, help, *, min=None, max=None, choices=None, check=None, allow_empty=False):
@@ -60,7 +68,7 @@ class MatchConfig:
 class ExportConfig:
     format: str = opt("parquet", "output format: parquet, or cdns (C-DNS, RFC 8618)", choices=("parquet", "cdns"))
     directory: str = opt(".", "output directory (the -o flag)")
-    file_prefix: str = opt("dnsprobe.", "output file name prefix")
+    file_prefix: str = opt("dnsprobe.", "output file name prefix", check=_file_name_part)
     rotate_records: int = opt(5000000, "close a file after this many records (0: no limit)", min=0)
     rotate_seconds: float = opt(300.0, "close a file this many seconds after it was opened (0: no limit)", min=0)
     row_group_size: int = opt(100000, "Parquet rows per row group", min=1)
@@ -219,10 +227,20 @@ def _check_scalar(key, value, typ, meta):
     elif typ is int:
         if isinstance(value, bool) or not isinstance(value, int):
             raise ConfigError(f"config key '{key}': expected an integer, got {value!r}")
+        if not -(1 << 63) <= value < 1 << 63:  # values reach C code as 64-bit integers
+            raise ConfigError(f"config key '{key}': {value} does not fit in 64 bits")
     elif typ is float:
+        if isinstance(value, str):
+            # YAML 1.1 (PyYAML) reads 1e-3 or 1e6, without a dot or a sign, as text: take it as the number it is.
+            try:
+                value = float(value)
+            except ValueError:
+                raise ConfigError(f"config key '{key}': expected a number, got {value!r}") from None
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(f"config key '{key}': expected a number, got {value!r}")
         value = float(value)
+        if not math.isfinite(value):
+            raise ConfigError(f"config key '{key}': expected a finite number, got {value}")
     elif typ is str:
         if not isinstance(value, str):
             raise ConfigError(f"config key '{key}': expected a string, got {value!r}")
@@ -261,7 +279,9 @@ def check_value(key, value, typ, meta):
 
 def _read_yaml(path):
     try:
-        text = Path(path).read_text()
+        text = Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"config file {path}: not UTF-8 text (byte {exc.start})") from None
     except FileNotFoundError:
         raise ConfigError(f"config file {path}: no such file") from None
     except OSError as exc:

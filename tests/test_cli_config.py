@@ -40,6 +40,10 @@ def test_config_file_and_flags_override_defaults(tmp_path):
         ("export:\n  compression: rar\n", "export.compression"),
         ("decode:\n  dns_ports: [53, 70000]\n", "decode.dns_ports"),
         ("run:\n  batch_size: 0\n", "run.batch_size"),
+        ("match:\n  query_timeout: .nan\n", "match.query_timeout': expected a finite number, got nan"),
+        ("decode:\n  tcp_idle_timeout: .inf\n", "decode.tcp_idle_timeout': expected a finite number, got inf"),
+        ("match:\n  max_pending: 18446744073709551616\n", "match.max_pending': 18446744073709551616 does not fit"),
+        ("export:\n  file_prefix: sub/dnsprobe.\n", "export.file_prefix': 'sub/dnsprobe.' is not a file name prefix"),
     ],
 )
 def test_bad_config_names_the_key_and_exits_2(tmp_path, out_dir, text, key):
@@ -52,6 +56,14 @@ def test_bad_config_names_the_key_and_exits_2(tmp_path, out_dir, text, key):
     assert not list(out_dir.iterdir())
 
 
+def test_exponents_without_a_dot_are_numbers(tmp_path):
+    # PyYAML follows YAML 1.1, which reads 1e-3 (no dot, or no exponent sign) as a string.
+    conf = tmp_path / "exp.yml"
+    conf.write_text("match:\n  query_timeout: 2e-3\ndecode:\n  tcp_idle_timeout: 1e2\n")
+    cfg = load_config(conf, {"export.rotate_seconds": "1.5e1"})
+    assert (cfg.match.query_timeout, cfg.decode.tcp_idle_timeout, cfg.export.rotate_seconds) == (0.002, 100.0, 15.0)
+
+
 def test_bad_yaml_and_missing_config_file(tmp_path, out_dir):
     conf = tmp_path / "broken.yml"
     conf.write_text("match: [unclosed\n")
@@ -59,6 +71,11 @@ def test_bad_yaml_and_missing_config_file(tmp_path, out_dir):
     assert proc.returncode == 2 and "not valid YAML" in proc.stderr
     proc = run_dnsprobe("read", PCAP, "-o", out_dir, "-c", tmp_path / "nope.yml", check=False)
     assert proc.returncode == 2 and "nope.yml: no such file" in proc.stderr
+    latin1 = tmp_path / "latin1.yml"
+    latin1.write_bytes("export:\n  file_prefix: sonde-\u00e9t\u00e9.\n".encode("latin-1"))
+    proc = run_dnsprobe("read", PCAP, "-o", out_dir, "-c", latin1, check=False)
+    assert proc.returncode == 2 and "latin1.yml: not UTF-8 text (byte 29)" in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr and not list(out_dir.iterdir())
 
 
 def test_bad_flags_exit_2(out_dir):
@@ -68,6 +85,10 @@ def test_bad_flags_exit_2(out_dir):
     assert proc.returncode == 2 and "match.nothing" in proc.stderr
     proc = run_dnsprobe("read", PCAP, "-o", out_dir, "--compression", "rar", check=False)
     assert proc.returncode == 2 and "export.compression" in proc.stderr
+    for flag in ("nan", "inf", "-inf"):  # argparse's float() takes them; the config check must not
+        proc = run_dnsprobe("read", PCAP, "-o", out_dir, f"--query-timeout={flag}", check=False)
+        assert proc.returncode == 2 and "expected a finite number" in proc.stderr and "Traceback" not in proc.stderr
+    assert not list(out_dir.iterdir())
     proc = run_dnsprobe("frobnicate", check=False)
     assert proc.returncode == 2
 
