@@ -45,6 +45,7 @@ examples:
   dnsprobe read capture.pcap.xz -o out/ --format cdns --cdns-compression xz
   dnsprobe read day1.pcap day2.pcap -o out/ --query-timeout 2 --compression snappy
   dnsprobe read capture.pcapng -o out/ --set export.rotate_records=1000000
+  xzcat day.pcap.xz | dnsprobe read /dev/stdin -o out/
 """
 
 INSPECT_EPILOG = """\
@@ -151,7 +152,8 @@ def build_parser():
         epilog=READ_EPILOG,
         formatter_class=fmt,
     )
-    read.add_argument("files", nargs="+", metavar="FILE", help="pcap or pcapng file (.gz, .xz, .zst accepted)")
+    read.add_argument("files", nargs="+", metavar="FILE",
+                      help="pcap or pcapng file (.gz, .xz, .zst accepted), or a pipe such as /dev/stdin")
     add_pipeline_options(read, CONFIG_FLAGS, "decode.tcp_idle_timeout=30", "a progress bar", "the statistics table")
 
     insp = sub.add_parser(
@@ -239,8 +241,7 @@ def cmd_read(args):
     out_dir = Path(cfg.export.directory)
     check_output_dir(out_dir)
     for f in args.files:
-        if not Path(f).is_file():
-            raise ConfigError(f"input file {f}: no such file")
+        _need_file(f, "input file ")
     pipeline = Pipeline(cfg, out_dir)
     errors = []
     show = cfg.run.progress == "always" or (cfg.run.progress == "auto" and sys.stderr.isatty())
@@ -250,7 +251,8 @@ def cmd_read(args):
         if progress:
             progress.start()
         for f in args.files:
-            task = progress.add_task(Path(f).name, total=Path(f).stat().st_size) if progress else None
+            size = Path(f).stat().st_size if Path(f).is_file() else None  # a pipe: a bar without an end
+            task = progress.add_task(Path(f).name, total=size) if progress else None
             on_progress = (lambda pos, t=task: progress.update(t, completed=pos)) if progress else None
             try:
                 for batch in read_capture(f, cfg.run.batch_size, on_progress):
@@ -301,8 +303,7 @@ def _inspect_files(files, limit):
 
     tables, errors = [], []
     for f in files:
-        if not Path(f).is_file():
-            raise ConfigError(f"{f}: no such file")
+        _need_file(f)
         head = file_head(f)
         if head[:4] != b"PAR1" and not sniff_cdns(head) and head[:1] not in (b"\x83", b"\x9f"):
             what = f"it starts with bytes {head[:4].hex()}" if head else "it is empty"
@@ -321,13 +322,21 @@ def _inspect_files(files, limit):
     return tables, errors
 
 
+def _need_file(f, label=""):
+    """A usage error (exit 2) unless f names an existing file."""
+    path = Path(f)
+    if path.is_dir():
+        raise ConfigError(f"{label}{f}: is a directory, not a file")
+    if not path.exists():
+        raise ConfigError(f"{label}{f}: no such file")
+
+
 def _inspect_pcap(args):
     from export.cdns_pcap import rebuild_pcap
     from export.cdns_reader import file_head, sniff_cdns
 
     for f in args.files:
-        if not Path(f).is_file():
-            raise ConfigError(f"{f}: no such file")
+        _need_file(f)
         if not sniff_cdns(file_head(f)):
             raise ConfigError(f"{f}: --pcap rebuilds C-DNS files only, and this is not one")
     packets, messages = rebuild_pcap(args.files, args.pcap)

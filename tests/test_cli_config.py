@@ -205,3 +205,43 @@ def test_progress_bar_only_when_asked_or_on_a_terminal(out_dir):
     assert quiet.stderr == ""  # not a terminal: no progress bar, no noise
     shown = run_dnsprobe("read", PCAP, "-o", out_dir, "-q", "--progress")
     assert "udp_simple.pcap" in shown.stderr and "━" in shown.stderr
+
+
+def test_reads_pipes_and_fifos(tmp_path):
+    # zcat-style use: /dev/stdin and a FIFO are not seekable, and the second input is xz through a pipe.
+    import lzma
+    import os
+    import subprocess
+    import sys
+    import threading
+
+    ref = tmp_path / "ref"
+    ref.mkdir()
+    run_dnsprobe("read", PCAP, "-o", ref, "-q")
+    expected = read_output(ref).to_pylist()
+
+    piped = tmp_path / "piped"
+    piped.mkdir()
+    proc = subprocess.run(
+        [sys.executable, "-m", "probe", "read", "/dev/stdin", "-o", str(piped), "-q", "--progress"],
+        input=lzma.compress(PCAP.read_bytes()), capture_output=True, cwd=ROOT,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert b"/? " in proc.stderr  # a bar without an end, counting bytes read
+    assert read_output(piped).to_pylist() == expected
+
+    fifo = tmp_path / "capture.fifo"
+    os.mkfifo(fifo)
+    writer = threading.Thread(target=lambda: fifo.write_bytes(PCAP.read_bytes()))
+    writer.start()
+    via_fifo = tmp_path / "fifo"
+    via_fifo.mkdir()
+    run_dnsprobe("read", fifo, "-o", via_fifo, "-q")
+    writer.join(10)
+    assert read_output(via_fifo).to_pylist() == expected
+
+
+def test_a_directory_is_not_an_input(tmp_path, out_dir):
+    for command in (["read", tmp_path, "-o", out_dir], ["inspect", tmp_path]):
+        proc = run_dnsprobe(*command, check=False)
+        assert proc.returncode == 2 and f"{tmp_path}: is a directory, not a file" in proc.stderr, proc.stderr

@@ -43,8 +43,8 @@ def _open_stream(path):
         raise CaptureFileError(path, "is a directory, not a capture file") from None
     except PermissionError:
         raise CaptureFileError(path, "permission denied") from None
-    head = raw.read(6)
-    raw.seek(0)
+    # peek, not read and seek back: the input may be a pipe (/dev/stdin, <(xzcat day.pcap.xz), a FIFO).
+    head = raw.peek(6)[:6]
     for magic, kind in _COMPRESSORS:
         if head.startswith(magic):
             if kind == "gzip":
@@ -101,7 +101,8 @@ def read_capture(path, batch_size=4096, on_progress=None):
 
     Raises CaptureFileError naming the file and the problem; batches yielded before the error
     are complete and valid, so callers can still export what was decoded. on_progress, if given,
-    is called after each batch with the number of bytes of the (compressed) file consumed.
+    is called after each batch with the number of bytes of the (compressed) file consumed. The file
+    may be a pipe (/dev/stdin, a FIFO, a shell's <(...)).
     """
     stream, raw = _open_stream(path)
     try:
@@ -116,12 +117,14 @@ def read_capture(path, batch_size=4096, on_progress=None):
         else:
             raise CaptureFileError(path, f"not a pcap or pcapng file (magic bytes {magic.hex()})")
         try:
+            # A pipe has no file position: report the capture bytes read instead (decompressed, if it was).
+            position = raw.tell if raw.seekable() else reader.offset
             for batch in batches:
                 if reader.batch is batch:
                     reader.batch = None
                 yield batch
                 if on_progress is not None:
-                    on_progress(raw.tell())
+                    on_progress(position())
         except CaptureFileError:
             if reader.batch:  # frames read before the problem: still decoded and written
                 yield reader.batch
