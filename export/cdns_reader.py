@@ -281,10 +281,19 @@ class _BlockParams:
         if type(self.tps) is not int or self.tps <= 0:
             raise CaptureFileError(path, f"block parameters {index}: bad ticks-per-second {self.tps!r}")
         hints = storage.get(F.STORAGE_HINTS) or {}
-        self.qr_hints = hints.get(F.QUERY_RESPONSE_HINTS, 0)
-        self.sig_hints = hints.get(F.QUERY_RESPONSE_SIGNATURE_HINTS, 0)
-        self.rr_hints = hints.get(F.RR_HINTS, 0)
-        self.storage_flags = storage.get(F.STORAGE_FLAGS, 0)
+        if not isinstance(hints, dict):
+            raise CaptureFileError(path, f"block parameters {index}: storage-hints is not a map")
+
+        def bits(mapping, key, what):
+            value = mapping.get(key, 0)
+            if type(value) is not int or value < 0:
+                raise CaptureFileError(path, f"block parameters {index}: {what} {value!r} is not a bit mask")
+            return value
+
+        self.qr_hints = bits(hints, F.QUERY_RESPONSE_HINTS, "query-response-hints")
+        self.sig_hints = bits(hints, F.QUERY_RESPONSE_SIGNATURE_HINTS, "query-response-signature-hints")
+        self.rr_hints = bits(hints, F.RR_HINTS, "rr-hints")
+        self.storage_flags = bits(storage, F.STORAGE_FLAGS, "storage-flags")
 
     def missing_sections(self):
         return [name for name in SECTION_HINTS if not self.qr_hints & _HINT[name]]
