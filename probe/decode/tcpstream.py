@@ -6,7 +6,7 @@ directions, and per direction at most one message (65,537 bytes) plus max_ooo_by
 ahead of a gap. Idle directions are dropped after idle_timeout_ns of capture time.
 """
 
-from probe.decode.fields import INT32_MAX, cap_int32
+from probe.decode.fields import cap_int32
 
 SEQ_MOD = 1 << 32
 SEQ_HALF = 1 << 31
@@ -186,7 +186,7 @@ class TcpReassembler:
                 break
             if len(buf) < mlen + 2:
                 break
-            wirelen = flow.msg_wirelen if flow.msg_wirelen <= INT32_MAX else cap_int32(flow.msg_wirelen, self.stats)
+            wirelen = cap_int32(flow.msg_wirelen, self.stats)
             out.append((buf[2 : mlen + 2], flow.msg_ts, wirelen, flow.msg_ttl, flow.rtt_ms))
             flow.midstream = False
             buf = buf[mlen + 2 :]
