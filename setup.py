@@ -1,15 +1,25 @@
-"""Build the C extensions: probe._columns (record columns), probe.sources._pcaprecords (pcap records),
-probe._match (matching), probe.decode._fastwire (DNS walker and frame fast path) and export._cdnsblock
-(C-DNS blocks) always, and the optional DPDK extension (probe.sources._dpdk) when libdpdk is found with pkg-config.
+"""Build the C extensions. Each one sits beside its Python twin, in the stage it belongs to; probe/native.py
+lists them (EXTENSIONS) and loads them. The DPDK one is built only where pkg-config finds libdpdk.
 
-Everything else about the package is in pyproject.toml. Without libdpdk (Debian: apt-get install
-libdpdk-dev pkg-config) the package installs and works as before; `dnsprobe capture --dpdk` then says
-that DPDK support was not built.
+Everything else about the package is in pyproject.toml. Every extension is optional=True: a machine without
+a compiler (or without libdpdk) still installs the package, which then runs the Python twins and says so
+(`dnsprobe capture --dpdk` says that DPDK support was not built); the tests require them all.
 """
 
 import subprocess
 
 from setuptools import Extension, setup
+
+INCLUDE = "include"  # C headers shared by several extensions
+# (module, source, shared headers it includes: a change to one rebuilds it)
+CORE = (
+    ("probe.capture._pcaprecords", "probe/capture/_pcaprecords.c", ()),
+    ("probe.decode._fastwire", "probe/decode/_fastwire.c", ()),
+    ("probe.match._match", "probe/match/_match.c", ("fastint.h",)),
+    ("export.parquet._columns", "export/parquet/_columns.c", ("fastint.h",)),
+    ("export.cdns._cdnsblock", "export/cdns/_cdnsblock.c", ("fastint.h",)),
+)
+DPDK = ("probe.capture._dpdk", "probe/capture/_dpdk.c")
 
 
 def pkg_config(*args):
@@ -21,37 +31,26 @@ def pkg_config(*args):
     return proc.stdout.split() if proc.returncode == 0 else None
 
 
-def dpdk_extensions():
+def extension(name, source, headers=(), cflags=(), libs=()):
+    return Extension(
+        name,
+        [source],
+        include_dirs=[INCLUDE],
+        depends=[f"{INCLUDE}/{h}" for h in headers],
+        extra_compile_args=[*cflags, "-O2"],
+        extra_link_args=list(libs),
+        optional=True,
+    )
+
+
+def extensions():
+    out = [extension(*spec) for spec in CORE]
     cflags, libs = pkg_config("--cflags"), pkg_config("--libs")
     if cflags is None or libs is None:
         print("dnsprobe: libdpdk not found with pkg-config: building without DPDK support")
-        return []
-    return [
-        Extension(
-            "probe.sources._dpdk",
-            ["probe/sources/_dpdk.c"],
-            extra_compile_args=[*cflags, "-O2", "-Wno-unused-parameter"],
-            extra_link_args=libs,
-            optional=True,  # no compiler or no Python headers: a warning, and the package without DPDK
-        )
-    ]
+    else:
+        out.append(extension(*DPDK, cflags=[*cflags, "-Wno-unused-parameter"], libs=libs))
+    return out
 
 
-def core_extensions():
-    """Built everywhere; optional=True so that a machine without a compiler still installs (the package then
-    uses its slower pure-Python paths and says so; the tests fail, so CI cannot miss it)."""
-    fastint = ["probe/fastint.h"]  # the header some of them include: a change rebuilds them
-    return [
-        _optional("probe._columns", "probe/_columns.c", fastint),
-        _optional("probe.sources._pcaprecords", "probe/sources/_pcaprecords.c"),
-        _optional("probe.decode._fastwire", "probe/decode/_fastwire.c"),
-        _optional("export._cdnsblock", "export/_cdnsblock.c", fastint),
-        _optional("probe._match", "probe/_match.c", fastint),
-    ]
-
-
-def _optional(name, source, depends=()):
-    return Extension(name, [source], depends=list(depends), extra_compile_args=["-O2"], optional=True)
-
-
-setup(ext_modules=core_extensions() + dpdk_extensions())
+setup(ext_modules=extensions())

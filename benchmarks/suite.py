@@ -25,7 +25,7 @@ time quadratic in the number of packets (about 20 s for 100,000 here); CPU time 
 Rows (tool x format) and what runs for N workers (cores = the first N worker cores):
   dnsprobe parquet / cdns   `dnsprobe capture -i VETH --coremask <N cores>`, AF_PACKET fanout, N workers
   dnsprobe dpdk-parquet     `dnsprobe capture --dpdk --dpdk-args="--no-huge --no-pci -m 512
-                            --vdev=net_af_packet0,iface=VETH,qpairs=N"` (when probe.sources._dpdk imports)
+                            --vdev=net_af_packet0,iface=VETH,qpairs=N"` (when probe.capture._dpdk imports)
   dnscap pcap               `dnscap -i VETH -w FILE -m qun -e nytfsxir -s ir -T -f -S` (queries, updates,
                             notifies; every RCODE and TC; initiations and responses; TCP; fragments). dnscap has
                             no fanout: one process, run for N = 1 only.
@@ -76,8 +76,8 @@ import live  # noqa: E402  (benchmarks/ is not a package): the testbed, sampling
 import offline  # noqa: E402
 import traffic  # noqa: E402
 
+from probe.capture.pcapfile import read_capture  # noqa: E402
 from probe.errors import CaptureFileError  # noqa: E402
-from probe.sources.pcapfile import read_capture  # noqa: E402
 
 SMOKE_PACKETS = 2_000
 SMOKE_RATE = 2_000
@@ -182,7 +182,7 @@ class Dnsprobe(Tool):
     def missing(self, may_install):
         if self.dpdk:
             try:
-                import probe.sources._dpdk  # noqa: F401
+                import probe.capture._dpdk  # noqa: F401
             except ImportError as exc:
                 return f"the DPDK extension does not import: {exc}"
         return None

@@ -12,7 +12,7 @@ have ip || need+=(iproute2)                   # network namespaces and veth pair
 have dnscap || need+=(dnscap)                 # dnsprobe bench compares against these
 { have netsniff-ng && have trafgen; } || need+=(netsniff-ng)  # also trafgen: dnsprobe bench's fast generator
 have tcpdump || need+=(tcpdump)
-# The C extensions (probe/_columns.c, probe/decode/_fastwire.c; without them the package falls back to
+# The C extensions (export/parquet/_columns.c, probe/decode/_fastwire.c; without them the package falls back to
 # slower Python and tests/test_fastwire.py fails) need a C compiler and Python's headers; the DPDK one
 # (tests/test_dpdk.py) also libdpdk, found with pkg-config.
 pkg-config --exists libdpdk 2>/dev/null || need+=(libdpdk-dev pkg-config)

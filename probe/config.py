@@ -1,8 +1,9 @@
 """Configuration: parsed once into frozen dataclasses and passed down.
 
-Sources, later ones winning: the defaults below, `config/dnsprobe.yml` (or `-c FILE`), then command-line
-flags. Every option is declared once here with its type, bounds and one-line help; the YAML loader,
-the flag overrides and the documentation in config/dnsprobe.yml all follow this table. An unknown
+Sources, later ones winning: the defaults below (part of the installed package), `-c FILE`, then
+command-line flags. Every option is declared once here with its type, bounds and one-line help; the YAML
+loader, the flag overrides, `dnsprobe config --defaults` (of which config/dnsprobe.yml in the source tree
+is a copy, checked by a test) and the documentation all follow this table. An unknown
 key, a wrong type or an impossible value raises ConfigError naming the key (exit status 2).
 """
 
@@ -15,12 +16,10 @@ from pathlib import Path
 
 import yaml
 
+from probe.decode.ipfilter import check_network
 from probe.decode.parsers import CHOICES as PARSER_CHOICES
 from probe.decode.parsers import check_choice as check_parser
 from probe.errors import ConfigError
-from probe.privacy import check_network
-
-DEFAULT_CONFIG_PATH = Path(__file__).resolve().parent.parent / "config" / "dnsprobe.yml"
 
 
 def _file_name_part(value):
@@ -317,12 +316,8 @@ def flatten(doc, origin):
 
 
 def load_config(path=None, overrides=None):
-    """Build the Config: defaults ← YAML file ← overrides ({'section.key': value})."""
-    if path is None:
-        if not DEFAULT_CONFIG_PATH.exists():
-            raise ConfigError(f"default config file {DEFAULT_CONFIG_PATH} is missing; pass -c FILE")
-        path = DEFAULT_CONFIG_PATH
-    values = flatten(_read_yaml(path), f"config file {path}")
+    """Build the Config: defaults ← YAML file (None: none) ← overrides ({'section.key': value})."""
+    values = {} if path is None else flatten(_read_yaml(path), f"config file {path}")
     for key, value in (overrides or {}).items():
         if key not in {k for k, _, _ in options()}:
             raise ConfigError(f"unknown config key '{key}'")

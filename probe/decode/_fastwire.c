@@ -380,7 +380,7 @@ static inline int step_labels(const unsigned char *p, Py_ssize_t n, Py_ssize_t *
     return OK;
 }
 
-/* dnswire._skip_name (also the name loop inlined in dnswire._walk_rrs: the same rules) */
+/* dnswire.skip_name (also the name loop inlined in dnswire.walk_rrs: the same rules) */
 static int skip_name(const unsigned char *p, Py_ssize_t n, Py_ssize_t *poff)
 {
     Py_ssize_t off = *poff, start = off;
@@ -586,7 +586,7 @@ done:
 /* ---------------------------------------------------------------------------------------------
  * Messages */
 
-/* dnswire._walk_rrs: step over count RRs from *poff. rtype: type of the last RR; edns (additional
+/* dnswire.walk_rrs: step over count RRs from *poff. rtype: type of the last RR; edns (additional
  * section only): the first OPT RR decoded. Outputs are set only on OK, as the Python assignment
  * happens only when the call returns. */
 static int walk_rrs(const unsigned char *p, Py_ssize_t n, Py_ssize_t *poff, unsigned count, unsigned *rtype_out,

@@ -12,7 +12,7 @@ The result is a plain tuple (see DNS_FIELDS) so that a batch of messages transpo
 
 import struct
 
-from probe.decode.fields import EDNS_FIELDS
+from probe.model import EDNS_FIELDS
 
 _HDR = struct.Struct("!HHHHHH").unpack_from
 _RR = struct.Struct("!HHIH").unpack_from
@@ -80,7 +80,7 @@ def read_name(buf, off):
     return labels, (off if end is None else end)
 
 
-def _skip_name(buf, off):
+def skip_name(buf, off):
     start = off
     n = buf[off]
     while 0 < n < 64:
@@ -172,7 +172,7 @@ def parse_opt(buf, rclass, ttl, start, end):
 assert len(EDNS_FIELDS) == 13
 
 
-def _walk_rrs(buf, off, count, additional):
+def walk_rrs(buf, off, count, additional):
     """Step over `count` RRs. Returns (offset after them, type of the last RR, EDNS tuple or None).
 
     Only in the additional section (additional=True) is an OPT RR decoded. The name loop is inlined
@@ -240,15 +240,15 @@ def parse_message(buf, names=None):
             off += 4
             if qd > 1:
                 for _ in range(qd - 1):
-                    off = _skip_name(buf, off) + 4
+                    off = skip_name(buf, off) + 4
         if off > n:
             raise Malformed("question runs past the end of the message")
         if an:
-            off, last_an, _ = _walk_rrs(buf, off, an, False)
+            off, last_an, _ = walk_rrs(buf, off, an, False)
         if ns:
-            off = _walk_rrs(buf, off, ns, False)[0]
+            off = walk_rrs(buf, off, ns, False)[0]
         if ar:
-            off, _, edns = _walk_rrs(buf, off, ar, True)
+            off, _, edns = walk_rrs(buf, off, ar, True)
         if off > n:
             raise Malformed("resource record runs past the end of the message")
     except (Malformed, IndexError, struct.error, UnicodeError):

@@ -3,7 +3,7 @@
 Fragments are rare in DNS traffic (large UDP responses), so clarity wins over speed here.
 """
 
-from probe.decode.fields import cap_int32
+from probe.model import cap_int32
 
 
 class _Datagram:

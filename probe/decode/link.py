@@ -6,7 +6,7 @@ or None when the frame carries no IP. One function per link type, chosen once pe
 
 import struct
 
-from probe.frames import (
+from probe.model import (
     LINKTYPE_ETHERNET,
     LINKTYPE_IPV4,
     LINKTYPE_IPV6,

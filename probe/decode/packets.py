@@ -1,4 +1,4 @@
-"""Packet decoder: a FrameBatch in, a list of DNS message tuples out (see decode.fields).
+"""Packet decoder: a FrameBatch in, a list of DNS message tuples out (see probe.model).
 
 Per frame the work is a handful of struct unpacks and slices; the DNS parse reads only what the
 output needs. Counters are kept in locals and added to the shared Stats once per batch. With the C
@@ -11,13 +11,12 @@ below, so messages stay in capture order.
 import struct
 
 from probe.decode.dnswire import MessageParser
-from probe.decode.fields import M
 from probe.decode.fragments import FragmentReassembler
 from probe.decode.link import ETH_IPV4, ETH_IPV6, LINK_DECODERS, LINK_NAMES
 from probe.decode.parsers import FastParser, _fastwire, resolve
 from probe.decode.tcpstream import TcpReassembler
 from probe.errors import CaptureFileError
-from probe.frames import LINKTYPE_ETHERNET
+from probe.model import LINKTYPE_ETHERNET, M
 
 _IP4 = struct.Struct("!BxHHHBBH").unpack_from  # vihl, total length, id, flags/frag, ttl, proto, csum
 _IP6 = struct.Struct("!HBB").unpack_from  # payload length, next header, hop limit (from offset 4)
@@ -59,7 +58,7 @@ class PacketDecoder:
         saves a copy of every message where the exporter never reads it (only C-DNS does)."""
         self.stats = stats
         self.ports = frozenset(dns_ports)
-        # IP allow/deny lists (probe.privacy.IpFilter): (src, dst) -> keep?, per family; None: not filtered.
+        # IP allow/deny lists (probe.decode.ipfilter.IpFilter): (src, dst) -> keep?, per family; None: not filtered.
         self.keep4 = ip_filter.keep4 if ip_filter else None
         self.keep6 = ip_filter.keep6 if ip_filter else None
         self.frags = FragmentReassembler(

@@ -9,16 +9,12 @@
 
 import sys
 
+from probe import native
 from probe.decode.dnswire import MessageParser
 from probe.errors import ConfigError
 
-try:
-    from probe.decode import _fastwire
-except ImportError as exc:  # built with optional=True: no compiler or no Python headers at install time
-    _fastwire = None
-    IMPORT_ERROR = str(exc)
-else:
-    IMPORT_ERROR = None
+_fastwire = native.load("probe.decode._fastwire")  # None: not built (no compiler or Python headers at install)
+IMPORT_ERROR = None if _fastwire is not None else native.import_error("probe.decode._fastwire")
 
 CHOICES = ("auto", "fast", "wire", "dpkt")
 NOT_BUILT = (

@@ -6,7 +6,7 @@ directions, and per direction at most one message (65,537 bytes) plus max_ooo_by
 ahead of a gap. Idle directions are dropped after idle_timeout_ns of capture time.
 """
 
-from probe.decode.fields import cap_int32
+from probe.model import cap_int32
 
 SEQ_MOD = 1 << 32
 SEQ_HALF = 1 << 31

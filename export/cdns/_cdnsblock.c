@@ -1,0 +1,1319 @@
+/* export.cdns._cdnsblock: the per-transaction loop of a C-DNS block (export/cdns/block.py Block.add_python) and the
+ * Q/R item maps of Block.encode, in C.
+ *
+ * Why: the C-DNS export spent ~3 µs per packet building the block tables, signatures and item tuples in
+ * Python and ~2 µs turning the items into maps; this does the same work on the same Python objects.
+ * export/cdns/writer.py keeps the Python loop as the reference and the fallback, and the tests compare the two
+ * (tests/test_cdns_block.py): every table in the same insertion order, the same item tuples and counters.
+ *
+ * add(txs, start, ip, names, classtype, sigs, items, earliest, qr_type[, cache])
+ *     -> (stop, earliest, processed, unmatched_queries, unmatched_responses)
+ *   Adds txs[start:stop] to the tables (dicts: value -> index in insertion order) and to the items list,
+ *   exactly as Block.add_python does without client privacy and without full sections. It stops at the
+ *   first transaction it does not take: a malformed message, or anything off the usual shapes (a value
+ *   of another type than the decoders give, a header the walk would trip on); that transaction is left
+ *   untouched for the caller to add with the Python loop (stop == len(txs) when all were taken).
+ *   cache: the block's Cache(), which answers most name, class/type and signature lookups without making
+ *   their key objects (see "Lookups by content" below); the tables come out the same with or without it.
+ *
+ * items(items, earliest, new_ip, new_sig, new_name) -> [item map, ...]
+ *   The QueryResponse maps of Block.encode (cdns._item), the indexes renumbered through the lists.
+ *
+ * encode_items(items, earliest, new_ip, new_sig, new_name) -> bytes or None
+ *   cbor2.dumps(items(...)) written directly (no maps made: making and freeing them cost as much as
+ *   encoding them); None when an item holds anything but ints and None (the extended sections of
+ *   cdns_full_sections), for the caller to encode the maps of items().
+ *
+ * encode_signatures(sigs, new_ip, new_name) -> bytes or None
+ *   The same for the signature table: cbor2.dumps([cdns._signature(sig, new_ip, new_name) ...]).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "fastint.h"
+
+/* Message tuple indexes (probe.model M and E; the tests compare them with INDEXES). */
+enum {
+    TS_NS = 0, IPV = 2, PROTO = 3, SRC = 4, SPORT = 5, DST = 6, DPORT = 7, TTL = 8, DNS_LEN = 12, ID = 13,
+    FLAGS = 14, QDCOUNT = 15, ANCOUNT = 16, NSCOUNT = 17, ARCOUNT = 18, QNAME = 19, QTYPE = 20, QCLASS = 21,
+    EDNS = 23, MALFORMED = 24, RAW = 26, MESSAGE_LEN = 27
+};
+enum { E_UDP = 0, E_VERSION = 1, E_DO = 2, E_EXT = 3, E_RDATA = 12, EDNS_LEN = 13 };
+
+/* export.cdns_format values (compared by the tests through CONSTANTS). */
+#define NS_PER_TICK 1000
+#define PROTO_TCP 6
+#define TRANSPORT_QUERY_TRAILINGDATA (1 << 5)
+#define QR_HAS_QUERY (1 << 0)
+#define QR_HAS_RESPONSE (1 << 1)
+#define QR_QUERY_HAS_OPT (1 << 2)
+#define QR_RESPONSE_HAS_OPT (1 << 3)
+#define QR_QUERY_HAS_NO_QUESTION (1 << 4)
+#define QR_RESPONSE_HAS_NO_QUESTION (1 << 5)
+#define QUERY_DO (1 << 7)
+#define MAX_NAME 255
+
+#define F(m, i) PyTuple_GET_ITEM((m), (i))
+
+/* An exact int that fits a long long, into *out; 0 for anything else (no exception left set). */
+static inline int as_ll(PyObject *o, long long *out)
+{
+    if (compact_int(o, out))
+        return 1;
+    if (!PyLong_CheckExact(o))
+        return 0;
+    int overflow;
+    *out = PyLong_AsLongLongAndOverflow(o, &overflow);
+    if (overflow || (*out == -1 && PyErr_Occurred())) {
+        PyErr_Clear();
+        return 0;
+    }
+    return 1;
+}
+
+/* ts_ns // NS_PER_TICK of a message (non-negative timestamps only: C division truncates). */
+static int ticks_of(PyObject *m, long long *ticks)
+{
+    long long ts;
+    if (!as_ll(F(m, TS_NS), &ts) || ts < 0)
+        return 0;
+    *ticks = ts / NS_PER_TICK;
+    return 1;
+}
+
+static int is_message(PyObject *m) { return PyTuple_CheckExact(m) && PyTuple_GET_SIZE(m) >= MESSAGE_LEN; }
+
+/* dnswire.read_name followed by cdns._wire: the name at off, pointers followed, in uncompressed wire form
+ * (out holds 256 bytes). 0 where read_name would raise. */
+static int wire_name(const unsigned char *p, Py_ssize_t n, Py_ssize_t off, unsigned char *out, Py_ssize_t *outlen)
+{
+    Py_ssize_t start = off, total = 0, w = 0;
+    for (;;) {
+        if (off >= n)
+            return 0;
+        unsigned c = p[off];
+        if (c == 0)
+            break;
+        if (c >= 0xC0) {
+            if (off + 1 >= n)
+                return 0;
+            Py_ssize_t ptr = ((Py_ssize_t)(c & 0x3F) << 8) | p[off + 1];
+            if (ptr >= start)
+                return 0;
+            start = off = ptr;
+            continue;
+        }
+        if (c & 0xC0)
+            return 0;
+        total += c + 1;
+        if (total > MAX_NAME || off + 1 + (Py_ssize_t)c > n)
+            return 0;
+        memcpy(out + w, p + off, c + 1);
+        w += c + 1;
+        off += c + 1;
+    }
+    out[w++] = 0;
+    *outlen = w;
+    return 1;
+}
+
+/* dnswire._skip_name; -1 where it would raise. */
+static Py_ssize_t skip_name(const unsigned char *p, Py_ssize_t n, Py_ssize_t off)
+{
+    Py_ssize_t start = off;
+    if (off >= n)
+        return -1;
+    unsigned c = p[off];
+    while (c > 0 && c < 64) {
+        off += c + 1;
+        if (off >= n)
+            return -1;
+        c = p[off];
+    }
+    if (c == 0)
+        return off + 1;
+    if (c >= 0xC0 && off + 1 < n && ((((Py_ssize_t)(c & 0x3F)) << 8) | p[off + 1]) < start)
+        return off + 2;
+    return -1;
+}
+
+/* cdns.message_end: the offset just past the last RR; -1 where the Python walk would raise. */
+static Py_ssize_t message_end(const unsigned char *p, Py_ssize_t n)
+{
+    if (n < 12)
+        return -1;
+    long qd = p[4] << 8 | p[5];
+    long rrs = (long)(p[6] << 8 | p[7]) + (p[8] << 8 | p[9]) + (p[10] << 8 | p[11]);
+    Py_ssize_t off = 12;
+    for (long i = 0; i < qd; i++) {
+        off = skip_name(p, n, off);
+        if (off < 0)
+            return -1;
+        off += 4;
+    }
+    for (long i = 0; i < rrs; i++) {
+        off = skip_name(p, n, off);
+        if (off < 0 || off + 10 > n)
+            return -1;
+        off += 10 + (p[off + 8] << 8 | p[off + 9]);
+    }
+    return off;
+}
+
+/* cdns.query_trailing: 1 or 0, or -1 for "let Python decide" (where it would raise). name_end < 0: None. */
+static int query_trailing(PyObject *raw, Py_ssize_t name_end, long long qd, long long an, long long ns,
+                          long long ar, PyObject *qe)
+{
+    const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(raw);
+    Py_ssize_t n = PyBytes_GET_SIZE(raw);
+    if (name_end >= 0 && qd == 1 && !an && !ns) {
+        Py_ssize_t end = name_end + 4;
+        if (!ar)
+            return end < n;
+        if (ar == 1 && qe != NULL) {
+            if (end >= n)
+                return -1;
+            if (p[end] == 0)
+                return end + 11 + PyBytes_GET_SIZE(F(qe, E_RDATA)) < n;
+        }
+    }
+    Py_ssize_t end = message_end(p, n);
+    return end < 0 ? -1 : end < n;
+}
+
+/* _Table.index: the index of key in d, added at the end when new (new reference). */
+static PyObject *table_index(PyObject *d, PyObject *key)
+{
+    PyObject *v = PyDict_GetItemWithError(d, key);
+    if (v != NULL) {
+        Py_INCREF(v);
+        return v;
+    }
+    if (PyErr_Occurred())
+        return NULL;
+    v = PyLong_FromSsize_t(PyDict_GET_SIZE(d));
+    if (v != NULL && PyDict_SetItem(d, key, v) < 0)
+        Py_CLEAR(v);
+    return v;
+}
+
+
+/* ---------------------------------------------------------------------------------------------
+ * Lookups by content in front of the block's dicts.
+ *
+ * Why: looking a transaction's signature up in the sigs dict needs its 17-field tuple, made of new int
+ * objects, hashed field by field and compared on a hit, then freed; the QNAME and the class/type pair
+ * need a new bytes object and a new tuple likewise. Most transactions repeat a signature, a name or a
+ * class/type already in the block, so a Cache (one per block, passed to add) keeps, for every key seen,
+ * its packed bytes and the index the dict gave it: a hit makes no object at all. A miss asks the dict
+ * (table_index, so the dict stays the one truth: keys the Python loop added are found there) and
+ * remembers the answer. Keys are compared by content, as the dicts compare them (exact ints, bytes). */
+
+typedef struct {
+    uint64_t hash; /* 0: an empty slot */
+    PyObject *key; /* the packed key (bytes), strong reference */
+    PyObject *index; /* the dict's value for the key, strong reference */
+} Slot;
+
+typedef struct {
+    Slot *slots;
+    size_t mask; /* capacity - 1; capacity a power of two */
+    size_t used;
+} Table;
+
+typedef struct {
+    PyObject_HEAD
+    Table names, classtype, sigs;
+} Cache;
+
+static uint64_t hash_bytes(const unsigned char *p, size_t n)
+{
+    uint64_t h = 0x9E3779B97F4A7C15ull ^ n, w;
+    for (; n >= 8; p += 8, n -= 8) {
+        memcpy(&w, p, 8);
+        h = (h ^ w) * 0xff51afd7ed558ccdull;
+        h ^= h >> 32;
+    }
+    if (n) {
+        w = 0;
+        memcpy(&w, p, n);
+        h = (h ^ w) * 0xff51afd7ed558ccdull;
+        h ^= h >> 32;
+    }
+    h ^= h >> 29;
+    return h ? h : 1;
+}
+
+/* The index stored for key p[0..n) with hash h, or NULL (borrowed). */
+static PyObject *table_find(const Table *t, uint64_t h, const void *p, Py_ssize_t n)
+{
+    if (t->slots == NULL)
+        return NULL;
+    for (size_t i = h & t->mask;; i = (i + 1) & t->mask) {
+        const Slot *s = &t->slots[i];
+        if (s->hash == 0)
+            return NULL;
+        if (s->hash == h && PyBytes_GET_SIZE(s->key) == n && memcmp(PyBytes_AS_STRING(s->key), p, n) == 0)
+            return s->index;
+    }
+}
+
+static void table_place(Slot *slots, size_t mask, Slot s)
+{
+    size_t i = s.hash & mask;
+    while (slots[i].hash != 0)
+        i = (i + 1) & mask;
+    slots[i] = s;
+}
+
+/* Remember key (bytes with hash h, not in t) -> index; -1 on no memory. */
+static int table_put(Table *t, uint64_t h, PyObject *key, PyObject *index)
+{
+    if (t->slots == NULL || 2 * (t->used + 1) > t->mask + 1) {
+        size_t cap = t->slots == NULL ? 256 : 2 * (t->mask + 1);
+        Slot *slots = PyMem_Calloc(cap, sizeof(Slot));
+        if (slots == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        for (size_t i = 0; t->slots != NULL && i <= t->mask; i++)
+            if (t->slots[i].hash != 0)
+                table_place(slots, cap - 1, t->slots[i]);
+        PyMem_Free(t->slots);
+        t->slots = slots;
+        t->mask = cap - 1;
+    }
+    table_place(t->slots, t->mask, (Slot){h, Py_NewRef(key), Py_NewRef(index)});
+    t->used++;
+    return 0;
+}
+
+static void table_clear(Table *t)
+{
+    for (size_t i = 0; t->slots != NULL && i <= t->mask; i++) {
+        if (t->slots[i].hash != 0) {
+            Py_DECREF(t->slots[i].key);
+            Py_DECREF(t->slots[i].index);
+        }
+    }
+    PyMem_Free(t->slots);
+    t->slots = NULL;
+    t->mask = t->used = 0;
+}
+
+static void cache_dealloc(PyObject *self)
+{
+    Cache *c = (Cache *)self;
+    table_clear(&c->names);
+    table_clear(&c->classtype);
+    table_clear(&c->sigs);
+    Py_TYPE(self)->tp_free(self);
+}
+
+static PyObject *cache_len(PyObject *self, PyObject *unused)
+{
+    Cache *c = (Cache *)self;
+    return Py_BuildValue("nnn", (Py_ssize_t)c->names.used, (Py_ssize_t)c->classtype.used, (Py_ssize_t)c->sigs.used);
+}
+
+static PyMethodDef cache_methods[] = {
+    {"sizes", cache_len, METH_NOARGS, "sizes() -> (names, classtypes, signatures) remembered."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject CacheType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "export.cdns._cdnsblock.Cache",
+    .tp_basicsize = sizeof(Cache),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Cache(): lookups by content in front of one block's name, class/type and signature dicts (add).",
+    .tp_new = PyType_GenericNew,
+    .tp_dealloc = cache_dealloc,
+    .tp_methods = cache_methods,
+};
+
+/* The index of key p[0..n) in dict d (added when new), through t when there is one. obj: the key as a
+ * bytes object if the caller has it, else NULL (made on a miss). New reference. */
+static PyObject *bytes_index(Table *t, PyObject *d, const void *p, Py_ssize_t n, PyObject *obj)
+{
+    uint64_t h = 0;
+    if (t != NULL) {
+        h = hash_bytes(p, n);
+        PyObject *i = table_find(t, h, p, n);
+        if (i != NULL)
+            return Py_NewRef(i);
+    }
+    PyObject *key = obj != NULL ? Py_NewRef(obj) : PyBytes_FromStringAndSize((const char *)p, n);
+    if (key == NULL)
+        return NULL;
+    PyObject *i = table_index(d, key);
+    if (i != NULL && t != NULL && table_put(t, h, key, i) < 0)
+        Py_CLEAR(i);
+    Py_DECREF(key);
+    return i;
+}
+
+/* A packed key of ints and Nones: the values in order, then a bit per None. */
+#define MAX_KEY 17
+typedef struct {
+    int64_t v[MAX_KEY];
+    uint32_t nones;
+    int n;
+} Packed;
+
+static void pack_ll(Packed *k, long long v) { k->v[k->n++] = (int64_t)v; }
+
+static void pack_none(Packed *k)
+{
+    k->nones |= 1u << k->n;
+    k->v[k->n++] = 0;
+}
+
+/* An exact int or None; 0 for anything else (the key cannot be packed: no cache for it). */
+static inline int pack_obj(Packed *k, PyObject *o)
+{
+    long long v;
+    if (o == Py_None) {
+        pack_none(k);
+        return 1;
+    }
+    if (!as_ll(o, &v))
+        return 0;
+    pack_ll(k, v);
+    return 1;
+}
+
+/* The bytes a packed key is compared and hashed by (v[0..n) then nones), into buf; their length. */
+static Py_ssize_t packed_bytes(const Packed *k, unsigned char *buf)
+{
+    memcpy(buf, k->v, k->n * sizeof(int64_t));
+    memcpy(buf + k->n * sizeof(int64_t), &k->nones, sizeof k->nones);
+    return k->n * sizeof(int64_t) + sizeof k->nones;
+}
+
+/* The index stored for a packed key in t, or NULL (borrowed); *h and buf/len are set for packed_put. */
+static PyObject *packed_find(const Table *t, const Packed *k, unsigned char *buf, Py_ssize_t *len, uint64_t *h)
+{
+    *len = packed_bytes(k, buf);
+    *h = hash_bytes(buf, *len);
+    return table_find(t, *h, buf, *len);
+}
+
+static int packed_put(Table *t, uint64_t h, const unsigned char *buf, Py_ssize_t len, PyObject *index)
+{
+    PyObject *key = PyBytes_FromStringAndSize((const char *)buf, len);
+    if (key == NULL)
+        return -1;
+    int r = table_put(t, h, key, index);
+    Py_DECREF(key);
+    return r;
+}
+
+
+/* ---------------------------------------------------------------------------------------------
+ * Items: a block's Q/R items as C structs.
+ *
+ * Why: an item was a 12-tuple holding new ints (time, response delay): made per transaction, read again
+ * by count_uses and encode_items, and freed with the block, ~0.7 µs per transaction in all. Items keeps
+ * the same values in an array; it reads as the list of tuples it replaces (len, indexing, iteration,
+ * == with a list), so Block.encode's Python reference and the tests see the same items. It holds the
+ * items of blocks without full sections only: their last two fields (extended sections) are None. */
+
+#define ITEM_INTS 10
+
+typedef struct {
+    int64_t v[ITEM_INTS];
+    uint32_t nones; /* bit k: field k is None */
+} Item;
+
+typedef struct {
+    PyObject_HEAD
+    Item *a;
+    Py_ssize_t n, cap;
+} Items;
+
+static PyTypeObject ItemsType;
+
+static int items_push(Items *s, const Item *it)
+{
+    if (s->n == s->cap) {
+        Py_ssize_t cap = s->cap ? 2 * s->cap : 1024;
+        Item *a = PyMem_Realloc(s->a, cap * sizeof(Item));
+        if (a == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        s->a = a;
+        s->cap = cap;
+    }
+    s->a[s->n++] = *it;
+    return 0;
+}
+
+/* An item tuple as a struct: 1, or 0 when it is not 12 fields of exact ints or None with None sections. */
+static int item_of_tuple(PyObject *t, Item *it)
+{
+    if (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) != 12 || F(t, 10) != Py_None || F(t, 11) != Py_None)
+        return 0;
+    it->nones = 0;
+    for (int k = 0; k < ITEM_INTS; k++) {
+        long long x = 0;
+        if (F(t, k) == Py_None)
+            it->nones |= 1u << k;
+        else if (!as_ll(F(t, k), &x))
+            return 0;
+        it->v[k] = x;
+    }
+    return 1;
+}
+
+/* An item field as an object (new reference). */
+static PyObject *item_field(const Item *it, int k)
+{
+    if (k >= ITEM_INTS || it->nones >> k & 1)
+        Py_RETURN_NONE;
+    return PyLong_FromLongLong(it->v[k]);
+}
+
+static PyObject *item_tuple(const Item *it)
+{
+    PyObject *t = PyTuple_New(12);
+    for (int k = 0; t != NULL && k < 12; k++) {
+        PyObject *v = item_field(it, k);
+        if (v == NULL)
+            Py_CLEAR(t);
+        else
+            PyTuple_SET_ITEM(t, k, v);
+    }
+    return t;
+}
+
+static PyObject *items_append(PyObject *self, PyObject *t)
+{
+    Item it;
+    if (!item_of_tuple(t, &it)) {
+        PyErr_SetString(PyExc_TypeError, "Items holds tuples of 10 ints or None and two None (no extended sections)");
+        return NULL;
+    }
+    if (items_push((Items *)self, &it) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+static Py_ssize_t items_len(PyObject *self) { return ((Items *)self)->n; }
+
+static PyObject *items_getitem(PyObject *self, Py_ssize_t i)
+{
+    Items *s = (Items *)self;
+    if (i < 0 || i >= s->n) {
+        PyErr_SetString(PyExc_IndexError, "Items index out of range");
+        return NULL;
+    }
+    return item_tuple(&s->a[i]);
+}
+
+static PyObject *items_list(PyObject *self, PyObject *unused)
+{
+    Items *s = (Items *)self;
+    PyObject *out = PyList_New(s->n);
+    for (Py_ssize_t i = 0; out != NULL && i < s->n; i++) {
+        PyObject *t = item_tuple(&s->a[i]);
+        if (t == NULL)
+            Py_CLEAR(out);
+        else
+            PyList_SET_ITEM(out, i, t);
+    }
+    return out;
+}
+
+/* == and != with a list of item tuples (or another Items): as the list of tuples would compare. */
+static PyObject *items_richcompare(PyObject *self, PyObject *other, int op)
+{
+    if ((op != Py_EQ && op != Py_NE) || !(PyList_Check(other) || Py_IS_TYPE(other, &ItemsType)))
+        Py_RETURN_NOTIMPLEMENTED;
+    PyObject *mine = items_list(self, NULL);
+    PyObject *theirs = PyList_Check(other) ? Py_NewRef(other) : items_list(other, NULL);
+    PyObject *r = mine != NULL && theirs != NULL ? PyObject_RichCompare(mine, theirs, op) : NULL;
+    Py_XDECREF(mine);
+    Py_XDECREF(theirs);
+    return r;
+}
+
+static void items_dealloc(PyObject *self)
+{
+    PyMem_Free(((Items *)self)->a);
+    Py_TYPE(self)->tp_free(self);
+}
+
+static PySequenceMethods items_as_sequence = {.sq_length = items_len, .sq_item = items_getitem};
+
+static PyMethodDef items_methods[] = {
+    {"append", items_append, METH_O, "append(item tuple): as list.append (10 ints or None, then two None)."},
+    {"tolist", items_list, METH_NOARGS, "tolist() -> the items as a list of 12-tuples."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject ItemsType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "export.cdns._cdnsblock.Items",
+    .tp_basicsize = sizeof(Items),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Items(): a block's Q/R items as C structs, read as the list of 12-tuples they replace.",
+    .tp_new = PyType_GenericNew,
+    .tp_dealloc = items_dealloc,
+    .tp_as_sequence = &items_as_sequence,
+    .tp_richcompare = items_richcompare,
+    .tp_hash = PyObject_HashNotImplemented,
+    .tp_methods = items_methods,
+};
+
+typedef struct {
+    PyObject *ip, *names, *classtype, *sigs, *items, *qr_type;
+    Items *store; /* items when they are an Items, else NULL (items is a list) */
+    Cache *cache; /* or NULL: the dicts alone */
+    long long earliest;
+    int has_earliest;
+    long long processed, unmatched_q, unmatched_r;
+} Block;
+
+/* One transaction: 1 added, 0 left for Python (nothing changed), -1 error (exception set). */
+static int add_one(Block *b, PyObject *tx)
+{
+    if (!PyTuple_CheckExact(tx) || PyTuple_GET_SIZE(tx) != 3)
+        return 0;
+    PyObject *q = F(tx, 0), *r = F(tx, 1);
+    long long nresp = 0;
+    if (q == Py_None)
+        q = NULL;
+    else if (!is_message(q))
+        return 0;
+    if (r == Py_None)
+        r = NULL;
+    else if (!is_message(r) || !as_ll(F(tx, 2), &nresp))
+        return 0;
+    PyObject *m = q != NULL ? q : r;
+    long long ticks, ipv, proto;
+    if (m == NULL || !ticks_of(m, &ticks) || F(m, MALFORMED) != Py_False)
+        return 0;
+    if (!as_ll(F(m, IPV), &ipv) || !as_ll(F(m, PROTO), &proto))
+        return 0;
+    PyObject *client, *cport, *server, *sport;
+    if (q != NULL) {
+        client = F(q, SRC), cport = F(q, SPORT), server = F(q, DST), sport = F(q, DPORT);
+    } else {
+        client = F(r, DST), cport = F(r, DPORT), server = F(r, SRC), sport = F(r, SPORT);
+    }
+    if (!PyBytes_CheckExact(client) || !PyBytes_CheckExact(server))
+        return 0;
+
+    /* The first question's name (uncompressed wire form) and where it ends (-1: compressed, or none). */
+    int has_name = F(m, QNAME) != Py_None;
+    Py_ssize_t name_end = -1;
+    const unsigned char *name_p = NULL;
+    Py_ssize_t name_len = 0;
+    unsigned char name_buf[MAX_NAME + 1];
+    if (has_name) {
+        PyObject *raw = F(m, RAW);
+        if (!PyBytes_CheckExact(raw))
+            return 0;
+        const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(raw);
+        Py_ssize_t n = PyBytes_GET_SIZE(raw), end = 12;
+        if (end >= n)
+            return 0;
+        unsigned ln = p[end];
+        while (ln > 0 && ln < 64) {
+            end += ln + 1;
+            if (end >= n)
+                return 0;
+            ln = p[end];
+        }
+        if (ln == 0) {
+            name_end = end + 1;
+            name_p = p + 12;
+            name_len = name_end - 12;
+        } else {
+            if (!wire_name(p, n, 12, name_buf, &name_len))
+                return 0;
+            name_p = name_buf;
+        }
+    }
+
+    long tflags = (ipv == 6 ? 1 : 0) | (proto == PROTO_TCP ? 2 : 0);
+    long sflags = 0, dnsflags = 0;
+    long long qrcode = 0, rrcode = 0, delay = 0;
+    PyObject *qe = NULL, *ednsv = Py_None, *udp = Py_None, *rdata = NULL;
+    PyObject *qan = Py_None, *qns = Py_None, *qar = Py_None, *hop = Py_None, *qsize = Py_None;
+    PyObject *rsize = Py_None;
+    long long qf, qd, an, ns, ar, rf, rqd, ext;
+    if (q != NULL) {
+        PyObject *raw = F(q, RAW);
+        if (!PyBytes_CheckExact(raw) || !as_ll(F(q, FLAGS), &qf) || !as_ll(F(q, QDCOUNT), &qd)
+            || !as_ll(F(q, ANCOUNT), &an) || !as_ll(F(q, NSCOUNT), &ns) || !as_ll(F(q, ARCOUNT), &ar))
+            return 0;
+        qe = F(q, EDNS);
+        if (qe == Py_None) {
+            qe = NULL;
+            qrcode = qf & 0xF;
+        } else {
+            PyObject *dobit;
+            if (!PyTuple_CheckExact(qe) || PyTuple_GET_SIZE(qe) < EDNS_LEN || !as_ll(F(qe, E_EXT), &ext)
+                || ext < 0 || ext > 0xFF)
+                return 0;
+            rdata = F(qe, E_RDATA);
+            dobit = F(qe, E_DO);
+            if (!PyBytes_CheckExact(rdata) || (dobit != Py_True && dobit != Py_False))
+                return 0;
+            sflags |= QR_QUERY_HAS_OPT;
+            if (dobit == Py_True)
+                dnsflags |= QUERY_DO;
+            qrcode = (qf & 0xF) | (ext << 4);
+            ednsv = F(qe, E_VERSION);
+            udp = F(qe, E_UDP);
+        }
+        int trailing = query_trailing(raw, name_end, qd, an, ns, ar, qe);
+        if (trailing < 0)
+            return 0;
+        if (trailing)
+            tflags |= TRANSPORT_QUERY_TRAILINGDATA;
+        sflags |= qd ? QR_HAS_QUERY : QR_HAS_QUERY | QR_QUERY_HAS_NO_QUESTION;
+        dnsflags |= (qf >> 4) & 0x7F;
+        qan = F(q, ANCOUNT), qns = F(q, NSCOUNT), qar = F(q, ARCOUNT);
+        hop = F(q, TTL);
+        qsize = F(q, DNS_LEN);
+    }
+    if (r != NULL) {
+        PyObject *re = F(r, EDNS);
+        if (!as_ll(F(r, FLAGS), &rf) || !as_ll(F(r, QDCOUNT), &rqd))
+            return 0;
+        if (re != Py_None) {
+            if (!PyTuple_CheckExact(re) || PyTuple_GET_SIZE(re) < EDNS_LEN || !as_ll(F(re, E_EXT), &ext)
+                || ext < 0 || ext > 0xFF)
+                return 0;
+            sflags |= QR_RESPONSE_HAS_OPT;
+            rrcode = (rf & 0xF) | (ext << 4);
+        } else {
+            rrcode = rf & 0xF;
+        }
+        if (q != NULL) {
+            long long rticks;
+            if (!ticks_of(r, &rticks))
+                return 0;
+            delay = rticks - ticks;
+        }
+        sflags |= rqd ? QR_HAS_RESPONSE : QR_HAS_RESPONSE | QR_RESPONSE_HAS_NO_QUESTION;
+        dnsflags |= ((rf >> 4) & 0x7F) << 8;
+        rsize = F(r, DNS_LEN);
+    }
+    long long mflags;
+    if (!as_ll(F(m, FLAGS), &mflags))
+        return 0;
+
+    /* The item's fields read from the messages, as Items holds them (else Python adds the transaction). */
+    Item it = {.nones = 0};
+    if (b->store != NULL) {
+        PyObject *from_messages[5] = {cport, F(m, ID), hop, qsize, rsize};
+        static const int at[5] = {2, 3, 5, 8, 9};
+        for (int k = 0; k < 5; k++) {
+            long long x = 0;
+            if (from_messages[k] == Py_None)
+                it.nones |= 1u << at[k];
+            else if (!as_ll(from_messages[k], &x))
+                return 0;
+            it.v[at[k]] = x;
+        }
+    }
+
+    /* Everything read: now the tables, in the order of the Python loop. */
+    PyObject *ci = NULL, *si = NULL, *ni = NULL, *cti = NULL, *opt_i = NULL, *sig = NULL, *sgi = NULL;
+    PyObject *item = NULL, *tf = NULL, *sf = NULL, *op = NULL, *df = NULL, *qrc = NULL, *rrc = NULL;
+    PyObject *ticks_o = NULL, *delay_o = NULL;
+    int rc = -1;
+    Cache *cache = b->cache;
+    unsigned char kbuf[MAX_KEY * sizeof(int64_t) + sizeof(uint32_t)];
+    Py_ssize_t klen = 0;
+    uint64_t kh = 0;
+    if ((ci = table_index(b->ip, client)) == NULL || (si = table_index(b->ip, server)) == NULL)
+        goto done;
+    if (has_name) {
+        if ((ni = bytes_index(cache ? &cache->names : NULL, b->names, name_p, name_len, NULL)) == NULL)
+            goto done;
+        Packed ct_key = {.n = 0};
+        int ct_packed = cache != NULL && pack_obj(&ct_key, F(m, QTYPE)) && pack_obj(&ct_key, F(m, QCLASS));
+        if (ct_packed && (cti = packed_find(&cache->classtype, &ct_key, kbuf, &klen, &kh)) != NULL) {
+            Py_INCREF(cti);
+        } else {
+            PyObject *ct = PyTuple_Pack(2, F(m, QTYPE), F(m, QCLASS));
+            if (ct == NULL)
+                goto done;
+            cti = table_index(b->classtype, ct);
+            Py_DECREF(ct);
+            if (cti == NULL || (ct_packed && packed_put(&cache->classtype, kh, kbuf, klen, cti) < 0))
+                goto done;
+        }
+    }
+    if (rdata != NULL
+        && (opt_i = bytes_index(cache ? &cache->names : NULL, b->names, PyBytes_AS_STRING(rdata),
+                                PyBytes_GET_SIZE(rdata), rdata)) == NULL)
+        goto done;
+    long long op_v = (mflags >> 11) & 0xF;
+    Packed k = {.n = 0};
+    int packed = cache != NULL && pack_obj(&k, si) && pack_obj(&k, sport);
+    if (packed) {
+        pack_ll(&k, tflags);
+        packed = pack_obj(&k, b->qr_type);
+    }
+    if (packed) {
+        pack_ll(&k, sflags);
+        pack_ll(&k, op_v);
+        pack_ll(&k, dnsflags);
+        if (q != NULL)
+            pack_ll(&k, qrcode);
+        else
+            pack_none(&k);
+        packed = pack_obj(&k, cti ? cti : Py_None) && pack_obj(&k, F(m, QDCOUNT)) && pack_obj(&k, qan)
+                 && pack_obj(&k, qns) && pack_obj(&k, qar) && pack_obj(&k, ednsv) && pack_obj(&k, udp)
+                 && pack_obj(&k, opt_i ? opt_i : Py_None);
+    }
+    if (packed) {
+        if (r != NULL)
+            pack_ll(&k, rrcode);
+        else
+            pack_none(&k);
+    }
+    if (packed && (sgi = packed_find(&cache->sigs, &k, kbuf, &klen, &kh)) != NULL) {
+        Py_INCREF(sgi);
+    } else {
+        if ((tf = PyLong_FromLong(tflags)) == NULL || (sf = PyLong_FromLong(sflags)) == NULL
+            || (op = PyLong_FromLongLong(op_v)) == NULL || (df = PyLong_FromLong(dnsflags)) == NULL
+            || (qrc = q != NULL ? PyLong_FromLongLong(qrcode) : Py_NewRef(Py_None)) == NULL
+            || (rrc = r != NULL ? PyLong_FromLongLong(rrcode) : Py_NewRef(Py_None)) == NULL)
+            goto done;
+        sig = PyTuple_Pack(17, si, sport, tf, b->qr_type, sf, op, df, qrc, cti ? cti : Py_None, F(m, QDCOUNT), qan,
+                           qns, qar, ednsv, udp, opt_i ? opt_i : Py_None, rrc);
+        if (sig == NULL || (sgi = table_index(b->sigs, sig)) == NULL)
+            goto done;
+        if (packed && packed_put(&cache->sigs, kh, kbuf, klen, sgi) < 0)
+            goto done;
+    }
+    if (b->store != NULL) {
+        long long ci_v, sgi_v, ni_v = 0;
+        if (!as_ll(ci, &ci_v) || !as_ll(sgi, &sgi_v) || (ni != NULL && !as_ll(ni, &ni_v))) {
+            PyErr_SetString(PyExc_SystemError, "_cdnsblock.add: a table index is not an int");
+            goto done;
+        }
+        it.v[0] = ticks;
+        it.v[1] = ci_v;
+        it.v[4] = sgi_v;
+        it.v[6] = delay;
+        it.v[7] = ni_v;
+        it.nones |= (q != NULL && r != NULL ? 0 : 1u << 6) | (ni != NULL ? 0 : 1u << 7);
+        if (items_push(b->store, &it) < 0)
+            goto done;
+    } else {
+        if ((ticks_o = PyLong_FromLongLong(ticks)) == NULL
+            || (delay_o = q != NULL && r != NULL ? PyLong_FromLongLong(delay) : Py_NewRef(Py_None)) == NULL)
+            goto done;
+        item = PyTuple_Pack(12, ticks_o, ci, cport, F(m, ID), sgi, hop, delay_o, ni ? ni : Py_None, qsize, rsize,
+                            Py_None, Py_None);
+        if (item == NULL || PyList_Append(b->items, item) < 0)
+            goto done;
+    }
+    if (!b->has_earliest || ticks < b->earliest) {
+        b->earliest = ticks;
+        b->has_earliest = 1;
+    }
+    if (q != NULL)
+        b->processed += 1;
+    if (r != NULL) {
+        b->processed += nresp;
+        if (q == NULL)
+            b->unmatched_r += 1;
+    } else {
+        b->unmatched_q += 1;
+    }
+    rc = 1;
+done:
+    Py_XDECREF(ci);
+    Py_XDECREF(si);
+    Py_XDECREF(ni);
+    Py_XDECREF(cti);
+    Py_XDECREF(opt_i);
+    Py_XDECREF(sig);
+    Py_XDECREF(sgi);
+    Py_XDECREF(item);
+    Py_XDECREF(tf);
+    Py_XDECREF(sf);
+    Py_XDECREF(op);
+    Py_XDECREF(df);
+    Py_XDECREF(qrc);
+    Py_XDECREF(rrc);
+    Py_XDECREF(ticks_o);
+    Py_XDECREF(delay_o);
+    return rc;
+}
+
+static PyObject *add(PyObject *self, PyObject *args)
+{
+    PyObject *txs, *earliest;
+    Py_ssize_t start;
+    Block b;
+    b.cache = NULL;
+    if (!PyArg_ParseTuple(args, "OnO!O!O!O!OOO|O!:add", &txs, &start, &PyDict_Type, &b.ip, &PyDict_Type, &b.names,
+                          &PyDict_Type, &b.classtype, &PyDict_Type, &b.sigs, &b.items, &earliest, &b.qr_type,
+                          &CacheType, &b.cache))
+        return NULL;
+    b.store = Py_IS_TYPE(b.items, &ItemsType) ? (Items *)b.items : NULL;
+    if (b.store == NULL && !PyList_Check(b.items)) {
+        PyErr_SetString(PyExc_TypeError, "add: items must be a list or an Items");
+        return NULL;
+    }
+    if (start < 0) {
+        PyErr_SetString(PyExc_ValueError, "add: start must not be negative");
+        return NULL;
+    }
+    b.processed = b.unmatched_q = b.unmatched_r = 0;
+    b.earliest = 0;
+    b.has_earliest = earliest != Py_None;
+    PyObject *seq = PySequence_Fast(txs, "add: txs must be a sequence");
+    if (seq == NULL)
+        return NULL;
+    Py_ssize_t i = start, n = PySequence_Fast_GET_SIZE(seq);
+    /* An earliest-time that is not a plain int (never, from the Python loop): everything to Python. */
+    int taken = !b.has_earliest || as_ll(earliest, &b.earliest);
+    for (; taken && i < n; i++) {
+        int rc = add_one(&b, PySequence_Fast_GET_ITEM(seq, i));
+        if (rc < 0) {
+            Py_DECREF(seq);
+            return NULL;
+        }
+        if (rc == 0)
+            break;
+    }
+    Py_DECREF(seq);
+    if (!taken)
+        Py_INCREF(earliest);
+    else if (b.has_earliest)
+        earliest = PyLong_FromLongLong(b.earliest);
+    else
+        earliest = Py_NewRef(Py_None);
+    if (earliest == NULL)
+        return NULL;
+    return Py_BuildValue("nNLLL", i, earliest, b.processed, b.unmatched_q, b.unmatched_r);
+}
+
+/* seq[index] for a list of new indexes (Python indexing: negative counts from the end). New reference. */
+static PyObject *renumber(PyObject *list, PyObject *index)
+{
+    Py_ssize_t i = PyNumber_AsSsize_t(index, PyExc_IndexError);
+    if (i == -1 && PyErr_Occurred())
+        return NULL;
+    if (i < 0)
+        i += PyList_GET_SIZE(list);
+    if (i < 0 || i >= PyList_GET_SIZE(list)) {
+        PyErr_SetString(PyExc_IndexError, "list index out of range");
+        return NULL;
+    }
+    PyObject *v = PyList_GET_ITEM(list, i);
+    Py_INCREF(v);
+    return v;
+}
+
+static PyObject *KEYS[13];
+
+/* d[KEYS[k]] = v, v a new reference (consumed); -1 on error. */
+static int put(PyObject *d, int k, PyObject *v)
+{
+    if (v == NULL)
+        return -1;
+    int rc = PyDict_SetItem(d, KEYS[k], v);
+    Py_DECREF(v);
+    return rc;
+}
+
+static int put_borrowed(PyObject *d, int k, PyObject *v) { return v == Py_None ? 0 : PyDict_SetItem(d, KEYS[k], v); }
+
+/* cdns._item of one item tuple. */
+static PyObject *item_map(PyObject *it, PyObject *earliest, PyObject *new_ip, PyObject *new_sig, PyObject *new_name)
+{
+    if (!PyTuple_Check(it) || PyTuple_GET_SIZE(it) != 12) {
+        PyErr_SetString(PyExc_ValueError, "items: a Q/R item is a tuple of 12");
+        return NULL;
+    }
+    Py_ssize_t keys = 5;
+    for (int i = 5; i < 12; i++)
+        keys += F(it, i) != Py_None;
+#if PY_VERSION_HEX < 0x030D0000
+    /* The exact size: a presize of 12 would take a keys object past pymalloc's 512 bytes (malloc, free). */
+    PyObject *d = _PyDict_NewPresized(keys);
+#else
+    PyObject *d = PyDict_New();
+#endif
+    if (d == NULL)
+        return NULL;
+    long long ticks, early;
+    PyObject *offset;
+    if (as_ll(F(it, 0), &ticks) && as_ll(earliest, &early) && ticks >= 0 && early >= 0)
+        offset = PyLong_FromLongLong(ticks - early);
+    else
+        offset = PyNumber_Subtract(F(it, 0), earliest);
+    if (put(d, 0, offset) < 0 || put(d, 1, renumber(new_ip, F(it, 1))) < 0 || PyDict_SetItem(d, KEYS[2], F(it, 2)) < 0
+        || PyDict_SetItem(d, KEYS[3], F(it, 3)) < 0 || put(d, 4, renumber(new_sig, F(it, 4))) < 0
+        || put_borrowed(d, 5, F(it, 5)) < 0 || put_borrowed(d, 6, F(it, 6)) < 0
+        || (F(it, 7) != Py_None && put(d, 7, renumber(new_name, F(it, 7))) < 0) || put_borrowed(d, 8, F(it, 8)) < 0
+        || put_borrowed(d, 9, F(it, 9)) < 0 || put_borrowed(d, 11, F(it, 10)) < 0
+        || put_borrowed(d, 12, F(it, 11)) < 0) {
+        Py_DECREF(d);
+        return NULL;
+    }
+    return d;
+}
+
+static PyObject *items(PyObject *self, PyObject *args)
+{
+    PyObject *seq, *earliest, *new_ip, *new_sig, *new_name;
+    if (!PyArg_ParseTuple(args, "OOO!O!O!:items", &seq, &earliest, &PyList_Type, &new_ip, &PyList_Type, &new_sig,
+                          &PyList_Type, &new_name))
+        return NULL;
+    PyObject *list = PySequence_Fast(seq, "items: items must be a sequence"); /* an Items gives its tuples */
+    if (list == NULL)
+        return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(list);
+    PyObject *out = PyList_New(n);
+    for (Py_ssize_t i = 0; out != NULL && i < n; i++) {
+        PyObject *d = item_map(PySequence_Fast_GET_ITEM(list, i), earliest, new_ip, new_sig, new_name);
+        if (d == NULL)
+            Py_CLEAR(out);
+        else
+            PyList_SET_ITEM(out, i, d);
+    }
+    Py_DECREF(list);
+    return out;
+}
+
+/* CBOR (RFC 8949) heads and ints, shortest form, as cbor2 writes them. */
+typedef struct {
+    unsigned char *p;
+    Py_ssize_t len, cap;
+} Out;
+
+static int out_head(Out *o, int major, unsigned long long v)
+{
+    if (o->len + 9 > o->cap) {
+        Py_ssize_t cap = o->cap * 2 + 64;
+        unsigned char *p = PyMem_Realloc(o->p, cap);
+        if (p == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        o->p = p;
+        o->cap = cap;
+    }
+    unsigned char *w = o->p + o->len;
+    int n = v < 24 ? 0 : v < 0x100 ? 1 : v < 0x10000 ? 2 : v < 0x100000000ULL ? 4 : 8;
+    *w++ = (unsigned char)(major << 5 | (n == 0 ? v : n == 1 ? 24 : n == 2 ? 25 : n == 4 ? 26 : 27));
+    for (int i = n - 1; i >= 0; i--)
+        *w++ = (unsigned char)(v >> (8 * i));
+    o->len = w - o->p;
+    return 0;
+}
+
+/* map key k (0..23), then an int value: 1, or 0 when v is not a plain int (then Python encodes), -1. */
+static int out_pair(Out *o, int k, long long v)
+{
+    if (out_head(o, 0, k) < 0)
+        return -1;
+    return out_head(o, v >= 0 ? 0 : 1, v >= 0 ? (unsigned long long)v : (unsigned long long)(-1 - v)) < 0 ? -1 : 1;
+}
+
+static int out_int(Out *o, int k, PyObject *v)
+{
+    long long x;
+    return as_ll(v, &x) ? out_pair(o, k, x) : 0;
+}
+
+/* new_list[i] as a long long: 1, 0 where Python would raise or see another type. */
+static int renumber_ll(PyObject *list, long long i, long long *v)
+{
+    if (i < 0)
+        i += PyList_GET_SIZE(list);
+    return i >= 0 && i < PyList_GET_SIZE(list) && as_ll(PyList_GET_ITEM(list, i), v);
+}
+
+/* new_list[index] as a long long: 1, 0 where Python would raise or see another type. */
+static int renumbered(PyObject *list, PyObject *index, long long *v)
+{
+    long long i;
+    return as_ll(index, &i) && renumber_ll(list, i, v);
+}
+
+#define LIMIT (1LL << 62)
+
+/* One item map: 1, 0 (Python encodes the block's items), -1 error. */
+static int encode_item(Out *o, const Item *it, long long early, PyObject *new_ip, PyObject *new_sig,
+                       PyObject *new_name)
+{
+    long long ci, sgi, ni = 0;
+    if ((it->nones & 0x1F) || it->v[0] < -LIMIT || it->v[0] > LIMIT || !renumber_ll(new_ip, it->v[1], &ci)
+        || !renumber_ll(new_sig, it->v[4], &sgi) || (!(it->nones >> 7 & 1) && !renumber_ll(new_name, it->v[7], &ni)))
+        return 0;
+    int keys = 5;
+    for (int i = 5; i < ITEM_INTS; i++)
+        keys += !(it->nones >> i & 1);
+    if (out_head(o, 5, keys) < 0 || out_pair(o, 0, it->v[0] - early) < 0 || out_pair(o, 1, ci) < 0
+        || out_pair(o, 2, it->v[2]) < 0 || out_pair(o, 3, it->v[3]) < 0 || out_pair(o, 4, sgi) < 0)
+        return -1;
+    for (int i = 5; i < ITEM_INTS; i++) {
+        if (!(it->nones >> i & 1) && out_pair(o, i, i == 7 ? ni : it->v[i]) < 0)
+            return -1;
+    }
+    return 1;
+}
+
+static PyObject *encode_items(PyObject *self, PyObject *args)
+{
+    PyObject *list, *earliest, *new_ip, *new_sig, *new_name;
+    long long early;
+    if (!PyArg_ParseTuple(args, "OOO!O!O!:encode_items", &list, &earliest, &PyList_Type, &new_ip, &PyList_Type,
+                          &new_sig, &PyList_Type, &new_name))
+        return NULL;
+    if (!PyList_Check(list) && !Py_IS_TYPE(list, &ItemsType)) {
+        PyErr_SetString(PyExc_TypeError, "encode_items: items must be a list or an Items");
+        return NULL;
+    }
+    if (!as_ll(earliest, &early) || early < -LIMIT || early > LIMIT)
+        Py_RETURN_NONE;
+    Items *store = Py_IS_TYPE(list, &ItemsType) ? (Items *)list : NULL;
+    Py_ssize_t n = store != NULL ? store->n : PyList_GET_SIZE(list);
+    Out o = {NULL, 0, 0};
+    int rc = out_head(&o, 4, (unsigned long long)n) < 0 ? -1 : 1;
+    for (Py_ssize_t i = 0; rc == 1 && i < n; i++) {
+        Item it;
+        if (store != NULL)
+            rc = encode_item(&o, &store->a[i], early, new_ip, new_sig, new_name);
+        else
+            rc = item_of_tuple(PyList_GET_ITEM(list, i), &it) ? encode_item(&o, &it, early, new_ip, new_sig, new_name)
+                                                               : 0;
+    }
+    PyObject *out = rc == 1 ? PyBytes_FromStringAndSize((const char *)o.p, o.len) : rc == 0 ? Py_NewRef(Py_None) : NULL;
+    PyMem_Free(o.p);
+    return out;
+}
+
+/* cbor2.dumps([cdns._signature(sig, new_ip, new_name) for sig in sigs]), or None (a value not an int). */
+static PyObject *encode_signatures(PyObject *self, PyObject *args)
+{
+    PyObject *list, *new_ip, *new_name;
+    if (!PyArg_ParseTuple(args, "O!O!O!:encode_signatures", &PyList_Type, &list, &PyList_Type, &new_ip, &PyList_Type,
+                          &new_name))
+        return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(list);
+    Out o = {NULL, 0, 0};
+    int rc = out_head(&o, 4, (unsigned long long)n) < 0 ? -1 : 1;
+    for (Py_ssize_t i = 0; rc == 1 && i < n; i++) {
+        PyObject *sig = PyList_GET_ITEM(list, i);
+        if (!PyTuple_Check(sig) || PyTuple_GET_SIZE(sig) != 17) {
+            rc = 0;
+            break;
+        }
+        int keys = 0;
+        for (int k = 0; k < 17; k++)
+            keys += F(sig, k) != Py_None;
+        if (F(sig, 0) == Py_None || out_head(&o, 5, keys) < 0) {
+            rc = F(sig, 0) == Py_None ? 0 : -1;
+            break;
+        }
+        for (int k = 0; rc == 1 && k < 17; k++) {
+            PyObject *v = F(sig, k);
+            long long x;
+            if (v == Py_None)
+                continue;
+            if (k == 0 || k == 15)
+                rc = renumbered(k == 0 ? new_ip : new_name, v, &x) ? out_pair(&o, k, x) : 0;
+            else
+                rc = out_int(&o, k, v);
+        }
+    }
+    PyObject *out = rc == 1 ? PyBytes_FromStringAndSize((const char *)o.p, o.len) : rc == 0 ? Py_NewRef(Py_None) : NULL;
+    PyMem_Free(o.p);
+    return out;
+}
+
+/* The use count of each index 0..n-1 in field `field` of the items (None skipped): the counts that order
+ * a block's tables most-used first. collections.Counter did this at about 140 ns an item and field. */
+static PyObject *count_uses(PyObject *self, PyObject *args)
+{
+    PyObject *list;
+    Py_ssize_t field, n;
+    if (!PyArg_ParseTuple(args, "Onn:count_uses", &list, &field, &n))
+        return NULL;
+    Items *store = Py_IS_TYPE(list, &ItemsType) ? (Items *)list : NULL;
+    if (store == NULL && !PyList_Check(list)) {
+        PyErr_SetString(PyExc_TypeError, "count_uses: items must be a list or an Items");
+        return NULL;
+    }
+    if (store != NULL && (field < 0 || field >= 12)) {
+        PyErr_SetString(PyExc_ValueError, "count_uses: an item is not a tuple with that field");
+        return NULL;
+    }
+    if (n < 0) {
+        PyErr_SetString(PyExc_ValueError, "count_uses: n must not be negative");
+        return NULL;
+    }
+    Py_ssize_t *counts = PyMem_Calloc(n ? n : 1, sizeof *counts);
+    if (counts == NULL)
+        return PyErr_NoMemory();
+    PyObject *uses = NULL;
+    for (Py_ssize_t i = 0; store != NULL && i < store->n; i++) {
+        const Item *it = &store->a[i];
+        if (field >= ITEM_INTS || it->nones >> field & 1)
+            continue;
+        if (it->v[field] < 0 || it->v[field] >= n) {
+            PyErr_Format(PyExc_IndexError, "count_uses: index %lld out of range", (long long)it->v[field]);
+            goto done;
+        }
+        counts[it->v[field]]++;
+    }
+    for (Py_ssize_t i = 0; store == NULL && i < PyList_GET_SIZE(list); i++) {
+        PyObject *it = PyList_GET_ITEM(list, i);
+        if (!PyTuple_Check(it) || field < 0 || field >= PyTuple_GET_SIZE(it)) {
+            PyErr_SetString(PyExc_ValueError, "count_uses: an item is not a tuple with that field");
+            goto done;
+        }
+        PyObject *v = PyTuple_GET_ITEM(it, field);
+        if (v == Py_None)
+            continue;
+        Py_ssize_t k = PyLong_AsSsize_t(v);
+        if (k < 0 || k >= n) {
+            if (!PyErr_Occurred())
+                PyErr_Format(PyExc_IndexError, "count_uses: index %zd out of range", k);
+            goto done;
+        }
+        counts[k]++;
+    }
+    uses = PyList_New(n);
+    for (Py_ssize_t k = 0; uses != NULL && k < n; k++) {
+        PyObject *c = PyLong_FromSsize_t(counts[k]);
+        if (c == NULL)
+            Py_CLEAR(uses);
+        else
+            PyList_SET_ITEM(uses, k, c);
+    }
+done:
+    PyMem_Free(counts);
+    return uses;
+}
+
+/* cdns._by_use: (old indexes most used first, ties in index order; the new index of each old one). The
+ * Python sort with a key function and the loop after it cost ~0.3 µs per transaction for three tables. */
+typedef struct {
+    long long uses;
+    Py_ssize_t index;
+} Use;
+
+static int by_more_use(const void *a, const void *b)
+{
+    const Use *x = a, *y = b;
+    if (x->uses != y->uses)
+        return x->uses > y->uses ? -1 : 1;
+    return x->index < y->index ? -1 : x->index > y->index;
+}
+
+static PyObject *by_use(PyObject *self, PyObject *uses)
+{
+    if (!PyList_Check(uses)) {
+        PyErr_SetString(PyExc_TypeError, "by_use: uses must be a list of ints");
+        return NULL;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(uses);
+    Use *u = PyMem_Malloc((n ? n : 1) * sizeof *u);
+    if (u == NULL)
+        return PyErr_NoMemory();
+    PyObject *order = NULL, *renumbered_list = NULL, *result = NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        u[i].index = i;
+        if (!as_ll(PyList_GET_ITEM(uses, i), &u[i].uses)) {
+            PyErr_SetString(PyExc_TypeError, "by_use: uses must be a list of ints");
+            goto done;
+        }
+    }
+    qsort(u, n, sizeof *u, by_more_use);
+    order = PyList_New(n);
+    renumbered_list = PyList_New(n);
+    if (order == NULL || renumbered_list == NULL)
+        goto done;
+    for (Py_ssize_t j = 0; j < n; j++) {
+        PyObject *old = PyLong_FromSsize_t(u[j].index), *new = PyLong_FromSsize_t(j);
+        if (old == NULL || new == NULL) {
+            Py_XDECREF(old);
+            Py_XDECREF(new);
+            goto done;
+        }
+        PyList_SET_ITEM(order, j, old);
+        PyList_SET_ITEM(renumbered_list, u[j].index, new);
+    }
+    result = PyTuple_Pack(2, order, renumbered_list);
+done:
+    Py_XDECREF(order);
+    Py_XDECREF(renumbered_list);
+    PyMem_Free(u);
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    {"by_use", by_use, METH_O,
+     "by_use(uses) -> (order, new): old indexes most used first (ties in index order), new index of each old one."},
+    {"count_uses", count_uses, METH_VARARGS,
+     "count_uses(items, field, n) -> [count]: how many items hold each index 0..n-1 in `field` (None skipped)."},
+    {"add", add, METH_VARARGS,
+     "add(txs, start, ip, names, classtype, sigs, items, earliest, qr_type[, cache]) -> (stop, earliest, "
+     "processed, unmatched_queries, unmatched_responses): Block.add_python's loop, up to the first transaction it "
+     "leaves to Python; cache: the block's Cache (lookups by content in front of names, classtype and sigs)."},
+    {"items", items, METH_VARARGS,
+     "items(items, earliest, new_ip, new_sig, new_name) -> [QueryResponse map]: cdns._item over the items."},
+    {"encode_items", encode_items, METH_VARARGS,
+     "encode_items(items, earliest, new_ip, new_sig, new_name) -> bytes or None: cbor2.dumps of items(...), "
+     "or None where an item has a value other than an int or None (extended sections)."},
+    {"encode_signatures", encode_signatures, METH_VARARGS,
+     "encode_signatures(sigs, new_ip, new_name) -> bytes or None: cbor2.dumps of cdns._signature over sigs."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "export.cdns._cdnsblock", NULL, -1, methods};
+
+PyMODINIT_FUNC PyInit__cdnsblock(void)
+{
+    for (int k = 0; k < 13; k++)
+        if ((KEYS[k] = PyLong_FromLong(k)) == NULL)
+            return NULL;
+    if (PyType_Ready(&CacheType) < 0 || PyType_Ready(&ItemsType) < 0)
+        return NULL;
+    PyObject *mod = PyModule_Create(&module);
+    if (mod == NULL)
+        return NULL;
+    if (PyModule_AddObjectRef(mod, "Cache", (PyObject *)&CacheType) < 0
+        || PyModule_AddObjectRef(mod, "Items", (PyObject *)&ItemsType) < 0) {
+        Py_DECREF(mod);
+        return NULL;
+    }
+    PyObject *indexes = Py_BuildValue(
+        "{sisisisisisisisisisisisisisisisisisisisisi}", "TS_NS", TS_NS, "IPV", IPV, "PROTO", PROTO, "SRC", SRC,
+        "SPORT", SPORT, "DST", DST, "DPORT", DPORT, "TTL", TTL, "DNS_LEN", DNS_LEN, "ID", ID, "FLAGS", FLAGS,
+        "QDCOUNT", QDCOUNT, "ANCOUNT", ANCOUNT, "NSCOUNT", NSCOUNT, "ARCOUNT", ARCOUNT, "QNAME", QNAME, "QTYPE",
+        QTYPE, "QCLASS", QCLASS, "EDNS", EDNS, "MALFORMED", MALFORMED, "RAW", RAW);
+    PyObject *edns = Py_BuildValue("{sisisisisi}", "UDP_SIZE", E_UDP, "VERSION", E_VERSION, "DO", E_DO, "EXT_RCODE",
+                                   E_EXT, "RDATA", E_RDATA);
+    PyObject *constants = Py_BuildValue(
+        "{sisisisisisisisisisi}", "NS_PER_TICK", NS_PER_TICK, "PROTO_TCP", PROTO_TCP, "TRANSPORT_QUERY_TRAILINGDATA",
+        TRANSPORT_QUERY_TRAILINGDATA, "QR_HAS_QUERY", QR_HAS_QUERY, "QR_HAS_RESPONSE", QR_HAS_RESPONSE,
+        "QR_QUERY_HAS_OPT", QR_QUERY_HAS_OPT, "QR_RESPONSE_HAS_OPT", QR_RESPONSE_HAS_OPT, "QR_QUERY_HAS_NO_QUESTION",
+        QR_QUERY_HAS_NO_QUESTION, "QR_RESPONSE_HAS_NO_QUESTION", QR_RESPONSE_HAS_NO_QUESTION, "QUERY_DO", QUERY_DO);
+    if (PyModule_AddObject(mod, "INDEXES", indexes) < 0 || PyModule_AddObject(mod, "EDNS_INDEXES", edns) < 0
+        || PyModule_AddObject(mod, "CONSTANTS", constants) < 0) {
+        Py_XDECREF(indexes);
+        Py_XDECREF(edns);
+        Py_XDECREF(constants);
+        Py_DECREF(mod);
+        return NULL;
+    }
+    return mod;
+}

@@ -1,0 +1,342 @@
+"""C-DNS (RFC 8618) exporter: transactions → blocks of deduplicated tables and Q/R items → rotating files.
+
+File layout, streamed: the definite array header of 3, "C-DNS", the file preamble, then an
+indefinite-length block array (0x9f) to which each block is appended as cbor2 encodes it, and the break
+byte (0xff) when the file is closed. Until then the file is NAME.cdns[.gz|.xz|.zst].part.
+
+What is recorded (the storage hints say exactly this; see README "C-DNS output"):
+- Q/R items: time-offset (ticks of 1 µs after the block's earliest-time), client address and port,
+  transaction id, signature, client hop limit, response delay, first QNAME (uncompressed wire form,
+  original case), query and response DNS sizes; with export.cdns_full_sections the second and later
+  questions of the query and the answer/authority/additional sections of query and response (names
+  uncompressed, compression pointers inside the RDATA of the types of cdns_format.RDATA_NAME_LAYOUT
+  expanded, other RDATA as received; the query's OPT is in the signature, not in its additional
+  section, as compactor does).
+- Signatures: server address and port, transport flags, qr-type when configured, qr-sig-flags, opcode,
+  query and response header flags and the query's DO, query and response RCODEs with the extended bits,
+  class/type of the first question, the query's counts (QDCOUNT from the response when there is no
+  query), the query's EDNS version, UDP size and OPT RDATA.
+- Query-only and response-only items have only their side's fields (has-query / has-response say
+  which); malformed messages are malformed-messages items with their bytes in malformed-message-data,
+  on the query side unless QR says response; zone transfers are one item (first response message's
+  sections, sizes summed).
+- Address events: ICMP/ICMPv6 errors and TCP resets counted by the decoder (probe.decode.packets),
+  per block, by type, code, address and IP version.
+- Block statistics per block: messages in its items, items, unmatched queries and responses, malformed
+  items; discarded-opcode is 0 (every OPCODE is recorded).
+
+Client addresses get the privacy treatment of the Parquet output (export.anonymise: cryptopANT, prefix);
+with a prefix only its bytes are stored and the storage parameters say so.
+
+Compression (export.cdns_compression) of the whole file runs in a thread of its own that takes the
+raw bytes from a queue, compresses and writes them: the capture thread only encodes blocks and queues
+them, and does not wait for the compressor, nor for the disk, even at rotation (a file being finished
+is renamed by its thread; close() waits for them all).
+"""
+
+
+import lzma
+import os
+import queue
+import socket
+import threading
+import zlib
+
+import cbor2
+
+from export.base import FileExporter, tx_time_ns
+from export.cdns import format as F
+from export.cdns.block import QR_FIELDS, SECTION_FIELDS, TICKS_PER_SECOND, Block, Clients
+from probe import __version__
+from probe.model import SNAPLEN
+
+# ---------------------------------------------------------------------------------------------
+# The file preamble
+
+
+def capture_filter(ports, live):
+    """The selection of packets, in tcpdump style (the kernel filter of live capture does the same)."""
+    port_expr = " or ".join(f"port {p}" for p in ports)
+    text = f"((udp or tcp) and ({port_expr})) or (ip[6:2] & 0x3fff != 0) or (ip6[6] = 44)"
+    if not live:
+        text += " or icmp or icmp6"
+    return text
+
+
+def storage_hints(full_sections, qr_type):
+    qr = F.bits(QR_FIELDS + (SECTION_FIELDS if full_sections else ()), F.QR_HINT_BITS)
+    sig = F.bits([name for name in F.QR_SIG_HINT_BITS if name != "qr-type" or qr_type is not None], F.QR_SIG_HINT_BITS)
+    return {
+        F.QUERY_RESPONSE_HINTS: qr,
+        F.QUERY_RESPONSE_SIGNATURE_HINTS: sig,
+        F.RR_HINTS: F.bits(F.RR_HINT_BITS, F.RR_HINT_BITS) if full_sections else 0,
+        F.OTHER_DATA_HINTS: F.bits(F.OTHER_DATA_HINT_BITS, F.OTHER_DATA_HINT_BITS),
+    }
+
+
+def file_preamble(cfg, client, live):
+    """The FilePreamble map of RFC 8618 7.4 for this configuration."""
+    ecfg = cfg.export
+    storage = {
+        F.TICKS_PER_SECOND: TICKS_PER_SECOND,
+        F.MAX_BLOCK_ITEMS: ecfg.cdns_block_items,
+        F.STORAGE_HINTS: storage_hints(ecfg.cdns_full_sections, ecfg.cdns_qr_type),
+        F.OPCODES: list(range(16)),
+        F.RR_TYPES: list(F.RECORDED_RR_TYPES),
+    }
+    flags = 0
+    methods = []
+    if client is not None:
+        flags |= F.STORAGE_FLAG_ANONYMIZED_DATA
+        if client.cryptopan is not None:
+            methods.append("cryptopANT prefix-preserving anonymisation of client addresses")
+        if client.prefix4 < 32:
+            storage[F.CLIENT_ADDRESS_PREFIX_IPV4] = client.prefix4
+            methods.append(f"client IPv4 addresses cut to /{client.prefix4}")
+        if client.prefix6 < 128:
+            storage[F.CLIENT_ADDRESS_PREFIX_IPV6] = client.prefix6
+            methods.append(f"client IPv6 addresses cut to /{client.prefix6}")
+    storage[F.STORAGE_FLAGS] = flags
+    if methods:
+        storage[F.ANONYMIZATION_METHOD] = "; ".join(methods)
+    collection = {
+        F.QUERY_TIMEOUT: round(cfg.match.query_timeout * 1000),
+        F.SKEW_TIMEOUT: 0,  # a response with no pending query is response-only at once
+    }
+    if live:
+        collection[F.SNAPLEN] = SNAPLEN
+        collection[F.PROMISC] = cfg.capture.promiscuous
+        collection[F.INTERFACES] = list(cfg.capture.interfaces or ())
+    if ecfg.cdns_server_addresses:
+        collection[F.SERVER_ADDRESSES] = [_packed(a) for a in ecfg.cdns_server_addresses]
+    collection[F.FILTER] = capture_filter(cfg.decode.dns_ports, live)
+    collection[F.GENERATOR_ID] = f"dnsprobe {__version__}"
+    collection[F.HOST_ID] = socket.gethostname() if live else ""  # empty when converting capture files
+    return {
+        F.MAJOR_FORMAT_VERSION: F.FORMAT_MAJOR,
+        F.MINOR_FORMAT_VERSION: F.FORMAT_MINOR,
+        F.BLOCK_PARAMETERS: [{F.STORAGE_PARAMETERS: storage, F.COLLECTION_PARAMETERS: collection}],
+    }
+
+
+def _packed(text):
+    import ipaddress
+
+    return ipaddress.ip_address(text).packed
+
+
+def file_header(preamble):
+    """The bytes before the first block: array(3), "C-DNS", the preamble, an indefinite array start."""
+    return b"\x83" + cbor2.dumps(F.FILE_TYPE_ID) + cbor2.dumps(preamble) + b"\x9f"
+
+
+FILE_TRAILER = b"\xff"  # the break that closes the block array
+
+
+# ---------------------------------------------------------------------------------------------
+# Writing files: a thread per file compresses and writes what the capture thread queues
+
+
+class _Identity:
+    def compress(self, data):
+        return data
+
+    def flush(self):
+        return b""
+
+
+def compressor(codec, level):
+    """An object with compress(bytes) and flush() for the whole-file codec."""
+    if codec == "none":
+        return _Identity()
+    if codec == "gzip":
+        return zlib.compressobj(9 if level is None else level, zlib.DEFLATED, 31)  # gzip framing, mtime 0
+    if codec == "xz":
+        return lzma.LZMACompressor(lzma.FORMAT_XZ, preset=level)
+    import zstandard
+
+    return zstandard.ZstdCompressor(level=3 if level is None else level).compressobj()
+
+
+def check_level(codec, level):
+    """A ConfigError naming export.compression_level when the level does not suit the codec."""
+    from probe.errors import ConfigError
+
+    bounds = {"gzip": (0, 9), "xz": (0, 9), "zstd": (-7, 22)}.get(codec)
+    if level is None or bounds is None:
+        return
+    if not bounds[0] <= level <= bounds[1]:
+        raise ConfigError(
+            f"config key 'export.compression_level': {level} is not a {codec} level ({bounds[0]}..{bounds[1]})"
+        )
+
+
+class FileSink:
+    """One output file: bytes queued by write() are compressed and written by a thread of the sink's own,
+    which also closes the file and renames NAME.part to NAME after finish()."""
+
+    def __init__(self, part_path, final_path, codec, level):
+        self.part_path = part_path
+        self.final_path = final_path
+        self.fh = open(part_path, "wb")  # closed by the thread
+        self.comp = compressor(codec, level)
+        self.codec = codec
+        self.queue = queue.SimpleQueue()
+        self.error = None
+        self.thread = threading.Thread(target=self._run, name=f"cdns-writer {final_path.name}", daemon=True)
+        self.thread.start()
+
+    def write(self, data):
+        self.queue.put(data)
+
+    def finish(self):
+        """No more data: the thread flushes, closes and renames (see done())."""
+        self.queue.put(None)
+
+    def done(self):
+        return not self.thread.is_alive()
+
+    def join(self):
+        self.thread.join()
+
+    def _run(self):
+        if self.codec != "none":
+            _off_capture_cores()
+        fh, comp, get = self.fh, self.comp, self.queue.get
+        try:
+            while True:
+                data = get()
+                if data is None:
+                    break
+                out = comp.compress(data)
+                if out:
+                    fh.write(out)
+            fh.write(comp.flush())
+            fh.close()
+            os.replace(self.part_path, self.final_path)
+        except OSError as exc:
+            self.error = exc
+            try:
+                fh.close()
+            except OSError:
+                pass
+            while get() is not None:  # let the capture thread go on; what follows is not written
+                pass
+
+
+def _off_capture_cores():
+    """Let a compressor thread run on any core: a live-capture worker is pinned to its core, and the
+    compressor should not take that core's time (Linux affinity is per thread)."""
+    try:
+        os.sched_setaffinity(0, range(os.cpu_count() or 1))
+    except (OSError, AttributeError, ValueError):
+        pass
+
+
+# ---------------------------------------------------------------------------------------------
+# The exporter
+
+
+class CdnsExporter(FileExporter):
+    """Writes transactions as C-DNS files (see the module docstring); the exporter interface is in export/."""
+
+    def __init__(self, cfg, directory, worker_id, stats, client=None, live=False):
+        super().__init__(cfg.export, directory, worker_id, stats)
+        ecfg = cfg.export
+        check_level(ecfg.cdns_compression, ecfg.compression_level)
+        self.suffix = ".cdns" + F.COMPRESSION_SUFFIXES[ecfg.cdns_compression]
+        self.max_items = ecfg.cdns_block_items
+        self.full_sections = ecfg.cdns_full_sections
+        self.qr_type = F.QR_TYPES[ecfg.cdns_qr_type] if ecfg.cdns_qr_type else None
+        self.clients = Clients(client) if client is not None else None
+        self.header = file_header(file_preamble(cfg, client, live))
+        self.sink = None
+        self.finishing = []  # sinks whose thread is still compressing, closing or renaming
+        self.block = Block(self)
+        self.file_blocks = 0
+        self.file_records = 0
+
+    # -- the exporter interface --
+
+    def is_open(self):
+        return self.sink is not None
+
+    def write(self, txs, address_events=None, now_ns=None):
+        self._reap()
+        limit = self.cfg.rotate_records
+        i = 0
+        n = len(txs)
+        while i < n:
+            if self.sink is None:
+                self._open(tx_time_ns(txs[i]))
+            room = self.max_items - len(self.block)
+            if limit:
+                room = min(room, limit - self.file_records)
+            chunk = txs[i : i + room]
+            i += len(chunk)
+            before = len(self.block)
+            self.block.add(chunk)
+            added = len(self.block) - before
+            self.file_records += added
+            self.stats.records += added
+            if len(self.block) >= self.max_items:
+                self._flush_block()
+            if limit and self.file_records >= limit:
+                self.rotate()
+        events = list(address_events.items()) if address_events else []
+        while events:
+            if self.sink is None:
+                self._open(now_ns if now_ns is not None else self.file_start_ns or 0)
+            events = self.block.add_events(events, now_ns)
+            if events:
+                self._flush_block()
+
+    def rotate(self):
+        if self.sink is None:
+            return
+        if len(self.block) or self.block.events:
+            self._flush_block(rotating=True)
+        sink = self.sink
+        self.sink = None
+        sink.write(FILE_TRAILER)
+        sink.finish()
+        self.finishing.append(sink)
+        self._reap()
+
+    def close(self):
+        self.rotate()
+        for sink in self.finishing:
+            sink.join()
+        self._reap()
+
+    # -- internals --
+
+    def _open(self, ts_ns):
+        self._name(ts_ns)
+        try:
+            self.sink = FileSink(self.part_path, self.final_path, self.cfg.cdns_compression, self.cfg.compression_level)
+        except OSError as exc:
+            raise self._output_error(exc) from None
+        self.sink.write(self.header)
+        self.file_blocks = 0
+        self.file_records = 0
+
+    def _flush_block(self, rotating=False):
+        self.sink.write(self.block.encode())
+        self.block = Block(self)
+        self.file_blocks += 1
+        if not rotating and self.cfg.rotate_blocks and self.file_blocks >= self.cfg.rotate_blocks:
+            self.rotate()
+
+    def _reap(self):
+        """Account for the files whose thread has finished (in order); raise the first write error."""
+        while self.finishing and self.finishing[0].done():
+            sink = self.finishing.pop(0)
+            if sink.error is not None:
+                raise self._output_error(sink.error, sink.part_path)
+            self.completed.append(sink.final_path)
+            self.stats.files += 1
+        for sink in self.finishing + ([self.sink] if self.sink else []):
+            if sink.error is not None:
+                raise self._output_error(sink.error, sink.part_path)
+

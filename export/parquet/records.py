@@ -1,0 +1,225 @@
+"""Transactions → Arrow record batches: DNS Probe's 55 columns, then dnsprobe's own.
+
+The table below is the schema (name, Arrow type, meaning). Columns are built for a whole batch at
+once: transactions are transposed with zip(*rows) and derived columns are computed with Arrow
+compute kernels, so no Python work is done per cell except address formatting (cached).
+
+Row semantics: identity columns (id, qname, addresses, ports, qtype, ...) come from the query, or from
+the response when there is no query. Query columns are null in a response-only row and response
+columns are null in a query-only row, so `dns_len > 0` means "has a query" and `dns_res_len > 0`
+"has a response". Client = sender of the query (receiver of the response).
+"""
+
+import socket
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from export.parquet.columns import extract
+from export.parquet.schema import BOOL, I32, SCHEMA, STR, TS_NS
+from probe.model import (
+    FLAG_AA,
+    FLAG_AD,
+    FLAG_CD,
+    FLAG_RA,
+    FLAG_RD,
+    FLAG_TC,
+    FLAG_Z,
+    E,
+    M,
+)
+
+Q, R = 0, 1  # a transaction is (query tuple or None, response tuple or None, response message count)
+
+# Every value the columns are made of, read from the transactions in one pass (export.parquet.columns): name ->
+# (path into the transaction, kind[, fill]). A None on the path is a null (the side is missing), except
+# that for the OPT record's fields a present side without OPT gets `fill`, the value DNS Probe writes.
+_FIELDS = {
+    "q_ts": ((Q, M.TS_NS), "q"),
+    "r_ts": ((R, M.TS_NS), "q"),
+    "id": (((Q, M.ID), (R, M.ID)), "i"),
+    "qname": (((Q, M.QNAME), (R, M.QNAME)), "s"),
+    "domain_name": (((Q, M.QNAME), (R, M.QNAME)), "D"),
+    "q_wirelen": ((Q, M.WIRELEN), "i"),
+    "r_wirelen": ((R, M.WIRELEN), "i"),
+    "q_ttl": ((Q, M.TTL), "i"),
+    "ipv": (((Q, M.IPV), (R, M.IPV)), "i"),
+    "proto": (((Q, M.PROTO), (R, M.PROTO)), "i"),
+    "client_port": (((Q, M.SPORT), (R, M.DPORT)), "i"),
+    "server_port": (((Q, M.DPORT), (R, M.SPORT)), "i"),
+    "server": (((Q, M.DST), (R, M.SRC)), "a"),
+    "q_udp_sum": ((Q, M.UDP_SUM), "i"),
+    "q_dns_len": ((Q, M.DNS_LEN), "i"),
+    "r_dns_len": ((R, M.DNS_LEN), "i"),
+    "q_flags": ((Q, M.FLAGS), "i"),
+    "r_flags": ((R, M.FLAGS), "i"),
+    "r_ancount": ((R, M.ANCOUNT), "i"),
+    "r_arcount": ((R, M.ARCOUNT), "i"),
+    "r_nscount": ((R, M.NSCOUNT), "i"),
+    "q_qdcount": ((Q, M.QDCOUNT), "i"),
+    "qtype": (((Q, M.QTYPE), (R, M.QTYPE)), "i"),
+    "qclass": (((Q, M.QCLASS), (R, M.QCLASS)), "i"),
+    "labels": (((Q, M.LABELS), (R, M.LABELS)), "i"),
+    "rtt": (((Q, M.TCP_RTT_MS), (R, M.TCP_RTT_MS)), "d"),
+    "vlan": (((Q, M.VLAN), (R, M.VLAN)), "i"),
+    "malformed": (((Q, M.MALFORMED), (R, M.MALFORMED)), "b"),
+    "messages": ((2,), "i"),
+    "q_edns_udp": ((Q, M.EDNS, E.UDP_SIZE), "i", 0),
+    "q_edns_version": ((Q, M.EDNS, E.VERSION), "i", 0),
+    "q_edns_do": ((Q, M.EDNS, E.DO), "b", False),
+    "q_dau": ((Q, M.EDNS, E.DAU), "s", ""),
+    "q_dhu": ((Q, M.EDNS, E.DHU), "s", ""),
+    "q_n3u": ((Q, M.EDNS, E.N3U), "s", ""),
+    "q_ecs": ((Q, M.EDNS, E.CLIENT_SUBNET), "s", ""),
+    "q_other": ((Q, M.EDNS, E.OTHER), "s", ""),
+    "r_nsid": ((R, M.EDNS, E.NSID), "s", ""),
+    "r_ext_rcode": ((R, M.EDNS, E.EXT_RCODE), "i", 0),
+    "r_ede": ((R, M.EDNS, E.EDE), "L", ()),
+    "r_edns_udp": ((R, M.EDNS, E.UDP_SIZE), "i", 0),
+}
+_CLIENT = {"client": (((Q, M.SRC), (R, M.DST)), "a")}
+_CLIENT_RAW = {"q_src": ((Q, M.SRC), "y"), "r_dst": ((R, M.DST), "y")}
+
+
+def _bit(flags, mask):
+    return pc.not_equal(pc.bit_wise_and(flags, pa.scalar(mask, I32)), pa.scalar(0, I32))
+
+
+class RecordBuilder:
+    """Builds Arrow tables from transaction triples (query, response, response_messages)."""
+
+    def __init__(self, max_cache=200_000, client=None):
+        """client: a export.anonymise.ClientPrivacy applied to client addresses (and EDNS client subnets), or
+        None. Server addresses are written as they are. The caches map a client address or subnet to its
+        written text (addresses repeat; the transformation is slow)."""
+        self._max_cache = max_cache
+        self._client = client
+        self._client_text = {}
+        self._subnet_text = {}
+        self._specs = dict(_FIELDS, **(_CLIENT_RAW if client else _CLIENT))
+
+    def _private_clients(self, q_src, r_dst):
+        """Client addresses through the ClientPrivacy, as text (cached)."""
+        cache = self._client_text
+        if len(cache) > self._max_cache:
+            cache.clear()
+        transform = self._client.address
+        out = []
+        for a in pc.coalesce(q_src, r_dst).to_pylist():
+            t = cache.get(a)
+            if t is None and a is not None:
+                packed = transform(a)
+                t = cache[a] = socket.inet_ntop(socket.AF_INET if len(a) == 4 else socket.AF_INET6, packed)
+            out.append(t)
+        return pa.array(out, STR)
+
+    def _private_subnets(self, texts):
+        """EDNS client subnets transformed like client addresses (cached)."""
+        cache = self._subnet_text
+        if len(cache) > self._max_cache:
+            cache.clear()
+        subnet = self._client.subnet
+        out = []
+        for t in texts.to_pylist():
+            s = cache.get(t)
+            if s is None and t is not None:
+                s = cache[t] = subnet(t) if t else t
+            out.append(s)
+        return pa.array(out, STR)
+
+    def build(self, txs):
+        specs = self._specs
+        f = dict(zip(specs, extract(txs if isinstance(txs, list) else list(txs), list(specs.values()))))
+        n = len(txs)
+        q_present = f["q_ts"].is_valid()
+        r_present = f["r_ts"].is_valid()
+        qts, rts = f["q_ts"], f["r_ts"]
+        ts = pc.coalesce(qts, rts)
+        time_us = pc.divide(ts, 1000)
+        unixtime = pc.divide(ts, 1_000_000_000)
+        qflags, rflags = f["q_flags"], f["r_flags"]
+        qname = f["qname"]
+        rcode = pc.bit_wise_or(
+            pc.bit_wise_and(rflags, pa.scalar(0x0F, I32)),
+            pc.shift_left(f["r_ext_rcode"], pa.scalar(4, I32)),
+        )
+        opcode = pc.bit_wise_and(pc.shift_right(pc.coalesce(qflags, rflags), pa.scalar(11, I32)), pa.scalar(0x0F, I32))
+        if self._client:
+            client = self._private_clients(f["q_src"], f["r_dst"])
+            ecs = self._private_subnets(f["q_ecs"])
+        else:
+            client = f["client"]
+            ecs = f["q_ecs"]
+        zero_i32 = pa.nulls(n, I32).fill_null(0)
+        empty = pa.nulls(n, STR).fill_null("")
+        false = pa.nulls(n, BOOL).fill_null(False)
+
+        columns = [
+            f["id"],
+            unixtime,
+            time_us,
+            qname,
+            f["domain_name"],
+            f["q_wirelen"],
+            zero_i32,
+            f["q_ttl"],
+            f["ipv"],
+            f["proto"],
+            client,
+            f["client_port"],
+            f["server"],
+            f["server_port"],
+            f["q_udp_sum"],
+            f["q_dns_len"],
+            _bit(rflags, FLAG_AA),
+            _bit(rflags, FLAG_TC),
+            _bit(qflags, FLAG_RD),
+            _bit(qflags, FLAG_RA),
+            _bit(qflags, FLAG_Z),
+            _bit(qflags, FLAG_AD),
+            _bit(qflags, FLAG_CD),
+            f["r_ancount"],
+            f["r_arcount"],
+            f["r_nscount"],
+            f["q_qdcount"],
+            opcode,
+            rcode,
+            f["qtype"],
+            f["qclass"],
+            empty,
+            empty,
+            f["q_edns_udp"],
+            f["q_edns_version"],
+            f["q_edns_do"],
+            false,
+            f["r_nsid"],
+            f["q_dau"],
+            f["q_dhu"],
+            f["q_n3u"],
+            ecs,
+            f["q_other"],
+            empty,
+            empty,
+            f["labels"],
+            f["r_wirelen"],
+            pc.subtract(time_us, pc.multiply(unixtime, 1_000_000)),
+            zero_i32,
+            zero_i32,
+            false,
+            false,
+            f["r_dns_len"],
+            empty,
+            f["rtt"],
+            # dnsprobe's own columns
+            q_present,
+            r_present,
+            pc.divide(pc.subtract(rts, qts), 1000),
+            qts.cast(TS_NS),
+            rts.cast(TS_NS),
+            f["vlan"],
+            f["r_ede"],
+            f["malformed"],
+            pc.if_else(r_present, f["messages"], pa.scalar(None, I32)),
+            f["r_edns_udp"],
+        ]
+        return pa.Table.from_arrays(columns, schema=SCHEMA)

@@ -1,0 +1,1 @@
+"""Capture sources. Each yields FrameBatch objects (see probe.model)."""

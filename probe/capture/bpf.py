@@ -1,0 +1,222 @@
+"""The kernel filter of live capture: a classic BPF program that keeps only DNS, assembled here.
+
+It keeps UDP and TCP on the DNS ports (also behind one or two VLAN tags) and fragments of UDP/TCP datagrams;
+the IP allow/deny lists (filter.*) can be compiled into it too. Opcodes are those of <linux/filter.h>;
+BpfAssembler resolves symbolic forward jumps.
+"""
+
+from probe.model import SNAPLEN
+
+PACKET_OUTGOING = 4  # <linux/if_packet.h>: the packet type of a frame this host sends
+BPF_LD, BPF_LDX, BPF_ALU, BPF_JMP, BPF_RET = 0x00, 0x01, 0x04, 0x05, 0x06
+BPF_AND = 0x50
+BPF_W, BPF_H, BPF_B = 0x00, 0x08, 0x10
+BPF_IMM, BPF_ABS, BPF_IND, BPF_MSH = 0x00, 0x20, 0x40, 0xA0
+BPF_JA, BPF_JEQ, BPF_JSET = 0x00, 0x10, 0x40
+BPF_K = 0x00
+SKF_AD_OFF = -0x1000
+SKF_AD_PKTTYPE = 4
+BPF_MAXINSNS = 4096
+MAX_FILTER_PORTS = 100  # keeps every conditional jump of the program within its 255 reach
+
+OPCODES = {
+    # mnemonic: (code, takes a jump pair)
+    "ld": (BPF_LD | BPF_W | BPF_ABS, False),  # A = u32 at [k]
+    "ldh": (BPF_LD | BPF_H | BPF_ABS, False),  # A = u16 at [k]
+    "ldb": (BPF_LD | BPF_B | BPF_ABS, False),  # A = u8 at [k]
+    "ldh_x": (BPF_LD | BPF_H | BPF_IND, False),  # A = u16 at [X + k]
+    "ldxb_msh": (BPF_LDX | BPF_B | BPF_MSH, False),  # X = 4 * ([k] & 0xf): IPv4 header length
+    "ldx_imm": (BPF_LDX | BPF_W | BPF_IMM, False),
+    "and": (BPF_ALU | BPF_AND | BPF_K, False),  # A &= k
+    "jeq": (BPF_JMP | BPF_JEQ | BPF_K, True),
+    "jset": (BPF_JMP | BPF_JSET | BPF_K, True),
+    "ja": (BPF_JMP | BPF_JA, False),  # k = label, 32-bit forward jump
+    "ret": (BPF_RET | BPF_K, False),
+}
+
+
+class BpfAssembler:
+    """Collects instructions with symbolic forward jumps; assemble() resolves them.
+
+    A conditional jump names its true and false targets as labels, or None for "the next instruction".
+    Classic BPF only jumps forward, at most 255 instructions for a conditional jump.
+    """
+
+    def __init__(self):
+        self.code = []  # [mnemonic, k, jt, jf]
+        self.labels = {}
+
+    def label(self, name):
+        if name in self.labels:
+            raise ValueError(f"BPF label {name} defined twice")
+        self.labels[name] = len(self.code)
+
+    def op(self, mnemonic, k=0, jt=None, jf=None):
+        self.code.append([mnemonic, k, jt, jf])
+
+    def jeq_far(self, k, label):
+        """if A == k goto label, for a label further than a conditional jump reaches."""
+        self.op("jeq", k, None, "+1")
+        self.op("ja", label)
+
+    def _target(self, pos, target):
+        if target is None:
+            return 0
+        if target == "+1":
+            return 1
+        if target not in self.labels:
+            raise ValueError(f"BPF label {target} undefined")
+        return self.labels[target] - pos - 1
+
+    def assemble(self):
+        out = []
+        for pos, (mnemonic, k, jt, jf) in enumerate(self.code):
+            code, conditional = OPCODES[mnemonic]
+            if mnemonic == "ja":
+                k, jt_off, jf_off = self._target(pos, k), 0, 0
+                if k < 0:
+                    raise ValueError("BPF jumps go forward only")
+            elif conditional:
+                jt_off, jf_off = self._target(pos, jt), self._target(pos, jf)
+                if not (0 <= jt_off <= 255 and 0 <= jf_off <= 255):
+                    raise ValueError(f"BPF conditional jump at {pos} out of range ({jt_off}, {jf_off})")
+            else:
+                jt_off = jf_off = 0
+            out.append((code, jt_off, jf_off, k & 0xFFFFFFFF))
+        if len(out) > BPF_MAXINSNS:
+            raise ValueError(f"BPF program of {len(out)} instructions is longer than the kernel's {BPF_MAXINSNS}")
+        return out
+
+
+def _ports_check(a, ports, x_relative, offset, accept, otherwise):
+    """A = port at offset (relative to X when x_relative); accept when it is one of ports."""
+    a.op("ldh_x" if x_relative else "ldh", offset)
+    for i, port in enumerate(ports):
+        last = i == len(ports) - 1
+        a.op("jeq", port, accept, otherwise if last else None)
+
+
+def _ip_lists_check(a, p, lists, family, base, kept, rejected):
+    """The IP allow/deny lists of one family (probe.decode.ipfilter._FamilyFilter), on the addresses of the IP header
+    at base: goes to `kept` or `rejected`. A prefix is matched 32 bits at a time: load, mask, compare."""
+    src, dst, words = (base + 12, base + 16, 1) if family == 4 else (base + 8, base + 24, 4)
+    listed, unlisted = (kept, rejected) if lists.allow else (rejected, kept)
+    n = 0
+    for address in (src, dst):
+        for net, plen in lists.prefixes:
+            miss = f"{p}miss{n}"
+            n += 1
+            for w in range(words):
+                bits = min(32, max(0, plen - 32 * w))
+                if not bits:
+                    break
+                mask = (0xFFFFFFFF << (32 - bits)) & 0xFFFFFFFF
+                a.op("ld", address + 4 * w)
+                if mask != 0xFFFFFFFF:
+                    a.op("and", mask)
+                a.op("jeq", (net >> (32 * (words - 1 - w))) & mask, None, miss)
+            a.op("ja", listed)
+            a.label(miss)
+    a.op("ja", unlisted)
+
+
+def _verdicts(a, p, snaplen, lists, family, base, invert):
+    """The end of a family block: `p`no is reached by what the DNS part of the filter rejects (placed first:
+    jumps go forward only and not far), `p`dns by what it keeps. With IP lists the verdict is theirs
+    (inverted: keep exactly what the lists reject, for counting them)."""
+    a.label(p + "no")
+    a.op("ret", 0)
+    a.label(p + "dns")
+    if lists is not None:
+        kept, rejected = (p + "drop", p + "accept") if invert else (p + "accept", p + "drop")
+        _ip_lists_check(a, p, lists, family, base, kept, rejected)
+    elif invert:
+        a.op("ja", p + "drop")
+    else:
+        a.op("ja", p + "accept")
+    a.label(p + "drop")
+    a.op("ret", 0)
+    a.label(p + "accept")
+    a.op("ret", snaplen)
+
+
+def _ipv4_block(a, base, ports, snaplen, lists=None, invert=False):
+    p = f"ip4_{base}_"
+    a.label(p + "start")
+    a.op("ldb", base + 9)  # protocol
+    a.op("jeq", 17, p + "l4", None)
+    a.op("jeq", 6, p + "l4", p + "no")
+    a.label(p + "l4")
+    a.op("ldh", base + 6)  # flags and fragment offset
+    if invert:
+        # The counting socket is in no fanout group, so nothing reassembles fragments for it: count a
+        # fragmented datagram once, by its first fragment, whose ports are there to check.
+        a.op("jset", 0x1FFF, p + "no", None)
+    else:
+        a.op("jset", 0x3FFF, p + "dns", None)  # a fragment (MF set or offset > 0): keep
+    a.op("ldxb_msh", base)  # X = IPv4 header length
+    _ports_check(a, ports, True, base, p + "dns", None)  # source port
+    _ports_check(a, ports, True, base + 2, p + "dns", p + "no")  # destination port
+    _verdicts(a, p, snaplen, lists, 4, base, invert)
+
+
+def _ipv6_block(a, base, ports, snaplen, lists=None, invert=False):
+    p = f"ip6_{base}_"
+    a.label(p + "start")
+    a.op("ldb", base + 6)  # next header
+    a.op("jeq", 17, p + "ports", None)
+    a.op("jeq", 6, p + "ports", None)
+    a.op("jeq", 44, None, p + "no")  # fragment header: keep fragments of UDP and TCP
+    a.op("ldb", base + 40)
+    a.op("jeq", 17, p + "dns", None)
+    a.op("jeq", 6, p + "dns", p + "no")
+    a.label(p + "ports")
+    _ports_check(a, ports, False, base + 40, p + "dns", None)
+    _ports_check(a, ports, False, base + 42, p + "dns", p + "no")
+    _verdicts(a, p, snaplen, lists, 6, base, invert)
+
+
+def dns_filter(ports, skip_outgoing=False, snaplen=SNAPLEN, ip_filter=None, invert_ip_filter=False):
+    """The classic BPF program (list of (code, jt, jf, k)) that keeps DNS and IP fragments on Ethernet.
+
+    Kept: IPv4/IPv6 UDP or TCP with a source or destination port in `ports`, and fragments of
+    IPv4/IPv6 UDP or TCP datagrams; untagged or behind one or two VLAN tags (802.1Q, 802.1ad, 0x9100).
+    IPv6 extension headers other than a fragment header are not walked (as tcpdump's `port 53`).
+    skip_outgoing drops frames this host sends (used on loopback, where every frame is seen twice).
+    ip_filter (probe.decode.ipfilter.IpFilter): of those, keep only what its allow/deny lists keep, or with
+    invert_ip_filter only what they reject (the program of the socket that counts them). ValueError when
+    the program is longer than the kernel takes.
+    """
+    ports = sorted(set(ports))
+    if not ports:
+        raise ValueError("no DNS ports")
+    if len(ports) > MAX_FILTER_PORTS:
+        raise ValueError(f"{len(ports)} ports; the kernel filter takes at most {MAX_FILTER_PORTS}")
+    a = BpfAssembler()
+    if skip_outgoing:
+        a.op("ld", SKF_AD_OFF + SKF_AD_PKTTYPE)
+        a.op("jeq", PACKET_OUTGOING, None, "eth")
+        a.op("ret", 0)
+    a.label("eth")
+    tags = (0x8100, 0x88A8, 0x9100)
+    # Ethertype at 12 (untagged), 16 (one tag), 20 (two tags); the IP header 2 bytes later.
+    for depth, etype_at in enumerate((12, 16, 20)):
+        base = etype_at + 2
+        a.label(f"ethertype_{etype_at}")
+        a.op("ldh", etype_at)
+        a.jeq_far(0x0800, f"ip4_{base}_start")
+        a.jeq_far(0x86DD, f"ip6_{base}_start")
+        if depth < 2:
+            for tag in tags:
+                a.jeq_far(tag, f"ethertype_{etype_at + 4}")
+        a.op("ret", 0)
+    v4 = ip_filter.v4 if ip_filter else None
+    v6 = ip_filter.v6 if ip_filter else None
+    for base in (14, 18, 22):
+        _ipv4_block(a, base, ports, snaplen, v4, invert_ip_filter)
+        _ipv6_block(a, base, ports, snaplen, v6, invert_ip_filter)
+    return a.assemble()
+
+
+def reject_all_filter():
+    return [(BPF_RET | BPF_K, 0, 0, 0)]

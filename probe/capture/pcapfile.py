@@ -1,0 +1,325 @@
+"""Capture-file source: classic pcap and pcapng, plain or gzip/xz/zstd compressed.
+
+Yields FrameBatch objects. The readers are written against the file formats directly (struct over
+large buffered reads) rather than dpkt's pcap readers because those return timestamps as floats,
+which loses the nanoseconds of a capture; timestamps here stay exact integers.
+"""
+
+import lzma
+import struct
+
+from probe.compressed import open_stream
+from probe.errors import CaptureFileError
+from probe.model import INT32_MAX, FrameBatch
+from probe.native import load, say_not_built
+
+CHUNK = 1 << 20
+
+_PCAP_MAGICS = {
+    b"\xd4\xc3\xb2\xa1": ("<", 1000),  # little-endian, microseconds
+    b"\xa1\xb2\xc3\xd4": (">", 1000),
+    b"\x4d\x3c\xb2\xa1": ("<", 1),  # little-endian, nanoseconds
+    b"\xa1\xb2\x3c\x4d": (">", 1),
+}
+_PCAPNG_SHB = b"\x0a\x0d\x0d\x0a"
+
+
+class _Buffered:
+    """Reads a stream in large chunks; hands out views for struct parsing without per-record reads."""
+
+    __slots__ = ("stream", "buf", "pos", "consumed", "path", "batch")
+
+    def __init__(self, stream, path):
+        self.stream = stream
+        self.buf = b""
+        self.pos = 0
+        self.consumed = 0  # bytes of the file before buf[0]
+        self.path = path
+        self.batch = None  # the batch a format reader is filling: handed out when an error ends the file
+
+    def fill(self, need):
+        """Make at least `need` bytes available from pos; False at a clean end of file."""
+        avail = len(self.buf) - self.pos
+        if avail >= need:
+            return True
+        try:
+            chunks = [self.buf[self.pos :]]
+            while avail < need:
+                chunk = self.stream.read(max(CHUNK, need - avail))
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                avail += len(chunk)
+        except (OSError, EOFError, lzma.LZMAError) as exc:
+            raise CaptureFileError(self.path, f"decompression failed: {exc}") from None
+        except Exception as exc:  # zstandard raises its own ZstdError type
+            raise CaptureFileError(self.path, f"read failed: {exc}") from None
+        self.consumed += self.pos
+        self.buf = b"".join(chunks)
+        self.pos = 0
+        return avail >= need
+
+    def offset(self):
+        return self.consumed + self.pos
+
+
+def read_capture(path, batch_size=4096, on_progress=None):
+    """Yield FrameBatch objects from a pcap or pcapng file (optionally compressed).
+
+    Raises CaptureFileError naming the file and the problem; batches yielded before the error
+    are complete and valid, so callers can still export what was decoded. on_progress, if given,
+    is called after each batch with the number of bytes of the (compressed) file consumed. The file
+    may be a pipe (/dev/stdin, a FIFO, a shell's <(...)).
+    """
+    stream, raw = open_stream(path)
+    try:
+        reader = _Buffered(stream, path)
+        if not reader.fill(4):
+            raise CaptureFileError(path, "empty file, not a pcap or pcapng capture")
+        magic = reader.buf[:4]
+        if magic in _PCAP_MAGICS:
+            batches = _read_pcap(reader, *_PCAP_MAGICS[magic], batch_size)
+        elif magic == _PCAPNG_SHB:
+            batches = _read_pcapng(reader, batch_size)
+        else:
+            raise CaptureFileError(path, f"not a pcap or pcapng file (magic bytes {magic.hex()})")
+        try:
+            # A pipe has no file position: report the capture bytes read instead (decompressed, if it was).
+            position = raw.tell if raw.seekable() else reader.offset
+            for batch in batches:
+                if reader.batch is batch:
+                    reader.batch = None
+                yield batch
+                if on_progress is not None:
+                    on_progress(position())
+        except CaptureFileError:
+            if reader.batch:  # frames read before the problem: still decoded and written
+                yield reader.batch
+            raise
+    finally:
+        stream.close()
+        raw.close()
+
+
+_MAX_CAPLEN = 0x40000  # larger captured lengths mean a corrupt record (libpcap's maximum snaplen is 256 KiB)
+# Original lengths land in int32 columns (DNS Probe's len, res_len): a larger one is a corrupt record.
+_MAX_WIRELEN = INT32_MAX
+# Capture times are int64 nanoseconds (Arrow timestamp[ns]): a pcapng time outside them is corrupt.
+_TS_MIN, _TS_MAX = -(1 << 63), (1 << 63) - 1
+
+
+def _bad_lengths(caplen, wirelen):
+    """Why a record header's lengths are impossible, for the error message."""
+    if wirelen > _MAX_WIRELEN:
+        return f"original length {wirelen} (over {_MAX_WIRELEN})"
+    return f"captured length {caplen}"
+
+
+def split_records(buf, pos, big_endian, ts_mult, limit, ts_list, wl_list, data_list):
+    """Append up to `limit` records lying entirely in buf[pos:] to the lists; return (position after
+    them, status): 0 stopped (limit reached or the next record is incomplete), 1 the record header at
+    the position announces an impossible captured or original length. The reference for the C version in
+    probe.capture._pcaprecords, which the reader uses when it was built."""
+    unpack = _REC_BE if big_endian else _REC_LE
+    end = len(buf)
+    if not 0 <= pos <= end:
+        raise ValueError("position outside the buffer")
+    done = 0
+    while done < limit and pos + 16 <= end:
+        sec, frac, caplen, wirelen = unpack(buf, pos)
+        if caplen > _MAX_CAPLEN or caplen > wirelen + _MAX_CAPLEN or wirelen > _MAX_WIRELEN:
+            return pos, 1
+        stop = pos + 16 + caplen
+        if stop > end:
+            break
+        ts_list.append(sec * 1_000_000_000 + frac * ts_mult)
+        wl_list.append(wirelen)
+        data_list.append(buf[pos + 16 : stop])
+        pos = stop
+        done += 1
+    return pos, 0
+
+
+_REC_LE = struct.Struct("<IIII").unpack_from
+_REC_BE = struct.Struct(">IIII").unpack_from
+_pcaprecords = load("probe.capture._pcaprecords")
+
+
+def _read_pcap(r, endian, ts_mult, batch_size):
+    if not r.fill(24):
+        raise CaptureFileError(r.path, "truncated pcap file header")
+    _, _, _, _, _, snaplen, linktype = struct.unpack_from(endian + "IHHiIII", r.buf, 0)
+    linktype &= 0x0FFFFFFF  # upper bits carry FCS information in newer files
+    r.pos = 24
+    big = endian == ">"
+    if _pcaprecords is None:
+        say_not_built("probe.capture._pcaprecords")
+    split = split_records if _pcaprecords is None else _pcaprecords.split
+    unpack = _REC_BE if big else _REC_LE
+    batch = r.batch = FrameBatch(linktype)
+    while True:
+        if not r.fill(16):
+            if len(r.buf) - r.pos:
+                raise CaptureFileError(r.path, f"truncated record header at byte {r.offset()}")
+            break
+        buf = r.buf
+        # Records fully present in the buffer are split in one call: no per-record read() calls.
+        while True:
+            data_list = batch.data
+            r.pos, status = split(
+                buf, r.pos, big, ts_mult, batch_size - len(data_list), batch.ts_ns, batch.wirelen, data_list
+            )
+            if status:
+                caplen, wirelen = unpack(buf, r.pos)[2:]
+                why = _bad_lengths(caplen, wirelen)
+                raise CaptureFileError(r.path, f"corrupt record at byte {r.offset()}: {why}")
+            if len(data_list) < batch_size:
+                break
+            yield batch
+            batch = r.batch = FrameBatch(linktype)
+        data_list = batch.data
+        if r.pos + 16 <= len(buf):
+            caplen = unpack(buf, r.pos)[2]
+            if not r.fill(16 + caplen):
+                raise CaptureFileError(
+                    r.path, f"truncated record at byte {r.offset()} ({caplen} bytes announced)"
+                )
+    if data_list:
+        yield batch
+
+
+_BLOCK_SHB = 0x0A0D0D0A
+_BLOCK_IDB = 1
+_BLOCK_PB = 2
+_BLOCK_SPB = 3
+_BLOCK_EPB = 6
+
+
+def _idb_resolution(body, endian):
+    """Return (nanoseconds numerator, denominator, offset seconds) from IDB options."""
+    num, den, offset = 1000, 1, 0  # default resolution: microseconds
+    pos = 8
+    while pos + 4 <= len(body):
+        code, length = struct.unpack_from(endian + "HH", body, pos)
+        pos += 4
+        value = body[pos : pos + length]
+        pos += (length + 3) & ~3
+        if code == 0:
+            break
+        if code == 9 and length >= 1:  # if_tsresol
+            v = value[0]
+            if v & 0x80:
+                num, den = 1_000_000_000, 1 << (v & 0x7F)
+            elif v <= 9:
+                num, den = 10 ** (9 - v), 1
+            else:
+                num, den = 1, 10 ** (v - 9)
+        elif code == 14 and length == 8:  # if_tsoffset
+            offset = struct.unpack_from(endian + "q", value)[0]
+    return num, den, offset
+
+
+def _read_pcapng(r, batch_size):
+    endian = "<"
+    interfaces = []  # (linktype, snaplen, num, den, offset_s)
+    batch = r.batch = None
+    head = struct.Struct(endian + "II").unpack_from
+    epb = struct.Struct(endian + "IIIII").unpack_from
+    while True:
+        if not r.fill(12):
+            if len(r.buf) - r.pos:
+                raise CaptureFileError(r.path, f"truncated block header at byte {r.offset()}")
+            break
+        buf, pos = r.buf, r.pos
+        end = len(buf)
+        # Inner loop over the enhanced packet blocks already in the buffer (the common case).
+        while pos + 12 <= end:
+            btype, blen = head(buf, pos)
+            if btype != _BLOCK_EPB or pos + blen > end or blen < 32 or blen % 4:
+                break
+            ifid, hi, lo, caplen, wirelen = epb(buf, pos + 8)
+            if ifid >= len(interfaces) or caplen > blen - 32 or wirelen > _MAX_WIRELEN:
+                break  # let the general path below report it
+            linktype, _, num, den, offset_s = interfaces[ifid]
+            ts = (((hi << 32) | lo) * num) // den + offset_s * 1_000_000_000
+            if not _TS_MIN <= ts <= _TS_MAX or batch is None or batch.linktype != linktype:
+                break  # errors and the first frame of a batch: the general path
+            batch.ts_ns.append(ts)
+            batch.wirelen.append(wirelen)
+            batch.data.append(buf[pos + 28 : pos + 28 + caplen])
+            pos += blen
+            if len(batch.data) >= batch_size:
+                r.pos = pos
+                yield batch
+                batch = None
+        r.pos = pos
+        if not r.fill(12):
+            continue
+        buf, pos = r.buf, r.pos
+        btype = struct.unpack_from(endian + "I", buf, pos)[0]
+        if btype == _BLOCK_SHB:
+            bom = buf[pos + 8 : pos + 12]
+            if bom == b"\x4d\x3c\x2b\x1a":
+                endian = "<"
+            elif bom == b"\x1a\x2b\x3c\x4d":
+                endian = ">"
+            else:
+                raise CaptureFileError(r.path, f"bad pcapng byte-order magic at byte {r.offset()}")
+            head = struct.Struct(endian + "II").unpack_from
+            epb = struct.Struct(endian + "IIIII").unpack_from
+            interfaces = []  # a new section starts a new interface list
+        blen = struct.unpack_from(endian + "I", buf, pos + 4)[0]
+        if blen < 12 or blen % 4 or blen > 0x1000000:
+            raise CaptureFileError(r.path, f"corrupt pcapng block length {blen} at byte {r.offset()}")
+        if not r.fill(blen):
+            raise CaptureFileError(r.path, f"truncated pcapng block at byte {r.offset()}")
+        buf, pos = r.buf, r.pos
+        block_at = r.offset()
+        body = buf[pos + 8 : pos + blen - 4]
+        r.pos = pos + blen
+        if btype == _BLOCK_IDB:
+            if len(body) < 8:
+                raise CaptureFileError(r.path, "corrupt interface description block")
+            linktype, _, snaplen = struct.unpack_from(endian + "HHI", body, 0)
+            interfaces.append((linktype, snaplen) + _idb_resolution(body, endian))
+            continue
+        if btype == _BLOCK_EPB:
+            if len(body) < 20:
+                raise CaptureFileError(r.path, f"corrupt enhanced packet block at byte {block_at}")
+            ifid, hi, lo, caplen, wirelen = struct.unpack_from(endian + "IIIII", body, 0)
+            data = body[20 : 20 + caplen]
+        elif btype == _BLOCK_PB:
+            ifid, _, hi, lo, caplen, wirelen = struct.unpack_from(endian + "HHIIII", body, 0)
+            data = body[20 : 20 + caplen]
+        elif btype == _BLOCK_SPB:
+            # A simple packet block has no timestamp; it cannot be placed in time, so it is refused.
+            raise CaptureFileError(r.path, "simple packet blocks (no timestamps) are not supported")
+        else:
+            continue  # name resolution, statistics, custom blocks: nothing for us
+        if ifid >= len(interfaces):
+            raise CaptureFileError(r.path, f"packet names interface {ifid}, which was never described")
+        linktype, _, num, den, offset_s = interfaces[ifid]
+        if len(data) < caplen:
+            raise CaptureFileError(r.path, f"packet block shorter than its captured length at byte {block_at}")
+        if wirelen > _MAX_WIRELEN:
+            why = _bad_lengths(caplen, wirelen)
+            raise CaptureFileError(r.path, f"corrupt packet block at byte {block_at}: {why}")
+        ticks = (hi << 32) | lo
+        ts = (ticks * num) // den + offset_s * 1_000_000_000
+        if not _TS_MIN <= ts <= _TS_MAX:
+            raise CaptureFileError(
+                r.path, f"corrupt packet block at byte {block_at}: timestamp {ticks} ticks is outside"
+                " the years 1677-2262 that nanosecond capture times can hold"
+            )
+        if batch is None or batch.linktype != linktype:
+            if batch:
+                yield batch
+            batch = r.batch = FrameBatch(linktype)
+        batch.ts_ns.append(ts)
+        batch.wirelen.append(wirelen)
+        batch.data.append(data)
+        if len(batch.data) >= batch_size:
+            yield batch
+            batch = None
+    if batch:
+        yield batch

@@ -1,0 +1,61 @@
+"""The `dnsprobe` command.
+
+Exit status: 0 success; 1 an input file could not be (fully) read or the output could not be
+written (everything decoded before the problem is still written); 2 usage or configuration error.
+"""
+
+import sys
+
+from probe import __version__
+from probe.cli import bench, capture, config, inspect, keygen, read
+from probe.cli.flags import FORMATTER, Parser
+from probe.cli.output import error
+from probe.errors import DnsprobeError
+
+DESCRIPTION = """\
+dnsprobe captures DNS traffic passively, pairs each query with its response, and writes the
+transactions as Parquet files whose first 55 columns are those of CZ.NIC DNS Probe, or as C-DNS
+(RFC 8618) files.
+"""
+
+EPILOG = """\
+exit status:
+  0  success
+  1  an input file was unreadable or corrupt, or the output could not be written
+     (everything decoded before the problem is still written and counted)
+  2  usage or configuration error (unknown key, wrong type, impossible value)
+
+configuration:
+  built-in defaults, every option with its meaning: dnsprobe config --defaults
+
+Documentation: README.md and docs/ (usage, configuration, output columns, C-DNS, live capture).
+"""
+
+COMMANDS = {"read": read, "inspect": inspect, "capture": capture, "keygen": keygen, "bench": bench, "config": config}
+
+
+def build_parser():
+    parser = Parser(prog="dnsprobe", description=DESCRIPTION, epilog=EPILOG, formatter_class=FORMATTER)
+    parser.add_argument("--version", action="version", version=f"dnsprobe {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
+    for module in COMMANDS.values():
+        module.add_parser(sub)
+    return parser
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["bench"]:  # its options are the suite's own: not parsed here
+        return bench.run(argv[1:])
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not args.command:
+        parser.print_help()
+        return 2
+    try:
+        return COMMANDS[args.command].run(args)
+    except DnsprobeError as exc:
+        error(str(exc))
+        return exc.exit_status
+    except BrokenPipeError:
+        return 0

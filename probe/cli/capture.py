@@ -1,0 +1,75 @@
+"""`dnsprobe capture`: live capture from network interfaces (AF_PACKET) or a DPDK port."""
+
+import sys
+
+from probe.cli.flags import CONFIG_FLAGS, FORMATTER, add_pipeline_options, overrides
+from probe.cli.output import show_progress
+from probe.config import load_config
+from probe.run.capture import capture
+
+CAPTURE_EPILOG = """\
+Captures on one or more interfaces with one worker process per core of the coremask. Each worker
+reads every interface through its own AF_PACKET TPACKET_V3 ring, in a fanout group that sends both
+directions of a flow to the same worker; a kernel filter keeps only DNS (and IP fragments). Each
+worker writes its own files (NAME.w<worker>.parquet, .part while open). Files rotate on the wall clock
+every export.rotate_seconds for all workers together, after export.rotate_records records, and on
+SIGHUP. SIGINT or SIGTERM stops: pending transactions are written, files closed, exit status 0.
+A worker that dies is restarted (logged; counted as worker_restarts). Statistics: a JSON file in the
+output directory (at start, every capture.stats_interval seconds, at exit), a Prometheus endpoint
+(capture.prometheus_port), and a status line when stderr is a terminal.
+
+Needs root or CAP_NET_RAW; --user NAME makes the workers switch to NAME once their sockets are open.
+
+exit status: 0 stopped cleanly by SIGINT/SIGTERM; 1 a worker failed while stopping (its files may be
+left as .part); 2 usage or configuration error (unknown interface, bad coremask, no permission, ...).
+
+examples:
+  dnsprobe capture -i eth0 -o /var/lib/dnsprobe
+  dnsprobe capture -i eth0 -i eth1 --coremask 0x3 -o out/ --prometheus-port 9153
+  dnsprobe capture -c /etc/dnsprobe/resolver.yml --user dnsprobe
+"""
+
+CAPTURE_FLAGS = (
+    # (flags, key, type, help); type None: a switch
+    (("-i", "--interface"), "capture.interfaces", str, "interface to capture on (repeatable)"),
+    (("--coremask",), "capture.coremask", str, "hex mask of the cores to run workers on, e.g. 0x3"),
+    (("--promiscuous",), "capture.promiscuous", None, "put the interfaces in promiscuous mode"),
+    (("--user",), "capture.user", str, "user the workers switch to after opening their sockets"),
+    (("--block-size",), "capture.block_size", int, "bytes per ring block"),
+    (("--block-count",), "capture.block_count", int, "blocks per ring"),
+    (("--block-timeout",), "capture.block_timeout_ms", int, "ms before a partly filled block is handed over"),
+    (("--stats-interval",), "capture.stats_interval", float, "seconds between statistics JSON writes"),
+    (("--prometheus-port",), "capture.prometheus_port", int, "local port of the Prometheus endpoint (0: off)"),
+    (("--dpdk",), "dpdk.enabled", None, "capture with DPDK instead of AF_PACKET (README, DPDK)"),
+    (("--dpdk-args",), "dpdk.args", str, "EAL arguments, e.g. --dpdk-args='--no-huge --vdev=net_pcap0,rx_pcap=F'"),
+    (("--dpdk-port",), "dpdk.port", int, "DPDK port to capture on"),
+)
+
+
+def add_parser(sub):
+    cap = sub.add_parser(
+        "capture",
+        help="capture live traffic from network interfaces",
+        description="Capture DNS from network interfaces, match queries with responses, write records.",
+        epilog=CAPTURE_EPILOG,
+        formatter_class=FORMATTER,
+    )
+    for flags, key, typ, help_ in CAPTURE_FLAGS:
+        if typ is None:
+            cap.add_argument(*flags, dest=key, action="store_const", const=True, help=help_)
+        elif key == "capture.interfaces":
+            cap.add_argument(*flags, dest=key, action="append", metavar="IFACE", help=help_)
+        else:
+            cap.add_argument(*flags, dest=key, type=typ, metavar=key.split(".")[1].upper(), help=help_)
+    add_pipeline_options(cap, CONFIG_FLAGS, "capture.block_count=64", "the status line", "the statistics table")
+    return cap
+
+
+def run(args):
+    cfg = load_config(args.config, overrides(args, CAPTURE_FLAGS))
+    status, supervisor = capture(cfg, show_status=show_progress(cfg))
+    if not args.quiet:
+        from rich.console import Console
+
+        supervisor.totals().render_table(Console(file=sys.stdout))
+    return status

@@ -1,0 +1,112 @@
+"""What the commands that run a pipeline (read, capture) share: config flags, output and config options, and
+how flags become config overrides. Also the argument parser class every command uses."""
+
+import argparse
+import sys
+
+import yaml
+
+from probe.decode.ipfilter import check_network
+from probe.errors import ConfigError
+
+
+class Parser(argparse.ArgumentParser):
+    """Usage errors exit with status 2 and one line (argparse's default, kept for every subcommand)."""
+
+    def error(self, message):
+        self.print_usage(sys.stderr)
+        self.exit(2, f"dnsprobe: error: {message}\n")
+
+
+FORMATTER = argparse.RawDescriptionHelpFormatter
+
+
+def _network_arg(family):
+    """argparse type of --ipv4-allow and the like: an address or CIDR prefix of the family, or a usage error
+    naming the flag (exit 2)."""
+    check = check_network(family)
+
+    def network(text):
+        try:
+            return check(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    return network
+
+
+# Command-line flags that set config keys: (flag, key, argparse type, help, action).
+CONFIG_FLAGS = (
+    ("--format", "export.format", str, "output format: parquet or cdns (C-DNS, RFC 8618)", None),
+    ("--query-timeout", "match.query_timeout", float, "seconds a query waits for its response", None),
+    ("--dns-port", "decode.dns_ports", int, "DNS port (repeatable; replaces the configured list)", "append"),
+    ("--parser", "decode.parser", str, "DNS parser: auto, fast, wire or dpkt", None),
+    ("--rotate-records", "export.rotate_records", int, "close a file after N records (0: never)", None),
+    ("--rotate-seconds", "export.rotate_seconds", float, "close a file after S seconds (0: never)", None),
+    ("--row-group-size", "export.row_group_size", int, "Parquet rows per row group", None),
+    ("--compression", "export.compression", str, "Parquet codec: zstd, snappy, gzip, brotli, lz4, none", None),
+    ("--cdns-compression", "export.cdns_compression", str, "C-DNS whole-file compression: none, gzip, xz, zstd", None),
+    ("--prefix", "export.file_prefix", str, "output file name prefix", None),
+    ("--ipv4-allow", "filter.ipv4_allow", _network_arg(4), "keep only packets from/to this IPv4 address or CIDR"
+     " prefix (repeatable)", "append"),
+    ("--ipv4-deny", "filter.ipv4_deny", _network_arg(4), "drop packets from/to this IPv4 address or CIDR prefix"
+     " (repeatable; unused with --ipv4-allow)", "append"),
+    ("--ipv6-allow", "filter.ipv6_allow", _network_arg(6), "keep only packets from/to this IPv6 address or CIDR"
+     " prefix (repeatable)", "append"),
+    ("--ipv6-deny", "filter.ipv6_deny", _network_arg(6), "drop packets from/to this IPv6 address or CIDR prefix"
+     " (repeatable; unused with --ipv6-allow)", "append"),
+    ("--client-ipv4-prefix", "privacy.client_ipv4_prefix", int, "keep only the first N bits of client IPv4"
+     " addresses", None),
+    ("--client-ipv6-prefix", "privacy.client_ipv6_prefix", int, "keep only the first N bits of client IPv6"
+     " addresses", None),
+)
+
+
+def add_pipeline_options(parser, config_flags, set_example, progress_what, quiet_what):
+    """Options shared by the commands that run a pipeline (read, capture): output, config, overrides."""
+    parser.add_argument("-o", "--output", metavar="DIR", help="output directory (config export.directory)")
+    parser.add_argument("-c", "--config", metavar="FILE", help="configuration file (default: the built-in defaults)")
+    for flag, key, typ, help_, action in config_flags:
+        parser.add_argument(flag, dest=key, type=typ, action=action, metavar=key.split(".")[1].upper(), help=help_)
+    parser.add_argument(
+        "--anonymize-key", metavar="FILE",
+        help="anonymise client addresses with this cryptopANT key file (privacy.anonymize, privacy.key_file)",
+    )
+    parser.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE",
+        help=f"set any config key, e.g. --set {set_example} (VALUE is YAML)",
+    )
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--progress", dest="run.progress", action="store_const", const="always",
+                       help=f"always show {progress_what}")
+    group.add_argument("--no-progress", dest="run.progress", action="store_const", const="never",
+                       help=f"never show {progress_what}")
+    parser.add_argument("-q", "--quiet", action="store_true", help=f"do not print {quiet_what} at the end")
+
+
+def overrides(args, extra_flags=()):
+    """{config key: value} from the flags given: CONFIG_FLAGS, extra_flags (the same (flags, key, ...) shape), -o,
+    --anonymize-key, --set KEY=VALUE (VALUE read as YAML)."""
+    out = {}
+    for spec in (*CONFIG_FLAGS, *extra_flags):
+        value = getattr(args, spec[1], None)
+        if value is not None:
+            out[spec[1]] = value
+    if getattr(args, "run.progress", None):
+        out["run.progress"] = getattr(args, "run.progress")
+    if getattr(args, "output", None):
+        out["export.directory"] = args.output
+    if getattr(args, "anonymize_key", None):
+        out["privacy.anonymize"] = True
+        out["privacy.key_file"] = args.anonymize_key
+    for item in getattr(args, "set", []):
+        key, sep, raw = item.partition("=")
+        if not sep:
+            raise ConfigError(f"--set {item!r}: expected KEY=VALUE")
+        try:
+            out[key.strip()] = yaml.safe_load(raw)
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"--set {key}: value is not valid YAML: {exc}") from None
+    return out
+
+

@@ -1,0 +1,77 @@
+"""`dnsprobe read`: capture files → transactions → Parquet or C-DNS files, and a statistics table."""
+
+import sys
+from pathlib import Path
+
+from probe.cli.flags import CONFIG_FLAGS, FORMATTER, add_pipeline_options, overrides
+from probe.cli.output import error, need_file, show_progress
+from probe.config import load_config
+from probe.run.offline import read_files
+
+READ_EPILOG = """\
+Reads pcap and pcapng files, plain or compressed with gzip, xz or zstd (recognised by content),
+with Ethernet (802.1Q/802.1ad tags), Linux cooked SLL/SLL2 or raw IPv4/IPv6 link layers. Files are
+read in the order given, as one continuous capture: a query in one file can match a response in
+the next. Records are written as NAME.parquet.part (C-DNS: NAME.cdns[.gz|.xz|.zst].part) and renamed
+when complete; a statistics JSON file is written next to them.
+
+examples:
+  dnsprobe read capture.pcap.xz -o out/
+  dnsprobe read capture.pcap.xz -o out/ --format cdns --cdns-compression xz
+  dnsprobe read day1.pcap day2.pcap -o out/ --query-timeout 2 --compression snappy
+  dnsprobe read capture.pcapng -o out/ --set export.rotate_records=1000000
+  xzcat day.pcap.xz | dnsprobe read /dev/stdin -o out/
+"""
+
+
+def add_parser(sub):
+    read = sub.add_parser(
+        "read",
+        help="read capture files and write transactions",
+        description="Decode DNS from capture files, match queries with responses, write records.",
+        epilog=READ_EPILOG,
+        formatter_class=FORMATTER,
+    )
+    read.add_argument("files", nargs="+", metavar="FILE",
+                      help="pcap or pcapng file (.gz, .xz, .zst accepted), or a pipe such as /dev/stdin")
+    add_pipeline_options(read, CONFIG_FLAGS, "decode.tcp_idle_timeout=30", "a progress bar", "the statistics table")
+
+
+def run(args):
+    cfg = load_config(args.config, overrides(args))
+    for f in args.files:
+        need_file(f, "input file ")
+    bar = _progress_bar() if show_progress(cfg) else None
+
+    def progress(path, size):
+        task = bar.add_task(Path(path).name, total=size)
+        return lambda pos: bar.update(task, completed=pos)
+
+    if bar:
+        bar.start()
+    try:
+        stats, errors, interrupted = read_files(
+            cfg, args.files, progress if bar else None, on_error=lambda exc: error(str(exc))
+        )
+    finally:
+        if bar:
+            bar.stop()
+    if interrupted:
+        error("interrupted; writing what was decoded")
+    if not args.quiet:
+        from rich.console import Console
+
+        stats.render_table(Console(file=sys.stdout))
+    if interrupted:
+        return 130
+    return 1 if errors else 0
+
+
+def _progress_bar():
+    from rich.console import Console
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
+
+    return Progress(
+        TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TimeRemainingColumn(),
+        console=Console(file=sys.stderr),
+    )

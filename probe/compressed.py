@@ -1,0 +1,42 @@
+"""Input files plain or compressed with gzip, xz or zstd, recognised by their magic bytes (not their name).
+
+Shared by the capture-file source (pcap, pcapng) and the C-DNS reader.
+"""
+
+import gzip
+import lzma
+from pathlib import Path
+
+from probe.errors import CaptureFileError
+
+# Compression is recognised by the file's magic bytes, not its name.
+_COMPRESSORS = (
+    (b"\x1f\x8b", "gzip"),
+    (b"\xfd7zXZ\x00", "xz"),
+    (b"\x28\xb5\x2f\xfd", "zstd"),
+)
+
+
+def open_stream(path):
+    """(readable stream of the decompressed bytes, the raw file object); CaptureFileError when it cannot be opened."""
+    path = Path(path)
+    try:
+        raw = open(path, "rb")
+    except FileNotFoundError:
+        raise CaptureFileError(path, "no such file") from None
+    except IsADirectoryError:
+        raise CaptureFileError(path, "is a directory, not a capture file") from None
+    except PermissionError:
+        raise CaptureFileError(path, "permission denied") from None
+    # peek, not read and seek back: the input may be a pipe (/dev/stdin, <(xzcat day.pcap.xz), a FIFO).
+    head = raw.peek(6)[:6]
+    for magic, kind in _COMPRESSORS:
+        if head.startswith(magic):
+            if kind == "gzip":
+                return gzip.GzipFile(fileobj=raw), raw
+            if kind == "xz":
+                return lzma.LZMAFile(raw), raw
+            import zstandard
+
+            return zstandard.ZstdDecompressor().stream_reader(raw), raw
+    return raw, raw

@@ -1,0 +1,257 @@
+"""Matching stage: pairs queries with responses into transactions.
+
+Key: transport, client address and port, server address and port, DNS ID; the question (QTYPE and
+case-folded QNAME) is compared within the key, so a response with no question section (some error
+responses) still matches the oldest pending query with its ID. Timeouts run on capture time.
+A transaction is a pair (query tuple or None, response tuple or None); malformed messages are exported
+alone, unmatched (as compactor does: a malformed message cannot be trusted to match).
+
+Zone transfers (AXFR/IXFR): the first response opens the transaction; later responses on the same
+connection with the same ID add their ANCOUNT and lengths, until a message whose last answer is an SOA
+(or an error RCODE) closes it, as DNS Probe does.
+
+The per-message loop runs in C (probe.match._match) when it was built; TransactionTable.add_python is its
+reference and does what the C loop leaves to it (zone transfers, values of unexpected types).
+"""
+
+from probe.model import FLAG_QR, M, cap_int32
+from probe.native import load, say_not_built
+
+_match = load("probe.match._match")
+BACKEND = "c" if _match is not None else "python"
+
+QTYPE_IXFR = 251
+QTYPE_AXFR = 252
+TYPE_SOA = 6
+
+_ID, _FLAGS, _QNAME, _QTYPE = M.ID, M.FLAGS, M.QNAME, M.QTYPE
+_TS, _MALFORMED, _PROTO = M.TS_NS, M.MALFORMED, M.PROTO
+_SRC, _SPORT, _DST, _DPORT = M.SRC, M.SPORT, M.DST, M.DPORT
+
+
+class _Transfer:
+    __slots__ = ("query", "first", "ancount", "wirelen", "dns_len", "messages", "last_ts")
+
+    def __init__(self, query, response):
+        self.query = query
+        self.first = response
+        self.ancount = response[M.ANCOUNT] or 0
+        self.wirelen = response[M.WIRELEN]
+        self.dns_len = response[M.DNS_LEN]
+        self.messages = 1
+        self.last_ts = response[_TS]
+
+    def add(self, response):
+        self.ancount += response[M.ANCOUNT] or 0
+        self.wirelen += response[M.WIRELEN]
+        self.dns_len += response[M.DNS_LEN]
+        self.messages += 1
+        self.last_ts = response[_TS]
+
+    def merged(self, stats):
+        """The first response with the summed counts (DNS Probe's merge_AXFR_record)."""
+        r = list(self.first)
+        r[M.ANCOUNT] = cap_int32(self.ancount, stats)
+        r[M.WIRELEN] = cap_int32(self.wirelen, stats)
+        r[M.DNS_LEN] = cap_int32(self.dns_len, stats)
+        return (self.query, tuple(r), self.messages)
+
+
+def _closes_transfer(response):
+    flags = response[_FLAGS]
+    return (flags & 0x000F) != 0 or response[M.LAST_AN_TYPE] == TYPE_SOA
+
+
+class TransactionTable:
+    """Pending queries and open zone transfers, with capture-time expiry.
+
+    add() takes a list of message tuples in capture order and returns the transactions completed
+    by them, as (query, response, response_messages) triples, in completion order.
+
+    `pending` maps a key to its query tuple, or to a list of them when several queries with the same
+    key are outstanding (retries that reuse the ID and port). The dict's insertion order is the age
+    order that expiry walks from the front, so a matched query costs nothing more once it is removed:
+    no separate age queue to pop and look up again (that lookup cost a cache miss per query).
+    """
+
+    def __init__(self, match_cfg, stats, python=False):
+        """python=True: always the Python loop (the reference the tests compare the C loop with)."""
+        self.timeout_ns = int(match_cfg.query_timeout * 1e9)
+        self.max_pending = match_cfg.max_pending
+        self.stats = stats
+        self.pending = {}  # key -> query tuple, or list of query tuples (oldest first); oldest key first
+        self.transfers = {}  # key -> _Transfer
+        self.now_ns = 0
+        if _match is None and not python:
+            say_not_built("probe.match._match")
+        # The C loop does its time arithmetic in 64 bits: an absurd timeout stays in Python.
+        self._c_run = None if python or _match is None or abs(self.timeout_ns) >= 2**63 else _match.run
+
+    def add(self, msgs):
+        out = []
+        if self._c_run is not None:
+            self._add_c(msgs, out)
+        else:
+            self.add_python(msgs, out)
+        if msgs:
+            last = msgs[-1][_TS]
+            if last > self.now_ns:
+                self.now_ns = last
+        self._expire(out)
+        return out
+
+    def _add_c(self, msgs, out):
+        """The C loop over msgs; each message it leaves to Python goes through add_python alone."""
+        counts = [0, 0, 0]  # matched, response_only, duplicate_queries (messages done in C)
+        run, pending, timeout = self._c_run, self.pending, self.timeout_ns
+        i, n = 0, len(msgs)
+        while True:
+            i = run(msgs, i, pending, timeout, bool(self.transfers), out, counts)
+            if i >= n:
+                break
+            self.add_python(msgs[i : i + 1], out)
+            i += 1
+        stats = self.stats
+        stats.matched += counts[0]
+        stats.response_only += counts[1]
+        stats.duplicate_queries += counts[2]
+
+    def add_python(self, msgs, out):
+        """Match msgs in Python, appending completed transactions to out (no expiry): the reference of the C
+        loop (probe.match._match.run), which must give the same out, pending dict (in the same order) and counters."""
+        pending = self.pending
+        stats = self.stats
+        timeout = self.timeout_ns
+        matched = response_only = dup = 0
+        for m in msgs:
+            flags = m[_FLAGS]
+            if m[_MALFORMED]:
+                # Exported alone: on the query side unless the header says response.
+                out.append((None, m, 1) if flags is not None and flags & FLAG_QR else (m, None, 1))
+                continue
+            if flags & FLAG_QR:
+                key = (m[_PROTO], m[_DST], m[_DPORT], m[_SRC], m[_SPORT], m[_ID])
+                waiting = pending.get(key)
+                if waiting is not None:
+                    # Queries older than the timeout (capture time) no longer match, even when their
+                    # expiry has not run yet (it runs once per batch); _expire exports them below.
+                    min_ts = m[_TS] - timeout
+                    if type(waiting) is list:
+                        q = _take(waiting, m, min_ts)
+                        if q is not None and not waiting:
+                            del pending[key]
+                    elif _answers(waiting, m, min_ts):
+                        q = waiting
+                        del pending[key]
+                    else:
+                        q = None
+                    if q is not None:
+                        if q[_QTYPE] == QTYPE_AXFR or q[_QTYPE] == QTYPE_IXFR:
+                            if not _closes_transfer(m):
+                                self.transfers[key] = _Transfer(q, m)
+                                continue
+                        matched += 1
+                        out.append((q, m, 1))
+                        continue
+                if self.transfers:
+                    xfr = self.transfers.get(key)
+                    if xfr is not None:
+                        xfr.add(m)
+                        stats.zone_transfer_messages += 1
+                        if _closes_transfer(m):
+                            del self.transfers[key]
+                            matched += 1
+                            out.append(xfr.merged(stats))
+                        continue
+                response_only += 1
+                out.append((None, m, 1))
+            else:
+                key = (m[_PROTO], m[_SRC], m[_SPORT], m[_DST], m[_DPORT], m[_ID])
+                waiting = pending.get(key)
+                if waiting is None:
+                    pending[key] = m
+                else:
+                    dup += 1
+                    if type(waiting) is list:
+                        waiting.append(m)
+                    else:
+                        pending[key] = [waiting, m]
+        stats.matched += matched
+        stats.response_only += response_only
+        stats.duplicate_queries += dup
+
+    def _expire(self, out):
+        """Export queries older than the timeout (and the oldest beyond max_pending) as query-only."""
+        cutoff = self.now_ns - self.timeout_ns
+        pending = self.pending
+        excess = len(pending) - self.max_pending
+        due = []
+        for key, waiting in pending.items():
+            first = waiting[0] if type(waiting) is list else waiting
+            if first[_TS] >= cutoff and excess <= 0:
+                break
+            due.append(key)
+            excess -= 1
+        query_only = evicted = 0
+        for key in due:
+            waiting = pending.pop(key)
+            if type(waiting) is not list:
+                waiting = [waiting]
+            elif waiting[-1][_TS] >= cutoff and len(pending) < self.max_pending:
+                # Retries still within the timeout stay pending, now at the young end.
+                keep = [q for q in waiting if q[_TS] >= cutoff]
+                waiting = [q for q in waiting if q[_TS] < cutoff]
+                pending[key] = keep if len(keep) > 1 else keep[0]
+            for q in waiting:
+                query_only += 1
+                out.append((q, None, 1))
+                if q[_TS] >= cutoff:
+                    evicted += 1
+        self.stats.query_only += query_only
+        self.stats.match_evicted += evicted
+        if self.transfers:
+            for key in [k for k, x in self.transfers.items() if x.last_ts < cutoff]:
+                self.stats.matched += 1
+                out.append(self.transfers.pop(key).merged(self.stats))
+
+    def flush(self):
+        """End of input: everything pending is exported (queries as query-only)."""
+        out = []
+        for xfr in list(self.transfers.values()):
+            self.stats.matched += 1
+            out.append(xfr.merged(self.stats))
+        self.transfers.clear()
+        queries = []
+        for waiting in self.pending.values():
+            if type(waiting) is list:
+                queries += waiting
+            else:
+                queries.append(waiting)
+        if any(type(w) is list for w in self.pending.values()):
+            queries.sort(key=lambda q: q[_TS])  # retries moved to the young end go back in capture order
+        out += [(q, None, 1) for q in queries]
+        self.pending.clear()
+        self.stats.query_only += len(queries)
+        return out
+
+
+def _answers(q, response, min_ts):
+    """The pending query q (with the response's key) is the one `response` answers."""
+    rname = response[_QNAME]
+    if rname is None:  # response without a question: the query with this ID
+        return q[_TS] >= min_ts
+    qname = q[_QNAME]
+    return (
+        q[_QTYPE] == response[_QTYPE]
+        and qname is not None
+        and (qname == rname or qname.lower() == rname.lower())
+        and q[_TS] >= min_ts
+    )
+
+
+def _take(queries, response, min_ts):
+    """Remove and return the oldest pending query (captured at min_ts or later) that `response` answers."""
+    for i, q in enumerate(queries):
+        if _answers(q, response, min_ts):
+            return queries.pop(i)
+    return None

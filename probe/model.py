@@ -1,0 +1,123 @@
+"""The data passed between the pipeline's stages (capture → decode → match → export).
+
+- FrameBatch: what a capture source yields, frames of one link type in columns.
+- A DNS message: one flat tuple laid out by MESSAGE_FIELDS, the network part (NET_FIELDS, filled by the
+  packet decoder) then the DNS part (DNS_FIELDS, filled by the wire walker or by dpkt). Tuples, not
+  objects, because a batch of them transposes into columns with one pass in C; M and E name the indexes.
+- A transaction: what matching makes of messages, the triple (query, response, response_messages) with
+  query or response None when the other is missing; response_messages counts the messages merged into the
+  response (zone transfers), else 1.
+"""
+
+from dataclasses import dataclass, field
+
+# Link-layer types (LINKTYPE_* numbers as in pcap files; see tcpdump's linktypes list).
+LINKTYPE_NULL = 0
+LINKTYPE_ETHERNET = 1
+LINKTYPE_RAW = 101
+LINKTYPE_LOOP = 108
+LINKTYPE_LINUX_SLL = 113
+LINKTYPE_IPV4 = 228
+LINKTYPE_IPV6 = 229
+LINKTYPE_LINUX_SLL2 = 276
+# DLT_RAW as some systems write it in the pcap header (12 on most, 14 on OpenBSD).
+LINKTYPE_RAW_ALIASES = (12, 14)
+# What live capture keeps of an accepted frame (the kernel filter's return value): all of it.
+SNAPLEN = 262144
+
+
+@dataclass(slots=True)
+class FrameBatch:
+    """Frames that share one link type. Three parallel lists, one entry per frame.
+
+    ts_ns: capture timestamp, integer nanoseconds since the epoch (never the wall clock)
+    wirelen: original frame length on the wire
+    data: captured bytes (possibly shorter than wirelen when a snaplen cut it)
+    """
+
+    linktype: int
+    ts_ns: list = field(default_factory=list)
+    wirelen: list = field(default_factory=list)
+    data: list = field(default_factory=list)
+
+    def __len__(self):
+        return len(self.data)
+
+
+# Lengths and counts go to int32 columns (DNS Probe's len, res_len, dns_res_len, ancount). A frame's own
+# length above this is refused by the sources; sums over frames or messages are capped here and counted.
+INT32_MAX = 0x7FFFFFFF
+
+
+def cap_int32(value, stats):
+    """A summed length or count as stored: at most INT32_MAX (stats.lengths_capped counts each cut)."""
+    if value > INT32_MAX:
+        stats.lengths_capped += 1
+        return INT32_MAX
+    return value
+
+
+NET_FIELDS = (
+    "ts_ns",  # capture time of the (first) frame carrying the message, ns since the epoch
+    "wirelen",  # frame length(s) on the wire; TCP and fragments: summed over the frames used
+    "ipv",  # 4 or 6
+    "proto",  # 17 UDP, 6 TCP
+    "src",  # source address, packed bytes
+    "sport",
+    "dst",  # destination address, packed bytes
+    "dport",
+    "ttl",  # IPv4 TTL or IPv6 hop limit
+    "udp_sum",  # UDP checksum (0 for TCP)
+    "vlan",  # outermost 802.1Q/802.1ad VLAN id, or None
+    "tcp_rtt_ms",  # TCP handshake round trip in ms when the handshake was seen, else None
+)
+
+DNS_FIELDS = (
+    "dns_len",  # DNS message length (TCP: without the 2-byte prefix)
+    "id",
+    "flags",  # the 16-bit flags word of the header
+    "qdcount",
+    "ancount",
+    "nscount",
+    "arcount",
+    "qname",  # text, labels joined by '.', original case, no trailing dot
+    "qtype",
+    "qclass",
+    "labels",  # number of labels in QNAME
+    "edns",  # EDNS tuple (EDNS_FIELDS) or None without OPT
+    "malformed",  # True when the message could not be walked to its end
+    "last_an_type",  # RR type of the last answer (closes zone transfers), or None
+    "raw",  # the DNS message bytes as received (C-DNS); None where the exporter does not read it (export.reads_raw)
+)
+
+EDNS_FIELDS = (
+    "udp_size",
+    "version",
+    "do",
+    "ext_rcode",  # upper 8 bits of the extended RCODE
+    "nsid",
+    "dau",
+    "dhu",
+    "n3u",
+    "client_subnet",  # "address/source-prefix" or ""
+    "other",  # comma-separated codes of other options with a payload (DNS Probe's edns_other)
+    "ede",  # tuple of extended DNS error info-codes (RFC 8914)
+    "cookie",  # a COOKIE option is present
+    "rdata",  # the OPT RR's RDATA bytes (its options), b"" without options (C-DNS query-opt-rdata)
+)
+
+MESSAGE_FIELDS = NET_FIELDS + DNS_FIELDS
+
+# Index constants, generated from the tables so they cannot drift.
+M = type("M", (), {name.upper(): i for i, name in enumerate(MESSAGE_FIELDS)})
+E = type("E", (), {name.upper(): i for i, name in enumerate(EDNS_FIELDS)})
+
+# Flag bits of the header's flags word.
+FLAG_QR = 0x8000
+FLAG_AA = 0x0400
+FLAG_TC = 0x0200
+FLAG_RD = 0x0100
+FLAG_RA = 0x0080
+FLAG_Z = 0x0040
+FLAG_AD = 0x0020
+FLAG_CD = 0x0010

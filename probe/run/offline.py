@@ -1,0 +1,45 @@
+"""An offline run: capture files → one pipeline, read in the order given as one continuous capture."""
+
+from pathlib import Path
+
+from export.base import check_output_dir, stats_json_path
+from probe.capture.pcapfile import read_capture
+from probe.errors import CaptureFileError
+from probe.run.pipeline import Pipeline
+
+
+def read_files(cfg, files, progress=None, on_error=None):
+    """Run the pipeline over the capture files; returns (stats, errors, interrupted).
+
+    progress: a callable (path, size or None) → a callable(position) or None, for a progress display;
+    on_error: called with each CaptureFileError (that file's batches before the problem are kept).
+    A KeyboardInterrupt stops the reading; what was decoded is still written."""
+    out_dir = Path(cfg.export.directory)
+    check_output_dir(out_dir)
+    pipeline = Pipeline(cfg, out_dir)
+    errors = []
+    interrupted = False
+    try:
+        for f in files:
+            size = Path(f).stat().st_size if Path(f).is_file() else None  # a pipe: a bar without an end
+            on_progress = progress(f, size) if progress else None
+            try:
+                for batch in read_capture(f, cfg.run.batch_size, on_progress):
+                    pipeline.feed(batch, f)
+            except CaptureFileError as exc:
+                errors.append(exc)
+                if on_error:
+                    on_error(exc)
+    except KeyboardInterrupt:
+        interrupted = True
+    stats = pipeline.finish()
+    if cfg.run.stats_json:
+        stats.write_json(
+            stats_json_path(cfg.export, out_dir, pipeline.started),
+            {
+                **pipeline.summary(),
+                "inputs": [str(f) for f in files],
+                "errors": [str(e) for e in errors],
+            },
+        )
+    return stats, errors, interrupted

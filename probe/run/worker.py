@@ -1,0 +1,58 @@
+"""What every capture worker process shares, whatever its backend: its specification, its entry point, and
+the timing constants of its loop. The backends: probe.run.afpacket_worker, probe.run.dpdk_worker."""
+
+import dataclasses
+import os
+import signal
+import sys
+import threading
+from pathlib import Path
+
+from probe.errors import DnsprobeError
+
+STATS_PUSH_S = 1.0  # how often a worker sends its counters to the supervisor
+
+
+@dataclasses.dataclass
+class WorkerSpec:
+    worker_id: int
+    core: int
+    cfg: object
+    out_dir: Path
+    interfaces: tuple
+    fanout_ids: tuple
+    kernel_ip_filter: bool = False  # the filter.* IP lists are in the kernel filter, not applied by the worker
+
+
+def set_parent_death_signal():
+    """Be told (SIGTERM, a clean stop) if the supervisor disappears without stopping us."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def worker_main(spec, conn, inherited, worker_class=None):
+    """Entry point of a worker process (forked by the supervisor): pins it, then runs worker_class(spec, conn, stop)
+    (probe.run.afpacket_worker.AfPacketWorker, probe.run.dpdk_worker.DpdkWorker)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's ^C reaches the supervisor, which stops us
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)  # rotation is the supervisor's to order
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    set_parent_death_signal()
+    for c in inherited:  # other workers' pipe ends, copied by fork
+        c.close()
+    try:
+        os.sched_setaffinity(0, {spec.core})
+    except OSError as exc:
+        conn.send(("error", 2, f"worker {spec.worker_id}: cannot pin to core {spec.core}: {exc.strerror}"))
+        sys.exit(2)
+    try:
+        worker = worker_class(spec, conn, stop)
+    except DnsprobeError as exc:
+        conn.send(("error", exc.exit_status, str(exc)))
+        sys.exit(exc.exit_status)
+    status = worker.run()
+    sys.exit(status)

@@ -1,1 +1,0 @@
-"""Capture sources. Each yields FrameBatch objects (see probe.frames)."""

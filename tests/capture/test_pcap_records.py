@@ -1,0 +1,96 @@
+"""The C pcap record splitter (probe.capture._pcaprecords) against the Python reference
+(probe.capture.pcapfile.split_records): same frames, timestamps, lengths, positions and errors."""
+
+import lzma
+import random
+import struct
+
+import pytest
+from support import COMPACTOR_DATA, DNSPROBE_DATA
+
+from probe.capture import _pcaprecords
+from probe.capture.pcapfile import split_records
+
+CAPTURES = sorted((DNSPROBE_DATA / "test_pcaps").glob("*.pcap")) + [
+    COMPACTOR_DATA / "gold.pcap.xz",
+    COMPACTOR_DATA / "malformed.pcap.xz",
+]
+
+
+def load(path):
+    data = path.read_bytes()
+    return lzma.decompress(data) if path.suffix == ".xz" else data
+
+
+def to_big_endian(body):
+    """The same records with big-endian headers (as a pcap written on a big-endian host)."""
+    out = bytearray()
+    pos = 0
+    while pos + 16 <= len(body):
+        sec, frac, caplen, wirelen = struct.unpack_from("<IIII", body, pos)
+        out += struct.pack(">IIII", sec, frac, caplen, wirelen) + body[pos + 16 : pos + 16 + caplen]
+        pos += 16 + caplen
+    return bytes(out)
+
+
+def both(buf, pos, big, ts_mult, limit):
+    results = []
+    for split in (_pcaprecords.split, split_records):
+        lists = ([], [], [])
+        results.append((split(buf, pos, big, ts_mult, limit, *lists), lists))
+    return results
+
+
+PCAP_MAGICS = (b"\xd4\xc3\xb2\xa1", b"\x4d\x3c\xb2\xa1")  # classic pcap, µs and ns (the others are pcapng)
+CAPTURES = [p for p in CAPTURES if load(p)[:4] in PCAP_MAGICS]
+
+
+def test_captures_found():
+    assert len(CAPTURES) >= 5, CAPTURES
+
+
+@pytest.mark.parametrize("path", CAPTURES, ids=lambda p: p.name)
+def test_c_equals_python_on_captures(path):
+    raw = load(path)
+    ts_mult = 1000 if raw[:4] == b"\xd4\xc3\xb2\xa1" else 1
+    body = raw[24:]
+    for buf, big in ((body, False), (to_big_endian(body), True)):
+        (c_res, c_lists), (py_res, py_lists) = both(buf, 0, big, ts_mult, 10**9)
+        assert c_res == py_res == (len(buf), 0)
+        assert c_lists == py_lists and len(c_lists[2]) >= 2
+        # Small limits and cuts in the middle of records stop at the same place.
+        rng = random.Random(7)
+        for _ in range(200):
+            cut = rng.randrange(len(buf) + 1)
+            pos = min(cut, rng.choice([0, 0, 16 + len(c_lists[2][0])]))
+            (c_res, c_lists2), (py_res, py_lists2) = both(buf[:cut], pos, big, ts_mult, rng.randrange(1, 50))
+            assert c_res == py_res and c_lists2 == py_lists2
+
+
+@pytest.mark.parametrize(
+    "caplen, wirelen",
+    [(0x40001, 0x40001), (0x40000 + 61, 60), (0xFFFFFFFF, 10), (4, 0x80000000), (4, 0xFFFFFF51)],
+)
+def test_impossible_lengths_are_reported_at_their_record(caplen, wirelen):
+    good = struct.pack("<IIII", 1, 2, 4, 4) + b"abcd"
+    bad = struct.pack("<IIII", 1, 2, caplen, wirelen) + b"x" * 64
+    buf = good * 3 + bad
+    (c_res, c_lists), (py_res, py_lists) = both(buf, 0, False, 1000, 100)
+    assert c_res == py_res == (3 * len(good), 1)
+    assert c_lists == py_lists == ([1_000_002_000] * 3, [4] * 3, [b"abcd"] * 3)
+
+
+def test_largest_original_length_is_kept():
+    # 2^31 - 1 still fits the int32 length columns; one more is refused (test above).
+    rec = struct.pack("<IIII", 1, 2, 4, 0x7FFFFFFF) + b"abcd"
+    (c_res, c_lists), (py_res, py_lists) = both(rec * 2, 0, False, 1000, 100)
+    assert c_res == py_res == (2 * len(rec), 0)
+    assert c_lists == py_lists and c_lists[1] == [0x7FFFFFFF] * 2
+
+
+def test_bad_arguments():
+    for split in (_pcaprecords.split, split_records):
+        with pytest.raises(ValueError):
+            split(b"", 5, False, 1, 10, [], [], [])
+    with pytest.raises(TypeError):
+        _pcaprecords.split(b"", 0, False, 1, 10, (), [], [])

@@ -1,0 +1,357 @@
+"""The C block builder (export.cdns._cdnsblock) against its Python reference (export.cdns.block Block.add_python).
+
+Block.add runs the C loop when there is neither client privacy nor full sections, and hands the
+transactions it does not take (malformed messages, unusual shapes) to add_python one at a time. The
+two must leave the same block: every table with the same entries in the same order (the order is the
+index), the same item tuples, earliest-time and statistics. encode()'s C parts (the CBOR of the items and
+of the signature table, written directly, and the item maps used with full sections) must give the bytes
+of encode(python=True), the reference that uses no C.
+"""
+
+import random
+import struct
+
+import cbor2
+import pytest
+from scapy.layers.inet import IP, TCP, UDP
+from scapy.layers.inet6 import IPv6
+from scapy.layers.l2 import Ether
+from scapy.packet import Raw
+from scapy.utils import wrpcap
+from support import COMPACTOR_DATA, DNSPROBE_DATA, ROOT, transactions
+
+from export.cdns import block as cdns
+from export.cdns import format as F
+from export.cdns.writer import CdnsExporter
+from probe.config import load_config
+from probe.model import E, M
+from probe.stats import Stats
+
+CAPTURES = sorted((DNSPROBE_DATA / "test_pcaps").glob("*.pcap")) + [
+    COMPACTOR_DATA / name
+    for name in (
+        "gold.pcap.xz", "matching.pcap.xz", "unmatched.pcap.xz", "malformed.pcap.xz",
+        "testcontent-ednsflags.pcap.xz", "knot-live.raw.pcap.xz",
+    )
+] + [ROOT / "samples" / "sample-mix.pcap.xz"]
+TABLES = ("ip", "names", "classtype", "sigs", "qrr", "qlist", "rr", "rrlist", "mm_data")
+CHUNKS = (1, 7, 500, 10_000)  # add() calls of several sizes, so that earliest-time and counters carry over
+
+
+def exporter(tmp_path, **overrides):
+    cfg = load_config(overrides={"export.format": "cdns", **overrides})
+    return CdnsExporter(cfg, tmp_path, 0, Stats())
+
+
+def chunks(txs):
+    i = k = 0
+    while i < len(txs):
+        n = CHUNKS[k % len(CHUNKS)]
+        yield txs[i : i + n]
+        i += n
+        k += 1
+
+
+def both(txs, writer):
+    fast, slow = cdns.Block(writer), cdns.Block(writer)
+    slow.items = []  # the reference keeps plain tuples; fast's are C structs (_cdnsblock.Items)
+    for chunk in chunks(txs):
+        fast.add(chunk)
+        slow.add_python(chunk)
+    return fast, slow
+
+
+def assert_same(fast, slow):
+    for name in TABLES:
+        assert list(getattr(fast, name).items()) == list(getattr(slow, name).items()), f"table {name} differs"
+    assert fast.items == slow.items
+    assert fast.malformed == slow.malformed
+    for name in ("earliest", "processed", "unmatched_q", "unmatched_r"):
+        assert getattr(fast, name) == getattr(slow, name), name
+    assert fast.encode() == slow.encode(python=True)  # C tables and C encoding against no C at all
+    if fast.items:  # the item maps as encode writes them, against cbor2 over the reference's maps
+        args = (fast.items, fast.earliest, list(range(len(fast.ip))), list(range(len(fast.sigs))),
+                list(range(len(fast.names))))
+        assert cdns._cdnsblock.encode_items(*args) == cbor2.dumps(cdns.item_maps_python(*args))
+    if fast.sigs:  # likewise the signature table
+        sigs, new_ip, new_name = list(reversed(fast.sigs)), list(range(len(fast.ip))), list(range(len(fast.names)))
+        want = cbor2.dumps([cdns._signature(sig, new_ip, new_name) for sig in sigs])
+        assert cdns._cdnsblock.encode_signatures(sigs, new_ip, new_name) == want
+
+
+def as_pairs(maps):
+    return [list(m.items()) for m in maps]
+
+
+def test_extension_is_built():
+    """A build without the extension still works (slower, with a warning); CI must not ship one."""
+    assert cdns.BACKEND == "c", "export.cdns._cdnsblock was not built: check the compiler and Python headers"
+
+
+def test_constants_are_the_python_ones():
+    c = cdns._cdnsblock
+    assert c.INDEXES == {name: getattr(M, name) for name in c.INDEXES}
+    assert c.EDNS_INDEXES == {name: getattr(E, name) for name in c.EDNS_INDEXES}
+    python = {"NS_PER_TICK": cdns.NS_PER_TICK, "PROTO_TCP": cdns.PROTO_TCP}
+    assert c.CONSTANTS == {name: python.get(name, getattr(F, name, None)) for name in c.CONSTANTS}
+
+
+@pytest.mark.parametrize("path", CAPTURES, ids=lambda p: p.name)
+def test_c_block_equals_python_block(path, tmp_path):
+    check_capture(path, tmp_path)
+
+
+def check_capture(path, tmp_path):
+    txs = transactions(path)
+    assert txs
+    fast, slow = both(txs, exporter(tmp_path))
+    assert_same(fast, slow)
+    # The C loop took every well-formed transaction: only malformed ones went to Python.
+    block = cdns.Block(exporter(tmp_path))
+    handed = []
+    i = 0
+    while i < len(txs):
+        i, block.earliest, *_ = cdns._cdnsblock.add(
+            txs, i, block.ip, block.names, block.classtype, block.sigs, block.items, block.earliest, None
+        )
+        if i < len(txs):
+            handed.append(i)
+            i += 1
+    malformed = [i for i, (q, r, _) in enumerate(txs) if (q if q is not None else r)[M.MALFORMED]]
+    assert handed == malformed
+    return fast
+
+
+
+def test_cache_answers_what_the_dicts_answer(tmp_path):
+    """The Cache in front of the dicts: keys the Python loop put in the dicts first are found there (not
+    added twice); the keys it remembers are those of the dicts (names and OPT RDATA, class/types and
+    signatures); a block filled through it equals the reference."""
+    txs = transactions(ROOT / "samples" / "sample-mix.pcap.xz")
+    half = len(txs) // 2
+    writer = exporter(tmp_path)
+    fast, slow = cdns.Block(writer), cdns.Block(writer)
+    slow.items = []
+    fast.add_python(txs[:half])  # the dicts get entries the cache never saw
+    slow.add_python(txs[:half])
+    for chunk in chunks(txs):  # again from the start: every key of the first half is a dict hit
+        fast.add(chunk)
+        slow.add_python(chunk)
+    assert_same(fast, slow)
+    names, classtypes, sigs = fast.cache.sizes()
+    assert names == len(fast.names) and classtypes == len(fast.classtype) and sigs == len(fast.sigs)
+    assert len(fast.sigs) < len(fast.items) // 2  # most transactions repeat a signature: cache hits
+
+
+def test_items_store_reads_as_its_tuples():
+    """_cdnsblock.Items gives back every tuple put in it (ints of any sign and size up to 64 bits, None in
+    any field), compares equal to the list of them, and refuses what it cannot hold."""
+    rng = random.Random(4)
+    tuples = []
+    for _ in range(500):
+        values = [rng.choice([None, 0, 1, 23, 24, 255, 65535, 2**31, 2**63 - 1, -1, -(2**63), rng.getrandbits(40)])
+                  for _ in range(10)]
+        tuples.append(tuple(values) + (None, None))
+    store = cdns._cdnsblock.Items()
+    for t in tuples:
+        store.append(t)
+    assert len(store) == len(tuples) and store.tolist() == tuples and list(store) == tuples
+    assert store == tuples and not store != tuples and store != tuples[:-1]
+    assert store[len(tuples) - 1] == tuples[-1]
+    with pytest.raises(IndexError):
+        store[len(tuples)]
+    for bad in [(1,) * 11, (1,) * 10 + ([], None), (1,) * 10 + (None, ()), (2**63,) + (1,) * 9 + (None, None),
+                ("1",) + (1,) * 9 + (None, None), (True,) + (1,) * 9 + (None, None)]:
+        with pytest.raises(TypeError):
+            store.append(bad)
+    assert len(store) == len(tuples)
+
+
+def test_by_use_equals_python():
+    """_cdnsblock.by_use orders tables as cdns._by_use does: most used first, ties in first-use order."""
+    rng = random.Random(5)
+    cases = [[], [0], [3, 3, 3], [1, 2, 3], [5, 0, 5, 2, 2, 9, 0, 300, 300]]
+    tops = [2, 5, 100, 10**6] * 5
+    cases += [[rng.randrange(top) for _ in range(rng.randrange(1, 3000))] for top in tops]
+    for uses in cases:
+        order, new = cdns._cdnsblock.by_use(uses)
+        assert (order, new) == cdns._by_use(uses)
+    with pytest.raises(TypeError):
+        cdns._cdnsblock.by_use([1, "2"])
+
+# ---------------------------------------------------------------------------------------------
+# Shapes the captures above lack: no question, trailing bytes, a compressed first name, several
+# questions, records in a query, response-only without question, a zone transfer of three messages
+
+
+def header(tid, flags, qd=1, an=0, ns=0, ar=0):
+    return struct.pack("!6H", tid, flags, qd, an, ns, ar)
+
+
+def wire(text):
+    return b"".join(bytes((len(label),)) + label.encode() for label in text.split(".")) + b"\0"
+
+
+QUESTION = wire("a.example") + struct.pack("!HH", 1, 1)
+POINTED = b"\xc0\x05" + struct.pack("!HH", 16, 3)  # the name at offset 5 of the header: b"\1\0\0"
+
+
+def opt(udp=1232, ttl=0, rdata=b""):
+    return b"\0" + struct.pack("!HHIH", 41, udp, ttl, len(rdata)) + rdata
+
+
+def rr(name, rtype, rdata, ttl=300):
+    return wire(name) + struct.pack("!HHIH", rtype, 1, ttl, len(rdata)) + rdata
+
+
+COOKIE = struct.pack("!HH", 10, 8) + b"\1" * 8
+SOA = rr("zone.example", 6, wire("ns.zone.example") + wire("h.zone.example") + struct.pack("!5I", 1, 2, 3, 4, 5))
+PAIRS = [  # (query, response); None: not sent
+    (header(1, 0x0100, qd=0), header(1, 0x8180, qd=0)),
+    (header(2, 0x0100) + QUESTION + b"\0\0\0", header(2, 0x8180) + QUESTION),
+    (header(3, 0x0110, ar=1) + QUESTION + opt(ttl=0x8000, rdata=COOKIE) + b"\xff",
+     header(3, 0x8180, ar=1) + QUESTION + opt(ttl=1 << 24)),
+    (header(4, 0x0100) + POINTED, header(4, 0x8183) + POINTED),
+    (header(5, 0x0100, qd=2) + QUESTION + wire("b.example") + struct.pack("!HH", 28, 1),
+     header(5, 0x8180, qd=2) + QUESTION + wire("b.example") + struct.pack("!HH", 28, 1)),
+    (header(6, 0x0100, ar=2) + QUESTION + opt() + rr("x.example", 16, b"\2hi"), None),
+    (header(7, 5 << 11, an=1, ns=1) + QUESTION + rr("a.example", 1, b"\xc0\0\2\1") + rr("x", 2, wire("ns.x")),
+     header(7, 0x8000 | 5 << 11) + QUESTION),
+    (None, header(8, 0x8185, qd=0, ar=1) + opt(ttl=2 << 24)),
+    (header(9, 0x0100, ar=1) + QUESTION + opt(udp=512), None),
+]
+AXFR_QUERY = header(10, 0) + wire("zone.example") + struct.pack("!HH", 252, 1)
+AXFR_RESPONSES = [
+    header(10, 0x8400, an=2) + AXFR_QUERY[12:] + SOA + rr("a.zone.example", 1, b"\1\2\3\4"),
+    header(10, 0x8400, qd=0, an=1) + rr("b.zone.example", 1, b"\1\2\3\5"),
+    header(10, 0x8400, qd=0, an=1) + SOA,
+]
+
+
+def odd_capture(path):
+    frames = []
+    ether = Ether(src="02:00:00:00:00:01", dst="02:00:00:00:00:02")  # explicit: scapy would look them up
+
+    def add(t, pkt):
+        pkt.time = 1_600_000_000 + t
+        frames.append(pkt)
+
+    for i, (query, response) in enumerate(PAIRS):
+        v6 = i % 3 == 2
+        ip = (lambda **kw: IPv6(**kw)) if v6 else (lambda **kw: IP(ttl=60, **kw))
+        client, server = ("2001:db8::1", "2001:db8::53") if v6 else ("192.0.2.1", "198.51.100.53")
+        if query is not None:
+            add(i * 0.01, ether / ip(src=client, dst=server) / UDP(sport=40000 + i, dport=53) / Raw(query))
+        if response is not None:
+            add(i * 0.01 + 0.002, ether / ip(src=server, dst=client) / UDP(sport=53, dport=40000 + i) / Raw(response))
+    c, s = "2001:db8::2", "2001:db8::53"
+
+    def seg(t, from_client, flags, seq, ack, data=b""):
+        src, dst, sport, dport = (c, s, 41000, 53) if from_client else (s, c, 53, 41000)
+        tcp = TCP(sport=sport, dport=dport, flags=flags, seq=seq, ack=ack)
+        add(t, ether / IPv6(src=src, dst=dst) / tcp / Raw(data))
+
+    seg(0.2, True, "S", 100, 0)
+    seg(0.201, False, "SA", 500, 101)
+    seg(0.202, True, "A", 101, 501)
+    framed = struct.pack("!H", len(AXFR_QUERY)) + AXFR_QUERY
+    seg(0.203, True, "PA", 101, 501, framed)
+    seq = 501
+    for k, msg in enumerate(AXFR_RESPONSES):
+        data = struct.pack("!H", len(msg)) + msg
+        seg(0.21 + k * 0.001, False, "PA", seq, 101 + len(framed), data)
+        seq += len(data)
+    wrpcap(str(path), frames)
+
+
+def test_odd_shapes_give_the_same_block(tmp_path):
+    path = tmp_path / "odd.pcap"
+    odd_capture(path)
+    block = check_capture(path, tmp_path)
+    assert len(block.items) == len(PAIRS) + 1
+    flags = [(sig[2], sig[4]) for sig in block.sigs]
+    assert any(t & F.TRANSPORT_QUERY_TRAILINGDATA for t, _ in flags)
+    assert any(f & F.QR_QUERY_HAS_NO_QUESTION for _, f in flags)
+    assert any(f & F.QR_RESPONSE_HAS_NO_QUESTION for _, f in flags)
+    assert any(t == 3 for t, _ in flags)  # TCP over IPv6
+    assert b"\1\0\0" in block.names  # the first name read through a pointer into the header
+    assert block.processed == sum((q is not None) + (r is not None) for q, r in PAIRS) + 1 + len(AXFR_RESPONSES)
+
+
+def test_qr_type_and_every_item_map(tmp_path):
+    txs = transactions(ROOT / "samples" / "sample-mix.pcap.xz")
+    fast, slow = both(txs, exporter(tmp_path, **{"export.cdns_qr_type": "resolver"}))
+    assert_same(fast, slow)
+    assert {sig[3] for sig in fast.sigs} == {F.QR_TYPES["resolver"]}
+    # Item maps with renumbering lists that move every index, an earliest-time before every item.
+    items = fast.items
+    new_ip = list(reversed(range(len(fast.ip))))
+    new_sig = list(reversed(range(len(fast.sigs))))
+    new_name = [i * 3 + 1 for i in range(len(fast.names))]
+    earliest = fast.earliest - 5
+    args = (items, earliest, new_ip, new_sig, new_name)
+    c_maps = cdns._cdnsblock.items(*args)
+    py_maps = cdns.item_maps_python(*args)
+    assert as_pairs(c_maps) == as_pairs(py_maps)
+    assert cbor2.dumps(c_maps) == cbor2.dumps(py_maps) == cdns._cdnsblock.encode_items(*args)
+    # Values of every CBOR int length, negative ones (a response before its query), a bool (Python's).
+    odd = [
+        (earliest + 1, 0, 0, 0, 0, None, -1, None, 23, 24, None, None),
+        (earliest + 255, 1, 256, 65535, 1, 0, -25, 0, 65536, 2**32 - 1, None, None),
+        (earliest + 2**32, 2, 2**40, 1, 2, 255, -(2**40), 1, None, None, None, None),
+        (earliest - 1, 0, 1, 2, 0, 1, 0, -1, 0, 0, None, None),
+    ]
+    wanted = cbor2.dumps(cdns.item_maps_python(odd, earliest, new_ip, new_sig, new_name))
+    assert cdns._cdnsblock.encode_items(odd, earliest, new_ip, new_sig, new_name) == wanted
+    odd[0] = odd[0][:8] + (True,) + odd[0][9:]
+    assert cdns._cdnsblock.encode_items(odd, earliest, new_ip, new_sig, new_name) is None
+    odd[0] = odd[0][:10] + ({0: 1},) + odd[0][11:]
+    assert cdns._cdnsblock.encode_items(odd, earliest, new_ip, new_sig, new_name) is None
+    assert {len(m) for m in c_maps} >= {8, 10}  # query-only or response-only items, and full ones
+
+
+def test_full_sections_encode_equals_python(tmp_path):
+    """With full sections add() is Python's; encode() then makes the item maps in C (items holding their
+    section indexes are not written by encode_items) and must give the reference's bytes."""
+    txs = transactions(ROOT / "samples" / "sample-mix.pcap.xz")
+    block = cdns.Block(exporter(tmp_path, **{"export.cdns_full_sections": True}))
+    for chunk in chunks(txs):
+        block.add(chunk)
+    assert any(it[10] is not None or it[11] is not None for it in block.items)
+    assert block.encode() == block.encode(python=True)
+
+
+def damaged(txs):
+    """Transactions whose query bytes were changed after decoding: cut, lengthened, the first name
+    compressed (a pointer into the header) or its label lengths broken. Such bytes never come from the
+    decoders with malformed False; both paths must still agree, raising the same exception if any."""
+    out = []
+    for q, r, nresp in txs:
+        if q is None or q[M.MALFORMED] or q[M.QNAME] is None:
+            continue
+        raw = q[M.RAW]
+        for new in (raw[:-1], raw[:13], raw + b"\0\0", raw[:12] + b"\xc0\x04" + raw[12:],
+                    raw[:12] + b"\x05" + raw[13:], raw[:12] + b"\x41" + raw[13:], raw[:12]):
+            out.append((q[: M.RAW] + (new,) + q[M.RAW + 1 :], r, nresp))
+        if len(out) > 3000:
+            break
+    return out
+
+
+def outcome(add, tx):
+    try:
+        add([tx])
+    except Exception as exc:  # noqa: BLE001 - the exception's type is what is compared
+        return type(exc)
+    return None
+
+
+def test_damaged_query_bytes_give_the_same_block(tmp_path):
+    txs = damaged(transactions(ROOT / "samples" / "sample-mix.pcap.xz"))
+    assert len(txs) > 1000
+    writer = exporter(tmp_path)
+    fast, slow = cdns.Block(writer), cdns.Block(writer)
+    outcomes = [(outcome(fast.add, tx), outcome(slow.add_python, tx)) for tx in txs]
+    assert [a for a, _ in outcomes] == [b for _, b in outcomes]
+    assert {a for a, _ in outcomes} >= {None, IndexError}  # both the taken and the raising shapes occur
+    assert_same(fast, slow)

@@ -1,0 +1,236 @@
+"""DPDK capture (`dnsprobe capture --dpdk`), for real, with DPDK's virtual devices instead of a NIC.
+
+- net_pcap (--no-huge --no-pci --vdev=net_pcap0,rx_pcap=FILE): the records equal, transaction for transaction,
+  what `dnsprobe read FILE` writes (all columns but the timestamps, which DPDK takes from the TSC at capture);
+- net_af_packet on the veth pair of test_live_capture's testbed: traffic replayed at a modest rate from the
+  namespace is captured completely;
+- EAL and device errors exit 2 with one line; a dnsprobe without the extension says it was not built.
+
+Where libdpdk is missing (no `pkg-config --exists libdpdk`), the tests that need the extension are skipped with
+that reason. Where libdpdk is present the extension must have been built: a failed import is a failure.
+"""
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from support import ROOT, Probe, VethBed, as_rows, build_traffic, keys, read_output, rows_of, run_dnsprobe
+
+LIBDPDK = shutil.which("pkg-config") is not None and subprocess.run(
+    ["pkg-config", "--exists", "libdpdk"], capture_output=True).returncode == 0
+needs_dpdk = pytest.mark.skipif(not LIBDPDK, reason="libdpdk is not installed (apt-get install libdpdk-dev "
+                                "pkg-config), so the DPDK extension is not built")
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="DPDK's EAL needs root (/var/run/dpdk, device access)")
+# Columns that hold capture timestamps (or are computed from them): DPDK's are the TSC's, a file's its own.
+TIME_COLUMNS = {"unixtime", "time", "time_micro", "query_time", "response_time", "response_delay_us", "tcp_hs_rtt"}
+NO_HUGE = "--no-huge --no-pci -m 512"
+WAIT_S = 60.0
+
+
+def pcap_frames(path):
+    """Frames in a classic pcap file."""
+    import struct
+
+    data = Path(path).read_bytes()
+    endian = "<" if data[:4] in (b"\xd4\xc3\xb2\xa1", b"\x4d\x3c\xb2\xa1") else ">"
+    n, pos = 0, 24
+    while pos + 16 <= len(data):
+        pos += 16 + struct.unpack_from(endian + "I", data, pos + 8)[0]
+        n += 1
+    return n
+
+
+def without_time(rows):
+    return Counter(repr(tuple((k, v) for k, v in r.items() if k not in TIME_COLUMNS)) for r in rows)
+
+
+class DpdkProbe(Probe):
+    """`dnsprobe capture --dpdk` as a subprocess: test_live_capture's Probe, given a configuration file (which
+    names no interface) and DPDK's flags instead of an interface."""
+
+    def __init__(self, out_dir, dpdk_args, coremask="0x1", mbuf_size=2048):
+        conf = Path(out_dir).parent / "dpdk.yml"
+        conf.write_text(f"capture:\n  coremask: '{coremask}'\ndpdk:\n  mbuf_size: {mbuf_size}\n")
+        super().__init__(None, out_dir, "--dpdk", f"--dpdk-args={dpdk_args}", config=conf)
+
+
+def dpdk_capture(out_dir, dpdk_args, coremask="0x1", mbuf_size=2048):
+    probe = DpdkProbe(out_dir, dpdk_args, coremask, mbuf_size)
+    probe.wait_ready()
+    return probe
+
+
+def test_extension_built_where_libdpdk_is():
+    if not LIBDPDK:
+        pytest.skip("libdpdk is not installed (pkg-config --exists libdpdk fails): the extension is not built")
+    from probe.capture import _dpdk  # built by `pip install -e .` when libdpdk is found: must import
+
+    assert _dpdk.RTE_VERSION.startswith("DPDK ")
+    for name in ("eal_init", "port_setup", "rx_burst", "port_stats", "port_stop", "port_close", "eal_cleanup"):
+        assert callable(getattr(_dpdk, name))
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    """Two captures to replay and what `dnsprobe read` makes of them: the bundled sample (20,000 frames of
+    resolver traffic, as pcap) and test_live_capture's traffic (VLAN tags, TCP, IPv4 fragments, non-DNS)."""
+    d = tmp_path_factory.mktemp("dpdk-ref")
+    sample = d / "sample.pcap"
+    with open(sample, "wb") as fh:
+        subprocess.run(["xz", "-dc", str(ROOT / "samples" / "sample-mix.pcap.xz")], stdout=fh, check=True)
+    mixed = d / "mixed.pcap"
+    build_traffic(mixed, 0, 300)
+    refs = {}
+    for pcap in (sample, mixed):
+        out = d / f"ref-{pcap.stem}"
+        out.mkdir()
+        run_dnsprobe("read", pcap, "-o", out, "-q", "--no-progress")
+        refs[pcap.stem] = (pcap, pcap_frames(pcap), as_rows(read_output(out)))
+    return refs
+
+
+@needs_dpdk
+@needs_root
+@pytest.mark.parametrize("name", ["sample", "mixed"])
+def test_pcap_vdev_equals_dnsprobe_read(reference, name, out_dir):
+    pcap, frames, expected = reference[name]
+    probe = dpdk_capture(out_dir, f"{NO_HUGE} --vdev=net_pcap0,rx_pcap={pcap}")
+    try:
+        probe.wait_counter("packets", frames)
+    finally:
+        assert probe.stop() == 0, probe.stderr
+    rows = as_rows(read_output(out_dir))
+    assert without_time(rows) == without_time(expected)  # transaction for transaction
+    doc = probe.stats()
+    c = doc["counters"]
+    assert c["dpdk_ipackets"] == c["packets"] == frames
+    assert c["dpdk_imissed"] == c["dpdk_ierrors"] == c["dpdk_rx_nombuf"] == 0
+    assert c["records"] == len(rows) and doc["running"] is False
+    port = doc["workers"]["0"]["interfaces"]["net_pcap0"]
+    assert port["driver"] == "net_pcap" and port["queues"]["net_pcap0/q0"]["frames"] == frames
+    # Timestamps: this run's wall clock in nanoseconds (TSC at the bursts), not the file's.
+    now = time.time_ns()
+    assert all(abs(r["query_time"] - now) < 600 * 10**9 for r in rows if r["query_time"] is not None)
+    assert not list(out_dir.glob("*.part"))
+
+
+# ---------------------------------------------------------------------------------------------
+# Live: net_af_packet on a veth pair whose far end is in a namespace
+
+
+@pytest.fixture(scope="module")
+def testbed():
+    if os.geteuid() != 0 or not shutil.which("ip"):
+        pytest.skip("needs root and iproute2")
+    bed = VethBed()
+    bed.up()
+    yield bed
+    bed.down()
+
+
+@needs_dpdk
+@pytest.mark.parametrize("queues", [1, 2])
+def test_af_packet_vdev_on_veth_captures_everything(testbed, reference, queues, out_dir):
+    if queues > len(os.sched_getaffinity(0)):
+        pytest.skip(f"needs {queues} cores")
+    pcap, _, expected = reference["mixed"]
+    coremask = hex((1 << queues) - 1)
+    # framesz: the PMD's ring frames, big enough for a reassembled fragmented response (the kernel's fanout
+    # reassembles IPv4 fragments), and mbufs that hold such a frame.
+    vdev = f"net_af_packet0,iface={testbed.iface},qpairs={queues},framesz=4096"
+    probe = dpdk_capture(out_dir, f"{NO_HUGE} --vdev={vdev}", coremask, mbuf_size=4096)
+    try:
+        testbed.send(pcap, pps=2000)
+        probe.wait_counter("matched", len(expected))
+    finally:
+        assert probe.stop() == 0, probe.stderr
+    rows = rows_of(out_dir)
+    got, want = keys(rows), keys(expected)
+    assert got == want, f"missing {want - got}, extra {got - want}"  # every transaction once, nothing lost
+    assert all(r["query_present"] and r["response_present"] for r in rows)
+    if queues > 1:  # both directions of each flow reached the same queue, and both queues had work
+        assert {p.name.split(".w")[1] for p in out_dir.glob("*.parquet")} == {"0.parquet", "1.parquet"}
+    doc = probe.stats()
+    c = doc["counters"]
+    assert c["dpdk_ipackets"] == c["packets"] and c["dpdk_imissed"] == 0 and c["dpdk_rx_nombuf"] == 0
+    assert c["records"] == len(rows) == c["matched"]
+    queue_frames = doc["workers"]["0"]["interfaces"]["net_af_packet0"]["queues"]
+    assert sum(q["frames"] for q in queue_frames.values()) == c["packets"]
+    times = sorted(r["query_time"] for r in rows)
+    assert abs(times[0] - time.time_ns()) < 600 * 10**9  # the wall clock of the capture, not the file's
+
+
+# ---------------------------------------------------------------------------------------------
+# Errors
+
+
+def capture_error(out_dir, *args):
+    proc = run_dnsprobe("capture", "--dpdk", "-o", out_dir, "--no-progress", "-q", *args, check=False)
+    lines = proc.stderr.strip().splitlines()
+    return proc.returncode, lines
+
+
+@needs_dpdk
+@needs_root
+@pytest.mark.parametrize("dpdk_args, message", [
+    (f"{NO_HUGE} --bogus-option", "unrecognized option '--bogus-option'"),
+    (f"{NO_HUGE} --vdev=net_nosuch0", "net_nosuch0"),
+    (f"{NO_HUGE} --vdev=net_pcap0,rx_pcap=/nonexistent.pcap", "/nonexistent.pcap"),
+    (f"{NO_HUGE} --vdev=net_af_packet0,iface=nosuchif0", "does not exist"),
+    (NO_HUGE, "DPDK port 0 does not exist: EAL found no port"),
+    (f"{NO_HUGE} -l 0", "give the cores with capture.coremask"),
+    (f"{NO_HUGE} 'unbalanced", "config key 'dpdk.args'"),
+])
+def test_eal_and_device_errors_exit_2(out_dir, dpdk_args, message):
+    rc, lines = capture_error(out_dir, f"--dpdk-args={dpdk_args}")
+    assert rc == 2, lines
+    assert message in lines[-1], lines
+    assert lines[-1].startswith("dnsprobe: ") and "Traceback" not in "\n".join(lines)
+
+
+@needs_dpdk
+@needs_root
+def test_no_hugepages_is_a_clear_error(out_dir):
+    meminfo = Path("/proc/meminfo").read_text()
+    if "HugePages_Total:       0" not in meminfo:
+        pytest.skip("this machine has hugepages reserved")
+    rc, lines = capture_error(out_dir, "--dpdk-args=--no-pci --vdev=net_null0")
+    assert rc == 2, lines
+    assert "hugepage" in lines[-1] and "--no-huge" in lines[-1], lines
+
+
+@needs_dpdk
+def test_interfaces_with_dpdk_exit_2(out_dir):
+    rc, lines = capture_error(out_dir, "-i", "lo")
+    assert rc == 2 and "cannot be used with DPDK" in lines[-1], lines
+
+
+def test_without_the_extension_says_it_was_not_built(tmp_path):
+    """A copy of the package without the compiled module: what an install without libdpdk is."""
+    for part in ("probe", "export", "config"):
+        shutil.copytree(ROOT / part, tmp_path / part, ignore=shutil.ignore_patterns("_dpdk*.so", "__pycache__"))
+    out = tmp_path / "out"
+    out.mkdir()
+    proc = subprocess.run([sys.executable, "-m", "probe", "capture", "--dpdk", "-o", out, "-q"], cwd=tmp_path,
+                          capture_output=True, text=True)
+    assert proc.returncode == 2, proc.stderr
+    line = proc.stderr.strip()
+    assert "\n" not in line and "DPDK support was not built" in line and "libdpdk-dev" in line, line
+    # And the rest works: the configuration shows the dpdk section.
+    doc = subprocess.run([sys.executable, "-m", "probe", "config"], cwd=tmp_path, capture_output=True, text=True)
+    assert doc.returncode == 0 and "dpdk.enabled: False" in doc.stdout, doc.stderr
+
+
+def test_dpdk_section_in_config_file(tmp_path):
+    conf = tmp_path / "c.yml"
+    conf.write_text("dpdk:\n  enabled: true\n  args: '--no-huge'\n  port: 1\n  ring_size: 512\n")
+    proc = run_dnsprobe("config", "-c", conf)
+    assert "args: --no-huge" in proc.stdout and "ring_size: 512" in proc.stdout
+    conf.write_text("dpdk:\n  ring_size: 8\n")
+    proc = run_dnsprobe("config", "-c", conf, check=False)
+    assert proc.returncode == 2 and "dpdk.ring_size" in proc.stderr

@@ -1,0 +1,548 @@
+"""Test helpers shared by every stage's tests: where the data is, running the real `dnsprobe` command and reading
+back what it wrote, transactions of a capture, the veth testbed and the capture probe under test."""
+
+import json
+import os
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from decimal import Decimal
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from scapy.layers.dns import DNS, DNSQR, DNSRR
+from scapy.layers.inet import IP, TCP, UDP
+from scapy.layers.inet6 import IPv6
+from scapy.layers.l2 import Dot1AD, Dot1Q, Ether
+from scapy.packet import Raw
+from scapy.utils import wrpcap
+
+ROOT = Path(__file__).resolve().parent.parent
+SHARED = ROOT.parent / "shared"
+DNSPROBE_DATA = SHARED / "data" / "dns-probe"
+COMPACTOR_DATA = SHARED / "data" / "compactor"
+# The benchmark scripts are plain modules in benchmarks/ (the veth testbed, the traffic generator): importable.
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+
+def run_dnsprobe(*args, check=True):
+    """Run `python -m probe ARGS`; returns CompletedProcess (text). check=True asserts exit 0."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "probe", *map(str, args)], capture_output=True, text=True, cwd=ROOT
+    )
+    if check:
+        assert proc.returncode == 0, f"dnsprobe {args} failed ({proc.returncode}):\n{proc.stderr}"
+    return proc
+
+
+def read_output(directory):
+    """All records written to a directory, in file-name order, as one Arrow table."""
+    files = sorted(Path(directory).glob("*.parquet"))
+    assert files, f"no parquet files in {directory}"
+    return pa.concat_tables([pq.read_table(f) for f in files])
+
+
+def as_rows(table):
+    """Records as dicts; timestamp columns as integer nanoseconds (exact, no datetime rounding)."""
+    for i, field in enumerate(table.schema):
+        if pa.types.is_timestamp(field.type):
+            table = table.set_column(i, field.name, table.column(i).cast(pa.int64()))
+    return table.to_pylist()
+
+
+def dnsprobe_read(pcap, out_dir, *extra):
+    """Run `dnsprobe read PCAP -o OUT_DIR` and return the records as a list of dicts."""
+    run_dnsprobe("read", pcap, "-o", out_dir, "-q", "--no-progress", *extra)
+    return as_rows(read_output(out_dir))
+
+
+# Columns DNS Probe's own tests do not compare: it stamps rows with the wall clock.
+DNSPROBE_IGNORED = {"unixtime", "time", "time_micro", "tcp_hs_rtt"}
+
+
+def assert_rows_equal_dnsprobe(expected_file, rows, label):
+    """Our rows equal DNS Probe's expected Parquet file, row by row in order, on every column it compares."""
+    expected = pq.read_table(expected_file)
+    assert len(rows) == expected.num_rows, f"{label}: {len(rows)} rows, DNS Probe has {expected.num_rows}"
+    columns = [c for c in expected.column_names if c not in DNSPROBE_IGNORED]
+    for i, (want, got) in enumerate(zip(expected.select(columns).to_pylist(), rows)):
+        diff = {c: (want[c], got[c]) for c in columns if want[c] != got[c]}
+        assert not diff, f"{label} row {i}: (expected, ours) {diff}"
+
+
+# ---------------------------------------------------------------------------------------------
+# Transactions of a capture, through the stages in-process
+
+
+def transactions(path):
+    """The transactions of a capture file, decoded and matched with the default configuration."""
+    from probe.capture.pcapfile import read_capture
+    from probe.config import load_config
+    from probe.decode.ipfilter import IpFilter
+    from probe.decode.packets import PacketDecoder
+    from probe.match import TransactionTable
+    from probe.stats import Stats
+
+    cfg = load_config()
+    stats = Stats()
+    decoder = PacketDecoder(cfg.decode, cfg.decode.dns_ports, stats, IpFilter(cfg.filter))
+    table = TransactionTable(cfg.match, stats)
+    txs = []
+    for batch in read_capture(path, 4096):
+        txs += table.add(decoder.decode(batch, str(path)))
+    decoder.flush()
+    return txs + table.flush()
+
+
+# Every capture of the shared data (pcap, pcapng, compressed).
+SHARED_CAPTURES = sorted(
+    p for p in list(DNSPROBE_DATA.rglob("*.pcap*")) + list(COMPACTOR_DATA.rglob("*.pcap*"))
+    if not p.name.endswith(".info")
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# Live capture: traffic, the probe under test, what it wrote
+
+CLIENT_MAC = bytes.fromhex("020000000001")
+SERVER_MAC = bytes.fromhex("020000000035")
+KEY_COLUMNS = ("src", "srcp", "dst", "dstp", "prot", "id", "qname", "qtype", "rcode", "query_present",
+               "response_present", "malformed")
+CLIENT_MAC = bytes.fromhex("020000000001")
+SERVER_MAC = bytes.fromhex("020000000035")
+WAIT_S = 30.0
+
+
+# ---------------------------------------------------------------------------------------------
+# The testbed: one namespace and one veth pair for the whole module
+
+
+class VethBed:
+    """Two veth pairs: dpc<tag> ↔ dpp<tag> and dpc<tag>b ↔ dpp<tag>b; the dpp ends are in the namespace."""
+
+    def __init__(self):
+        tag = os.getpid() % 100000
+        self.ns = f"dnsprobe-t{tag}"
+        self.iface = f"dpc{tag}"  # captured by the probe, in the root namespace
+        self.peer = f"dpp{tag}"  # inside the namespace; traffic is sent here
+        self.iface2, self.peer2 = f"{self.iface}b", f"{self.peer}b"  # a second interface
+
+    def sh(self, *cmd):
+        subprocess.run(cmd, check=True, capture_output=True)
+
+    def up(self):
+        self.down()
+        self.sh("ip", "netns", "add", self.ns)
+        for iface, peer in ((self.iface, self.peer), (self.iface2, self.peer2)):
+            self.sh("ip", "link", "add", iface, "type", "veth", "peer", "name", peer, "netns", self.ns)
+            # No IPv6 autoconfiguration chatter on the pair (the kernel filter would drop it anyway).
+            subprocess.run(["sysctl", "-qw", f"net.ipv6.conf.{iface}.disable_ipv6=1"], capture_output=True)
+            subprocess.run(["ip", "netns", "exec", self.ns, "sysctl", "-qw", f"net.ipv6.conf.{peer}.disable_ipv6=1"],
+                           capture_output=True)
+            self.sh("ip", "link", "set", iface, "up")
+            self.sh("ip", "-n", self.ns, "link", "set", peer, "up")
+
+    def down(self):
+        subprocess.run(["ip", "netns", "del", self.ns], capture_output=True)
+        for iface in (self.iface, self.iface2):
+            subprocess.run(["ip", "link", "del", iface], capture_output=True)
+
+    def send(self, pcap, pps=None, peer=None):
+        """Replay a pcap from inside the namespace: pps frames a second, or as fast as possible.
+        With tcpreplay when installed (DNSPROBE_TEST_SENDER=raw: always the raw-socket sender)."""
+        peer = peer or self.peer
+        if shutil.which("tcpreplay") and os.environ.get("DNSPROBE_TEST_SENDER") != "raw":
+            rate = [f"--pps={pps}"] if pps else ["--topspeed"]
+            cmd = ["tcpreplay", "-q", f"--intf1={peer}", *rate, str(pcap)]
+        else:
+            cmd = [sys.executable, "-c", RAW_SENDER, str(pcap), peer, str(pps or 0)]
+        proc = subprocess.run(["ip", "netns", "exec", self.ns, *cmd], capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, f"sending {pcap} failed: {proc.stderr}"
+
+
+RAW_SENDER = r"""
+import socket, struct, sys, time
+path, iface, pps = sys.argv[1], sys.argv[2], float(sys.argv[3])
+data = open(path, "rb").read()
+endian = "<" if data[:4] in (b"\xd4\xc3\xb2\xa1", b"\x4d\x3c\xb2\xa1") else ">"
+frames, pos = [], 24
+while pos + 16 <= len(data):
+    caplen = struct.unpack_from(endian + "IIII", data, pos)[2]
+    frames.append(data[pos + 16 : pos + 16 + caplen])
+    pos += 16 + caplen
+s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
+s.bind((iface, 0))
+t0 = time.perf_counter()
+for i, frame in enumerate(frames):
+    if pps:
+        delay = t0 + i / pps - time.perf_counter()
+        if delay > 0:
+            time.sleep(delay)
+    while True:
+        try:
+            s.send(frame)
+            break
+        except OSError:
+            time.sleep(0.001)
+"""
+
+
+def build_traffic(path, first, count):
+    """A scapy-written pcap of `count` DNS transactions numbered from `first` (qname q<N>.example.com):
+    many clients and ports, IPv4 and IPv6, some behind a VLAN tag, some over TCP, some IPv4 responses
+    fragmented, and non-DNS frames in between that the kernel filter must drop.
+    Returns the number of frames the filter should pass (a fragmented datagram counts once: the
+    fanout group's defragmentation hands it over whole)."""
+    from scapy.all import ARP, DNS, DNSQR, DNSRR, ICMP, IP, TCP, UDP, Dot1Q, Ether, IPv6, fragment, wrpcap
+
+    frames = []
+    passed = 0
+
+    def eth(src_mac, dst_mac, vlan):
+        e = Ether(src=src_mac, dst=dst_mac)
+        return e / Dot1Q(vlan=vlan) if vlan else e
+
+    cmac, smac = "02:00:00:00:00:01", "02:00:00:00:00:35"
+    for i in range(first, first + count):
+        v6 = i % 5 == 0
+        vlan = 100 if i % 9 == 0 else None
+        tcp = i % 13 == 0
+        frag = not v6 and not tcp and i % 17 == 0
+        client = f"2001:db8:c::{i:x}" if v6 else f"10.{1 + i // 250 % 200}.{i % 250}.7"
+        server = "2001:db8:53::53" if v6 else "192.0.2.53"
+        ip = (lambda s, d: IPv6(src=s, dst=d)) if v6 else (lambda s, d, i=i: IP(src=s, dst=d, id=i & 0xFFFF))
+        sport = 10000 + (i * 37) % 50000
+        qname = f"q{i}.example.com"
+        query = DNS(id=i & 0xFFFF, rd=1, qd=DNSQR(qname=qname))
+        answers = DNSRR(rrname=qname, type="A", ttl=300, rdata="192.0.2.1")
+        if frag:
+            answers = answers / DNSRR(rrname=qname, type="TXT", ttl=300, rdata=["x" * 250] * 8)
+        response = DNS(id=i & 0xFFFF, qr=1, rd=1, ra=1, qd=DNSQR(qname=qname), an=answers)
+        c2s = eth(cmac, smac, vlan)
+        s2c = eth(smac, cmac, vlan)
+        if tcp:
+            q, r = bytes(query), bytes(response)
+            q, r = struct.pack("!H", len(q)) + q, struct.pack("!H", len(r)) + r
+            cs, ss = 1000, 5000
+            seq = [
+                (c2s, client, server, sport, 53, "S", cs, 0, b""),
+                (s2c, server, client, 53, sport, "SA", ss, cs + 1, b""),
+                (c2s, client, server, sport, 53, "A", cs + 1, ss + 1, b""),
+                (c2s, client, server, sport, 53, "PA", cs + 1, ss + 1, q),
+                (s2c, server, client, 53, sport, "PA", ss + 1, cs + 1 + len(q), r),
+                (c2s, client, server, sport, 53, "FA", cs + 1 + len(q), ss + 1 + len(r), b""),
+                (s2c, server, client, 53, sport, "FA", ss + 1 + len(r), cs + 2 + len(q), b""),
+                (c2s, client, server, sport, 53, "A", cs + 2 + len(q), ss + 2 + len(r), b""),
+            ]
+            for e, s, d, sp, dp, flags, sq, ack, payload in seq:
+                frames.append(e / ip(s, d) / TCP(sport=sp, dport=dp, flags=flags, seq=sq, ack=ack) / payload)
+                passed += 1
+        else:
+            frames.append(c2s / ip(client, server) / UDP(sport=sport, dport=53) / query)
+            resp = ip(server, client) / UDP(sport=53, dport=sport) / response
+            if frag:
+                frames += [s2c / f for f in fragment(resp, fragsize=600)]
+            else:
+                frames.append(s2c / resp)
+            passed += 2
+        if i % 10 == 0:  # not DNS: the kernel filter drops these
+            frames += [
+                Ether(src=cmac, dst=smac) / IP(src=client if not v6 else "10.9.9.9", dst="192.0.2.123")
+                / UDP(sport=sport, dport=123) / (b"\x23" + b"\x00" * 47),
+                Ether(src=cmac, dst=smac) / IP(src="10.9.9.9", dst="192.0.2.80")
+                / TCP(sport=sport, dport=443, flags="S"),
+                Ether(src=cmac, dst=smac) / IP(src="10.9.9.9", dst="192.0.2.53") / ICMP(),
+                Ether(src=cmac, dst="ff:ff:ff:ff:ff:ff") / ARP(psrc="10.9.9.9", pdst="10.9.9.1"),
+            ]
+    wrpcap(str(path), frames)
+    return passed
+
+
+def keys(rows):
+    return Counter(tuple(r[c] for c in KEY_COLUMNS) for r in rows)
+
+
+class Probe:
+    def __init__(self, testbed, out_dir, *args, coremask="0x1", config=None):
+        """config: a YAML file naming the interfaces and the coremask instead of the flags."""
+        self.out_dir = Path(out_dir)
+        where = ["-c", str(config)] if config else ["-i", testbed.iface, "--coremask", coremask]
+        cmd = [sys.executable, "-m", "probe", "capture", *where,
+               "-o", str(out_dir), "--stats-interval", "0.3", "--no-progress", "-q", *map(str, args)]
+        self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.lines = []
+        self.ready = threading.Event()
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self):
+        for line in self.proc.stderr:
+            self.lines.append(line)
+            if "capturing on" in line:
+                self.ready.set()
+        self.ready.set()
+
+    @property
+    def stderr(self):
+        return "".join(self.lines)
+
+    def wait_ready(self):
+        assert self.ready.wait(60), "probe did not start"
+        assert self.proc.poll() is None, f"probe exited ({self.proc.returncode}):\n{self.stderr}"
+
+    def stats(self):
+        files = list(self.out_dir.glob("*.stats.json"))
+        if not files:
+            return None
+        return json.loads(files[0].read_text())
+
+    def wait_for(self, predicate, what):
+        deadline = time.monotonic() + WAIT_S
+        while time.monotonic() < deadline:
+            doc = self.stats()
+            if doc is not None and predicate(doc):
+                return doc
+            assert self.proc.poll() is None, f"probe exited ({self.proc.returncode}) waiting for {what}:\n{self.stderr}"
+            time.sleep(0.1)
+        raise AssertionError(f"timed out waiting for {what}; last stats: {self.stats()}\n{self.stderr}")
+
+    def wait_counter(self, name, at_least):
+        return self.wait_for(lambda d: d["counters"][name] >= at_least, f"{name} >= {at_least}")
+
+    def signal(self, sig):
+        self.proc.send_signal(sig)
+
+    def stop(self):
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            rc = self.proc.wait(60)
+        finally:
+            self.reader.join(5)
+        return rc
+
+    def kill(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def table_rows(table):
+    """Rows as dicts, timestamps as integer nanoseconds (datetime cannot hold the kernel's nanoseconds)."""
+    for i, f in enumerate(table.schema):
+        if pa.types.is_timestamp(f.type):
+            table = table.set_column(i, f.name, table.column(i).cast(pa.int64()))
+    return table.to_pylist()
+
+
+def rows_of(out_dir, pattern="*.parquet"):
+    files = sorted(Path(out_dir).glob(pattern))
+    return [row for f in files for row in table_rows(pq.read_table(f))]
+
+
+
+
+# ---------------------------------------------------------------------------------------------
+# Crafted traffic: scapy packets written as real capture files, run through the real `dnsprobe read`
+
+NS = 1_000_000_000
+T0 = 1_597_844_513_851_855_123  # 2020-08-19 13:41:53.851855123 UTC: every digit of the nanoseconds matters
+MAC_C, MAC_S = "02:00:00:00:00:0c", "02:00:00:00:00:05"
+C4, S4 = "192.0.2.1", "198.51.100.53"
+C6, S6 = "2001:db8::1", "2001:db8:53::53"
+TTL_C, TTL_S = 61, 250  # client and server TTL / hop limit, different so a swap shows
+ETH_IPV4, ETH_IPV6 = 0x0800, 0x86DD
+CPORT = 40000
+
+
+def q_dns(qid, qname="www.example.com", qtype="A", **kw):
+    """A query (RD set) as bytes."""
+    return bytes(DNS(id=qid, rd=1, qd=[DNSQR(qname=qname, qtype=qtype)], **kw))
+
+
+def r_dns(qid, qname="www.example.com", qtype="A", answers=1, **kw):
+    """A NOERROR response with `answers` A records as bytes."""
+    an = [DNSRR(rrname=qname, type="A", ttl=300, rdata=f"203.0.113.{i % 250 + 1}") for i in range(answers)]
+    return bytes(DNS(id=qid, qr=1, rd=1, ra=1, qd=[DNSQR(qname=qname, qtype=qtype)], an=an, **kw))
+
+
+def big_response(qid, qname="big.example.com"):
+    """A TXT response of about 3 kB: needs fragments over UDP."""
+    an = [DNSRR(rrname=qname, type="TXT", ttl=60, rdata=[f"{i:03d}" + "x" * 200]) for i in range(14)]
+    return bytes(DNS(id=qid, qr=1, rd=1, ra=1, qd=[DNSQR(qname=qname, qtype="TXT")], an=an))
+
+
+def ip_layer(to_server, v6=False, ttl=None, **kw):
+    c, s = (C6, S6) if v6 else (C4, S4)
+    src, dst = (c, s) if to_server else (s, c)
+    ttl = (TTL_C if to_server else TTL_S) if ttl is None else ttl
+    if v6:
+        return IPv6(src=src, dst=dst, hlim=ttl, **kw)
+    return IP(src=src, dst=dst, ttl=ttl, **kw)
+
+
+def udp_l3(dns, to_server=True, cport=CPORT, port=53, v6=False, ext=None, ttl=None):
+    """IP/UDP/DNS bytes; client→server when to_server. ext: extension headers between IP and UDP."""
+    ip = ip_layer(to_server, v6, ttl) if v6 else ip_layer(to_server, v6, ttl, flags="DF")
+    if ext is not None:
+        ip = ip / ext
+    udp = UDP(sport=cport, dport=port) if to_server else UDP(sport=port, dport=cport)
+    return bytes(ip / udp / Raw(dns))
+
+
+def ether(l3, vlans=(), tpids=(), pad=True):
+    """Ethernet frame around IP bytes; vlans with their tag protocol ids (outermost first).
+
+    Frames shorter than Ethernet's 60-byte minimum are padded as on the wire, with 0xEE bytes so that padding
+    taken for payload would show (a bare TCP ACK of 54 bytes gets 6 bytes of it). pad=False: as captured on the
+    sending host, where outgoing frames are not padded yet.
+    """
+    etype = ETH_IPV6 if l3[0] >> 4 == 6 else ETH_IPV4
+    types = list(tpids) + [etype]
+    frame = Ether(src=MAC_C, dst=MAC_S, type=types[0])
+    for i, vid in enumerate(vlans):
+        tag = Dot1AD if types[i] == 0x88A8 else Dot1Q
+        frame = frame / tag(prio=5, vlan=vid, type=types[i + 1])
+    data = bytes(frame / Raw(l3))
+    return data + b"\xee" * (60 - len(data)) if pad else data
+
+
+def udp_frame(dns, **kw):
+    return ether(udp_l3(dns, **kw))
+
+
+def framed(dns):
+    """RFC 1035 TCP framing: 2-byte length prefix."""
+    return struct.pack("!H", len(dns)) + dns
+
+
+class TcpConn:
+    """Frames of one TCP connection (client port → server port), sequence numbers tracked per side."""
+
+    def __init__(self, cport, isn_c=1000, isn_s=900_000, v6=False, port=53):
+        self.cport = cport
+        self.port = port
+        self.v6 = v6
+        self.next = {"c": isn_c, "s": isn_s}
+
+    def frame(self, side, flags, payload=b"", seq=None):
+        to_server = side == "c"
+        other = "s" if to_server else "c"
+        s = self.next[side] if seq is None else seq
+        ack = self.next[other] if "A" in flags else 0
+        ports = (self.cport, self.port) if to_server else (self.port, self.cport)
+        tcp = TCP(sport=ports[0], dport=ports[1], flags=flags, seq=s, ack=ack, window=65535)
+        pkt = ip_layer(to_server, self.v6) / tcp
+        if payload:
+            pkt = pkt / Raw(payload)
+        if seq is None:
+            self.next[side] = (s + len(payload) + (1 if ("S" in flags or "F" in flags) else 0)) % (1 << 32)
+        return ether(bytes(pkt))
+
+    def data(self, side, payload):
+        return self.frame(side, "PA", payload)
+
+    def handshake(self, t_syn, t_synack, t_ack):
+        return [(t_syn, self.frame("c", "S")), (t_synack, self.frame("s", "SA")), (t_ack, self.frame("c", "A"))]
+
+
+def write_pcap(path, frames, linktype=1):
+    """Nanosecond pcap via scapy; frames: (ts_ns, bytes) or (ts_ns, captured bytes, wire length)."""
+    pkts = []
+    for ts, data, *wirelen in frames:
+        p = Raw(data)
+        p.time = Decimal(ts) / NS
+        if wirelen:
+            p.wirelen = wirelen[0]
+        pkts.append(p)
+    wrpcap(str(path), pkts, linktype=linktype, nano=True)
+    if linktype == 0:  # scapy takes 0 (BSD loopback) for "not given" and writes 1: patch the header
+        data = bytearray(path.read_bytes())
+        endian = "<" if data[:4] == b"\x4d\x3c\xb2\xa1" else ">"
+        data[20:24] = struct.pack(endian + "I", linktype)
+        path.write_bytes(bytes(data))
+    return path
+
+
+def write_pcapng_ns(path, frames, linktype=1):
+    """pcapng written by hand with if_tsresol=9 (scapy's writer only does microseconds)."""
+
+    def block(btype, body):
+        body += bytes(-len(body) % 4)
+        return struct.pack("<II", btype, len(body) + 12) + body + struct.pack("<I", len(body) + 12)
+
+    out = block(0x0A0D0D0A, struct.pack("<IHHq", 0x1A2B3C4D, 1, 0, -1))
+    options = struct.pack("<HHB3x", 9, 1, 9) + struct.pack("<HH", 0, 0)
+    out += block(1, struct.pack("<HHI", linktype, 0, 262144) + options)
+    for ts, data in frames:
+        out += block(6, struct.pack("<IIIII", 0, ts >> 32, ts & 0xFFFFFFFF, len(data), len(data)) + data)
+    path.write_bytes(out)
+    return path
+
+
+# --- running dnsprobe -------------------------------------------------------------------------------------------
+
+
+def probe_run(pcap, out_dir, *extra):
+    """`dnsprobe read PCAP -o OUT_DIR EXTRA`; returns (rows, counters).
+
+    Like conftest.dnsprobe_read, but query_time/response_time come back as integer nanoseconds (pyarrow cannot
+    turn a nanosecond timestamp into a datetime without pandas). No Parquet file → no rows.
+    """
+    out_dir.mkdir(exist_ok=True)
+    run_dnsprobe("read", *(pcap if isinstance(pcap, (list, tuple)) else [pcap]), "-o", out_dir, "-q",
+                 "--no-progress", *extra)
+    stats_files = list(out_dir.glob("*.stats.json"))
+    assert len(stats_files) == 1, stats_files
+    counters = json.loads(stats_files[0].read_text())["counters"]
+    if not list(out_dir.glob("*.parquet")):
+        return [], counters
+    table = read_output(out_dir)
+    for name in ("query_time", "response_time"):
+        i = table.schema.get_field_index(name)
+        table = table.set_column(i, name, table.column(name).cast(pa.int64()))
+    return table.to_pylist(), counters
+
+
+def by_id(rows):
+    out = {r["id"]: r for r in rows}
+    assert len(out) == len(rows), f"duplicate ids in {rows}"
+    return out
+
+
+def total_len(*frames):
+    return sum(len(f) for f in frames)
+
+
+# --- 1. UDP over IPv4: every column -----------------------------------------------------------------------------
+
+
+
+
+def dns_messages(path):
+    """Every DNS message payload of a capture, as `dnsprobe read` finds them."""
+    bufs = []
+
+    def grab(buf):
+        bufs.append(bytes(buf))
+        return parse_message(buf)
+
+    from probe.capture.pcapfile import read_capture
+    from probe.config import DecodeConfig
+    from probe.decode.dnswire import parse_message
+    from probe.decode.packets import PacketDecoder
+    from probe.stats import Stats
+
+    decoder = PacketDecoder(DecodeConfig(parser="wire"), (53,), Stats())  # every message through self.parse
+    decoder.parse = grab
+    for batch in read_capture(path):
+        decoder.decode(batch, str(path))
+    decoder.flush()
+    return bufs
+
+
