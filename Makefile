@@ -36,6 +36,7 @@ test: deps venv
 
 lint: venv
 	$(VENV)/bin/ruff check probe export tests benchmarks
+	$(VENV)/bin/lint-imports  # the layers contract in pyproject.toml
 
 bench: venv
 	$(PY) -m pip install -q -e '.[bench]'

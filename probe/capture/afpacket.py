@@ -178,15 +178,15 @@ def interface_link_type(ifname):
 
 
 class AfPacketSource:
-    """One AF_PACKET socket with a TPACKET_V3 ring on one interface.
+    """One AF_PACKET socket with a TPACKET_V3 ring on one interface: a Source (probe.capture).
 
     ready() tells whether the next block is ours; read(max_frames) returns a FrameBatch of the frames of
     the blocks ready now (possibly empty). The owner poll()s fileno() between blocks (POLLIN: a block is
-    ready; POLLERR: check_error()). kernel_stats() fetches the kernel's counters into the totals.
+    ready; POLLERR: check_error()). counters() fetches the kernel's counters into the totals.
     """
 
     def __init__(self, ifname, capture_cfg, dns_ports, fanout_id=None, ip_filter=None):
-        self.ifname = ifname
+        self.ifname = self.name = ifname
         self.block_size = capture_cfg.block_size
         self.block_count = capture_cfg.block_count
         self.sock = None
@@ -268,6 +268,13 @@ class AfPacketSource:
         self.drops += drops
         self.freezes += freezes
         return packets, drops, freezes
+
+    def counters(self):
+        """The kernel's counters for this socket so far (fetched now while it is open) and the frames read."""
+        if self.sock is not None:
+            self.kernel_stats()
+        return {"kernel_received": self.received, "kernel_drops": self.drops, "kernel_freezes": self.freezes,
+                "frames": self.frames}
 
     def ready(self):
         """True when the next block of the ring is ours to read."""

@@ -204,7 +204,8 @@ class DpdkPort:
 
 
 class DpdkQueueSource:
-    """One RX queue of a DpdkPort. read() returns a FrameBatch (possibly empty after timeout_us)."""
+    """One RX queue of a DpdkPort: a Source (probe.capture). read() returns a FrameBatch (possibly empty after
+    timeout_us); the C call waits with the GIL released."""
 
     def __init__(self, port, queue):
         self.port_id = port.port_id
@@ -213,7 +214,16 @@ class DpdkQueueSource:
         self._rx = port.lib.rx_burst
         self.frames = 0
 
-    def read(self, max_frames, timeout_us):
+    def read(self, max_frames, timeout_us=0):
         data, ts_ns, wirelen = self._rx(self.port_id, self.queue, max_frames, timeout_us)
         self.frames += len(data)
         return FrameBatch(LINKTYPE_ETHERNET, ts_ns, wirelen, data)
+
+    def fileno(self):
+        return -1  # polled in C by read(timeout_us)
+
+    def counters(self):
+        return {"frames": self.frames}  # the port's counters are the port's (DpdkPort.stats)
+
+    def close(self):
+        pass  # the queues close with their port

@@ -101,6 +101,32 @@ def read_capture(path, batch_size=4096, on_progress=None):
         raw.close()
 
 
+class PcapFileSource:
+    """A capture file as a Source (probe.capture): read() gives its batches in order, then None."""
+
+    def __init__(self, path, batch_size=4096, on_progress=None):
+        self.name = str(path)
+        self.frames = 0
+        self._batches = read_capture(path, batch_size, on_progress)
+
+    def read(self, max_frames=None):
+        """The next batch (of the batch size given at creation), or None at the end of the file. Raises
+        CaptureFileError, after the batch that holds the frames read before the problem."""
+        batch = next(self._batches, None)
+        if batch is not None:
+            self.frames += len(batch)
+        return batch
+
+    def fileno(self):
+        return -1
+
+    def counters(self):
+        return {"frames": self.frames}
+
+    def close(self):
+        self._batches.close()
+
+
 _MAX_CAPLEN = 0x40000  # larger captured lengths mean a corrupt record (libpcap's maximum snaplen is 256 KiB)
 # Original lengths land in int32 columns (DNS Probe's len, res_len): a larger one is a corrupt record.
 _MAX_WIRELEN = INT32_MAX

@@ -1,1 +1,23 @@
-"""Decoding stage: frames → DNS message tuples (link layer, IP, fragments, UDP/TCP, DNS)."""
+"""Decoding stage: frames → DNS messages (probe.model's message tuples).
+
+link (link layers, VLAN tags) → IP (fragments: fragments.py; allow/deny lists: ipfilter.py) → UDP or TCP
+(streams and length-prefix framing: tcpstream.py) → the DNS walker (dnswire.py, with its C twin in
+_fastwire.c, which also decodes the common frames whole; dpkt through dpkt_parser.py when asked). packets.py
+drives them for a batch. The walker's functions are a public API: the C-DNS writer and reader use them.
+"""
+
+from typing import Protocol
+
+
+class Decoder(Protocol):
+    """The decoding stage's interface, as the pipeline (probe.run.pipeline) uses it."""
+
+    parser: str  # the DNS parser that runs: fast, wire or dpkt
+    now_ns: int  # capture time of the newest frame decoded (the clock of timeouts and rotation)
+    address_events: dict  # ICMP errors and TCP resets seen since the last export (C-DNS address events)
+
+    def decode(self, batch, source_name="input") -> list:
+        """A batch from a source → the DNS message tuples it completes, in capture order."""
+
+    def flush(self):
+        """End of input: what is still reassembling (TCP streams, fragments) is dropped and counted."""

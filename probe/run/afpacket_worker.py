@@ -89,20 +89,13 @@ class AfPacketWorker:
             setattr(stats, name, 0)
         interfaces = {}
         for src in self.sources:
-            if src.sock is not None:
-                src.kernel_stats()
-            stats.kernel_received += src.received
-            stats.kernel_drops += src.drops
-            stats.kernel_freezes += src.freezes
-            interfaces[src.ifname] = {
-                "kernel_received": src.received, "kernel_drops": src.drops, "kernel_freezes": src.freezes,
-                "frames": src.frames,
-            }
+            counters = interfaces[src.name] = src.counters()
+            for name in ("kernel_received", "kernel_drops", "kernel_freezes"):
+                setattr(stats, name, getattr(stats, name) + counters[name])
         if self.counters:
             stats.ip_filtered = sum(c.read() for c in self.counters)
-        exporter = self.pipeline.exporter
-        part = getattr(exporter, "part_path", None) if exporter.is_open() else None
-        snapshot = {"counters": stats.as_dict(), "interfaces": interfaces, "part_file": part and str(part)}
+        part = self.pipeline.summary()["part_file"]
+        snapshot = {"counters": stats.as_dict(), "interfaces": interfaces, "part_file": part}
         try:
             self.conn.send(("final" if final else "stats", snapshot))
         except (BrokenPipeError, OSError):

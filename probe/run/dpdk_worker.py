@@ -120,8 +120,7 @@ class DpdkWorker:
         queues = {t.source.name: {"frames": t.source.frames, "core": t.core} for t in self.threads}
         interfaces = {self.port.name: {**port, "driver": self.port.info["driver"], "rss_hash_functions": self.port.rss,
                                        "queues": queues}}
-        part = [str(t.pipeline.exporter.part_path) for t in self.threads
-                if t.pipeline.exporter.is_open() and getattr(t.pipeline.exporter, "part_path", None)]
+        part = [p for p in (t.pipeline.summary()["part_file"] for t in self.threads) if p]
         snapshot = {"counters": total.as_dict(), "interfaces": interfaces, "part_file": ", ".join(part) or None}
         try:
             self.conn.send(("final" if final else "stats", snapshot))

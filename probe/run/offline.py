@@ -3,7 +3,7 @@
 from pathlib import Path
 
 from export.base import check_output_dir, stats_json_path
-from probe.capture.pcapfile import read_capture
+from probe.capture.pcapfile import PcapFileSource
 from probe.errors import CaptureFileError
 from probe.run.pipeline import Pipeline
 
@@ -23,13 +23,16 @@ def read_files(cfg, files, progress=None, on_error=None):
         for f in files:
             size = Path(f).stat().st_size if Path(f).is_file() else None  # a pipe: a bar without an end
             on_progress = progress(f, size) if progress else None
+            source = PcapFileSource(f, cfg.run.batch_size, on_progress)
             try:
-                for batch in read_capture(f, cfg.run.batch_size, on_progress):
-                    pipeline.feed(batch, f)
+                while (batch := source.read()) is not None:
+                    pipeline.feed(batch, source.name)
             except CaptureFileError as exc:
                 errors.append(exc)
                 if on_error:
                     on_error(exc)
+            finally:
+                source.close()
     except KeyboardInterrupt:
         interrupted = True
     stats = pipeline.finish()

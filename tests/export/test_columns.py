@@ -11,17 +11,11 @@ import struct
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
-from support import COMPACTOR_DATA, DNSPROBE_DATA, ROOT
+from support import COMPACTOR_DATA, DNSPROBE_DATA, ROOT, transactions
 
 from export.parquet import columns
 from export.parquet.records import _CLIENT, _CLIENT_RAW, _FIELDS
-from probe.capture.pcapfile import read_capture
-from probe.config import load_config
-from probe.decode.ipfilter import IpFilter
-from probe.decode.packets import PacketDecoder
-from probe.match import TransactionTable
 from probe.model import M
-from probe.stats import Stats
 
 CAPTURES = sorted((DNSPROBE_DATA / "test_pcaps").glob("*.pcap")) + [
     COMPACTOR_DATA / "knot-live.raw.pcap.xz",
@@ -29,18 +23,6 @@ CAPTURES = sorted((DNSPROBE_DATA / "test_pcaps").glob("*.pcap")) + [
     ROOT / "samples" / "sample-mix.pcap.xz",
 ]
 SPECS = list(_FIELDS.values()) + list(_CLIENT.values()) + list(_CLIENT_RAW.values())
-
-
-def transactions(path):
-    cfg = load_config()
-    stats = Stats()
-    decoder = PacketDecoder(cfg.decode, cfg.decode.dns_ports, stats, IpFilter(cfg.filter))
-    table = TransactionTable(cfg.match, stats)
-    txs = []
-    for batch in read_capture(path, 4096):
-        txs += table.add(decoder.decode(batch, str(path)))
-    decoder.flush()
-    return txs + table.flush()
 
 
 def test_captures_found():
