@@ -453,7 +453,7 @@ class Builder:
         else:
             signed = self._answer(rng, name, qtype, zone, an, ns, ar, signed)
         pkt = s.DNS(id=0, qr=1, opcode=0, rd=1, ra=1, qd=s.DNSQR(qname=name, qtype=qtype, qclass=1),
-                    an=an or None, ns=ns or None, ar=ar or None)
+                    an=an, ns=ns, ar=ar)
         return compress_wire(bytes(pkt)), _qname_wire_len(name) + 4, bool(signed)
 
     def _rrsig(self, rng, owner, covered, labels, ttl, signer):

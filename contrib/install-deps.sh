@@ -12,6 +12,7 @@ have ip || need+=(iproute2)                   # network namespaces and veth pair
 have dnscap || need+=(dnscap)                 # dnsprobe bench compares against these
 { have netsniff-ng && have trafgen; } || need+=(netsniff-ng)  # also trafgen: dnsprobe bench's fast generator
 have tcpdump || need+=(tcpdump)
+have java || need+=(openjdk-17-jre-headless)  # Apache Spark reads our Parquet in tests/oracle/test_engines.py
 # The C extensions (export/parquet/_columns.c, probe/decode/_fastwire.c; without them the package falls back to
 # slower Python and tests/test_fastwire.py fails) need a C compiler and Python's headers; the DPDK one
 # (tests/test_dpdk.py) also libdpdk, found with pkg-config.
@@ -27,4 +28,5 @@ fi
 echo "installing Debian packages: ${need[*]}"
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
+mkdir -p /usr/share/man/man1  # slim images lack it, and the OpenJDK package's post-install needs it
 apt-get install -y -qq "${need[@]}" >/dev/null

@@ -55,6 +55,26 @@ COUNTERS = (
 
 COUNTER_NAMES = tuple(name for name, _ in COUNTERS)
 
+# The sources a counter belongs to; one not listed applies to every run. A run's table, statistics JSON and
+# Prometheus series show the counters of its source only (no kernel rows for a file, no DPDK rows for AF_PACKET).
+SOURCES = ("file", "af_packet", "dpdk")
+_LIVE = ("af_packet", "dpdk")
+ONLY = {
+    "kernel_received": ("af_packet",),
+    "kernel_drops": ("af_packet",),
+    "kernel_freezes": ("af_packet",),
+    "dpdk_ipackets": ("dpdk",),
+    "dpdk_imissed": ("dpdk",),
+    "dpdk_ierrors": ("dpdk",),
+    "dpdk_rx_nombuf": ("dpdk",),
+    "worker_restarts": _LIVE,
+}
+
+
+def applicable(source):
+    """The counter names that apply to a run reading from `source` (one of SOURCES), in print order."""
+    return tuple(name for name in COUNTER_NAMES if source in ONLY.get(name, SOURCES))
+
 
 class Stats:
     """Mutable counters; the hot path adds per batch, not per packet."""
@@ -80,12 +100,13 @@ class Stats:
             fh.write("\n")
         os.replace(tmp, path)
 
-    def render_table(self, console):
+    def render_table(self, console, source="file"):
+        """The counters that apply to the run's source, with their values (meanings: docs/statistics.md)."""
         from rich.table import Table
 
-        table = Table(title="dnsprobe statistics (meanings: README, Statistics)", show_lines=False)
+        table = Table(title="dnsprobe statistics (meanings: docs/statistics.md)", show_lines=False)
         table.add_column("counter")
         table.add_column("value", justify="right")
-        for name in COUNTER_NAMES:
+        for name in applicable(source):
             table.add_row(name, f"{getattr(self, name):,}")
         console.print(table)

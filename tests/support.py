@@ -49,11 +49,17 @@ def read_output(directory):
 
 
 def as_rows(table):
-    """Records as dicts; timestamp columns as integer nanoseconds (exact, no datetime rounding)."""
+    """Records as dicts; timestamp columns as integer nanoseconds since the epoch (exact, whatever the unit
+    written: microseconds today), so that tests compare them with the capture's nanoseconds through at_us()."""
     for i, field in enumerate(table.schema):
         if pa.types.is_timestamp(field.type):
-            table = table.set_column(i, field.name, table.column(i).cast(pa.int64()))
+            table = table.set_column(i, field.name, table.column(i).cast(pa.timestamp("ns", tz="UTC")).cast(pa.int64()))
     return table.to_pylist()
+
+
+def at_us(ns):
+    """A capture time in nanoseconds as the output stores it: cut to the microsecond (whole nanoseconds)."""
+    return ns - ns % 1000
 
 
 def dnsprobe_read(pcap, out_dir, *extra):
@@ -332,17 +338,9 @@ class Probe:
             self.proc.wait()
 
 
-def table_rows(table):
-    """Rows as dicts, timestamps as integer nanoseconds (datetime cannot hold the kernel's nanoseconds)."""
-    for i, f in enumerate(table.schema):
-        if pa.types.is_timestamp(f.type):
-            table = table.set_column(i, f.name, table.column(i).cast(pa.int64()))
-    return table.to_pylist()
-
-
 def rows_of(out_dir, pattern="*.parquet"):
     files = sorted(Path(out_dir).glob(pattern))
-    return [row for f in files for row in table_rows(pq.read_table(f))]
+    return [row for f in files for row in as_rows(pq.read_table(f))]
 
 
 
@@ -351,7 +349,7 @@ def rows_of(out_dir, pattern="*.parquet"):
 # Crafted traffic: scapy packets written as real capture files, run through the real `dnsprobe read`
 
 NS = 1_000_000_000
-T0 = 1_597_844_513_851_855_123  # 2020-08-19 13:41:53.851855123 UTC: every digit of the nanoseconds matters
+T0 = 1_597_844_513_851_855_123  # 2020-08-19 13:41:53.851855123 UTC: sub-microsecond digits, cut in the output
 MAC_C, MAC_S = "02:00:00:00:00:0c", "02:00:00:00:00:05"
 C4, S4 = "192.0.2.1", "198.51.100.53"
 C6, S6 = "2001:db8::1", "2001:db8:53::53"
@@ -491,8 +489,7 @@ def write_pcapng_ns(path, frames, linktype=1):
 def probe_run(pcap, out_dir, *extra):
     """`dnsprobe read PCAP -o OUT_DIR EXTRA`; returns (rows, counters).
 
-    Like conftest.dnsprobe_read, but query_time/response_time come back as integer nanoseconds (pyarrow cannot
-    turn a nanosecond timestamp into a datetime without pandas). No Parquet file → no rows.
+    Like dnsprobe_read, with the statistics; timestamps as integer nanoseconds (as_rows). No Parquet file → no rows.
     """
     out_dir.mkdir(exist_ok=True)
     run_dnsprobe("read", *(pcap if isinstance(pcap, (list, tuple)) else [pcap]), "-o", out_dir, "-q",
@@ -502,11 +499,7 @@ def probe_run(pcap, out_dir, *extra):
     counters = json.loads(stats_files[0].read_text())["counters"]
     if not list(out_dir.glob("*.parquet")):
         return [], counters
-    table = read_output(out_dir)
-    for name in ("query_time", "response_time"):
-        i = table.schema.get_field_index(name)
-        table = table.set_column(i, name, table.column(name).cast(pa.int64()))
-    return table.to_pylist(), counters
+    return as_rows(read_output(out_dir)), counters
 
 
 def by_id(rows):

@@ -580,7 +580,8 @@ def read_records(path):
     for table in iter_tables(path):
         for i, field in enumerate(table.schema):
             if pa.types.is_timestamp(field.type):
-                table = table.set_column(i, field.name, table.column(i).cast(pa.int64()))
+                ns = table.column(i).cast(pa.timestamp("ns", tz=field.type.tz))
+                table = table.set_column(i, field.name, ns.cast(pa.int64()))
         yield from table.to_pylist()
 
 

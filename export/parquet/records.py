@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from export.parquet.columns import extract
-from export.parquet.schema import BOOL, I32, SCHEMA, STR, TS_NS
+from export.parquet.schema import BOOL, I32, SCHEMA, STR, TS_US
 from probe.model import (
     FLAG_AA,
     FLAG_AD,
@@ -214,8 +214,8 @@ class RecordBuilder:
             q_present,
             r_present,
             pc.divide(pc.subtract(rts, qts), 1000),
-            qts.cast(TS_NS),
-            rts.cast(TS_NS),
+            pc.divide(qts, 1000).cast(TS_US),
+            pc.divide(rts, 1000).cast(TS_US),
             f["vlan"],
             f["r_ede"],
             f["malformed"],

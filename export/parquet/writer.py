@@ -17,13 +17,8 @@ from export.parquet.schema import SCHEMA, UNIQUE_VALUED
 
 
 def _first_time_ns(table):
-    """Capture time of a table's first record: its query time, else its response time."""
-    row = table.slice(0, 1)
-    for name in ("query_time", "response_time"):
-        value = row.column(name)[0]
-        if value.is_valid:
-            return value.value
-    return row.column("time")[0].as_py() * 1000
+    """Capture time of a table's first record (its query's, else its response's), to the microsecond."""
+    return table.column("time")[0].as_py() * 1000
 
 
 class ParquetExporter(FileExporter):

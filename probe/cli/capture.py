@@ -71,5 +71,5 @@ def run(args):
     if not args.quiet:
         from rich.console import Console
 
-        supervisor.totals().render_table(Console(file=sys.stdout))
+        supervisor.totals().render_table(Console(file=sys.stdout), "dpdk" if cfg.dpdk.enabled else "af_packet")
     return status

@@ -14,7 +14,7 @@ examples:
   dnsprobe inspect out/dnsprobe.20200819.134153.851855.w0.parquet
   dnsprobe inspect out/*.parquet --json --limit 5
   dnsprobe inspect FILE.parquet --columns qname,qtype,rcode,response_delay_us
-  dnsprobe inspect capture.cdns.xz --json --limit 0       # a C-DNS file (RFC 8618), any writer
+  dnsprobe inspect capture.cdns.xz --json                # a C-DNS file (RFC 8618), any writer: every record
   dnsprobe inspect --pcap rebuilt.pcap capture.cdns.xz    # its DNS messages as a pcap (full sections needed)
 
 C-DNS files (plain, .gz, .xz or .zst, told from Parquet by their content) are printed with the Parquet
@@ -22,6 +22,7 @@ column names; columns C-DNS does not record (len, res_len, udp_sum, vlan, tcp_hs
 are absent.
 """
 
+TABLE_LIMIT = 20  # records the table view prints unless --limit says otherwise
 DEFAULT_INSPECT_COLUMNS = (
     "time", "src", "srcp", "dst", "dstp", "prot", "id", "qname", "qtype", "rcode",
     "query_present", "response_present", "response_delay_us", "malformed",
@@ -41,7 +42,8 @@ def add_parser(sub):
     insp.add_argument("files", nargs="+", metavar="FILE", help="a .parquet file written by dnsprobe, or a C-DNS file")
     insp.add_argument("--pcap", metavar="OUT", help="rebuild the DNS messages of C-DNS FILEs as the pcap OUT")
     insp.add_argument("--json", action="store_true", help="one JSON object per record")
-    insp.add_argument("--limit", type=int, default=20, metavar="N", help="records to print (default 20; 0: all)")
+    insp.add_argument("--limit", type=int, metavar="N",
+                      help=f"records to print (0: all; default: {TABLE_LIMIT} in the table, all with --json)")
     insp.add_argument("--columns", metavar="A,B,...", help="columns to print (default: a summary set)")
     insp.add_argument("--all-columns", action="store_true", help="print every column")
 
@@ -86,6 +88,8 @@ def _inspect_pcap(args):
 def run(args):
     import pyarrow as pa
 
+    if args.limit is None:
+        args.limit = 0 if args.json else TABLE_LIMIT  # JSON is for pipes: all of it
     if args.limit < 0:
         raise ConfigError("--limit must be 0 or more")
     if args.pcap:

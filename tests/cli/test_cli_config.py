@@ -3,6 +3,7 @@
 import json
 import re
 
+import pyarrow.parquet as pq
 import pytest
 import yaml
 from support import DNSPROBE_DATA, ROOT, read_output, run_dnsprobe
@@ -113,7 +114,6 @@ def test_flags_reach_the_output(tmp_path, out_dir):
                  "--compression", "none", "--row-group-size", "7")
     files = sorted(out_dir.glob("probe-a.*.parquet"))
     assert len(files) >= 3  # 92 records, 40 per file
-    import pyarrow.parquet as pq
 
     meta = pq.ParquetFile(files[0]).metadata
     assert meta.num_rows == 40
@@ -156,7 +156,6 @@ def test_runs_sharing_a_directory_keep_every_file(out_dir):
 def test_default_compression_is_zstd_and_names_carry_utc_start(out_dir):
     run_dnsprobe("read", PCAP, "-o", out_dir, "-q")
     (f,) = out_dir.glob("*.parquet")
-    import pyarrow.parquet as pq
 
     assert pq.ParquetFile(f).metadata.row_group(0).column(0).compression == "ZSTD"
     first = read_output(out_dir).column("time")[0].as_py()
@@ -171,7 +170,6 @@ def test_rotation_by_capture_time(out_dir):
     run_dnsprobe("read", PCAP, "-o", out_dir, "-q", "--rotate-seconds", "4", "--set", "run.batch_size=8")
     files = sorted(out_dir.glob("*.parquet"))
     assert len(files) >= 3
-    import pyarrow.parquet as pq
 
     for f in files:
         t = pq.read_table(f, columns=["time"]).column("time").to_pylist()
@@ -191,6 +189,24 @@ def test_inspect_table_and_json(out_dir):
     assert json.loads(cols) == {"id": 5223, "rcode": 0}
     proc = run_dnsprobe("inspect", f, "--columns", "nope", check=False)
     assert proc.returncode == 2 and "nope" in proc.stderr
+
+
+def test_inspect_json_prints_every_record_unless_limited(out_dir):
+    """JSON is for pipes: all records by default (92 here), while the table shows the first 20."""
+    run_dnsprobe("read", PCAP, "-o", out_dir, "-q")
+    (f,) = out_dir.glob("*.parquet")
+    records = pq.read_metadata(f).num_rows
+    assert records > 20
+    assert len(run_dnsprobe("inspect", f, "--json").stdout.splitlines()) == records
+    table = run_dnsprobe("inspect", f, "--columns", "id").stdout
+    assert sum(1 for line in table.splitlines() if line.strip("│ ").isdigit()) == 20
+
+
+def test_read_table_lists_only_the_counters_of_a_file_run(out_dir):
+    text = run_dnsprobe("read", PCAP, "-o", out_dir).stdout
+    assert "packets" in text and "matched" in text and "lengths_capped" in text
+    for live_only in ("kernel_received", "kernel_drops", "dpdk_ipackets", "dpdk_rx_nombuf", "worker_restarts"):
+        assert live_only not in text
 
 
 def test_config_command_prints_effective_values(tmp_path):

@@ -39,6 +39,7 @@ from support import (
     T0,
     TTL_C,
     TcpConn,
+    at_us,
     big_response,
     by_id,
     ether,
@@ -144,8 +145,8 @@ def test_udp_ipv4_pair_every_column(tmp_path):
         "query_present": True,
         "response_present": True,
         "response_delay_us": 12_345,
-        "query_time": qts,
-        "response_time": rts,
+        "query_time": at_us(qts),
+        "response_time": at_us(rts),
         "vlan": None,
         "edns_ede": [3],
         "malformed": False,
@@ -205,8 +206,8 @@ def test_tcp_message_split_over_segments_rtt_and_lengths(tmp_path):
     assert row["len"] == total_len(*qsegs)  # summed over the three frames
     assert row["res_len"] == total_len(*rsegs)
     assert row["dns_len"] == len(qdns) and row["dns_res_len"] == len(rdns)  # without the 2-byte prefix
-    assert row["query_time"] == T0 + 2_000_000  # the segment carrying the first byte
-    assert row["response_time"] == T0 + 5_000_000
+    assert row["query_time"] == at_us(T0 + 2_000_000)  # the segment carrying the first byte
+    assert row["response_time"] == at_us(T0 + 5_000_000)
     assert row["response_delay_us"] == 3_000
     assert (row["query_present"], row["response_present"], row["malformed"]) == (True, True, False)
     assert stats["tcp_streams"] == 2
@@ -237,8 +238,8 @@ def test_tcp_two_messages_in_one_segment(tmp_path):
     assert (a["dns_res_len"], b["dns_res_len"]) == (len(r1), len(r2))
     assert b["res_len"] == len(rseg_a)
     assert a["res_len"] == len(rseg_a) + len(rseg_b)
-    assert a["query_time"] == b["query_time"] == T0 + 10_000
-    assert (a["response_time"], b["response_time"]) == (T0 + 20_000, T0 + 20_000)
+    assert a["query_time"] == b["query_time"] == at_us(T0 + 10_000)
+    assert (a["response_time"], b["response_time"]) == (at_us(T0 + 20_000), at_us(T0 + 20_000))
     assert a["tcp_hs_rtt"] == b["tcp_hs_rtt"] == 0.002
     assert (stats["dns_messages"], stats["matched"], stats["tcp_streams"]) == (4, 2, 2)
 
@@ -268,7 +269,7 @@ def test_tcp_retransmissions_make_no_duplicate_rows(tmp_path):
     row = got[0x0B01]
     assert row["len"] == len(seg1) + len(seg2)  # the duplicate frame is not counted
     assert row["res_len"] == len(rseg)
-    assert row["query_time"] == T0 + 10_000 and row["response_time"] == T0 + 20_000
+    assert row["query_time"] == at_us(T0 + 10_000) and row["response_time"] == at_us(T0 + 20_000)
     assert row["dns_len"] == len(qdns) and row["dns_res_len"] == len(rdns)
     over = got[0x0B02]
     assert over["qname"] == "overlap.example.com" and not over["response_present"]
@@ -297,7 +298,7 @@ def test_tcp_reordered_segments(tmp_path):
     assert row["res_len"] == len(rseg1) + len(rseg2) + len(rseg3)
     assert row["dns_len"] == len(qdns) and row["dns_res_len"] == len(rdns)
     # Stream order: a message's time is that of the segment carrying its first byte.
-    assert row["query_time"] == T0 + 11_000 and row["response_time"] == T0 + 21_000
+    assert row["query_time"] == at_us(T0 + 11_000) and row["response_time"] == at_us(T0 + 21_000)
     assert stats["tcp_out_of_order"] == 2
     assert stats["tcp_retransmitted"] == 0 and stats["tcp_dropped_bytes"] == 0
     assert stats["matched"] == 1
@@ -327,11 +328,11 @@ def test_tcp_connection_first_seen_mid_stream(tmp_path):
     assert row["qname"] == "mid.example.com" and row["response_present"]
     assert row["tcp_hs_rtt"] is None  # no handshake seen
     assert row["len"] == len(seg1) + len(seg2) and row["res_len"] == len(rseg1) + len(rseg2)
-    assert row["query_time"] == T0 + 1_000 and row["response_time"] == T0 + 3_000
+    assert row["query_time"] == at_us(T0 + 1_000) and row["response_time"] == at_us(T0 + 3_000)
     assert (row["src"], row["srcp"], row["dst"], row["dstp"], row["prot"]) == (C4, 41005, S4, 53, 6)
     row2 = got[0x0D02]
     assert row2["qname"] == "resync.example.com" and row2["response_present"]
-    assert row2["len"] == len(q2seg) and row2["query_time"] == T0 + 11_000
+    assert row2["len"] == len(q2seg) and row2["query_time"] == at_us(T0 + 11_000)
     assert stats["tcp_streams"] == 4  # the bare ACK opens nothing; 2 connections × 2 directions
     assert stats["tcp_resync"] == 1 and stats["tcp_dropped_bytes"] == 4
     assert stats["matched"] == 2 and stats["malformed"] == 0
@@ -353,7 +354,8 @@ def test_tcp_fast_open_query_in_syn(tmp_path):
     assert len(rows) == 1
     row = rows[0]
     assert row["query_present"] and row["response_present"]
-    assert (row["qname"], row["len"], row["dns_len"], row["query_time"]) == ("tfo.example.com", len(syn), len(qdns), T0)
+    assert (row["qname"], row["len"], row["dns_len"], row["query_time"]) == (
+        "tfo.example.com", len(syn), len(qdns), at_us(T0))
     assert row["tcp_hs_rtt"] == 0.0015  # from the (retransmitted) SYN that was answered
     assert (stats["dns_messages"], stats["duplicate_queries"], stats["matched"]) == (2, 0, 1)
     assert stats["tcp_retransmitted"] == 2 and stats["tcp_dropped_bytes"] == 0
@@ -397,7 +399,7 @@ def test_ipv6_extension_headers_before_udp(tmp_path):
         "qname": "ext.example.org", "domainname": "example.org", "qtype": 28, "labels": 3,
         "rcode": 3, "ancount": 0, "nscount": 1, "len": len(qf), "res_len": len(rf),
         "dns_len": len(qdns), "dns_res_len": len(rdns), "udp_sum": Ether(qf)[UDP].chksum,
-        "query_time": T0, "response_time": T0 + 2_000_001, "response_delay_us": 2_000,
+        "query_time": at_us(T0), "response_time": at_us(T0 + 2_000_001), "response_delay_us": 2_000,
         "malformed": False, "vlan": None,
     }
     assert {k: row[k] for k in want} == want
@@ -425,7 +427,7 @@ def test_ipv4_fragments_out_of_order_reassembled(tmp_path):
     assert (row["qname"], row["qtype"], row["ancount"]) == ("big.example.com", 16, 14)
     assert row["dns_res_len"] == len(rdns)
     assert row["res_len"] == len(f1) + len(f2) + len(f3)  # the duplicate fragment is not counted
-    assert row["response_time"] == T0 + 1_000_000  # first fragment captured
+    assert row["response_time"] == at_us(T0 + 1_000_000)  # first fragment captured
     assert row["response_delay_us"] == 1_000
     assert (stats["fragments"], stats["fragments_reassembled"], stats["fragments_dropped"]) == (4, 1, 1)
     assert stats["matched"] == 1 and stats["non_dns"] == 0
@@ -465,7 +467,7 @@ def test_ipv6_fragments_reassembled(tmp_path):
     assert row["response_present"] and row["ipv"] == 6 and row["ancount"] == 14 and not row["malformed"]
     assert row["dns_res_len"] == len(rdns)
     assert row["res_len"] == total_len(*frags)
-    assert row["response_time"] == T0 + 500_000
+    assert row["response_time"] == at_us(T0 + 500_000)
     assert (stats["fragments"], stats["fragments_reassembled"], stats["fragments_dropped"]) == (3, 1, 0)
 
 
@@ -628,8 +630,9 @@ def test_ethernet_reference_rows(ethernet_reference):
     got = by_id(rows)
     assert set(got) == {0x7001, 0x7002}
     want = {
-        0x7001: (4, 14 + len(_EXCHANGE[0][1]), 14 + len(_EXCHANGE[1][1]), T0, T0 + 1_500_999, 1_500),
-        0x7002: (6, 14 + len(_EXCHANGE[2][1]), 14 + len(_EXCHANGE[3][1]), T0 + 2_000_000, T0 + 2_000_007, 0),
+        0x7001: (4, 14 + len(_EXCHANGE[0][1]), 14 + len(_EXCHANGE[1][1]), at_us(T0), at_us(T0 + 1_500_999), 1_500),
+        0x7002: (6, 14 + len(_EXCHANGE[2][1]), 14 + len(_EXCHANGE[3][1]), at_us(T0 + 2_000_000),
+                 at_us(T0 + 2_000_007), 0),
     }
     for qid, row in got.items():
         assert (row["ipv"], row["len"], row["res_len"], row["query_time"], row["response_time"],

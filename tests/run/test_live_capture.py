@@ -30,11 +30,11 @@ from support import (
     KEY_COLUMNS,
     ROOT,
     SERVER_MAC,
+    as_rows,
     build_traffic,
     keys,
     rows_of,
     run_dnsprobe,
-    table_rows,
 )
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("ip"), reason="needs root and iproute2")
@@ -289,8 +289,8 @@ def test_sighup_rotates(testbed, traffic, probes, out_dir):
     assert probe.stop() == 0, probe.stderr
     files = sorted(out_dir.glob("*.parquet"))
     assert len(files) == 2 and files[0] == first[0]
-    assert keys(table_rows(pq.read_table(files[0]))) == expected_a
-    assert keys(table_rows(pq.read_table(files[1]))) == expected_b
+    assert keys(as_rows(pq.read_table(files[0]))) == expected_a
+    assert keys(as_rows(pq.read_table(files[1]))) == expected_b
     assert "SIGHUP" in probe.stderr
 
 
