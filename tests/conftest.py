@@ -1,7 +1,28 @@
 """Fixtures shared by every test; helpers are in support.py."""
 
+from pathlib import Path
+
 import pytest
-from support import Probe, VethBed
+from support import HAVE_SHARED, NO_SHARED, SHARED, Probe, VethBed
+
+
+def _names_shared(value):
+    if isinstance(value, Path):
+        return value.is_relative_to(SHARED)
+    if isinstance(value, (list, tuple)):
+        return any(_names_shared(v) for v in value)
+    return False
+
+
+def pytest_collection_modifyitems(config, items):
+    """Without the shared data, a test whose parameters name a file in it is skipped with the reason."""
+    if HAVE_SHARED:
+        return
+    skip = pytest.mark.skip(reason=NO_SHARED)
+    for item in items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        if any(_names_shared(v) for v in params.values()):
+            item.add_marker(skip)
 
 
 @pytest.fixture

@@ -44,7 +44,7 @@ from scapy.all import (
     fragment,
     wrpcap,
 )
-from support import ROOT, SHARED_CAPTURES, dns_messages
+from support import ROOT, SHARED_CAPTURES, dns_messages, needs_shared
 
 from probe.capture.pcapfile import read_capture
 from probe.config import DecodeConfig, FilterConfig
@@ -406,6 +406,7 @@ def corpus_of(path):
     return tuple(dns_messages(path))
 
 
+@needs_shared
 def test_captures_found(generated_captures):
     names = {p.name for p in all_captures(generated_captures)}
     assert {"knot-live.raw.pcap.xz", "nsd-live.raw.pcap.xz", "udp_simple.pcap", "sample-mix.pcap.xz",
@@ -413,6 +414,7 @@ def test_captures_found(generated_captures):
     assert len(names) == 19
 
 
+@needs_shared
 def test_every_message_of_every_capture(generated_captures):
     total = 0
     for path in all_captures(generated_captures):
@@ -496,6 +498,7 @@ def opt_messages(rng, count):
     return out
 
 
+@needs_shared
 def test_damaged_messages(generated_captures):
     rng = random.Random(20240601)
     base = seeds(generated_captures)
@@ -567,6 +570,7 @@ FILTERS = {
 }
 
 
+@needs_shared
 @pytest.mark.parametrize("filtering", list(FILTERS))
 def test_decoder_fast_equals_wire(generated_captures, filtering):
     ip_filter = IpFilter(FILTERS[filtering]) if FILTERS[filtering] else None
@@ -640,6 +644,7 @@ def decoder_args(decoder):
             decoder._tcp_step, decoder.keep_raw)
 
 
+@needs_shared
 @pytest.mark.parametrize("parser", ["fast", "wire", "dpkt"])
 def test_raw_left_out(generated_captures, parser):
     """keep_raw=False (an exporter that never reads the raw message): the same messages with raw None, the

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import dpkt
 import pytest
-from support import COMPACTOR_DATA, DNSPROBE_DATA, dns_messages
+from support import COMPACTOR_DATA, DNSPROBE_DATA, dns_messages, needs_shared, shared_params
 
 from probe.decode.dnswire import Malformed, parse_message
 from probe.decode.dpkt_parser import from_dpkt
@@ -122,6 +122,7 @@ def check_message(buf, counts):
     assert walker == ref, (buf.hex(), walker, ref)
 
 
+@needs_shared
 def test_captures_found():
     names = {p.name for p in CAPTURES}
     assert {"knot-live.raw.pcap.xz", "nsd-live.raw.pcap.xz", "udp_simple.pcap", "tcp_axfr_zone_transfer.pcap",
@@ -141,7 +142,7 @@ EXPECTED = {
 }
 
 
-@pytest.mark.parametrize("path", CAPTURES, ids=[p.name for p in CAPTURES])
+@pytest.mark.parametrize("path", shared_params(CAPTURES), ids=lambda p: p.name)
 def test_walker_agrees_with_dpkt(path):
     counts = collections.Counter()
     bufs = dns_messages(path)
@@ -229,6 +230,7 @@ def test_label_containing_a_dot():
     assert walker[DNS_FIELDS.index("qname")] == "a.b.example"
 
 
+@needs_shared
 def test_self_check_of_the_oracle():
     # The lenient oracle agrees with dpkt wherever dpkt parses (on a real capture).
     bufs = dns_messages(Path(DNSPROBE_DATA / "test_pcaps" / "udp_simple.pcap"))

@@ -6,6 +6,7 @@ view of the original messages.
 """
 
 import collections
+import functools
 import gzip
 import ipaddress
 import json
@@ -26,7 +27,18 @@ from scapy.layers.inet6 import ICMPv6DestUnreach, IPerror6, IPv6
 from scapy.layers.l2 import Ether
 from scapy.packet import Raw
 from scapy.utils import wrpcap
-from support import COMPACTOR_DATA, DNSPROBE_DATA, ROOT, SHARED, as_rows, read_output, run_dnsprobe
+from support import (
+    COMPACTOR_DATA,
+    DNSPROBE_DATA,
+    HAVE_SHARED,
+    NO_SHARED,
+    ROOT,
+    SHARED,
+    as_rows,
+    needs_shared,
+    read_output,
+    run_dnsprobe,
+)
 
 from export.cdns import format as F
 
@@ -34,9 +46,18 @@ from export.cdns import format as F
 # bstr .size (0..16)` refuses 16 bytes: "expected uint to be in range 0 <= value <= 4"), so every IPv6
 # address would fail. IPAddress is spelled as the one equivalent type (a byte string of 0 to 16 bytes).
 _IP_CHOICE = "IPAddress = IPv4Address / IPv6Address"
-_CDDL = (SHARED / "cdns" / "rfc8618-pycddl.cddl").read_text()
-assert _CDDL.count(_IP_CHOICE) == 1
-SCHEMA = pycddl.Schema(_CDDL.replace(_IP_CHOICE, "IPAddress = bstr .size (0..16)"))
+
+
+@functools.cache
+def cddl_schema():
+    """RFC 8618's CDDL (from the shared data) for pycddl; the test skips without it."""
+    if not HAVE_SHARED:
+        pytest.skip(NO_SHARED)
+    cddl = (SHARED / "cdns" / "rfc8618-pycddl.cddl").read_text()
+    assert cddl.count(_IP_CHOICE) == 1
+    return pycddl.Schema(cddl.replace(_IP_CHOICE, "IPAddress = bstr .size (0..16)"))
+
+
 SAMPLE = ROOT / "samples" / "sample-mix.pcap.xz"
 SECTION_BITS = {
     (F.QUERY_EXTENDED, F.QUESTION_INDEX): "query-question-sections",
@@ -122,7 +143,7 @@ def check_file(path):
     data = raw_bytes(path)
     doc = cbor2.loads(data)
     items = sum(len(b.get(F.QUERY_RESPONSES, ())) for b in doc[2])
-    SCHEMA.validate_cbor(data if items <= FULL_VALIDATION_ITEMS else by_shape(doc))
+    cddl_schema().validate_cbor(data if items <= FULL_VALIDATION_ITEMS else by_shape(doc))
     # Streamed layout: a definite array of 3 and an indefinite block array closed by a break.
     head = b"\x83" + cbor2.dumps("C-DNS") + cbor2.dumps(doc[1])
     assert data.startswith(head) and data[len(head)] == 0x9F and data[-1] == 0xFF
@@ -337,6 +358,7 @@ def assert_same_as_parquet(pcap, tmp_path, *extra):
 # Parquet and C-DNS of the same input agree
 
 
+@needs_shared
 @pytest.mark.parametrize(
     "pcap",
     [SAMPLE, COMPACTOR_DATA / "knot-live.raw.pcap.xz", COMPACTOR_DATA / "malformed.pcap.xz"]
@@ -347,6 +369,7 @@ def test_parquet_and_cdns_agree_field_by_field(pcap, tmp_path):
     assert_same_as_parquet(pcap, tmp_path)
 
 
+@needs_shared
 def test_agree_with_full_sections_and_xz(tmp_path):
     assert_same_as_parquet(SAMPLE, tmp_path, "--set", "export.cdns_full_sections=true", "--cdns-compression", "xz")
 
@@ -363,6 +386,7 @@ def _block_totals(docs):
     return total
 
 
+@needs_shared
 def test_matching_query_only_and_response_only(tmp_path):
     counters, _ = run(COMPACTOR_DATA / "matching.pcap.xz", tmp_path)
     docs, _ = read_cdns(tmp_path)
@@ -384,6 +408,7 @@ def test_matching_query_only_and_response_only(tmp_path):
     assert any(r["prot"] == 6 and not r["query_present"] for r in rows)
 
 
+@needs_shared
 def test_unmatched_response_before_query(tmp_path):
     run(COMPACTOR_DATA / "unmatched.pcap.xz", tmp_path)
     docs, _ = read_cdns(tmp_path)
@@ -395,6 +420,7 @@ def test_unmatched_response_before_query(tmp_path):
     assert (totals[F.UNMATCHED_QUERIES], totals[F.UNMATCHED_RESPONSES]) == (1, 1)
 
 
+@needs_shared
 def test_malformed_messages_kept_with_their_bytes(tmp_path):
     counters, _ = run(COMPACTOR_DATA / "malformed.pcap.xz", tmp_path)
     docs, present = read_cdns(tmp_path)
@@ -409,6 +435,7 @@ def test_malformed_messages_kept_with_their_bytes(tmp_path):
     assert present[F.OTHER_DATA_HINTS] & 1
 
 
+@needs_shared
 def test_edns_flags_equal_compactor(tmp_path):
     """compactor's expected output for this capture (test-scripts/testcontent-ednsflags.diag): its
     signature and item, but for its own non-RFC bits above bit 14 of qr-dns-flags (CO, DE)."""
@@ -452,6 +479,7 @@ def test_edns_flags_equal_compactor(tmp_path):
     assert resolve(ext[F.ADDITIONAL_INDEX]) == [(b"\x00", 41, 4096, 57344, b"")]
 
 
+@needs_shared
 def test_address_events_equal_compactor(tmp_path):
     """knot-live.info lists compactor's TCP reset and ICMP/ICMPv6 destination-unreachable events by
     code and address; the address-event-counts of our files add up to exactly those."""
@@ -542,6 +570,7 @@ def _rich_run(tmp_path, *extra):
     return (q1, r1) + read_cdns(out)
 
 
+@needs_shared
 def test_full_sections_every_hint_written_and_sections_equal_dpkt(tmp_path):
     q1, r1, docs, present = _rich_run(
         tmp_path, "--set", "export.cdns_full_sections=true", "--set", "export.cdns_qr_type=resolver"
@@ -600,6 +629,7 @@ def test_full_sections_every_hint_written_and_sections_equal_dpkt(tmp_path):
                       (F.AE_ICMPV6_DEST_UNREACHABLE, 4, "2001:db8::99", 1)}
 
 
+@needs_shared
 def test_client_privacy_prefixes_and_subnets(tmp_path):
     q1, _, docs, _ = _rich_run(
         tmp_path, "--set", "privacy.client_ipv4_prefix=16", "--set", "privacy.client_ipv6_prefix=48"
@@ -624,6 +654,7 @@ def test_client_privacy_prefixes_and_subnets(tmp_path):
 # Compression, rotation, naming, errors
 
 
+@needs_shared
 def test_compressed_files_decompress_to_the_same_bytes(tmp_path):
     outputs = {}
     for codec in ("none", "gzip", "xz", "zstd"):
@@ -665,6 +696,7 @@ def test_raw_bytes_per_transaction_of_the_standard_mix(tmp_path):
     assert 40 < floor / records < per_tx
 
 
+@needs_shared
 def test_rotation_by_blocks_records_and_time(tmp_path):
     def files_of(*extra):
         out = tmp_path / "_".join(e.replace("=", "-").replace(".", "") for e in extra if "=" in e)
@@ -686,6 +718,7 @@ def test_rotation_by_blocks_records_and_time(tmp_path):
     assert len(docs) >= 4
 
 
+@needs_shared
 def test_bad_compression_level_is_a_config_error(tmp_path):
     proc = run_dnsprobe(
         "read", COMPACTOR_DATA / "unmatched.pcap.xz", "-o", tmp_path, "--format", "cdns", "--cdns-compression", "xz",
@@ -695,6 +728,7 @@ def test_bad_compression_level_is_a_config_error(tmp_path):
     assert proc.stderr.strip() == "dnsprobe: error: config key 'export.compression_level': 12 is not a xz level (0..9)"
 
 
+@needs_shared
 def test_preamble_collection_parameters(tmp_path):
     run(COMPACTOR_DATA / "unmatched.pcap.xz", tmp_path, "--dns-port", "53", "--dns-port", "5353",
         "--set", "export.cdns_server_addresses=[192.0.2.53, '2001:db8::53']", "--query-timeout", "2.5")
@@ -716,6 +750,7 @@ def test_preamble_collection_parameters(tmp_path):
 # Live capture writes C-DNS too (as root: a veth pair, as in test_live_capture.py)
 
 
+@needs_shared
 @pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("ip"), reason="needs root and iproute2")
 def test_live_capture_writes_cdns(tmp_path):
     from support import KEY_COLUMNS, Probe, VethBed, build_traffic

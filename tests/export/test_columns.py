@@ -11,7 +11,7 @@ import struct
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
-from support import COMPACTOR_DATA, DNSPROBE_DATA, ROOT, transactions
+from support import COMPACTOR_DATA, DNSPROBE_DATA, ROOT, needs_shared, transactions
 
 from export.parquet import columns
 from export.parquet.records import _CLIENT, _CLIENT_RAW, _FIELDS
@@ -25,6 +25,7 @@ CAPTURES = sorted((DNSPROBE_DATA / "test_pcaps").glob("*.pcap")) + [
 SPECS = list(_FIELDS.values()) + list(_CLIENT.values()) + list(_CLIENT_RAW.values())
 
 
+@needs_shared
 def test_captures_found():
     assert all(p.exists() for p in CAPTURES) and len(CAPTURES) >= 7, CAPTURES
 
@@ -192,6 +193,7 @@ DOMAIN_EDGES = [
 ]
 
 
+@needs_shared
 def test_domain_name_rule_equals_dns_probe_regex():
     """The 'D' kind (C) and columns.domain_name (Python) equal the regex replace that defines the column,
     ASCII-lowercased, on every QNAME of the real captures and on edge cases (newlines, non-ASCII case)."""

@@ -21,7 +21,18 @@ from scapy.layers.inet import IP, UDP
 from scapy.layers.inet6 import IPv6
 from scapy.layers.l2 import Ether
 from scapy.packet import Raw
-from support import COMPACTOR_DATA, DNSPROBE_DATA, MAC_C, MAC_S, ROOT, TcpConn, framed, write_pcap
+from support import (
+    COMPACTOR_DATA,
+    DNSPROBE_DATA,
+    MAC_C,
+    MAC_S,
+    ROOT,
+    TcpConn,
+    framed,
+    needs_shared,
+    shared_params,
+    write_pcap,
+)
 
 from probe.capture.pcapfile import read_capture
 from probe.config import MatchConfig, load_config
@@ -122,6 +133,7 @@ def decoded(path, batch_size):
 # --- the project's captures ----------------------------------------------------------------------------------------
 
 
+@needs_shared
 def test_captures_found():
     names = {p.name for p in SHARED_CAPTURES}
     assert {
@@ -136,7 +148,7 @@ def test_captures_found():
 
 
 @pytest.mark.parametrize("config", CONFIGS, ids=str)
-@pytest.mark.parametrize("path", SHARED_CAPTURES, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", shared_params(SHARED_CAPTURES), ids=lambda p: p.name)
 def test_c_equals_python_on_captures(path, config):
     for batch_size in (1, 7, 4096):
         txs, table, _ = assert_same_run(decoded(path, batch_size), CONFIGS[config], f"{path.name}/{batch_size}")

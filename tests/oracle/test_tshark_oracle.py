@@ -41,7 +41,7 @@ from scapy.all import (
     Raw,
     wrpcap,
 )
-from support import COMPACTOR_DATA, dnsprobe_read
+from support import COMPACTOR_DATA, dnsprobe_read, needs_shared
 
 pytestmark = pytest.mark.skipif(shutil.which("tshark") is None, reason="tshark not installed")
 
@@ -278,6 +278,7 @@ def _raw_names(pcap, frame_numbers):
     return out
 
 
+@needs_shared
 def test_knot_live_udp_queries_match_tshark(tmp_path, out_dir):
     pcap = tmp_path / "knot-live.pcap"
     with lzma.open(COMPACTOR_DATA / "knot-live.raw.pcap.xz") as src, open(pcap, "wb") as dst:
