@@ -14,8 +14,8 @@ have dnscap || need+=(dnscap)                 # dnsprobe bench compares against 
 have tcpdump || need+=(tcpdump)
 have java || need+=(openjdk-17-jre-headless)  # Apache Spark reads our Parquet in tests/oracle/test_engines.py
 # The C extensions (export/parquet/_columns.c, probe/decode/_fastwire.c; without them the package falls back to
-# slower Python and tests/test_fastwire.py fails) need a C compiler and Python's headers; the DPDK one
-# (tests/test_dpdk.py) also libdpdk, found with pkg-config.
+# slower Python and tests/decode/test_fastwire.py fails) need a C compiler and Python's headers; the DPDK one
+# (tests/run/test_dpdk.py) also libdpdk, found with pkg-config.
 pkg-config --exists libdpdk 2>/dev/null || need+=(libdpdk-dev pkg-config)
 { have cc && have gcc; } || need+=(gcc)
 [ -e "$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["include"])')/Python.h" ] || need+=(python3-dev)

@@ -146,7 +146,7 @@ class CaptureConfig:
 @dataclass(frozen=True)
 class DpdkConfig:
     enabled: bool = opt(
-        False, "capture with DPDK instead of AF_PACKET (the --dpdk flag; needs the DPDK extension, see README, DPDK)"
+        False, "capture with DPDK instead of AF_PACKET (the --dpdk flag; needs the DPDK extension, see docs/dpdk.md)"
     )
     args: str = opt(
         "", "EAL arguments besides the cores (capture.coremask), shell-quoted: PCI devices (-a 0000:01:00.0),"

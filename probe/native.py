@@ -2,7 +2,7 @@
 
 Each extension is built with optional=True (setup.py), so a machine without a compiler still installs the
 package. Its Python twin then does the work, slower, and dnsprobe says so once per extension: never a
-silent fallback. The tests require every core extension to be built (tests/run/test_native.py).
+silent fallback. The tests require every core extension to be built (tests/test_architecture.py).
 """
 
 import importlib

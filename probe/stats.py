@@ -55,8 +55,8 @@ COUNTERS = (
 
 COUNTER_NAMES = tuple(name for name, _ in COUNTERS)
 
-# The sources a counter belongs to; one not listed applies to every run. A run's table, statistics JSON and
-# Prometheus series show the counters of its source only (no kernel rows for a file, no DPDK rows for AF_PACKET).
+# The sources a counter belongs to; one not listed applies to every run. The table printed at the end of a run
+# shows the counters of its source only (no kernel rows for a file, no DPDK rows for AF_PACKET).
 SOURCES = ("file", "af_packet", "dpdk")
 _LIVE = ("af_packet", "dpdk")
 ONLY = {

@@ -234,7 +234,7 @@ class Block:
 
         In C (export.cdns._cdnsblock.add) when it was built and there is neither client privacy nor full
         sections; it gives back the transactions it does not take (malformed messages, unusual shapes),
-        one at a time, to add_python, the reference it must equal (tests/test_cdns_block.py)."""
+        one at a time, to add_python, the reference it must equal (tests/export/test_cdns_block.py)."""
         w = self.w
         if not self._c_loop(w):
             if _cdnsblock is None:

@@ -105,7 +105,7 @@ def dns_message(mid, flags, questions, answers, authority, additional):
 
 
 # The RR types whose RDATA names a server may compress (RFC 1035's, RFC 3597 section 4); their layout is in
-# cdns_format.RDATA_NAME_LAYOUT. The names in the RDATA of other types stay as recorded (uncompressed).
+# export.cdns.format.RDATA_NAME_LAYOUT. The names in the RDATA of other types stay as recorded (uncompressed).
 _COMPRESSIBLE = {t: F.RDATA_NAME_LAYOUT[t] for t in (2, 3, 4, 5, 6, 7, 8, 9, 12, 14, 15)}
 
 

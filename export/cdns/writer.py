@@ -4,12 +4,12 @@ File layout, streamed: the definite array header of 3, "C-DNS", the file preambl
 indefinite-length block array (0x9f) to which each block is appended as cbor2 encodes it, and the break
 byte (0xff) when the file is closed. Until then the file is NAME.cdns[.gz|.xz|.zst].part.
 
-What is recorded (the storage hints say exactly this; see README "C-DNS output"):
+What is recorded (the storage hints say exactly this; see docs/cdns.md):
 - Q/R items: time-offset (ticks of 1 µs after the block's earliest-time), client address and port,
   transaction id, signature, client hop limit, response delay, first QNAME (uncompressed wire form,
   original case), query and response DNS sizes; with export.cdns_full_sections the second and later
   questions of the query and the answer/authority/additional sections of query and response (names
-  uncompressed, compression pointers inside the RDATA of the types of cdns_format.RDATA_NAME_LAYOUT
+  uncompressed, compression pointers inside the RDATA of the types of export.cdns.format.RDATA_NAME_LAYOUT
   expanded, other RDATA as received; the query's OPT is in the signature, not in its additional
   section, as compactor does).
 - Signatures: server address and port, transport flags, qr-type when configured, qr-sig-flags, opcode,

@@ -40,7 +40,7 @@ def domain_name(qname):
     """DNS Probe's domain_name: the QNAME ASCII-lowercased, cut to its last two labels when it has two
     dots or more. Defined as the regex replace ^.*\\.([^.]*\\.[^.]*)$ → \\1 (whose '.' does not match a
     newline, so a newline before the second-to-last dot keeps the whole name); the regex cost 1.7 µs a
-    row in pyarrow, this rule (in C for 'D') a few ns. tests/test_columns.py checks the two agree."""
+    row in pyarrow, this rule (in C for 'D') a few ns. tests/export/test_columns.py checks the two agree."""
     low = qname.translate(_ASCII_LOWER)
     last = low.rfind(".")
     second = low.rfind(".", 0, last) if last > 0 else -1

@@ -88,8 +88,7 @@ DNSPROBE_EXTRA_COLUMNS = (
 COLUMNS = DNSPROBE_COLUMNS + DNSPROBE_EXTRA_COLUMNS
 SCHEMA = pa.schema([pa.field(name, typ) for name, typ, _ in COLUMNS])
 # Columns whose values rarely repeat within a row group: Parquet writes them without a dictionary, which
-# dictionary encoding would only make bigger and slower (measured on the standard mix, 95k records:
-# 44.3 bytes/record with dictionaries everywhere, 33.1 without them here).
+# would only make them bigger and slower to write (docs/performance.md has the measurement).
 UNIQUE_VALUED = frozenset(
     ("time", "time_micro", "id", "srcp", "udp_sum", "tcp_hs_rtt", "response_delay_us", "query_time", "response_time")
 )

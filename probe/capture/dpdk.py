@@ -1,6 +1,6 @@
 """DPDK capture: one port, one RX queue per worker thread, frames handed over as FrameBatch.
 
-The C side is probe.capture._dpdk (probe/capture/_dpdk.c), built only where libdpdk is found (README, DPDK).
+The C side is probe.capture._dpdk (probe/capture/_dpdk.c), built only where libdpdk is found (docs/dpdk.md).
 DpdkPort initialises DPDK's EAL (once per process: DPDK cannot be initialised twice) and sets up the port with
 one RX queue per worker and symmetric RSS, so both directions of a flow reach the same queue. DpdkQueueSource
 reads one queue: each read is one call into C that polls with the GIL released and returns the frames as bytes
@@ -24,7 +24,7 @@ from probe.model import LINKTYPE_ETHERNET, FrameBatch
 
 NOT_BUILT = (
     "DPDK support was not built into this dnsprobe: install DPDK's development files "
-    "(apt-get install libdpdk-dev pkg-config), then reinstall dnsprobe (pip install -e .); see README, DPDK"
+    "(apt-get install libdpdk-dev pkg-config), then reinstall dnsprobe (pip install -e .); see docs/dpdk.md"
 )
 # EAL options that choose the cores: capture.coremask does that, one worker thread per core.
 CORE_OPTIONS = ("-c", "-l", "--lcores", "--main-lcore", "--master-lcore")

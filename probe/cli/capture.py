@@ -40,7 +40,7 @@ CAPTURE_FLAGS = (
     (("--block-timeout",), "capture.block_timeout_ms", int, "ms before a partly filled block is handed over"),
     (("--stats-interval",), "capture.stats_interval", float, "seconds between statistics JSON writes"),
     (("--prometheus-port",), "capture.prometheus_port", int, "local port of the Prometheus endpoint (0: off)"),
-    (("--dpdk",), "dpdk.enabled", None, "capture with DPDK instead of AF_PACKET (README, DPDK)"),
+    (("--dpdk",), "dpdk.enabled", None, "capture with DPDK instead of AF_PACKET (docs/dpdk.md)"),
     (("--dpdk-args",), "dpdk.args", str, "EAL arguments, e.g. --dpdk-args='--no-huge --vdev=net_pcap0,rx_pcap=F'"),
     (("--dpdk-port",), "dpdk.port", int, "DPDK port to capture on"),
 )

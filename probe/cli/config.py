@@ -14,7 +14,8 @@ def add_parser(sub):
         formatter_class=FORMATTER,
     )
     conf.add_argument("-c", "--config", metavar="FILE", help="configuration file to load")
-    conf.add_argument("--defaults", action="store_true", help="print the default config/dnsprobe.yml text")
+    conf.add_argument("--defaults", action="store_true",
+                      help="print the built-in defaults as YAML (every key, its default and meaning)")
 
 def run(args):
     if args.defaults:

@@ -205,7 +205,7 @@ def walk_rrs(buf, off, count, additional):
 
 
 def parse_message(buf, names=None):
-    """Walk one DNS message. Never raises; returns the DNS tuple (see fields.DNS_FIELDS).
+    """Walk one DNS message. Never raises; returns the DNS tuple (see probe.model.DNS_FIELDS).
 
     names: optional dict used as a cache from a question's wire-format name to (text, labels);
     names repeat heavily in DNS traffic, so a worker passes one (see MessageParser).

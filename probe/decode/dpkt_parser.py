@@ -1,7 +1,7 @@
 """dpkt as the DNS parser of record (decode.parser: dpkt).
 
 Produces exactly the tuple of probe.decode.dnswire.parse_message from a dpkt.dns.DNS object, so the
-two can be compared message by message (tests/test_parser_equivalence.py). dpkt 1.9.8 raises on RR
+two can be compared message by message (tests/decode/test_parser_equivalence.py). dpkt 1.9.8 raises on RR
 types it does not implement (RRSIG, DNSKEY, DS, HTTPS, SVCB, CAA, unassigned types) and on names that
 are not UTF-8; such messages are handed to the wire walker and counted as dpkt_fallback, so none is
 lost or miscounted.
@@ -13,7 +13,7 @@ from probe.decode.dnswire import TYPE_OPT, Malformed, parse_message, parse_opt
 
 
 def from_dpkt(msg, buf):
-    """The DNS tuple (fields.DNS_FIELDS) of a parsed dpkt.dns.DNS message."""
+    """The DNS tuple (probe.model.DNS_FIELDS) of a parsed dpkt.dns.DNS message."""
     qname = qtype = qclass = labels = None
     if msg.qd:
         q = msg.qd[0]

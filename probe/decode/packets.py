@@ -54,7 +54,7 @@ class PacketDecoder:
     """Stateful decoder for one worker: fragment and TCP reassembly persist across batches."""
 
     def __init__(self, decode_cfg, dns_ports, stats, ip_filter=None, keep_raw=True):
-        """keep_raw: fill the raw field of the messages (fields.DNS_FIELDS); False leaves it None, which
+        """keep_raw: fill the raw field of the messages (probe.model.DNS_FIELDS); False leaves it None, which
         saves a copy of every message where the exporter never reads it (only C-DNS does)."""
         self.stats = stats
         self.ports = frozenset(dns_ports)
