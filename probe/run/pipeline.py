@@ -22,9 +22,9 @@ def tune_gc():
     """The hot path allocates millions of short-lived tuples and holds many long-lived ones (pending
     queries, a batch of transactions). CPython's automatic collector then runs every few hundred
     allocations and rescans them, a large share of the run even with raised thresholds (docs/performance.md).
-    Our objects form no cycles, so the automatic collector is turned off and Pipeline collects the young generations itself
-    every GC_EVERY_PACKETS packets (and fully every GC_FULL_EVERY times): anything cyclic a library
-    creates is still freed. Start-up objects are frozen out of every scan."""
+    Our objects form no cycles, so the automatic collector is turned off and Pipeline collects the young
+    generations itself every GC_EVERY_PACKETS packets (and fully every GC_FULL_EVERY times): anything cyclic
+    a library creates is still freed. Start-up objects are frozen out of every scan."""
     gc.freeze()
     gc.disable()
 
