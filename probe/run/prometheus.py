@@ -1,8 +1,5 @@
 """The Prometheus endpoint of a capture: every counter of probe.stats per worker, and whether each worker runs."""
 
-from prometheus_client import start_http_server
-from prometheus_client.core import CollectorRegistry, CounterMetricFamily, GaugeMetricFamily
-
 from probe.errors import ConfigError
 from probe.stats import COUNTERS
 
@@ -12,6 +9,8 @@ def serve_prometheus(supervisor):
     port = supervisor.cfg.capture.prometheus_port
     if not port:
         return
+    from prometheus_client import start_http_server  # only when asked for: start-up of every command
+    from prometheus_client.core import CollectorRegistry, CounterMetricFamily, GaugeMetricFamily
 
     class Collector:
         def collect(self):
