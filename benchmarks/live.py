@@ -67,6 +67,7 @@ sys.path.insert(0, str(HERE))
 
 import offline  # noqa: E402  (benchmarks/ is not a package): machine(), code helpers, dnsprobe_command()
 import traffic  # noqa: E402
+from testbed import Testbed as _Testbed  # noqa: E402
 
 TARGET_PPS = 150_000
 DEFAULT_PACKETS = 500_000
@@ -102,44 +103,12 @@ def sh(*cmd, check=True):
     return subprocess.run(cmd, check=check, capture_output=True, text=True)
 
 
-# ----------------------------------------------------------------------------------------------
-# The testbed: one namespace, one veth pair
+class Testbed(_Testbed):
+    """The benchmarks' testbed (benchmarks/testbed.py): one veth pair, dpbc<pid> ↔ dpbp<pid>, the peer in the
+    namespace dnsprobe-b<pid>."""
 
-
-class Testbed:
     def __init__(self):
-        tag = os.getpid() % 100000
-        self.ns = f"dnsprobe-b{tag}"
-        self.iface = f"dpbc{tag}"  # host end, in the root namespace: the probe captures here
-        self.peer = f"dpbp{tag}"  # inside the namespace: the generator sends here
-
-    def __enter__(self):
-        self.down()
-        try:
-            sh("ip", "netns", "add", self.ns)
-            sh("ip", "link", "add", self.iface, "type", "veth", "peer", "name", self.peer, "netns", self.ns)
-            # No IPv6 autoconfiguration chatter on the pair: only the replayed frames cross it.
-            sh("sysctl", "-qw", f"net.ipv6.conf.{self.iface}.disable_ipv6=1", check=False)
-            sh("ip", "netns", "exec", self.ns, "sysctl", "-qw", f"net.ipv6.conf.{self.peer}.disable_ipv6=1",
-               check=False)
-            sh("ip", "link", "set", self.iface, "up")
-            sh("ip", "-n", self.ns, "link", "set", self.peer, "up")
-        except BaseException:
-            self.down()
-            raise
-        return self
-
-    def __exit__(self, *exc):
-        self.down()
-        return False
-
-    def down(self):
-        sh("ip", "netns", "del", self.ns, check=False)  # takes the peer, and so the pair, with it
-        sh("ip", "link", "del", self.iface, check=False)
-
-    def rx(self):
-        base = Path("/sys/class/net") / self.iface / "statistics"
-        return {k: int((base / k).read_text()) for k in ("rx_packets", "rx_dropped")}
+        super().__init__("b", pairs=1)
 
 
 def ensure_tcpreplay():

@@ -2,8 +2,6 @@
 back what it wrote, transactions of a capture, the veth testbed and the capture probe under test."""
 
 import json
-import os
-import shutil
 import signal
 import struct
 import subprocess
@@ -49,6 +47,7 @@ def shared_params(paths):
     return [pytest.param(SHARED / "missing", marks=pytest.mark.skip(reason=NO_SHARED))]
 # The benchmark scripts are plain modules in benchmarks/ (the veth testbed, the traffic generator): importable.
 sys.path.insert(0, str(ROOT / "benchmarks"))
+from testbed import Testbed  # noqa: E402
 
 
 def run_dnsprobe(*args, check=True):
@@ -148,77 +147,16 @@ WAIT_S = 30.0
 
 
 # ---------------------------------------------------------------------------------------------
-# The testbed: one namespace and one veth pair for the whole module
+# The testbed: benchmarks/testbed.py, shared with the benchmarks
 
 
-class VethBed:
-    """Two veth pairs: dpc<tag> ↔ dpp<tag> and dpc<tag>b ↔ dpp<tag>b; the dpp ends are in the namespace."""
+class VethBed(Testbed):
+    """The tests' testbed: two veth pairs (dptc<pid> ↔ dptp<pid>, and dptc<pid>b ↔ dptp<pid>b for a second
+    interface) in the namespace dnsprobe-t<pid>."""
 
     def __init__(self):
-        tag = os.getpid() % 100000
-        self.ns = f"dnsprobe-t{tag}"
-        self.iface = f"dpc{tag}"  # captured by the probe, in the root namespace
-        self.peer = f"dpp{tag}"  # inside the namespace; traffic is sent here
-        self.iface2, self.peer2 = f"{self.iface}b", f"{self.peer}b"  # a second interface
+        super().__init__("t", pairs=2)
 
-    def sh(self, *cmd):
-        subprocess.run(cmd, check=True, capture_output=True)
-
-    def up(self):
-        self.down()
-        self.sh("ip", "netns", "add", self.ns)
-        for iface, peer in ((self.iface, self.peer), (self.iface2, self.peer2)):
-            self.sh("ip", "link", "add", iface, "type", "veth", "peer", "name", peer, "netns", self.ns)
-            # No IPv6 autoconfiguration chatter on the pair (the kernel filter would drop it anyway).
-            subprocess.run(["sysctl", "-qw", f"net.ipv6.conf.{iface}.disable_ipv6=1"], capture_output=True)
-            subprocess.run(["ip", "netns", "exec", self.ns, "sysctl", "-qw", f"net.ipv6.conf.{peer}.disable_ipv6=1"],
-                           capture_output=True)
-            self.sh("ip", "link", "set", iface, "up")
-            self.sh("ip", "-n", self.ns, "link", "set", peer, "up")
-
-    def down(self):
-        subprocess.run(["ip", "netns", "del", self.ns], capture_output=True)
-        for iface in (self.iface, self.iface2):
-            subprocess.run(["ip", "link", "del", iface], capture_output=True)
-
-    def send(self, pcap, pps=None, peer=None):
-        """Replay a pcap from inside the namespace: pps frames a second, or as fast as possible.
-        With tcpreplay when installed (DNSPROBE_TEST_SENDER=raw: always the raw-socket sender)."""
-        peer = peer or self.peer
-        if shutil.which("tcpreplay") and os.environ.get("DNSPROBE_TEST_SENDER") != "raw":
-            rate = [f"--pps={pps}"] if pps else ["--topspeed"]
-            cmd = ["tcpreplay", "-q", f"--intf1={peer}", *rate, str(pcap)]
-        else:
-            cmd = [sys.executable, "-c", RAW_SENDER, str(pcap), peer, str(pps or 0)]
-        proc = subprocess.run(["ip", "netns", "exec", self.ns, *cmd], capture_output=True, text=True, timeout=120)
-        assert proc.returncode == 0, f"sending {pcap} failed: {proc.stderr}"
-
-
-RAW_SENDER = r"""
-import socket, struct, sys, time
-path, iface, pps = sys.argv[1], sys.argv[2], float(sys.argv[3])
-data = open(path, "rb").read()
-endian = "<" if data[:4] in (b"\xd4\xc3\xb2\xa1", b"\x4d\x3c\xb2\xa1") else ">"
-frames, pos = [], 24
-while pos + 16 <= len(data):
-    caplen = struct.unpack_from(endian + "IIII", data, pos)[2]
-    frames.append(data[pos + 16 : pos + 16 + caplen])
-    pos += 16 + caplen
-s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
-s.bind((iface, 0))
-t0 = time.perf_counter()
-for i, frame in enumerate(frames):
-    if pps:
-        delay = t0 + i / pps - time.perf_counter()
-        if delay > 0:
-            time.sleep(delay)
-    while True:
-        try:
-            s.send(frame)
-            break
-        except OSError:
-            time.sleep(0.001)
-"""
 
 
 def build_traffic(path, first, count):

@@ -17,7 +17,7 @@ import live  # noqa: E402
 import pytest
 import suite  # noqa: E402
 import traffic  # noqa: E402
-from support import ROOT  # also puts benchmarks/ on sys.path
+from support import ROOT, Testbed  # also puts benchmarks/ on sys.path
 
 TOOLS = ("dnsprobe parquet", "dnsprobe cdns", "dnsprobe dpdk-parquet", "dnscap pcap", "netsniff-ng pcap",
          "tcpdump pcap (baseline)")
@@ -55,12 +55,11 @@ needs_testbed = pytest.mark.skipif(NO_TESTBED is not None, reason=str(NO_TESTBED
 needs_trafgen = pytest.mark.skipif(not shutil.which("trafgen"), reason="needs trafgen (Debian package netsniff-ng)")
 
 
-class Veth(live.Testbed):
+class Veth(Testbed):
     """The bench's testbed under names of this test's own (other tests use veth pairs at the same time)."""
 
     def __init__(self):
-        tag = os.getpid() % 100000
-        self.ns, self.iface, self.peer = f"dpbt-{tag}", f"dpbtc{tag}", f"dpbtp{tag}"
+        super().__init__("s", pairs=1)
 
 
 @pytest.mark.parametrize("mix,packets", [("standard", 400), ("large", 150)])
