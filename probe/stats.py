@@ -32,6 +32,8 @@ COUNTERS = (
     ("tcp_streams", "TCP connection directions seen"),
     ("tcp_retransmitted", "TCP segments already received (dropped as duplicates)"),
     ("tcp_out_of_order", "TCP segments received ahead of a gap and buffered"),
+    ("tcp_ooo_dropped", "TCP segments ahead of a gap discarded: the direction held decode.tcp_max_ooo_segments"
+     " segments or decode.tcp_max_ooo_bytes bytes"),
     ("tcp_dropped_bytes", "TCP payload bytes discarded (gap never filled, buffer bound, idle timeout)"),
     ("tcp_resync", "TCP streams first seen mid-message and resynchronised"),
     ("tcp_resets", "TCP segments with RST on a DNS port (C-DNS address events; still decoded as TCP)"),

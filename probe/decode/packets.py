@@ -68,6 +68,7 @@ class PacketDecoder:
             int(decode_cfg.tcp_idle_timeout * 1e9),
             decode_cfg.tcp_max_streams,
             decode_cfg.tcp_max_ooo_bytes,
+            decode_cfg.tcp_max_ooo_segments,
             stats,
         )
         # The parser that runs (fast, wire or dpkt; decode.parser auto resolved), for the statistics.
