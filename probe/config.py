@@ -52,6 +52,10 @@ class DecodeConfig:
         5.0, "seconds (capture time) to wait for the rest of a fragmented datagram", min=0.001
     )
     fragment_max_datagrams: int = opt(10000, "fragmented datagrams held at once (oldest dropped first)", min=1)
+    fragment_max_bytes: int = opt(
+        64 << 20, "bytes held by the fragmented datagrams at once, each at most 65,535 (oldest dropped first)",
+        min=65535,
+    )
     tcp_idle_timeout: float = opt(60.0, "seconds (capture time) after which an idle TCP stream is dropped", min=0.001)
     tcp_max_streams: int = opt(100000, "TCP stream directions held at once (oldest dropped first)", min=1)
     tcp_max_ooo_bytes: int = opt(262144, "bytes held per TCP stream direction ahead of a gap", min=0)

@@ -453,6 +453,25 @@ def test_ipv4_fragments_out_of_order_reassembled(tmp_path):
     assert stats["matched"] == 1 and stats["non_dns"] == 0
 
 
+def test_ipv4_many_overlapping_fragments_reassembled(tmp_path):
+    # A response in 64-byte fragments 8 bytes apart (each overlapping the next seven), last one first and
+    # the rest backwards: the datagram holds its own bytes once (bounded), each fragment adds 8 new ones.
+    qdns, rdns = q_dns(0x4F02, "big.example.com", "TXT"), big_response(0x4F02)
+    udp = bytes(UDP(sport=53, dport=40701) / Raw(rdns))
+    last = (len(udp) - 1) // 8 * 8
+    frames = [(T0, udp_frame(qdns, cport=40701))]
+    for i, off in enumerate(range(last, -1, -8)):
+        ip = ip_layer(False, id=4343, proto=17, frag=off // 8, flags=0 if off == last else "MF")
+        frames.append((T0 + 1_000_000 + i, ether(bytes(ip / Raw(udp[off : off + 64])))))
+    rows, stats = probe_run(write_pcap(tmp_path / "overlap.pcap", frames), tmp_path / "out")
+
+    assert len(rows) == 1
+    row = rows[0]
+    assert row["response_present"] and not row["malformed"] and row["ancount"] == 14
+    assert row["dns_res_len"] == len(rdns) and row["res_len"] == sum(len(f) for _, f in frames[1:])
+    assert (stats["fragments"], stats["fragments_reassembled"], stats["fragments_dropped"]) == (len(frames) - 1, 1, 0)
+
+
 def test_ipv4_tiny_last_fragment_unpadded(tmp_path):
     # Captured on the sending host: the last fragment holds 4 bytes and its frame, 38 bytes, has no padding.
     qdns = q_dns(0x4F03, "tiny.example.com", "NULL")
