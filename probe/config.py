@@ -68,7 +68,14 @@ class DecodeConfig:
 @dataclass(frozen=True)
 class MatchConfig:
     query_timeout: float = opt(5.0, "seconds (capture time) a query waits for its response", min=0.000001)
-    max_pending: int = opt(1000000, "pending queries held at once (oldest exported as query-only)", min=1)
+    max_pending: int = opt(
+        1000000, "pending queries held at once, retries under one key included (oldest exported as query-only)",
+        min=1,
+    )
+    max_pending_per_key: int = opt(
+        8, "pending queries held under one key (transport, addresses, ports, DNS ID): one more exports the"
+        " oldest of them as query-only", min=1,
+    )
 
 
 @dataclass(frozen=True)

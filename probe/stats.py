@@ -49,7 +49,8 @@ COUNTERS = (
     ("zone_transfer_messages", "AXFR/IXFR response messages merged into one transaction"),
     ("lengths_capped", "summed lengths or counts (TCP segments, fragments, zone transfers) over 2^31-1, stored"
      " as 2^31-1, the maximum of their int32 columns"),
-    ("match_evicted", "pending queries exported early because the table reached its size bound"),
+    ("match_evicted", "pending queries exported early because the table reached its size bound (match.max_pending,"
+     " or match.max_pending_per_key under one key)"),
     ("records", "records (rows) written"),
     ("files", "output files completed"),
     ("worker_restarts", "live capture: workers that died and were restarted (their open file is left as .part)"),
