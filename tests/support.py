@@ -31,6 +31,12 @@ COMPACTOR_DATA = SHARED / "data" / "compactor"
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 
+def run_python(code):
+    """Run Python code in a fresh interpreter from the repository's root (a crash there fails the test instead
+    of ending the test run); returns the CompletedProcess (text)."""
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+
+
 def run_dnsprobe(*args, check=True):
     """Run `python -m probe ARGS`; returns CompletedProcess (text). check=True asserts exit 0."""
     proc = subprocess.run(

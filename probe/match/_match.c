@@ -384,17 +384,22 @@ static void prefetch_fields(PyObject *m)
 
 enum { N_COUNTS = 5 };
 
-/* counts[k] += add[k] for the counters. */
+/* counts[k] += add[k] for the counters. The addition may run Python code (a count's __add__) that changes
+ * the list: the item is held across it and the size checked again. */
 static int add_counts(PyObject *counts, const Py_ssize_t add[N_COUNTS])
 {
     for (Py_ssize_t k = 0; k < N_COUNTS; k++) {
-        PyObject *sum = NULL, *n = PyLong_FromSsize_t(add[k]);
-        if (n != NULL)
-            sum = PyNumber_Add(PyList_GET_ITEM(counts, k), n);
-        Py_XDECREF(n);
-        if (sum == NULL)
+        if (k >= PyList_GET_SIZE(counts)) {
+            PyErr_SetString(PyExc_RuntimeError, "run: counts changed size");
             return -1;
-        PyList_SetItem(counts, k, sum);
+        }
+        PyObject *sum = NULL, *old = Py_NewRef(PyList_GET_ITEM(counts, k)), *n = PyLong_FromSsize_t(add[k]);
+        if (n != NULL)
+            sum = PyNumber_Add(old, n);
+        Py_XDECREF(n);
+        Py_DECREF(old);
+        if (sum == NULL || PyList_SetItem(counts, k, sum) < 0)
+            return -1;
     }
     return 0;
 }

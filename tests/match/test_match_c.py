@@ -21,7 +21,7 @@ from scapy.layers.inet import IP, UDP
 from scapy.layers.inet6 import IPv6
 from scapy.layers.l2 import Ether
 from scapy.packet import Raw
-from support import COMPACTOR_DATA, DNSPROBE_DATA, MAC_C, MAC_S, ROOT, TcpConn, framed, write_pcap
+from support import COMPACTOR_DATA, DNSPROBE_DATA, MAC_C, MAC_S, ROOT, TcpConn, framed, run_python, write_pcap
 
 from probe.capture.pcapfile import read_capture
 from probe.config import MatchConfig, load_config
@@ -418,3 +418,24 @@ def test_timeout_beyond_64_bits_runs_in_python():
     table = TransactionTable(MatchConfig(query_timeout=1e11), Stats())
     assert table._c_run is None
     assert TransactionTable(MatchConfig(), Stats())._c_run is not None
+
+
+def test_a_count_whose_addition_empties_the_counts_list_is_an_error():
+    # The counts are added with PyNumber_Add, which may run Python code (here it empties the list): the loop
+    # read the next count from the emptied list. Not reachable from packets; run in a fresh interpreter so
+    # that a crash fails this test only.
+    code = """
+from probe.match import table
+class Count:
+    def __add__(self, other):
+        counts.clear()
+        return 0
+counts = [Count(), 0, 0, 0, 0]
+try:
+    table._match.run([], 0, {}, 10**9, False, [], counts, 8)
+except (IndexError, RuntimeError) as e:
+    print(type(e).__name__)
+"""
+    proc = run_python(code)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() in ("IndexError", "RuntimeError"), proc.stdout
