@@ -37,6 +37,8 @@ typedef struct {
 
 static int buf_put(Buf *b, const void *src, Py_ssize_t n)
 {
+    if (n == 0)
+        return 0; /* (b->p may still be NULL: memcpy to NULL is undefined even for no bytes) */
     if (b->len + n > b->cap) {
         Py_ssize_t cap = b->cap ? b->cap : 4096;
         while (cap < b->len + n)
@@ -286,10 +288,13 @@ static int put_value(Column *c, Py_ssize_t i, PyObject *v, int32_t *offsets)
         Py_ssize_t start = 0;
         if (second >= 0 && memchr(s, '\n', second) == NULL)
             start = second + 1;
-        if (buf_put(&c->var, s + start, n - start) < 0)
+        Py_ssize_t len = n - start;
+        if (buf_put(&c->var, s + start, len) < 0)
             return -1;
-        char *w = c->var.p + c->var.len - (n - start);
-        for (Py_ssize_t k = 0; k < n - start; k++)
+        if (len == 0)
+            break; /* (c->var.p may still be NULL: no pointer arithmetic on it) */
+        char *w = c->var.p + c->var.len - len;
+        for (Py_ssize_t k = 0; k < len; k++)
             if (w[k] >= 'A' && w[k] <= 'Z')
                 w[k] += 'a' - 'A';
         break;

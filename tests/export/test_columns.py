@@ -141,6 +141,18 @@ def test_pair_of_paths_reads_the_second_where_the_first_is_none():
         columns.extract(rows, [(((0, 0), (1, 0)), "i", 0)])  # a fill needs a single path
 
 
+def test_empty_first_values_of_every_variable_width_kind():
+    # An empty first value was copied to the data buffer before it had any memory: memcpy(NULL, src, 0),
+    # undefined behaviour that make test-asan's UndefinedBehaviorSanitizer stops at.
+    rows = [("", b"", (), "", b"\x7f\x00\x00\x01"), ("a.b.example", b"x", (1,), "A.Example.COM", b"\x0a\x00\x00\x01")]
+    specs = [((0,), "s"), ((1,), "y"), ((2,), "L"), ((3,), "D"), ((4,), "a")]
+    fast = columns.extract(rows, specs)
+    assert [a.to_pylist() for a in fast] == [
+        ["", "a.b.example"], [b"", b"x"], [[], [1]], ["", "example.com"], ["127.0.0.1", "10.0.0.1"],
+    ]
+    assert all(a.equals(b) for a, b in zip(fast, columns.extract_python(rows, specs)))
+
+
 @pytest.mark.parametrize(
     "rows, spec, error",
     [
