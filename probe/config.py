@@ -168,7 +168,7 @@ class DpdkConfig:
         " --vdev=net_pcap0,rx_pcap=FILE, --no-huge, --no-pci, -m MB, ..."
     )
     port: int = opt(0, "DPDK port to capture on, in the order EAL found the devices", min=0, max=1023)
-    ring_size: int = opt(1024, "RX descriptors per queue (the device may round it)", min=32, max=65536)
+    ring_size: int = opt(1024, "RX descriptors per queue (the device may round it)", min=32, max=32768)
     mempool_size: int = opt(
         16383, "mbufs in the port's packet pool, shared by its queues (best 2^n - 1; more than queues x ring_size)",
         min=64, max=1 << 24,

@@ -31,10 +31,10 @@ COMPACTOR_DATA = SHARED / "data" / "compactor"
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 
-def run_python(code):
-    """Run Python code in a fresh interpreter from the repository's root (a crash there fails the test instead
-    of ending the test run); returns the CompletedProcess (text)."""
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+def run_python(code, *args):
+    """Run Python code (sys.argv[1:]: args) in a fresh interpreter from the repository's root (a crash there fails
+    the test instead of ending the test run); returns the CompletedProcess (text)."""
+    return subprocess.run([sys.executable, "-c", code, *map(str, args)], capture_output=True, text=True, cwd=ROOT)
 
 
 def run_dnsprobe(*args, check=True):
