@@ -31,6 +31,12 @@ COMPACTOR_DATA = SHARED / "data" / "compactor"
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 
+def copy_env():
+    """The environment for running a copy of the package that stands for an install without an extension: not
+    pointed at another build of the extensions (make test-asan sets DNSPROBE_NATIVE_DIR, which would supply it)."""
+    return {k: v for k, v in os.environ.items() if k != "DNSPROBE_NATIVE_DIR"}
+
+
 def run_python(code, *args):
     """Run Python code (sys.argv[1:]: args) in a fresh interpreter from the repository's root (a crash there fails
     the test instead of ending the test run); returns the CompletedProcess (text)."""

@@ -44,7 +44,7 @@ from scapy.all import (
     fragment,
     wrpcap,
 )
-from support import ROOT, SHARED_CAPTURES, dns_messages, run_python
+from support import ROOT, SHARED_CAPTURES, copy_env, dns_messages, run_python
 
 from probe.capture.pcapfile import read_capture
 from probe.config import DecodeConfig, FilterConfig
@@ -669,7 +669,9 @@ def test_raw_kept_for_cdns_only():
 
 def run_in(tree, *args):
     """`python -m probe ARGS` with the package of the source tree `tree` (ROOT: this one)."""
-    return subprocess.run([sys.executable, "-m", "probe", *map(str, args)], capture_output=True, text=True, cwd=tree)
+    env = None if tree == ROOT else copy_env()
+    return subprocess.run([sys.executable, "-m", "probe", *map(str, args)], capture_output=True, text=True, cwd=tree,
+                          env=env)
 
 
 def test_stats_json_names_the_parser(tmp_path):

@@ -25,6 +25,7 @@ from support import (
     VethBed,
     as_rows,
     build_traffic,
+    copy_env,
     keys,
     q_dns,
     read_output,
@@ -231,7 +232,7 @@ def test_without_the_extension_says_it_was_not_built(tmp_path):
     out = tmp_path / "out"
     out.mkdir()
     proc = subprocess.run([sys.executable, "-m", "probe", "capture", "--dpdk", "-o", out, "-q"], cwd=tmp_path,
-                          capture_output=True, text=True)
+                          capture_output=True, text=True, env=copy_env())
     assert proc.returncode == 2, proc.stderr
     line = proc.stderr.strip()
     assert "\n" not in line and "DPDK support was not built" in line and "libdpdk-dev" in line, line
