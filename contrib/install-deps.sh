@@ -2,9 +2,19 @@
 # Debian packages that the tests, the demo and the benchmarks use; installs only what is missing.
 # Called by `make` (target deps) before the virtualenv is built, so that the DPDK extension finds
 # libdpdk at build time. Needs root (apt-get); without root it lists what is missing and goes on.
+#
+# `install-deps.sh sanitizers`: only what the sanitizer build needs (make asan, make test-asan, the fuzz
+# harnesses): clang and its compiler-rt runtimes, which the normal build and tests do not use.
 set -euo pipefail
 need=()
 have() { command -v "$1" >/dev/null 2>&1; }
+if [ "${1:-}" = sanitizers ]; then
+  have clang || need+=(clang)
+  # libclang_rt.asan-x86_64.so: the ASan+UBSan runtime preloaded into Python (clang prints the bare name when
+  # it has no such file)
+  { have clang && [ -e "$(clang -print-file-name=libclang_rt.asan-x86_64.so)" ]; } || need+=(libclang-rt-dev)
+fi
+[ "${1:-}" = sanitizers ] || {  # the tests', the demo's and the benchmarks' packages
 have tshark || need+=(tshark)                 # independent DNS oracle in the tests
 have xz || need+=(xz-utils)
 have tcpreplay || need+=(tcpreplay)           # live-capture tests and demo replay through a veth
@@ -20,6 +30,7 @@ pkg-config --exists libdpdk 2>/dev/null || need+=(libdpdk-dev pkg-config)
 { have cc && have gcc; } || need+=(gcc)
 [ -e "$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["include"])')/Python.h" ] || need+=(python3-dev)
 python3 -m venv --help >/dev/null 2>&1 || need+=(python3-venv)
+}
 [ ${#need[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" -ne 0 ]; then
   echo "not root: cannot install ${need[*]}; the tests that need them will be skipped or fail" >&2

@@ -6,6 +6,9 @@
 - export.anonymise: client-address privacy (Crypto-PAn, prefix truncation), applied by both formats.
 """
 
+import probe.native  # noqa: F401 (first: a DNSPROBE_NATIVE_DIR build of the extensions is found by every import)
+
+
 def make_exporter(cfg, directory, worker_id, stats, client=None, live=False):
     """The exporter for cfg.export.format; a new format is one new module and one entry here.
 

@@ -52,15 +52,30 @@ class DecodeConfig:
         5.0, "seconds (capture time) to wait for the rest of a fragmented datagram", min=0.001
     )
     fragment_max_datagrams: int = opt(10000, "fragmented datagrams held at once (oldest dropped first)", min=1)
+    fragment_max_bytes: int = opt(
+        64 << 20, "bytes held by the fragmented datagrams at once, each at most 65,535 (oldest dropped first)",
+        min=65535,
+    )
     tcp_idle_timeout: float = opt(60.0, "seconds (capture time) after which an idle TCP stream is dropped", min=0.001)
     tcp_max_streams: int = opt(100000, "TCP stream directions held at once (oldest dropped first)", min=1)
     tcp_max_ooo_bytes: int = opt(262144, "bytes held per TCP stream direction ahead of a gap", min=0)
+    tcp_max_ooo_segments: int = opt(
+        256, "segments held per TCP stream direction ahead of a gap (bounds the work and overhead of tiny ones)",
+        min=0,
+    )
 
 
 @dataclass(frozen=True)
 class MatchConfig:
     query_timeout: float = opt(5.0, "seconds (capture time) a query waits for its response", min=0.000001)
-    max_pending: int = opt(1000000, "pending queries held at once (oldest exported as query-only)", min=1)
+    max_pending: int = opt(
+        1000000, "pending queries held at once, retries under one key included (oldest exported as query-only)",
+        min=1,
+    )
+    max_pending_per_key: int = opt(
+        8, "pending queries held under one key (transport, addresses, ports, DNS ID): one more exports the"
+        " oldest of them as query-only", min=1,
+    )
 
 
 @dataclass(frozen=True)
@@ -153,7 +168,7 @@ class DpdkConfig:
         " --vdev=net_pcap0,rx_pcap=FILE, --no-huge, --no-pci, -m MB, ..."
     )
     port: int = opt(0, "DPDK port to capture on, in the order EAL found the devices", min=0, max=1023)
-    ring_size: int = opt(1024, "RX descriptors per queue (the device may round it)", min=32, max=65536)
+    ring_size: int = opt(1024, "RX descriptors per queue (the device may round it)", min=32, max=32768)
     mempool_size: int = opt(
         16383, "mbufs in the port's packet pool, shared by its queues (best 2^n - 1; more than queues x ring_size)",
         min=64, max=1 << 24,

@@ -6,7 +6,13 @@ silent fallback. The tests require every core extension to be built (tests/test_
 """
 
 import importlib
+import importlib.abc
+import importlib.machinery
+import importlib.util
 import logging
+import os
+import sys
+from pathlib import Path
 
 # module → what its Python twin does instead when it is missing
 EXTENSIONS = {
@@ -20,6 +26,38 @@ OPTIONAL = {"probe.capture._dpdk": "DPDK capture (built only where libdpdk is fo
 
 _said = set()
 _errors = {}
+
+# Another build of the extensions to load instead of the package's own (make asan builds them with
+# sanitizers into build/asan and sets this for make test-asan). Its own directory, so that the two builds
+# never overwrite each other's .so files; an extension missing there is an import error, never a silent
+# fall back to the package's own build.
+BUILD_DIR_VARIABLE = "DNSPROBE_NATIVE_DIR"
+
+
+class _BuildDirFinder(importlib.abc.MetaPathFinder):
+    """Finds the extensions (EXTENSIONS and OPTIONAL) in a build directory, before the package's own."""
+
+    def __init__(self, directory):
+        self.directory = Path(directory)
+
+    def find_spec(self, name, path=None, target=None):
+        if name not in EXTENSIONS and name not in OPTIONAL:
+            return None
+        *package, module = name.split(".")
+        for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+            file = self.directory.joinpath(*package, module + suffix)
+            if file.exists():
+                return importlib.util.spec_from_file_location(name, file)
+        raise ImportError(f"{name} is not built in {self.directory} ({BUILD_DIR_VARIABLE}; make asan builds it there)")
+
+
+def _use_build_dir():
+    directory = os.environ.get(BUILD_DIR_VARIABLE)
+    if directory and not any(isinstance(f, _BuildDirFinder) for f in sys.meta_path):
+        sys.meta_path.insert(0, _BuildDirFinder(directory))
+
+
+_use_build_dir()
 
 
 def load(name):

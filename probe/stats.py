@@ -32,6 +32,8 @@ COUNTERS = (
     ("tcp_streams", "TCP connection directions seen"),
     ("tcp_retransmitted", "TCP segments already received (dropped as duplicates)"),
     ("tcp_out_of_order", "TCP segments received ahead of a gap and buffered"),
+    ("tcp_ooo_dropped", "TCP segments ahead of a gap discarded: the direction held decode.tcp_max_ooo_segments"
+     " segments or decode.tcp_max_ooo_bytes bytes"),
     ("tcp_dropped_bytes", "TCP payload bytes discarded (gap never filled, buffer bound, idle timeout)"),
     ("tcp_resync", "TCP streams first seen mid-message and resynchronised"),
     ("tcp_resets", "TCP segments with RST on a DNS port (C-DNS address events; still decoded as TCP)"),
@@ -47,7 +49,8 @@ COUNTERS = (
     ("zone_transfer_messages", "AXFR/IXFR response messages merged into one transaction"),
     ("lengths_capped", "summed lengths or counts (TCP segments, fragments, zone transfers) over 2^31-1, stored"
      " as 2^31-1, the maximum of their int32 columns"),
-    ("match_evicted", "pending queries exported early because the table reached its size bound"),
+    ("match_evicted", "pending queries exported early because the table reached its size bound (match.max_pending,"
+     " or match.max_pending_per_key under one key)"),
     ("records", "records (rows) written"),
     ("files", "output files completed"),
     ("worker_restarts", "live capture: workers that died and were restarted (their open file is left as .part)"),

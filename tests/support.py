@@ -2,6 +2,7 @@
 back what it wrote, transactions of a capture, the veth testbed and the capture probe under test."""
 
 import json
+import os
 import signal
 import struct
 import subprocess
@@ -48,6 +49,18 @@ def shared_params(paths):
 # The benchmark scripts are plain modules in benchmarks/ (the veth testbed, the traffic generator): importable.
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from testbed import Testbed  # noqa: E402
+
+
+def copy_env():
+    """The environment for running a copy of the package that stands for an install without an extension: not
+    pointed at another build of the extensions (make test-asan sets DNSPROBE_NATIVE_DIR, which would supply it)."""
+    return {k: v for k, v in os.environ.items() if k != "DNSPROBE_NATIVE_DIR"}
+
+
+def run_python(code, *args):
+    """Run Python code (sys.argv[1:]: args) in a fresh interpreter from the repository's root (a crash there fails
+    the test instead of ending the test run); returns the CompletedProcess (text)."""
+    return subprocess.run([sys.executable, "-c", code, *map(str, args)], capture_output=True, text=True, cwd=ROOT)
 
 
 def run_dnsprobe(*args, check=True):

@@ -209,7 +209,14 @@ static PyObject *table_index(PyObject *d, PyObject *key)
  * class/type already in the block, so a Cache (one per block, passed to add) keeps, for every key seen,
  * its packed bytes and the index the dict gave it: a hit makes no object at all. A miss asks the dict
  * (table_index, so the dict stays the one truth: keys the Python loop added are found there) and
- * remembers the answer. Keys are compared by content, as the dicts compare them (exact ints, bytes). */
+ * remembers the answer. Keys are compared by content, as the dicts compare them (exact ints, bytes).
+ *
+ * The hash is fixed and the keys come from the traffic, so keys can be made to collide: a key is looked
+ * for and placed only within MAX_PROBE slots of its home. A key that finds no room there is not
+ * remembered (its lookups go to the dict, whose hash is seeded per process), so colliding keys cost at
+ * most MAX_PROBE comparisons each instead of a scan of all earlier ones. */
+
+#define MAX_PROBE 16
 
 typedef struct {
     uint64_t hash; /* 0: an empty slot */
@@ -221,6 +228,7 @@ typedef struct {
     Slot *slots;
     size_t mask; /* capacity - 1; capacity a power of two */
     size_t used;
+    unsigned long long probes; /* slots looked at, for the tests: the work is bounded per key */
 } Table;
 
 typedef struct {
@@ -247,25 +255,34 @@ static uint64_t hash_bytes(const unsigned char *p, size_t n)
 }
 
 /* The index stored for key p[0..n) with hash h, or NULL (borrowed). */
-static PyObject *table_find(const Table *t, uint64_t h, const void *p, Py_ssize_t n)
+static PyObject *table_find(Table *t, uint64_t h, const void *p, Py_ssize_t n)
 {
     if (t->slots == NULL)
         return NULL;
-    for (size_t i = h & t->mask;; i = (i + 1) & t->mask) {
+    size_t i = h & t->mask;
+    for (int k = 0; k < MAX_PROBE; k++, i = (i + 1) & t->mask) {
         const Slot *s = &t->slots[i];
+        t->probes++;
         if (s->hash == 0)
             return NULL;
         if (s->hash == h && PyBytes_GET_SIZE(s->key) == n && memcmp(PyBytes_AS_STRING(s->key), p, n) == 0)
             return s->index;
     }
+    return NULL;
 }
 
-static void table_place(Slot *slots, size_t mask, Slot s)
+/* Put s in the first free slot within MAX_PROBE of its home; 0 when there is none. */
+static int table_place(Slot *slots, size_t mask, Slot s, unsigned long long *probes)
 {
     size_t i = s.hash & mask;
-    while (slots[i].hash != 0)
-        i = (i + 1) & mask;
-    slots[i] = s;
+    for (int k = 0; k < MAX_PROBE; k++, i = (i + 1) & mask) {
+        ++*probes;
+        if (slots[i].hash == 0) {
+            slots[i] = s;
+            return 1;
+        }
+    }
+    return 0;
 }
 
 /* Remember key (bytes with hash h, not in t) -> index; -1 on no memory. */
@@ -278,15 +295,23 @@ static int table_put(Table *t, uint64_t h, PyObject *key, PyObject *index)
             PyErr_NoMemory();
             return -1;
         }
-        for (size_t i = 0; t->slots != NULL && i <= t->mask; i++)
-            if (t->slots[i].hash != 0)
-                table_place(slots, cap - 1, t->slots[i]);
+        for (size_t i = 0; t->slots != NULL && i <= t->mask; i++) {
+            if (t->slots[i].hash != 0 && !table_place(slots, cap - 1, t->slots[i], &t->probes)) {
+                /* (Rarely: the new capacity's homes crowd it out. The dict still has it.) */
+                Py_DECREF(t->slots[i].key);
+                Py_DECREF(t->slots[i].index);
+                t->used--;
+            }
+        }
         PyMem_Free(t->slots);
         t->slots = slots;
         t->mask = cap - 1;
     }
-    table_place(t->slots, t->mask, (Slot){h, Py_NewRef(key), Py_NewRef(index)});
-    t->used++;
+    if (table_place(t->slots, t->mask, (Slot){h, key, index}, &t->probes)) {
+        Py_INCREF(key);
+        Py_INCREF(index);
+        t->used++;
+    }
     return 0;
 }
 
@@ -318,8 +343,15 @@ static PyObject *cache_len(PyObject *self, PyObject *unused)
     return Py_BuildValue("nnn", (Py_ssize_t)c->names.used, (Py_ssize_t)c->classtype.used, (Py_ssize_t)c->sigs.used);
 }
 
+static PyObject *cache_probes(PyObject *self, PyObject *unused)
+{
+    Cache *c = (Cache *)self;
+    return Py_BuildValue("KKK", c->names.probes, c->classtype.probes, c->sigs.probes);
+}
+
 static PyMethodDef cache_methods[] = {
     {"sizes", cache_len, METH_NOARGS, "sizes() -> (names, classtypes, signatures) remembered."},
+    {"probes", cache_probes, METH_NOARGS, "probes() -> slots looked at in the (names, classtypes, signatures) tables."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -393,7 +425,7 @@ static Py_ssize_t packed_bytes(const Packed *k, unsigned char *buf)
 }
 
 /* The index stored for a packed key in t, or NULL (borrowed); *h and buf/len are set for packed_put. */
-static PyObject *packed_find(const Table *t, const Packed *k, unsigned char *buf, Py_ssize_t *len, uint64_t *h)
+static PyObject *packed_find(Table *t, const Packed *k, unsigned char *buf, Py_ssize_t *len, uint64_t *h)
 {
     *len = packed_bytes(k, buf);
     *h = hash_bytes(buf, *len);

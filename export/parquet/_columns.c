@@ -37,6 +37,8 @@ typedef struct {
 
 static int buf_put(Buf *b, const void *src, Py_ssize_t n)
 {
+    if (n == 0)
+        return 0; /* (b->p may still be NULL: memcpy to NULL is undefined even for no bytes) */
     if (b->len + n > b->cap) {
         Py_ssize_t cap = b->cap ? b->cap : 4096;
         while (cap < b->len + n)
@@ -286,10 +288,13 @@ static int put_value(Column *c, Py_ssize_t i, PyObject *v, int32_t *offsets)
         Py_ssize_t start = 0;
         if (second >= 0 && memchr(s, '\n', second) == NULL)
             start = second + 1;
-        if (buf_put(&c->var, s + start, n - start) < 0)
+        Py_ssize_t len = n - start;
+        if (buf_put(&c->var, s + start, len) < 0)
             return -1;
-        char *w = c->var.p + c->var.len - (n - start);
-        for (Py_ssize_t k = 0; k < n - start; k++)
+        if (len == 0)
+            break; /* (c->var.p may still be NULL: no pointer arithmetic on it) */
+        char *w = c->var.p + c->var.len - len;
+        for (Py_ssize_t k = 0; k < len; k++)
             if (w[k] >= 'A' && w[k] <= 'Z')
                 w[k] += 'a' - 'A';
         break;
@@ -320,12 +325,13 @@ static int put_value(Column *c, Py_ssize_t i, PyObject *v, int32_t *offsets)
         break;
     }
     case 'L': {
-        PyObject *seq = PySequence_Fast(v, "expected a tuple or list of ints");
+        /* A tuple (a list is copied): an item's __index__ is Python code that could change a list under us. */
+        PyObject *seq = PySequence_Tuple(v);
         if (seq == NULL)
             return -1;
-        Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+        Py_ssize_t n = PyTuple_GET_SIZE(seq);
         for (Py_ssize_t k = 0; k < n; k++) {
-            long x = as_long(PySequence_Fast_GET_ITEM(seq, k));
+            long x = as_long(PyTuple_GET_ITEM(seq, k));
             if (x == -1 && PyErr_Occurred()) {
                 Py_DECREF(seq);
                 return -1;
@@ -423,15 +429,42 @@ static int parse_spec(PyObject *spec, Column *c)
     return 0;
 }
 
+/* Row i's values into the columns; -1 on an error. */
+static int put_row(Column *cols, Py_ssize_t ncols, PyObject *row, Py_ssize_t i)
+{
+    for (Py_ssize_t k = 0; k < ncols; k++) {
+        Column *c = &cols[k];
+        int32_t *offsets = var_width(c->kind) ? (int32_t *)PyBytes_AS_STRING(c->data) : NULL;
+        PyObject *v = follow(row, c->path, c->depth);
+        if (v == Py_None && c->alt_depth)
+            v = follow(row, c->alt, c->alt_depth);
+        if (v == NULL)
+            return -1;
+        if (v == Py_None && c->fill != NULL && c->depth > 1 && PyTuple_Check(row) &&
+            PyTuple_GET_SIZE(row) > c->path[0] && PyTuple_GET_ITEM(row, c->path[0]) != Py_None)
+            v = c->fill;
+        if (v == Py_None) {
+            c->nulls++;
+            PyBytes_AS_STRING(c->validity)[i >> 3] &= (char)~(1 << (i & 7));
+            if (offsets)
+                offsets[i + 1] = offsets[i];
+            continue;
+        }
+        if (put_value(c, i, v, offsets) < 0)
+            return -1;
+    }
+    return 0;
+}
+
 static PyObject *extract(PyObject *self, PyObject *args)
 {
     PyObject *rows, *specs;
     if (!PyArg_ParseTuple(args, "O!O", &PyList_Type, &rows, &specs))
         return NULL;
-    PyObject *specs_seq = PySequence_Fast(specs, "specs must be a sequence");
+    PyObject *specs_seq = PySequence_Tuple(specs); /* a copy: a path index's __index__ may change a list */
     if (specs_seq == NULL)
         return NULL;
-    Py_ssize_t ncols = PySequence_Fast_GET_SIZE(specs_seq);
+    Py_ssize_t ncols = PyTuple_GET_SIZE(specs_seq);
     Py_ssize_t n = PyList_GET_SIZE(rows);
     Py_ssize_t bitmap = (n + 7) / 8;
     PyObject *result = NULL;
@@ -442,7 +475,7 @@ static PyObject *extract(PyObject *self, PyObject *args)
     }
     for (Py_ssize_t k = 0; k < ncols; k++) {
         Column *c = &cols[k];
-        if (parse_spec(PySequence_Fast_GET_ITEM(specs_seq, k), c) < 0)
+        if (parse_spec(PyTuple_GET_ITEM(specs_seq, k), c) < 0)
             goto done;
         Py_ssize_t size = fixed_width(c->kind) ? fixed_width(c->kind) * n
                           : c->kind == 'b'     ? bitmap
@@ -460,34 +493,23 @@ static PyObject *extract(PyObject *self, PyObject *args)
      * the other waits for main memory at every pointer (measured: ~300 ns per row and column on the
      * VMs we run on, most of the builder's time). Prefetching a few rows ahead overlaps those waits. */
     for (Py_ssize_t i = 0; i < n; i++) {
+        /* Values' __index__ / __float__ are Python code that may change the list: its size is read again
+         * for every row, and the row is held while its values are read. */
+        if (PyList_GET_SIZE(rows) != n) {
+            PyErr_SetString(PyExc_RuntimeError, "extract: rows changed size");
+            goto done;
+        }
         if (i + PREFETCH_ROW < n)
             prefetch_tuple(PyList_GET_ITEM(rows, i + PREFETCH_ROW), 0);
         if (i + PREFETCH_ITEMS < n)
             prefetch_tuple(PyList_GET_ITEM(rows, i + PREFETCH_ITEMS), 1);
         if (i + PREFETCH_VALUES < n)
             prefetch_tuple(PyList_GET_ITEM(rows, i + PREFETCH_VALUES), 2);
-        PyObject *row = PyList_GET_ITEM(rows, i);
-        for (Py_ssize_t k = 0; k < ncols; k++) {
-            Column *c = &cols[k];
-            int32_t *offsets = var_width(c->kind) ? (int32_t *)PyBytes_AS_STRING(c->data) : NULL;
-            PyObject *v = follow(row, c->path, c->depth);
-            if (v == Py_None && c->alt_depth)
-                v = follow(row, c->alt, c->alt_depth);
-            if (v == NULL)
-                goto done;
-            if (v == Py_None && c->fill != NULL && c->depth > 1 && PyTuple_Check(row) &&
-                PyTuple_GET_SIZE(row) > c->path[0] && PyTuple_GET_ITEM(row, c->path[0]) != Py_None)
-                v = c->fill;
-            if (v == Py_None) {
-                c->nulls++;
-                PyBytes_AS_STRING(c->validity)[i >> 3] &= (char)~(1 << (i & 7));
-                if (offsets)
-                    offsets[i + 1] = offsets[i];
-                continue;
-            }
-            if (put_value(c, i, v, offsets) < 0)
-                goto done;
-        }
+        PyObject *row = Py_NewRef(PyList_GET_ITEM(rows, i));
+        int failed = put_row(cols, ncols, row, i);
+        Py_DECREF(row);
+        if (failed)
+            goto done;
     }
     result = PyList_New(ncols);
     if (result == NULL)

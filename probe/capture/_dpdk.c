@@ -50,6 +50,7 @@
 static PyObject *DpdkError;
 static int eal_ready = 0;
 static struct rte_mempool *pools[RTE_MAX_ETHPORTS];
+static unsigned int rx_queues[RTE_MAX_ETHPORTS]; /* RX queues set up by port_setup (0: none, or stopped) */
 
 /* TSC → realtime base; changed only with the GIL held. */
 static uint64_t tsc_hz = 0;
@@ -88,14 +89,15 @@ raise_dpdk(const char *what, int err)
 	return NULL;
 }
 
+/* A port number as Python gave it (not yet cut to DPDK's 16 bits, which would make 65536 port 0). */
 static int
-check_port(uint16_t port)
+check_port(unsigned int port)
 {
 	if (!eal_ready) {
 		PyErr_SetString(DpdkError, "the DPDK EAL is not initialised");
 		return -1;
 	}
-	if (!rte_eth_dev_is_valid_port(port)) {
+	if (port >= RTE_MAX_ETHPORTS || !rte_eth_dev_is_valid_port((uint16_t)port)) {
 		PyErr_Format(DpdkError, "DPDK port %u does not exist (%u port(s) found)", port, rte_eth_dev_count_avail());
 		return -1;
 	}
@@ -205,6 +207,16 @@ py_port_setup(PyObject *self, PyObject *args)
 			     port, info.driver_name, (unsigned int)info.max_rx_queues, queues);
 		return NULL;
 	}
+	/* DPDK takes these as 16-bit numbers: a larger one would be cut, not refused. */
+	if (ring_size < 1 || ring_size > UINT16_MAX) {
+		PyErr_Format(DpdkError, "dpdk.ring_size %u: between 1 and %u RX descriptors", ring_size, UINT16_MAX);
+		return NULL;
+	}
+	if (mbuf_size < 1 || mbuf_size > UINT16_MAX - RTE_PKTMBUF_HEADROOM) {
+		PyErr_Format(DpdkError, "dpdk.mbuf_size %u: between 1 and %u bytes (%u of the 16-bit mbuf data room go to"
+			     " its headroom)", mbuf_size, UINT16_MAX - RTE_PKTMBUF_HEADROOM, RTE_PKTMBUF_HEADROOM);
+		return NULL;
+	}
 	struct rte_eth_conf conf;
 	memset(&conf, 0, sizeof(conf));
 	/* Symmetric Toeplitz: a key of repeated 0x6d5a hashes (a, b) and (b, a) alike, so both directions of a
@@ -253,6 +265,7 @@ py_port_setup(PyObject *self, PyObject *args)
 	rc = rte_eth_dev_start(port);
 	if (rc != 0)
 		return raise_dpdk("cannot start the port", rc);
+	rx_queues[port] = queues;
 	if (promiscuous) {
 		rc = rte_eth_promiscuous_enable(port);
 		if (rc != 0 && rc != -ENOTSUP)
@@ -273,6 +286,11 @@ py_rx_burst(PyObject *self, PyObject *args)
 		return NULL;
 	if (check_port(port) < 0)
 		return NULL;
+	if (queue >= rx_queues[port]) { /* DPDK itself does not check (only in its debug builds) */
+		PyErr_Format(DpdkError, "RX queue %u of port %u is not set up (%u queue(s) are)", queue, port,
+			     rx_queues[port]);
+		return NULL;
+	}
 	if (max == 0)
 		max = 1;
 	struct rte_mbuf **mbufs = PyMem_Malloc(sizeof(*mbufs) * max);
@@ -332,10 +350,16 @@ py_rx_burst(PyObject *self, PyObject *args)
 				Py_XDECREF(w);
 				failed = 1;
 			} else {
-				/* The one copy: mbuf (all its segments) → bytes. */
+				/* The one copy: mbuf (all its segments) → bytes. It fails only for an mbuf whose
+				 * segments hold less than its packet length: then no bytes are captured (a frame
+				 * of length 0, counted as truncated), never the uninitialised ones of b. */
 				const void *p = rte_pktmbuf_read(m, 0, len, PyBytes_AS_STRING(b));
-				if (p != NULL && p != PyBytes_AS_STRING(b))
+				if (p == NULL) {
+					Py_SET_SIZE(b, 0); /* (a new bytes object: shrinking it in place is safe) */
+					PyBytes_AS_STRING(b)[0] = 0;
+				} else if (p != PyBytes_AS_STRING(b)) {
 					memcpy(PyBytes_AS_STRING(b), p, len);
+				}
 				PyList_SET_ITEM(data, k, b);
 				PyList_SET_ITEM(ts, k, t);
 				PyList_SET_ITEM(wirelen, k, w);
@@ -380,6 +404,7 @@ py_port_stop(PyObject *self, PyObject *args)
 	int rc = rte_eth_dev_stop(port);
 	if (rc != 0)
 		return raise_dpdk("cannot stop the port", rc);
+	rx_queues[port] = 0;
 	Py_RETURN_NONE;
 }
 
@@ -389,6 +414,7 @@ py_port_close(PyObject *self, PyObject *args)
 	unsigned int port;
 	if (parse_port(args, &port) < 0)
 		return NULL;
+	rx_queues[port] = 0;
 	int rc = rte_eth_dev_close(port);
 	if (rc != 0)
 		return raise_dpdk("cannot close the port", rc);

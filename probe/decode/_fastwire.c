@@ -1094,18 +1094,28 @@ done:
     return r;
 }
 
+/* counts[i] += add[i]. The counts must be exact ints: anything else could run Python code (__index__) that
+ * changes the list under the loop. */
 static int add_counts(PyObject *counts, const long long *add)
 {
     for (Py_ssize_t i = 0; i < N_COUNTS; i++) {
         if (!add[i])
             continue;
-        long long old = PyLong_AsLongLong(PyList_GET_ITEM(counts, i));
+        PyObject *item = i < PyList_GET_SIZE(counts) ? PyList_GET_ITEM(counts, i) : NULL;
+        if (item == NULL || !PyLong_CheckExact(item)) {
+            PyErr_SetString(PyExc_TypeError, "counts must be a list of 5 ints");
+            return -1;
+        }
+        long long old = PyLong_AsLongLong(item), sum;
         if (old == -1 && PyErr_Occurred())
             return -1;
-        PyObject *v = PyLong_FromLongLong(old + add[i]);
-        if (v == NULL)
+        if (__builtin_add_overflow(old, add[i], &sum)) {
+            PyErr_SetString(PyExc_OverflowError, "a count does not fit in 64 bits");
             return -1;
-        PyList_SetItem(counts, i, v);
+        }
+        PyObject *v = PyLong_FromLongLong(sum);
+        if (v == NULL || PyList_SetItem(counts, i, v) < 0)
+            return -1;
     }
     return 0;
 }
@@ -1152,13 +1162,14 @@ static PyObject *decode_frames(PyObject *self, PyObject *args)
         if (!frame_ok(frame, portmap, do_tcp, &x))
             break;
         PyObject *w = PySequence_Fast_GET_ITEM(wl, i), *t = PySequence_Fast_GET_ITEM(ts, i);
-        long long wirelen = PyLong_AsLongLong(w);
-        if (wirelen == -1 && PyErr_Occurred())
-            goto done;
+        /* Held before the conversion: a wirelen's __index__ is Python code that may empty the lists. */
         Py_INCREF(frame);
         Py_INCREF(w);
         Py_INCREF(t);
-        int bad = fast_frame(t, w, frame, &x, x.ipv == 4 ? keep4 : keep6, tcp, keep_raw, out, names, max_names,
+        long long wirelen = PyLong_AsLongLong(w);
+        int bad = wirelen == -1 && PyErr_Occurred();
+        if (!bad)
+            bad = fast_frame(t, w, frame, &x, x.ipv == 4 ? keep4 : keep6, tcp, keep_raw, out, names, max_names,
                              counts);
         Py_DECREF(frame);
         Py_DECREF(w);

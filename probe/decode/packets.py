@@ -62,12 +62,14 @@ class PacketDecoder:
         self.keep4 = ip_filter.keep4 if ip_filter else None
         self.keep6 = ip_filter.keep6 if ip_filter else None
         self.frags = FragmentReassembler(
-            int(decode_cfg.fragment_timeout * 1e9), decode_cfg.fragment_max_datagrams, stats
+            int(decode_cfg.fragment_timeout * 1e9), decode_cfg.fragment_max_datagrams, decode_cfg.fragment_max_bytes,
+            stats,
         )
         self.tcp = TcpReassembler(
             int(decode_cfg.tcp_idle_timeout * 1e9),
             decode_cfg.tcp_max_streams,
             decode_cfg.tcp_max_ooo_bytes,
+            decode_cfg.tcp_max_ooo_segments,
             stats,
         )
         # The parser that runs (fast, wire or dpkt; decode.parser auto resolved), for the statistics.

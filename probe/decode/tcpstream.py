@@ -2,9 +2,14 @@
 
 Handles several messages in one segment, one message over several segments, retransmitted and
 reordered segments, and connections first seen mid-stream. Memory is bounded: at most max_flows
-directions, and per direction at most one message (65,537 bytes) plus max_ooo_bytes of segments held
-ahead of a gap. Idle directions are dropped after idle_timeout_ns of capture time.
+directions, and per direction at most one message (65,537 bytes) plus max_ooo_segments segments of at
+most max_ooo_bytes in all held ahead of a gap. Idle directions are dropped after idle_timeout_ns of
+capture time. Held segments are released in stream order from a heap, so filling a gap costs
+O(log n) per held segment whatever their sizes and overlaps (a rescan per released segment made
+overlapping small segments quadratic).
 """
+
+import heapq
 
 from probe.model import cap_int32
 
@@ -24,7 +29,9 @@ class _Flow:
         "msg_ts",
         "msg_wirelen",
         "msg_ttl",
+        "pos",
         "ooo",
+        "ooo_heap",
         "ooo_bytes",
         "last_ts",
         "rtt_ms",
@@ -39,7 +46,9 @@ class _Flow:
         self.msg_ts = ts
         self.msg_wirelen = 0
         self.msg_ttl = 0
-        self.ooo = {}  # seq -> (payload, ts, wirelen, ttl)
+        self.pos = 0  # stream offset of next_seq, counted without wrapping (orders held segments)
+        self.ooo = {}  # stream offset -> (payload, ts, wirelen, ttl)
+        self.ooo_heap = []  # the offsets of ooo, smallest first
         self.ooo_bytes = 0
         self.last_ts = ts
         self.rtt_ms = None
@@ -48,16 +57,26 @@ class _Flow:
         self.midstream = False
 
 
+def _restart(flow, next_seq):
+    """Move the stream to next_seq; pos moves by the same signed distance, so that the stream offsets of
+    the segments held stay those of their sequence numbers."""
+    if flow.next_seq is not None:
+        jump = (next_seq - flow.next_seq) % SEQ_MOD
+        flow.pos += jump - SEQ_MOD if jump >= SEQ_HALF else jump
+    flow.next_seq = next_seq
+
+
 class TcpReassembler:
     """Turns TCP segments into whole DNS messages.
 
     segment() returns a list of (message bytes, first ts, summed frame lengths, ttl, rtt_ms).
     """
 
-    def __init__(self, idle_timeout_ns, max_flows, max_ooo_bytes, stats):
+    def __init__(self, idle_timeout_ns, max_flows, max_ooo_bytes, max_ooo_segments, stats):
         self.idle_timeout_ns = idle_timeout_ns
         self.max_flows = max_flows
         self.max_ooo_bytes = max_ooo_bytes
+        self.max_ooo_segments = max_ooo_segments
         self.stats = stats
         self.flows = {}  # (src, sport, dst, dport) -> _Flow
 
@@ -92,7 +111,7 @@ class TcpReassembler:
                 flow = self._new_flow(key, ts)
             if not payload or flow.next_seq is None:
                 # (A retransmitted SYN carrying data keeps its place, so the data is seen as a duplicate.)
-                flow.next_seq = (seq + 1) % SEQ_MOD
+                _restart(flow, (seq + 1) % SEQ_MOD)
             flow.last_ts = ts
             if flags & ACK:
                 # SYN/ACK from the server: the client's handshake clock keeps running.
@@ -135,40 +154,38 @@ class TcpReassembler:
             payload = payload[behind:]
         elif delta:
             # Ahead of a gap: hold it (bounded) until the gap is filled.
-            if seq not in flow.ooo:
-                if flow.ooo_bytes + len(payload) > self.max_ooo_bytes:
-                    self.stats.tcp_dropped_bytes += len(payload)
-                    return []
-                flow.ooo[seq] = (payload, ts, wirelen, ttl)
+            offset = flow.pos + delta
+            if offset in flow.ooo:
+                self.stats.tcp_retransmitted += 1
+            elif (flow.ooo_bytes + len(payload) > self.max_ooo_bytes
+                  or len(flow.ooo) >= self.max_ooo_segments):
+                self.stats.tcp_ooo_dropped += 1
+                self.stats.tcp_dropped_bytes += len(payload)
+            else:
+                flow.ooo[offset] = (payload, ts, wirelen, ttl)
+                heapq.heappush(flow.ooo_heap, offset)
                 flow.ooo_bytes += len(payload)
                 self.stats.tcp_out_of_order += 1
-            else:
-                self.stats.tcp_retransmitted += 1
             return []
         out = []
         self._append(flow, ts, wirelen, ttl, payload, out)
-        while flow.ooo:
-            nxt = flow.ooo.pop(flow.next_seq, None)
-            if nxt is None:
-                # Drop held segments that the stream has overtaken; keep those still ahead.
-                stale = [s for s in flow.ooo if (s - flow.next_seq) % SEQ_MOD >= SEQ_HALF]
-                for s in stale:
-                    data, s_ts, s_wl, s_ttl = flow.ooo.pop(s)
-                    flow.ooo_bytes -= len(data)
-                    behind = (flow.next_seq - s) % SEQ_MOD
-                    if behind < len(data):
-                        self._append(flow, s_ts, s_wl, s_ttl, data[behind:], out)
-                    else:
-                        self.stats.tcp_retransmitted += 1
-                if not stale:
-                    break
-                continue
-            flow.ooo_bytes -= len(nxt[0])
-            self._append(flow, nxt[1], nxt[2], nxt[3], nxt[0], out)
+        # Release held segments the stream has reached, in stream order; a segment the stream has
+        # overtaken gives only its bytes beyond what is there (the first arrival wins).
+        heap = flow.ooo_heap
+        while heap and heap[0] <= flow.pos:
+            offset = heapq.heappop(heap)
+            data, s_ts, s_wl, s_ttl = flow.ooo.pop(offset)
+            flow.ooo_bytes -= len(data)
+            behind = flow.pos - offset
+            if behind < len(data):
+                self._append(flow, s_ts, s_wl, s_ttl, data[behind:] if behind else data, out)
+            else:
+                self.stats.tcp_retransmitted += 1
         return out
 
     def _append(self, flow, ts, wirelen, ttl, payload, out):
         flow.next_seq = (flow.next_seq + len(payload)) % SEQ_MOD
+        flow.pos += len(payload)
         buf = flow.buf
         if buf:
             flow.msg_wirelen += wirelen  # this segment carries more of the message in progress

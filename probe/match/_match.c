@@ -7,13 +7,14 @@
  * probe/match/table.py keeps the Python loop as the reference and the fallback; tests/test_match_c.py compares
  * the two (the same transactions in the same order, the same counters, the same dict in the same order).
  *
- * run(msgs, start, pending, timeout_ns, transfers_open, out, counts) -> stop
+ * run(msgs, start, pending, timeout_ns, transfers_open, out, counts, per_key) -> stop
  *   Handles msgs[start:stop] as add_python does: malformed messages are appended to `out` alone, queries
- *   go into `pending`, responses take their query out of it, and `out` gets the (query, response, 1)
- *   triples. It stops at the first message it leaves to Python, untouched: a response answering an AXFR
+ *   go into `pending` (at most per_key under one key: one more exports the oldest of them), responses take
+ *   their query out of it, and `out` gets the (query, response, 1) triples. It stops at the first message it leaves to Python, untouched: a response answering an AXFR
  *   or IXFR query (it may open a transfer), an unanswered response while transfers are open (it may
  *   belong to one), or a value of a type the decoders do not give (stop == len(msgs) when all were
- *   handled). counts is [matched, response_only, duplicate_queries], added to for the messages handled.
+ *   handled). counts is [matched, response_only, duplicate_queries, stored, evicted] (stored: queries put
+ *   in pending; evicted: queries exported for per_key), added to for the messages handled.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -36,7 +37,8 @@ typedef struct {
     PyObject *pending, *out;
     long long timeout;
     int transfers_open;
-    Py_ssize_t matched, response_only, duplicates;
+    Py_ssize_t per_key;
+    Py_ssize_t matched, response_only, duplicates, stored, evicted;
 } Run;
 
 static PyObject *one; /* the 1 of every (query, response, 1) triple */
@@ -286,7 +288,9 @@ static int response(Run *run, PyObject *r)
 }
 
 /* A query waits in pending under its key; a second one with the same key (a retry reusing ID and port) makes
- * the value a list, oldest first. Replacing the value keeps the key's place in the dict, as in Python. */
+ * the value a list, oldest first. Replacing the value keeps the key's place in the dict, as in Python. A key
+ * holds at most per_key queries: one more exports the oldest of them as query-only (evicted), so that a flood
+ * of queries under one key neither grows its list without bound nor makes every response scan it all. */
 static int query(Run *run, PyObject *m)
 {
     PyObject *key = make_key(m, 0);
@@ -304,8 +308,17 @@ static int query(Run *run, PyObject *m)
         }
     } else {
         run->duplicates++;
+        PyObject *oldest = NULL; /* evicted for per_key, strong reference */
         if (PyList_CheckExact(waiting)) {
-            rc = PyList_Append(waiting, m) < 0 ? FAIL : YES;
+            if (PyList_GET_SIZE(waiting) >= run->per_key) {
+                oldest = Py_NewRef(PyList_GET_ITEM(waiting, 0));
+                rc = PyList_SetSlice(waiting, 0, 1, NULL) < 0 ? FAIL : YES;
+            }
+            if (rc == YES)
+                rc = PyList_Append(waiting, m) < 0 ? FAIL : YES;
+        } else if (run->per_key <= 1) {
+            oldest = Py_NewRef(waiting);
+            rc = dict_set(run->pending, key, hash, m) < 0 ? FAIL : YES;
         } else {
             PyObject *both = PyList_New(2);
             if (both == NULL) {
@@ -317,7 +330,16 @@ static int query(Run *run, PyObject *m)
                 Py_DECREF(both);
             }
         }
+        if (oldest != NULL) {
+            if (rc == YES) {
+                run->evicted++;
+                rc = emit(run, oldest, NULL);
+            }
+            Py_DECREF(oldest);
+        }
     }
+    if (rc == YES)
+        run->stored++;
     Py_DECREF(key);
     return rc;
 }
@@ -360,17 +382,24 @@ static void prefetch_fields(PyObject *m)
         __builtin_prefetch(PyTuple_GET_ITEM(m, counted[k]), 1);
 }
 
-/* counts[k] += add[k] for the three counters. */
-static int add_counts(PyObject *counts, const Py_ssize_t add[3])
+enum { N_COUNTS = 5 };
+
+/* counts[k] += add[k] for the counters. The addition may run Python code (a count's __add__) that changes
+ * the list: the item is held across it and the size checked again. */
+static int add_counts(PyObject *counts, const Py_ssize_t add[N_COUNTS])
 {
-    for (Py_ssize_t k = 0; k < 3; k++) {
-        PyObject *sum = NULL, *n = PyLong_FromSsize_t(add[k]);
-        if (n != NULL)
-            sum = PyNumber_Add(PyList_GET_ITEM(counts, k), n);
-        Py_XDECREF(n);
-        if (sum == NULL)
+    for (Py_ssize_t k = 0; k < N_COUNTS; k++) {
+        if (k >= PyList_GET_SIZE(counts)) {
+            PyErr_SetString(PyExc_RuntimeError, "run: counts changed size");
             return -1;
-        PyList_SetItem(counts, k, sum);
+        }
+        PyObject *sum = NULL, *old = Py_NewRef(PyList_GET_ITEM(counts, k)), *n = PyLong_FromSsize_t(add[k]);
+        if (n != NULL)
+            sum = PyNumber_Add(old, n);
+        Py_XDECREF(n);
+        Py_DECREF(old);
+        if (sum == NULL || PyList_SetItem(counts, k, sum) < 0)
+            return -1;
     }
     return 0;
 }
@@ -380,11 +409,11 @@ static PyObject *run_match(PyObject *self, PyObject *args)
     PyObject *msgs, *counts;
     Py_ssize_t i;
     Run run = {0};
-    if (!PyArg_ParseTuple(args, "OnO!LpO!O!", &msgs, &i, &PyDict_Type, &run.pending, &run.timeout,
-                          &run.transfers_open, &PyList_Type, &run.out, &PyList_Type, &counts))
+    if (!PyArg_ParseTuple(args, "OnO!LpO!O!n", &msgs, &i, &PyDict_Type, &run.pending, &run.timeout,
+                          &run.transfers_open, &PyList_Type, &run.out, &PyList_Type, &counts, &run.per_key))
         return NULL;
-    if (!PyDict_CheckExact(run.pending) || PyList_GET_SIZE(counts) != 3) {
-        PyErr_SetString(PyExc_TypeError, "run: pending must be a dict and counts a list of 3 ints");
+    if (!PyDict_CheckExact(run.pending) || PyList_GET_SIZE(counts) != N_COUNTS || run.per_key < 1) {
+        PyErr_SetString(PyExc_TypeError, "run: pending must be a dict, counts a list of 5 ints and per_key >= 1");
         return NULL;
     }
     PyObject *seq = PySequence_Fast(msgs, "run: msgs must be a sequence");
@@ -406,7 +435,7 @@ static PyObject *run_match(PyObject *self, PyObject *args)
             break;
     }
     Py_DECREF(seq);
-    const Py_ssize_t add[3] = {run.matched, run.response_only, run.duplicates};
+    const Py_ssize_t add[N_COUNTS] = {run.matched, run.response_only, run.duplicates, run.stored, run.evicted};
     if (rc == FAIL || add_counts(counts, add) < 0)
         return NULL;
     return PyLong_FromSsize_t(i);
@@ -414,7 +443,7 @@ static PyObject *run_match(PyObject *self, PyObject *args)
 
 static PyMethodDef methods[] = {
     {"run", run_match, METH_VARARGS,
-     "run(msgs, start, pending, timeout_ns, transfers_open, out, counts) -> stop: TransactionTable.add_python's "
+     "run(msgs, start, pending, timeout_ns, transfers_open, out, counts, per_key) -> stop: TransactionTable.add_python's "
      "loop from msgs[start], up to the first message it leaves to Python (len(msgs) when none)."},
     {NULL, NULL, 0, NULL},
 };

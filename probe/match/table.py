@@ -72,12 +72,16 @@ class TransactionTable:
     key are outstanding (retries that reuse the ID and port). The dict's insertion order is the age
     order that expiry walks from the front, so a matched query costs nothing more once it is removed:
     no separate age queue to pop and look up again (that lookup cost a cache miss per query).
+    `held` counts the queries in it: max_pending bounds queries, not keys, and max_pending_per_key bounds
+    each list (a response scans the list of its key).
     """
 
     def __init__(self, match_cfg, stats, python=False):
         """python=True: always the Python loop (the reference the tests compare the C loop with)."""
         self.timeout_ns = int(match_cfg.query_timeout * 1e9)
         self.max_pending = match_cfg.max_pending
+        self.per_key = match_cfg.max_pending_per_key
+        self.held = 0  # queries in pending (a list value holds several)
         self.stats = stats
         self.pending = {}  # key -> query tuple, or list of query tuples (oldest first); oldest key first
         self.transfers = {}  # key -> _Transfer
@@ -102,19 +106,23 @@ class TransactionTable:
 
     def _add_c(self, msgs, out):
         """The C loop over msgs; each message it leaves to Python goes through add_python alone."""
-        counts = [0, 0, 0]  # matched, response_only, duplicate_queries (messages done in C)
+        counts = [0, 0, 0, 0, 0]  # matched, response_only, duplicate_queries, stored, evicted (done in C)
         run, pending, timeout = self._c_run, self.pending, self.timeout_ns
         i, n = 0, len(msgs)
         while True:
-            i = run(msgs, i, pending, timeout, bool(self.transfers), out, counts)
+            i = run(msgs, i, pending, timeout, bool(self.transfers), out, counts, self.per_key)
             if i >= n:
                 break
             self.add_python(msgs[i : i + 1], out)
             i += 1
+        matched, response_only, dup, stored, evicted = counts
+        self.held += stored - matched - evicted  # (in C a response takes a query only to match it)
         stats = self.stats
-        stats.matched += counts[0]
-        stats.response_only += counts[1]
-        stats.duplicate_queries += counts[2]
+        stats.matched += matched
+        stats.response_only += response_only
+        stats.duplicate_queries += dup
+        stats.query_only += evicted
+        stats.match_evicted += evicted
 
     def add_python(self, msgs, out):
         """Match msgs in Python, appending completed transactions to out (no expiry): the reference of the C
@@ -122,7 +130,8 @@ class TransactionTable:
         pending = self.pending
         stats = self.stats
         timeout = self.timeout_ns
-        matched = response_only = dup = 0
+        per_key = self.per_key
+        matched = response_only = dup = stored = taken = evicted = 0
         for m in msgs:
             flags = m[_FLAGS]
             if m[_MALFORMED]:
@@ -146,6 +155,7 @@ class TransactionTable:
                     else:
                         q = None
                     if q is not None:
+                        taken += 1
                         if q[_QTYPE] == QTYPE_AXFR or q[_QTYPE] == QTYPE_IXFR:
                             if not _closes_transfer(m):
                                 self.transfers[key] = _Transfer(q, m)
@@ -168,40 +178,53 @@ class TransactionTable:
             else:
                 key = (m[_PROTO], m[_SRC], m[_SPORT], m[_DST], m[_DPORT], m[_ID])
                 waiting = pending.get(key)
+                stored += 1
                 if waiting is None:
                     pending[key] = m
+                    continue
+                dup += 1
+                if type(waiting) is list:
+                    if len(waiting) >= per_key:
+                        evicted += 1
+                        out.append((waiting.pop(0), None, 1))
+                    waiting.append(m)
+                elif per_key <= 1:
+                    evicted += 1
+                    out.append((waiting, None, 1))
+                    pending[key] = m
                 else:
-                    dup += 1
-                    if type(waiting) is list:
-                        waiting.append(m)
-                    else:
-                        pending[key] = [waiting, m]
+                    pending[key] = [waiting, m]
+        self.held += stored - taken - evicted
         stats.matched += matched
         stats.response_only += response_only
         stats.duplicate_queries += dup
+        stats.query_only += evicted
+        stats.match_evicted += evicted
 
     def _expire(self, out):
         """Export queries older than the timeout (and the oldest beyond max_pending) as query-only."""
         cutoff = self.now_ns - self.timeout_ns
         pending = self.pending
-        excess = len(pending) - self.max_pending
+        excess = self.held - self.max_pending
         due = []
         for key, waiting in pending.items():
             first = waiting[0] if type(waiting) is list else waiting
             if first[_TS] >= cutoff and excess <= 0:
                 break
             due.append(key)
-            excess -= 1
+            excess -= len(waiting) if type(waiting) is list else 1
         query_only = evicted = 0
         for key in due:
             waiting = pending.pop(key)
             if type(waiting) is not list:
                 waiting = [waiting]
-            elif waiting[-1][_TS] >= cutoff and len(pending) < self.max_pending:
-                # Retries still within the timeout stay pending, now at the young end.
+            elif waiting[-1][_TS] >= cutoff:
                 keep = [q for q in waiting if q[_TS] >= cutoff]
-                waiting = [q for q in waiting if q[_TS] < cutoff]
-                pending[key] = keep if len(keep) > 1 else keep[0]
+                if self.held - len(waiting) + len(keep) <= self.max_pending:
+                    # Retries still within the timeout stay pending, now at the young end.
+                    waiting = [q for q in waiting if q[_TS] < cutoff]
+                    pending[key] = keep if len(keep) > 1 else keep[0]
+            self.held -= len(waiting)
             for q in waiting:
                 query_only += 1
                 out.append((q, None, 1))
@@ -231,6 +254,7 @@ class TransactionTable:
             queries.sort(key=lambda q: q[_TS])  # retries moved to the young end go back in capture order
         out += [(q, None, 1) for q in queries]
         self.pending.clear()
+        self.held = 0
         self.stats.query_only += len(queries)
         return out
 

@@ -44,7 +44,7 @@ from scapy.all import (
     fragment,
     wrpcap,
 )
-from support import ROOT, SHARED_CAPTURES, dns_messages, needs_shared
+from support import ROOT, SHARED_CAPTURES, copy_env, dns_messages, needs_shared, run_python
 
 from probe.capture.pcapfile import read_capture
 from probe.config import DecodeConfig, FilterConfig
@@ -674,7 +674,9 @@ def test_raw_kept_for_cdns_only():
 
 def run_in(tree, *args):
     """`python -m probe ARGS` with the package of the source tree `tree` (ROOT: this one)."""
-    return subprocess.run([sys.executable, "-m", "probe", *map(str, args)], capture_output=True, text=True, cwd=tree)
+    env = None if tree == ROOT else copy_env()
+    return subprocess.run([sys.executable, "-m", "probe", *map(str, args)], capture_output=True, text=True, cwd=tree,
+                          env=env)
 
 
 def test_stats_json_names_the_parser(tmp_path):
@@ -723,3 +725,60 @@ def test_not_built_auto_warns_and_says_so(tree_without_extension, tmp_path):
 
     assert as_rows(read_output(out)) == as_rows(read_output(ref))
     assert json.loads(next(ref.glob("*.stats.json")).read_text())["counters"] == doc["counters"]
+
+
+# --- callers that run Python code in the middle of the loop (not reachable from packets) --------------------------
+
+CRAFTED_SETUP = """
+from scapy.all import DNS, DNSQR, IP, UDP, Ether
+from probe.decode.parsers import _fastwire
+from probe.model import M
+portmap = bytearray(8192)
+portmap[53 >> 3] |= 1 << (53 & 7)
+portmap = bytes(portmap)
+def udp_frame(src, qid):
+    return bytes(Ether() / IP(src=src, dst="198.51.100.53") / UDP(sport=40000, dport=53)
+                 / DNS(id=qid, qd=DNSQR(qname="held.example.com")))
+"""
+
+
+def test_frames_are_held_while_a_wirelen_runs_python_code():
+    # wirelen's __index__ empties the lists that held the only references to the frame: the loop must hold
+    # the frame before converting it (it read the frame after, freed and its memory reused).
+    code = CRAFTED_SETUP + """
+ts, data, out, junk = [1], [udp_frame("192.0.2.1", 77)], [], []
+n = len(data[0])
+class Wirelen:
+    def __index__(self):
+        ts.clear(); wl.clear(); data.clear()
+        junk.extend(bytes(n) for _ in range(100))  # the freed frame's memory is given to these
+        return n
+wl = [Wirelen()]
+counts = [0] * 5
+print(_fastwire.decode_frames(ts, wl, data, 0, out, portmap, None, None, {}, 1000, counts))
+m = out[0]
+print(m[M.ID], m[M.QNAME], m[M.SRC].hex(), counts[0] == n)
+"""
+    proc = run_python(code)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split("\n")[1] == "77 held.example.com c0000201 True", proc.stdout
+
+
+def test_counts_that_are_not_ints_are_refused_before_python_code_runs():
+    # A count's __index__ that empties the counts list made the next count be read from a freed array.
+    code = CRAFTED_SETUP + """
+class Count:
+    def __index__(self):
+        counts.clear()
+        return 0
+counts = [Count(), 0, 0, 0, 0]
+frames = [udp_frame("192.0.2.1", 1), udp_frame("192.0.2.2", 2)]
+keep = lambda src, dst: src == bytes([192, 0, 2, 1])  # the second frame is filtered: two counts to add
+try:
+    _fastwire.decode_frames([1, 2], [100, 100], frames, 0, [], portmap, keep, None, {}, 1000, counts)
+except TypeError as e:
+    print("TypeError", e)
+"""
+    proc = run_python(code)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("TypeError counts must be a list of 5 ints"), proc.stdout

@@ -304,6 +304,26 @@ def test_tcp_reordered_segments(tmp_path):
     assert stats["matched"] == 1
 
 
+@pytest.mark.parametrize("parser", ["fast", "wire"])
+def test_tcp_flood_of_tiny_held_segments_is_capped_and_counted(tmp_path, parser):
+    # A direction first seen mid-stream with 1 byte, then tiny overlapping segments ahead of a gap: more than
+    # decode.tcp_max_ooo_segments (set to 40) are dropped and counted; the gap's filler releases the rest; a
+    # normal connection in between is exported.
+    hostile, conn = TcpConn(41010, isn_c=70_000), TcpConn(41011)
+    qdns, rdns = q_dns(0x0C11, "normal.example.com"), r_dns(0x0C11, "normal.example.com")
+    frames = [(T0, hostile.frame("c", "PA", b"\x00", seq=70_000))]
+    frames += [(T0 + 1000 + i, hostile.frame("c", "PA", b"\x00\x0c\x00", seq=70_002 + 2 * i)) for i in range(50)]
+    frames += conn.handshake(T0 + 2000, T0 + 2100, T0 + 2200)
+    frames += [(T0 + 3000, conn.data("c", framed(qdns))), (T0 + 3100, conn.data("s", framed(rdns)))]
+    frames += [(T0 + 4000, hostile.frame("c", "PA", b"\x00\x0c", seq=70_001))]
+    rows, stats = probe_run(write_pcap(tmp_path / "ooo.pcap", frames), tmp_path / "out", "--parser", parser,
+                            "--set", "decode.tcp_max_ooo_segments=40")
+
+    assert [r["qname"] for r in rows] == ["normal.example.com"] and rows[0]["response_present"]
+    assert (stats["tcp_out_of_order"], stats["tcp_ooo_dropped"]) == (40, 10)
+    assert stats["tcp_dropped_bytes"] >= 10 * 3
+
+
 def test_tcp_connection_first_seen_mid_stream(tmp_path):
     # Sequence numbers wrap inside the query; no handshake is seen.
     conn = TcpConn(41005, isn_c=(1 << 32) - 10, isn_s=(1 << 32) - 3)
@@ -431,6 +451,25 @@ def test_ipv4_fragments_out_of_order_reassembled(tmp_path):
     assert row["response_delay_us"] == 1_000
     assert (stats["fragments"], stats["fragments_reassembled"], stats["fragments_dropped"]) == (4, 1, 1)
     assert stats["matched"] == 1 and stats["non_dns"] == 0
+
+
+def test_ipv4_many_overlapping_fragments_reassembled(tmp_path):
+    # A response in 64-byte fragments 8 bytes apart (each overlapping the next seven), last one first and
+    # the rest backwards: the datagram holds its own bytes once (bounded), each fragment adds 8 new ones.
+    qdns, rdns = q_dns(0x4F02, "big.example.com", "TXT"), big_response(0x4F02)
+    udp = bytes(UDP(sport=53, dport=40701) / Raw(rdns))
+    last = (len(udp) - 1) // 8 * 8
+    frames = [(T0, udp_frame(qdns, cport=40701))]
+    for i, off in enumerate(range(last, -1, -8)):
+        ip = ip_layer(False, id=4343, proto=17, frag=off // 8, flags=0 if off == last else "MF")
+        frames.append((T0 + 1_000_000 + i, ether(bytes(ip / Raw(udp[off : off + 64])))))
+    rows, stats = probe_run(write_pcap(tmp_path / "overlap.pcap", frames), tmp_path / "out")
+
+    assert len(rows) == 1
+    row = rows[0]
+    assert row["response_present"] and not row["malformed"] and row["ancount"] == 14
+    assert row["dns_res_len"] == len(rdns) and row["res_len"] == sum(len(f) for _, f in frames[1:])
+    assert (stats["fragments"], stats["fragments_reassembled"], stats["fragments_dropped"]) == (len(frames) - 1, 1, 0)
 
 
 def test_ipv4_tiny_last_fragment_unpadded(tmp_path):

@@ -447,6 +447,12 @@ def _index_file(tmp_path):
     return _write(tmp_path / "index.cdns", parts)
 
 
+def _deep(tmp_path):
+    path = tmp_path / "deep.cdns"
+    path.write_bytes(b"\x83" + cbor2.dumps("C-DNS") + b"\x81" * 200_000 + b"\x00" + b"\x9f\xff")
+    return path
+
+
 def _xz_cut(tmp_path):
     path = tmp_path / "cut.cdns.xz"
     skip_without_shared(GOLD_CDNS)
@@ -460,6 +466,7 @@ BAD = [
      "truncated: the block array has no closing break (2 blocks read)"),
     ("cut in a block", _cut, 999, "truncated: the file ends inside block 1"),
     ("cut compressed stream", _xz_cut, 0, "decompression failed"),
+    ("preamble nested 200,000 deep", _deep, 0, "the file preamble is not valid CBOR: maximum container nesting depth"),
     ("wrong file type id", _modified("magic.cdns", lambda p: p.__setitem__(0, "X-DNS")), 0,
      "not a C-DNS file (file type id 'X-DNS'"),
     ("wrong major version", _modified("major.cdns", lambda p: p[1].__setitem__(0, 2)), 0,
@@ -578,3 +585,16 @@ def test_round_trip_through_our_cdns(tmp_path, pcap, edns_z_lost):
         want = [(flow, _content_or_bytes(buf, False)) for flow, buf in _decoded_messages(pcap)]
         got = [(flow, _content_or_bytes(buf, False)) for flow, buf in _decoded_messages(rebuilt)]
     assert sorted(want) == sorted(got)
+
+
+def test_cbor2_floor_is_past_the_advisories_and_what_the_reader_needs():
+    # cbor2 before 5.9 recursed without its own bound into deeply nested input (CVE-2026-26209; 5.8: values
+    # shared across decodes, CVE-2025-68131); 6.1 panicked on some damaged files this reader must refuse, and
+    # 5.x decoders read past the preamble (the reader's tests fail with them). The floor says so.
+    import importlib.metadata
+    import re
+
+    floor = re.search(r'"cbor2>=([0-9.]+)"', (ROOT / "pyproject.toml").read_text()).group(1)
+    as_tuple = lambda v: tuple(int(x) for x in re.findall(r"\d+", v)[:2])  # noqa: E731
+    assert as_tuple(floor) >= (6, 2), floor
+    assert as_tuple(importlib.metadata.version("cbor2")) >= as_tuple(floor)

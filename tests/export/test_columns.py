@@ -11,7 +11,7 @@ import struct
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
-from support import COMPACTOR_DATA, DNSPROBE_DATA, ROOT, needs_shared, transactions
+from support import COMPACTOR_DATA, DNSPROBE_DATA, ROOT, needs_shared, run_python, transactions
 
 from export.parquet import columns
 from export.parquet.records import _CLIENT, _CLIENT_RAW, _FIELDS
@@ -142,6 +142,18 @@ def test_pair_of_paths_reads_the_second_where_the_first_is_none():
         columns.extract(rows, [(((0, 0), (1, 0)), "i", 0)])  # a fill needs a single path
 
 
+def test_empty_first_values_of_every_variable_width_kind():
+    # An empty first value was copied to the data buffer before it had any memory: memcpy(NULL, src, 0),
+    # undefined behaviour that make test-asan's UndefinedBehaviorSanitizer stops at.
+    rows = [("", b"", (), "", b"\x7f\x00\x00\x01"), ("a.b.example", b"x", (1,), "A.Example.COM", b"\x0a\x00\x00\x01")]
+    specs = [((0,), "s"), ((1,), "y"), ((2,), "L"), ((3,), "D"), ((4,), "a")]
+    fast = columns.extract(rows, specs)
+    assert [a.to_pylist() for a in fast] == [
+        ["", "a.b.example"], [b"", b"x"], [[], [1]], ["", "example.com"], ["127.0.0.1", "10.0.0.1"],
+    ]
+    assert all(a.equals(b) for a, b in zip(fast, columns.extract_python(rows, specs)))
+
+
 @pytest.mark.parametrize(
     "rows, spec, error",
     [
@@ -211,3 +223,42 @@ def test_domain_name_rule_equals_dns_probe_regex():
     assert columns.extract(rows, [((0,), "D")])[0].to_pylist() == regex
     assert columns.extract_python(rows, [((0,), "D")])[0].to_pylist() == regex
     assert len(set(regex)) > 100  # real names, not only the edge cases
+
+
+# --- callers that run Python code in the middle of the pass (not reachable from packets) ---------------------------
+
+
+def test_rows_emptied_by_a_value_are_an_error_not_a_read_of_freed_memory():
+    # A value's __index__ empties the rows list (which held the only reference to its row): the pass read the
+    # row's other values and the next row from freed memory. Run in a fresh interpreter: a crash fails this
+    # test only.
+    code = """
+from export.parquet import _columns
+class Value:
+    def __index__(self):
+        rows.clear()
+        return 5
+rows = [(Value(), 1), (2, 3)]
+try:
+    _columns.extract(rows, [((0,), "q"), ((1,), "q")])
+except RuntimeError as e:
+    print("RuntimeError", e)
+"""
+    proc = run_python(code)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "RuntimeError extract: rows changed size", proc.stdout
+
+
+def test_a_list_value_emptied_by_its_own_item_is_read_as_it_was():
+    code = """
+from export.parquet import _columns
+class Item:
+    def __index__(self):
+        value.clear()
+        return 1
+value = [Item(), 5, 6]
+print(_columns.extract([(value,)], [((0,), "L")])[0][-1:])
+"""
+    proc = run_python(code)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "(b'\\x01\\x00\\x00\\x00\\x05\\x00\\x00\\x00\\x06\\x00\\x00\\x00',)", proc.stdout

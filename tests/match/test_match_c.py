@@ -30,6 +30,7 @@ from support import (
     TcpConn,
     framed,
     needs_shared,
+    run_python,
     shared_params,
     write_pcap,
 )
@@ -50,11 +51,14 @@ SHARED_CAPTURES = sorted((DNSPROBE_DATA / "test_pcaps").glob("*")) + sorted(
 )
 BENCH_CAPTURE = ROOT / "benchmarks" / "cache" / "standard-n20000-s1-v2.pcap"
 
-# Default, a timeout shorter than many answers, and a table that evicts all the time.
+# Default, a timeout shorter than many answers, a table that evicts all the time, and keys that hold one or two
+# queries (a retry evicts the oldest).
 CONFIGS = {
     "default": MatchConfig(),
     "timeout-2ms": MatchConfig(query_timeout=0.002),
     "max-pending-3": MatchConfig(max_pending=3),
+    "per-key-1": MatchConfig(max_pending_per_key=1),
+    "per-key-2": MatchConfig(max_pending_per_key=2),
 }
 
 
@@ -96,6 +100,8 @@ def state(table):
         (k, x.query, x.first, x.ancount, x.wirelen, x.dns_len, x.messages, x.last_ts)
         for k, x in table.transfers.items()
     ]
+    held = sum(len(v) if type(v) is list else 1 for v in table.pending.values())
+    assert table.held == held, f"held {table.held}, pending holds {held}"
     return list(table.pending.items()), transfers, table.now_ns, table.stats.as_dict()
 
 
@@ -322,7 +328,7 @@ def test_c_equals_python_on_generated_traffic(generated_capture, config):
         lists_seen = lists_seen or lists
     # The traffic did reach the branches it was made for.
     stats = table.stats
-    assert lists_seen and stats.duplicate_queries > 0
+    assert (lists_seen or config == "per-key-1") and stats.duplicate_queries > 0
     assert stats.matched > 100 and stats.response_only > 0 and stats.query_only > 0
     assert stats.zone_transfer_messages > 0
     assert 0 < table.in_python < len(txs)
@@ -333,8 +339,55 @@ def test_c_equals_python_on_generated_traffic(generated_capture, config):
     assert any(a != b and not (a.isascii() and b.isascii()) for a, b in named)  # equal only after str.lower()
     assert any(q is not None and q[M.MALFORMED] for q, _, _ in txs)
     assert any(r is not None and r[M.MALFORMED] for _, r, _ in txs)
-    if config == "max-pending-3":
+    if config in ("max-pending-3", "per-key-1", "per-key-2"):
         assert stats.match_evicted > 0
+
+
+# --- bounds: retries under one key, queries in all -----------------------------------------------------------------
+
+
+def retry_flood(path, queries, keys, unanswered_responses):
+    """`queries` queries spread over `keys` keys (one client port and DNS ID each, QNAMEs all different), then
+    responses under the first key whose QNAME answers none of them (each one scans its key's queries)."""
+    frames, t = [], T0
+    for i in range(queries):
+        t += 1000
+        dns = DNS(id=7, rd=1, qd=[DNSQR(qname=f"q{i}.example.com")])
+        ip = IP(src="192.0.2.9", dst=SERVER4) / UDP(sport=41000 + i % keys, dport=53)
+        frames.append((t, bytes(Ether(src=MAC_C, dst=MAC_S) / ip / dns)))
+    for _ in range(unanswered_responses):
+        t += 1000
+        dns = DNS(id=7, qr=1, qd=[DNSQR(qname="other.example.com")])
+        ip = IP(src=SERVER4, dst="192.0.2.9") / UDP(sport=53, dport=41000)
+        frames.append((t, bytes(Ether(src=MAC_S, dst=MAC_C) / ip / dns)))
+    return write_pcap(path, frames)
+
+
+def test_retries_under_one_key_are_bounded_and_counted(tmp_path):
+    # Queries reusing one port and ID grew one list without bound, scanned by every response under that key:
+    # the structural bound (queries held under a key) is what keeps a response's work constant.
+    cfg = MatchConfig()
+    path = retry_flood(tmp_path / "retries.pcap", 600, 1, 50)
+    for batch_size in (4096, 7):
+        txs, table, _ = assert_same_run(decoded(path, batch_size), cfg, f"retries/{batch_size}")
+        stats = table.stats
+        assert stats.duplicate_queries == 599 and stats.response_only == 50
+        assert stats.match_evicted == 600 - cfg.max_pending_per_key
+        assert stats.query_only == 600 and len(txs) == 650
+    for msgs in decoded(path, 64):  # the bound holds after every batch
+        table.add(msgs)
+        assert all(len(v) <= cfg.max_pending_per_key for v in table.pending.values() if type(v) is list)
+
+
+def test_max_pending_counts_queries_not_keys(tmp_path):
+    cfg = MatchConfig(max_pending=50, max_pending_per_key=100)
+    path = retry_flood(tmp_path / "keys.pcap", 400, 10, 0)  # 10 keys, 40 queries each
+    txs, table, _ = assert_same_run(decoded(path, 16), cfg, "keys")
+    assert table.stats.match_evicted > 0 and table.stats.query_only == 400
+    table = TransactionTable(cfg, Stats())
+    for msgs in decoded(path, 16):
+        table.add(msgs)
+        assert sum(len(v) if type(v) is list else 1 for v in table.pending.values()) <= 50
 
 
 # --- values the decoders do not give: the Python loop takes the message -----------------------------------------
@@ -378,3 +431,24 @@ def test_timeout_beyond_64_bits_runs_in_python():
     table = TransactionTable(MatchConfig(query_timeout=1e11), Stats())
     assert table._c_run is None
     assert TransactionTable(MatchConfig(), Stats())._c_run is not None
+
+
+def test_a_count_whose_addition_empties_the_counts_list_is_an_error():
+    # The counts are added with PyNumber_Add, which may run Python code (here it empties the list): the loop
+    # read the next count from the emptied list. Not reachable from packets; run in a fresh interpreter so
+    # that a crash fails this test only.
+    code = """
+from probe.match import table
+class Count:
+    def __add__(self, other):
+        counts.clear()
+        return 0
+counts = [Count(), 0, 0, 0, 0]
+try:
+    table._match.run([], 0, {}, 10**9, False, [], counts, 8)
+except (IndexError, RuntimeError) as e:
+    print(type(e).__name__)
+"""
+    proc = run_python(code)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() in ("IndexError", "RuntimeError"), proc.stdout

@@ -19,7 +19,22 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from support import ROOT, Probe, VethBed, as_rows, build_traffic, keys, read_output, rows_of, run_dnsprobe
+from support import (
+    ROOT,
+    Probe,
+    VethBed,
+    as_rows,
+    build_traffic,
+    copy_env,
+    keys,
+    q_dns,
+    read_output,
+    rows_of,
+    run_dnsprobe,
+    run_python,
+    udp_frame,
+    write_pcap,
+)
 
 LIBDPDK = shutil.which("pkg-config") is not None and subprocess.run(
     ["pkg-config", "--exists", "libdpdk"], capture_output=True).returncode == 0
@@ -217,7 +232,7 @@ def test_without_the_extension_says_it_was_not_built(tmp_path):
     out = tmp_path / "out"
     out.mkdir()
     proc = subprocess.run([sys.executable, "-m", "probe", "capture", "--dpdk", "-o", out, "-q"], cwd=tmp_path,
-                          capture_output=True, text=True)
+                          capture_output=True, text=True, env=copy_env())
     assert proc.returncode == 2, proc.stderr
     line = proc.stderr.strip()
     assert "\n" not in line and "DPDK support was not built" in line and "libdpdk-dev" in line, line
@@ -234,3 +249,55 @@ def test_dpdk_section_in_config_file(tmp_path):
     conf.write_text("dpdk:\n  ring_size: 8\n")
     proc = run_dnsprobe("config", "-c", conf, check=False)
     assert proc.returncode == 2 and "dpdk.ring_size" in proc.stderr
+
+
+CHECKS = """
+import sys
+from probe.capture import _dpdk, dpdk
+pcap, frame = sys.argv[1], bytes.fromhex(sys.argv[2])
+_dpdk.eal_init(["dnsprobe", "--no-huge", "--no-pci", "-m", "512", "--log-level=error",
+                f"--vdev=net_pcap0,rx_pcap={pcap}", f"--file-prefix={dpdk.own_prefix()}"])
+def attempt(call, *args):
+    try:
+        call(*args)
+        print("done")
+    except _dpdk.DpdkError as exc:
+        print(exc)
+attempt(_dpdk.port_info, 65536)  # 0 once cut to 16 bits
+attempt(_dpdk.port_close, 65536)
+attempt(_dpdk.port_setup, 0, 1, 65536, 1023, 2048, False)
+attempt(_dpdk.port_setup, 0, 1, 512, 1023, 65500, False)
+attempt(_dpdk.rx_burst, 0, 0, 8, 0)  # no queue set up yet
+attempt(_dpdk.port_setup, 0, 1, 512, 1023, 2048, False)
+attempt(_dpdk.rx_burst, 0, 1, 8, 0)
+data, ts, wirelen = _dpdk.rx_burst(0, 0, 8, 2_000_000)
+print(data == [frame], wirelen == [len(frame)])
+_dpdk.port_stop(0)
+attempt(_dpdk.rx_burst, 0, 0, 8, 0)
+_dpdk.port_close(0)
+_dpdk.eal_cleanup()
+dpdk.remove_runtime_dir()
+"""
+
+
+@needs_dpdk
+@needs_root
+def test_port_and_queue_numbers_and_16_bit_sizes_are_checked(tmp_path):
+    # A port number was cut to 16 bits (65536 became port 0, and port_close wrote past the pool table), a
+    # queue that was not set up went to DPDK unchecked (a NULL queue for the driver), and a ring or mbuf
+    # size over 16 bits was cut instead of refused. In a fresh interpreter: a crash fails this test only.
+    frame = udp_frame(q_dns(0x1601))
+    pcap = write_pcap(tmp_path / "one.pcap", [(1_700_000_000 * 10**9, frame)])
+    proc = run_python(CHECKS, pcap, frame.hex())
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == [
+        "DPDK port 65536 does not exist (1 port(s) found)",
+        "DPDK port 65536 does not exist (1 port(s) found)",
+        "dpdk.ring_size 65536: between 1 and 65535 RX descriptors",
+        "dpdk.mbuf_size 65500: between 1 and 65407 bytes (128 of the 16-bit mbuf data room go to its headroom)",
+        "RX queue 0 of port 0 is not set up (0 queue(s) are)",
+        "done",
+        "RX queue 1 of port 0 is not set up (1 queue(s) are)",
+        "True True",
+        "RX queue 0 of port 0 is not set up (0 queue(s) are)",
+    ], proc.stdout + proc.stderr
