@@ -2,7 +2,7 @@
 
 - FrameBatch: what a capture source yields, frames of one link type in columns.
 - A DNS message: one flat tuple laid out by MESSAGE_FIELDS, the network part (NET_FIELDS, filled by the
-  packet decoder) then the DNS part (DNS_FIELDS, filled by the wire walker or by dpkt). Tuples, not
+  packet or the dnstap decoder) then the DNS part (DNS_FIELDS, filled by the wire walker or by dpkt). Tuples, not
   objects, because a batch of them transposes into columns with one pass in C; M and E name the indexes.
 - A transaction: what matching makes of messages, the triple (query, response, response_messages) with
   query or response None when the other is missing; response_messages counts the messages merged into the
@@ -70,7 +70,26 @@ NET_FIELDS = (
     "udp_sum",  # UDP checksum (0 for TCP)
     "vlan",  # outermost 802.1Q/802.1ad VLAN id, or None
     "tcp_rtt_ms",  # TCP handshake round trip in ms when the handshake was seen, else None
+    "transport",  # TRANSPORTS code (udp, tcp, dot, doh, ...), None when the source does not say
+    "scope",  # what a query and its response share besides their ends and DNS ID (the first part of the match
+    # key): the IP protocol (proto) for packets; for dnstap a tuple of transport, producer and message family
+    "origin",  # None for packets; dnstap: (message family: auth, client, resolver, ..., server identity or None)
 )
+
+# Transports, numbered as dnstap's SocketProtocol (the transport field's values): code -> (name, IP protocol,
+# RFC 8618 transport value of qr-transport-flags bits 1-4; 15 "non-standard" where RFC 8618 defines none).
+TRANSPORTS = {
+    1: ("udp", 17, 0),
+    2: ("tcp", 6, 1),
+    3: ("dot", 6, 2),
+    4: ("doh", 6, 4),
+    5: ("dnscrypt-udp", 17, 15),
+    6: ("dnscrypt-tcp", 6, 15),
+    7: ("doq", 17, 15),
+}
+TRANSPORT_UDP = 1
+TRANSPORT_TCP = 2
+CDNS_TRANSPORT_UNKNOWN = 15  # RFC 8618 "non-standard transport": also a message whose transport is not known
 
 DNS_FIELDS = (
     "dns_len",  # DNS message length (TCP: without the 2-byte prefix)

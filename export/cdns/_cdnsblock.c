@@ -36,15 +36,18 @@
 
 /* Message tuple indexes (probe.model M and E; the tests compare them with INDEXES). */
 enum {
-    TS_NS = 0, IPV = 2, PROTO = 3, SRC = 4, SPORT = 5, DST = 6, DPORT = 7, TTL = 8, DNS_LEN = 12, ID = 13,
-    FLAGS = 14, QDCOUNT = 15, ANCOUNT = 16, NSCOUNT = 17, ARCOUNT = 18, QNAME = 19, QTYPE = 20, QCLASS = 21,
-    EDNS = 23, MALFORMED = 24, RAW = 26, MESSAGE_LEN = 27
+    TS_NS = 0, IPV = 2, SRC = 4, SPORT = 5, DST = 6, DPORT = 7, TTL = 8, TRANSPORT = 12, DNS_LEN = 15, ID = 16,
+    FLAGS = 17, QDCOUNT = 18, ANCOUNT = 19, NSCOUNT = 20, ARCOUNT = 21, QNAME = 22, QTYPE = 23, QCLASS = 24,
+    EDNS = 26, MALFORMED = 27, RAW = 29, MESSAGE_LEN = 30
 };
 enum { E_UDP = 0, E_VERSION = 1, E_DO = 2, E_EXT = 3, E_RDATA = 12, EDNS_LEN = 13 };
 
 /* export.cdns_format values (compared by the tests through CONSTANTS). */
 #define NS_PER_TICK 1000
-#define PROTO_TCP 6
+/* RFC 8618 transport value (qr-transport-flags bits 1-4) by transport code (probe.model TRANSPORTS; 15 for a
+ * code outside the table) */
+static const long CDNS_TRANSPORT[] = {15, 0, 1, 2, 4, 15, 15, 15};
+#define N_TRANSPORTS ((long long)(sizeof CDNS_TRANSPORT / sizeof CDNS_TRANSPORT[0]))
 #define TRANSPORT_QUERY_TRAILINGDATA (1 << 5)
 #define QR_HAS_QUERY (1 << 0)
 #define QR_HAS_RESPONSE (1 << 1)
@@ -624,10 +627,10 @@ static int add_one(Block *b, PyObject *tx)
     else if (!is_message(r) || !as_ll(F(tx, 2), &nresp))
         return 0;
     PyObject *m = q != NULL ? q : r;
-    long long ticks, ipv, proto;
+    long long ticks, ipv, transport;
     if (m == NULL || !ticks_of(m, &ticks) || F(m, MALFORMED) != Py_False)
         return 0;
-    if (!as_ll(F(m, IPV), &ipv) || !as_ll(F(m, PROTO), &proto))
+    if (!as_ll(F(m, IPV), &ipv) || !as_ll(F(m, TRANSPORT), &transport))
         return 0;
     PyObject *client, *cport, *server, *sport;
     if (q != NULL) {
@@ -670,7 +673,7 @@ static int add_one(Block *b, PyObject *tx)
         }
     }
 
-    long tflags = (ipv == 6 ? 1 : 0) | (proto == PROTO_TCP ? 2 : 0);
+    long tflags = (ipv == 6 ? 1 : 0) | (transport >= 0 && transport < N_TRANSPORTS ? CDNS_TRANSPORT[transport] : 15) << 1;
     long sflags = 0, dnsflags = 0;
     long long qrcode = 0, rrcode = 0, delay = 0;
     PyObject *qe = NULL, *ednsv = Py_None, *udp = Py_None, *rdata = NULL;
@@ -1328,14 +1331,22 @@ PyMODINIT_FUNC PyInit__cdnsblock(void)
         return NULL;
     }
     PyObject *indexes = Py_BuildValue(
-        "{sisisisisisisisisisisisisisisisisisisisisi}", "TS_NS", TS_NS, "IPV", IPV, "PROTO", PROTO, "SRC", SRC,
+        "{sisisisisisisisisisisisisisisisisisisisisi}", "TS_NS", TS_NS, "IPV", IPV, "TRANSPORT", TRANSPORT, "SRC", SRC,
         "SPORT", SPORT, "DST", DST, "DPORT", DPORT, "TTL", TTL, "DNS_LEN", DNS_LEN, "ID", ID, "FLAGS", FLAGS,
         "QDCOUNT", QDCOUNT, "ANCOUNT", ANCOUNT, "NSCOUNT", NSCOUNT, "ARCOUNT", ARCOUNT, "QNAME", QNAME, "QTYPE",
         QTYPE, "QCLASS", QCLASS, "EDNS", EDNS, "MALFORMED", MALFORMED, "RAW", RAW);
     PyObject *edns = Py_BuildValue("{sisisisisi}", "UDP_SIZE", E_UDP, "VERSION", E_VERSION, "DO", E_DO, "EXT_RCODE",
                                    E_EXT, "RDATA", E_RDATA);
-    PyObject *constants = Py_BuildValue(
-        "{sisisisisisisisisisi}", "NS_PER_TICK", NS_PER_TICK, "PROTO_TCP", PROTO_TCP, "TRANSPORT_QUERY_TRAILINGDATA",
+    PyObject *transports = PyTuple_New(N_TRANSPORTS);
+    for (Py_ssize_t k = 0; transports != NULL && k < N_TRANSPORTS; k++) {
+        PyObject *v = PyLong_FromLong(CDNS_TRANSPORT[k]);
+        if (v == NULL)
+            Py_CLEAR(transports);
+        else
+            PyTuple_SET_ITEM(transports, k, v);
+    }
+    PyObject *constants = transports == NULL ? NULL : Py_BuildValue(
+        "{sisNsisisisisisisisi}", "NS_PER_TICK", NS_PER_TICK, "CDNS_TRANSPORT", transports, "TRANSPORT_QUERY_TRAILINGDATA",
         TRANSPORT_QUERY_TRAILINGDATA, "QR_HAS_QUERY", QR_HAS_QUERY, "QR_HAS_RESPONSE", QR_HAS_RESPONSE,
         "QR_QUERY_HAS_OPT", QR_QUERY_HAS_OPT, "QR_RESPONSE_HAS_OPT", QR_RESPONSE_HAS_OPT, "QR_QUERY_HAS_NO_QUESTION",
         QR_QUERY_HAS_NO_QUESTION, "QR_RESPONSE_HAS_NO_QUESTION", QR_RESPONSE_HAS_NO_QUESTION, "QUERY_DO", QUERY_DO);

@@ -13,7 +13,7 @@ import cbor2
 
 from export.cdns import format as F
 from probe.decode.dnswire import Malformed, read_name, skip_name, walk_rrs
-from probe.model import E, M
+from probe.model import CDNS_TRANSPORT_UNKNOWN, TRANSPORTS, E, M
 from probe.native import load, say_not_built
 
 _cdnsblock = load("export.cdns._cdnsblock")
@@ -23,7 +23,6 @@ TICKS_PER_SECOND = 1_000_000  # ticks of 1 µs; timestamps in ns are divided by 
 NS_PER_TICK = 1_000_000_000 // TICKS_PER_SECOND
 TYPE_OPT = 41
 OPT_ECS = 8
-PROTO_TCP = 6
 
 # Q/R item fields always recorded (the hint bit of each equals its map key), and with full sections.
 QR_FIELDS = (
@@ -42,10 +41,22 @@ _HH = struct.Struct("!HH").unpack_from
 _RR = struct.Struct("!HHIH").unpack_from
 
 _TS, _SRC, _SPORT, _DST, _DPORT, _TTL = M.TS_NS, M.SRC, M.SPORT, M.DST, M.DPORT, M.TTL
-_IPV, _PROTO, _DNS_LEN, _ID, _FLAGS = M.IPV, M.PROTO, M.DNS_LEN, M.ID, M.FLAGS
+_IPV, _TRANSPORT, _DNS_LEN, _ID, _FLAGS = M.IPV, M.TRANSPORT, M.DNS_LEN, M.ID, M.FLAGS
 _QD, _AN, _NS, _AR = M.QDCOUNT, M.ANCOUNT, M.NSCOUNT, M.ARCOUNT
 _QNAME, _QTYPE, _QCLASS, _EDNS, _MALFORMED, _RAW = M.QNAME, M.QTYPE, M.QCLASS, M.EDNS, M.MALFORMED, M.RAW
 _E_UDP, _E_VERSION, _E_DO, _E_EXT, _E_RDATA = E.UDP_SIZE, E.VERSION, E.DO, E.EXT_RCODE, E.RDATA
+
+# RFC 8618 transport value by transport code, as the C loop has it (CDNS_TRANSPORT, indexed by the code).
+CDNS_TRANSPORT = tuple(
+    TRANSPORTS[code][2] if code in TRANSPORTS else CDNS_TRANSPORT_UNKNOWN for code in range(max(TRANSPORTS) + 1)
+)
+
+
+def transport_flags(m):
+    """qr-transport-flags bits 0-4 of a message: IPv6, and its transport (15, non-standard, when unknown)."""
+    code = m[_TRANSPORT]
+    value = CDNS_TRANSPORT[code] if type(code) is int and 0 <= code < len(CDNS_TRANSPORT) else CDNS_TRANSPORT_UNKNOWN
+    return (1 if m[_IPV] == 6 else 0) | value << 1
 
 
 # ---------------------------------------------------------------------------------------------
@@ -317,7 +328,7 @@ class Block:
                     cti = classtype[ct] = len(classtype)
             else:
                 ni = cti = end = None
-            tflags = (1 if m[_IPV] == 6 else 0) | (2 if m[_PROTO] == PROTO_TCP else 0)
+            tflags = transport_flags(m)
             if q is not None:
                 if query_trailing(q, end):
                     tflags |= F.TRANSPORT_QUERY_TRAILINGDATA
@@ -419,7 +430,7 @@ class Block:
         clients = self.w.clients
         if clients is not None:
             client = clients.address(client)
-        tflags = (1 if m[_IPV] == 6 else 0) | (2 if m[_PROTO] == PROTO_TCP else 0)
+        tflags = transport_flags(m)
         data = self.mm_data.index((self.ip.index(server), sport, tflags, bytes(m[_RAW])))
         self.malformed.append((ticks, self.ip.index(client), cport, data))
         self.processed += 1

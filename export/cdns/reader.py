@@ -35,7 +35,7 @@ from export.cdns import format as F
 from probe.compressed import open_stream
 from probe.decode.dnswire import Malformed, name_text, parse_message, parse_opt, read_name
 from probe.errors import CaptureFileError
-from probe.model import EDNS_FIELDS, MESSAGE_FIELDS, NET_FIELDS
+from probe.model import EDNS_FIELDS, MESSAGE_FIELDS, NET_FIELDS, TRANSPORTS
 
 # Parquet columns that C-DNS does not record; the C-DNS records leave them out.
 CDNS_ABSENT_COLUMNS = ("len", "udp_sum", "res_len", "vlan", "tcp_hs_rtt", "response_messages")
@@ -51,6 +51,8 @@ TYPE_OPT = 41
 _CHUNK = 1 << 16
 _BREAK = 0xFF
 _IP_PROTO = {F.TRANSPORT_UDP: 17, F.TRANSPORT_TCP: 6, F.TRANSPORT_TLS: 6, F.TRANSPORT_DTLS: 17, F.TRANSPORT_HTTPS: 6}
+# The transport field (probe.model TRANSPORTS) of an RFC 8618 transport value; DTLS and non-standard: none (None).
+_TRANSPORT_CODE = {cdns: code for code, (_, _, cdns) in TRANSPORTS.items() if cdns != F.TRANSPORT_NON_STANDARD}
 _FIELD = {name: i for i, name in enumerate(MESSAGE_FIELDS)}
 _NET = len(NET_FIELDS)
 
@@ -401,7 +403,7 @@ class _Block:
         tflags = sig.get(F.QR_TRANSPORT_FLAGS, 0)
         ipv6 = bool(tflags & F.TRANSPORT_IPV6)
         transport = (tflags & F.TRANSPORT_MASK) >> F.TRANSPORT_SHIFT
-        ipv, proto = (6 if ipv6 else 4), _IP_PROTO.get(transport, 17)
+        ipv, proto, code = (6 if ipv6 else 4), _IP_PROTO.get(transport), _TRANSPORT_CODE.get(transport)
         client = _pad(_at(self.addresses, item[F.CLIENT_ADDRESS_INDEX], "ip-address"), ipv6) \
             if F.CLIENT_ADDRESS_INDEX in item else None
         server = _pad(_at(self.addresses, sig[F.SERVER_ADDRESS_INDEX], "ip-address"), ipv6) \
@@ -416,7 +418,8 @@ class _Block:
         if F.QUERY_CLASSTYPE_INDEX in sig:
             qtype, qclass = self.classtype(sig[F.QUERY_CLASSTYPE_INDEX])
         first_ticks = self.base_ticks + item.get(F.TIME_OFFSET, 0)
-        common = dict(ipv=ipv, proto=proto, id=mid, qname=qname, qtype=qtype, qclass=qclass, labels=labels)
+        common = dict(ipv=ipv, proto=proto, transport=code, scope=proto, id=mid, qname=qname, qtype=qtype,
+                      qclass=qclass, labels=labels)
         q = r = None
         qsec = rsec = qopt = None
         if has_q:
@@ -485,7 +488,8 @@ class _Block:
             data = _at(self.mm_data, mm[F.MESSAGE_DATA_INDEX], "malformed-message-data")
         tflags = data.get(F.MM_TRANSPORT_FLAGS, 0)
         ipv6 = bool(tflags & F.TRANSPORT_IPV6)
-        proto = _IP_PROTO.get((tflags & F.TRANSPORT_MASK) >> F.TRANSPORT_SHIFT, 17)
+        transport = (tflags & F.TRANSPORT_MASK) >> F.TRANSPORT_SHIFT
+        proto, code = _IP_PROTO.get(transport), _TRANSPORT_CODE.get(transport)
         client = _pad(_at(self.addresses, mm[F.CLIENT_ADDRESS_INDEX], "ip-address"), ipv6) \
             if F.CLIENT_ADDRESS_INDEX in mm else None
         server = _pad(_at(self.addresses, data[F.MM_SERVER_ADDRESS_INDEX], "ip-address"), ipv6) \
@@ -499,7 +503,7 @@ class _Block:
         src, sp, dst, dp = (server, sport, client, cport) if response else (client, cport, server, sport)
         net = _message(
             ts_ns=self.ns(self.base_ticks + mm.get(F.TIME_OFFSET, 0)), ipv=6 if ipv6 else 4, proto=proto,
-            src=src, sport=sp, dst=dst, dport=dp,
+            transport=code, scope=proto, src=src, sport=sp, dst=dst, dport=dp,
         )[:_NET]
         msg = net + tuple(dns)
         extra = _Sections(None, None, None, None, None, 0, {}, tflags, payload) if want_sections else None

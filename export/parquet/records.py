@@ -25,6 +25,7 @@ from probe.model import (
     FLAG_RD,
     FLAG_TC,
     FLAG_Z,
+    TRANSPORTS,
     E,
     M,
 )
@@ -76,7 +77,12 @@ _FIELDS = {
     "r_ext_rcode": ((R, M.EDNS, E.EXT_RCODE), "i", 0),
     "r_ede": ((R, M.EDNS, E.EDE), "L", ()),
     "r_edns_udp": ((R, M.EDNS, E.UDP_SIZE), "i", 0),
+    "transport": (((Q, M.TRANSPORT), (R, M.TRANSPORT)), "i"),
+    "dnstap_type": (((Q, M.ORIGIN, 0), (R, M.ORIGIN, 0)), "s"),
+    "server_identity": (((Q, M.ORIGIN, 1), (R, M.ORIGIN, 1)), "s"),
 }
+# The transport column's text by transport code (probe.model TRANSPORTS; a code outside it is an error).
+_TRANSPORT_NAMES = pa.array([TRANSPORTS[c][0] if c in TRANSPORTS else None for c in range(max(TRANSPORTS) + 1)], STR)
 _CLIENT = {"client": (((Q, M.SRC), (R, M.DST)), "a")}
 _CLIENT_RAW = {"q_src": ((Q, M.SRC), "y"), "r_dst": ((R, M.DST), "y")}
 
@@ -221,5 +227,8 @@ class RecordBuilder:
             f["malformed"],
             pc.if_else(r_present, f["messages"], pa.scalar(None, I32)),
             f["r_edns_udp"],
+            pa.DictionaryArray.from_arrays(f["transport"], _TRANSPORT_NAMES).cast(STR),
+            f["dnstap_type"],
+            f["server_identity"],
         ]
         return pa.Table.from_arrays(columns, schema=SCHEMA)

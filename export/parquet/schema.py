@@ -83,6 +83,12 @@ DNSPROBE_EXTRA_COLUMNS = (
     ("malformed", BOOL, "the message could not be parsed to its end (exported unmatched)"),
     ("response_messages", I32, "response messages in the transaction (>1 for zone transfers)"),
     ("res_edns_udp", I32, "response EDNS UDP payload size, 0 without OPT"),
+    ("transport", STR, "how the query reached the server: udp, tcp, dot, doh, doq, dnscrypt-udp, dnscrypt-tcp (packet"
+     " capture: udp or tcp; dnstap: the producer's socket_protocol, null when it sends none)"),
+    ("dnstap_type", STR, "dnstap: the message family the server logged (auth, client, resolver, forwarder, stub,"
+     " tool, update); null for packet capture"),
+    ("server_identity", STR, "dnstap: the identity the server sent (its name, as configured there); null for packet"
+     " capture or when the server sends none"),
 )
 
 COLUMNS = DNSPROBE_COLUMNS + DNSPROBE_EXTRA_COLUMNS

@@ -44,7 +44,9 @@
 #define OPT_COOKIE 10
 #define OPT_EDE 15
 #define N_DNS 15 /* fields.DNS_FIELDS */
-#define N_NET 12 /* fields.NET_FIELDS */
+#define N_NET 15 /* probe.model NET_FIELDS */
+#define TRANSPORT_UDP 1 /* probe.model TRANSPORTS */
+#define TRANSPORT_TCP 2
 #define PROTO_UDP 17
 
 /* Outcome of a walking step: go on, or the message is malformed at this point (the Python walker's
@@ -968,7 +970,7 @@ static int emit(PyObject **net, const unsigned char *p, Py_ssize_t n, PyObject *
     }
     /* Everything in it was made here (ints, bytes, str, None, bools and the EDNS tuple, itself untracked)
      * but the capture time and length, which come from the source, and for TCP the TTL and handshake RTT,
-     * which come from the stream step: only those need the check untrack_if_acyclic makes on all 27. */
+     * which come from the stream step: only those need the check untrack_if_acyclic makes on all of them. */
     if (acyclic(PyTuple_GET_ITEM(t, 0)) && acyclic(PyTuple_GET_ITEM(t, 1)) && acyclic(PyTuple_GET_ITEM(t, 8))
         && (PyTuple_GET_ITEM(t, 11) == Py_None || PyFloat_CheckExact(PyTuple_GET_ITEM(t, 11))))
         PyObject_GC_UnTrack(t);
@@ -1025,7 +1027,8 @@ static int tcp_segment(PyObject *ts, PyObject *wl, const unsigned char *f, const
         PyObject *net[N_NET] = {
             Py_NewRef(PyTuple_GET_ITEM(m, 1)), Py_NewRef(PyTuple_GET_ITEM(m, 2)), Py_NewRef(ipv), shared16(PROTO_TCP),
             Py_NewRef(src), Py_NewRef(sport), Py_NewRef(dst), Py_NewRef(dport), Py_NewRef(PyTuple_GET_ITEM(m, 3)),
-            shared16(0), Py_NewRef(vlan), Py_NewRef(PyTuple_GET_ITEM(m, 4)),
+            shared16(0), Py_NewRef(vlan), Py_NewRef(PyTuple_GET_ITEM(m, 4)), shared16(TRANSPORT_TCP),
+            shared16(PROTO_TCP), Py_NewRef(Py_None),
         };
         Py_INCREF(data); /* the list is ours, but names and max_names may run Python code */
         int bad = emit(net, (const unsigned char *)PyBytes_AS_STRING(data), PyBytes_GET_SIZE(data),
@@ -1084,7 +1087,8 @@ static int fast_frame(PyObject *ts, PyObject *wl, PyObject *frame, const Fast *x
     PyObject *net[N_NET] = {
         Py_NewRef(ts), Py_NewRef(wl), shared16(x->ipv), shared16(PROTO_UDP), Py_NewRef(src), u16(x->sport),
         Py_NewRef(dst), u16(x->dport), shared16(x->ttl), u16(x->csum),
-        x->vlan < 0 ? Py_NewRef(Py_None) : shared16(x->vlan), Py_NewRef(Py_None),
+        x->vlan < 0 ? Py_NewRef(Py_None) : shared16(x->vlan), Py_NewRef(Py_None), shared16(TRANSPORT_UDP),
+        shared16(PROTO_UDP), Py_NewRef(Py_None),
     };
     r = emit(net, f + x->dns, x->dns_len, raw, out, names, max_names, counts);
 done:

@@ -16,7 +16,7 @@ from probe.decode.link import ETH_IPV4, ETH_IPV6, LINK_DECODERS, LINK_NAMES
 from probe.decode.parsers import FastParser, _fastwire, resolve
 from probe.decode.tcpstream import TcpReassembler
 from probe.errors import CaptureFileError
-from probe.model import LINKTYPE_ETHERNET, M
+from probe.model import LINKTYPE_ETHERNET, TRANSPORT_TCP, TRANSPORT_UDP, M
 
 _IP4 = struct.Struct("!BxHHHBBH").unpack_from  # vihl, total length, id, flags/frag, ttl, proto, csum
 _IP6 = struct.Struct("!HBB").unpack_from  # payload length, next header, hop limit (from offset 4)
@@ -28,6 +28,8 @@ _ETH_IP4_UDP = struct.Struct("!12xHBxHxxHBBxx4s4sHHHH").unpack_from
 _ETH_IP6_UDP = struct.Struct("!12xHB3xHBB16s16sHHHH").unpack_from
 
 _FLAGS, _MALFORMED = M.FLAGS, M.MALFORMED
+# A packet's transport is its IP protocol; its match scope is the protocol itself (probe.model NET_FIELDS).
+_UDP_T, _TCP_T = TRANSPORT_UDP, TRANSPORT_TCP
 PROTO_TCP = 6
 PROTO_UDP = 17
 PROTO_ICMP = 1
@@ -188,7 +190,8 @@ class PacketDecoder:
                             and (keep4 is None or keep4(src, dst))
                         ):
                             append(
-                                (ts, wirelen, 4, PROTO_UDP, src, sport, dst, dport, ttl, csum, None, None)
+                                (ts, wirelen, 4, PROTO_UDP, src, sport, dst, dport, ttl, csum,
+                                 None, None, _UDP_T, PROTO_UDP, None)
                                 + parse(frame[42 : 34 + ulen])
                             )
                             continue
@@ -203,7 +206,8 @@ class PacketDecoder:
                             and (keep6 is None or keep6(src, dst))
                         ):
                             append(
-                                (ts, wirelen, 6, PROTO_UDP, src, sport, dst, dport, hlim, csum, None, None)
+                                (ts, wirelen, 6, PROTO_UDP, src, sport, dst, dport, hlim, csum,
+                                 None, None, _UDP_T, PROTO_UDP, None)
                                 + parse(frame[62 : 54 + ulen])
                             )
                             continue
@@ -342,7 +346,8 @@ class PacketDecoder:
                 return 1
             if ulen < 8 or ulen > len(payload):
                 return 2
-            net = (ts, wirelen, ipv, PROTO_UDP, src, sport, dst, dport, ttl, csum, vlan, None)
+            net = (ts, wirelen, ipv, PROTO_UDP, src, sport, dst, dport, ttl, csum, vlan, None, _UDP_T, PROTO_UDP,
+                   None)
             out.append(net + self.parse(payload[8:ulen]))
             return 0
         if proto == PROTO_TCP:
@@ -357,7 +362,8 @@ class PacketDecoder:
             msgs = self._tcp_step(ipv, (src, sport, dst, dport), ts, wirelen, ttl, seq, flags, payload[hl:])
             # (The C frame loop does the part above in C, calls _tcp_step, and does the part below in C.)
             for data, mts, mwl, mttl, rtt in msgs:
-                net = (mts, mwl, ipv, PROTO_TCP, src, sport, dst, dport, mttl, 0, vlan, rtt)
+                net = (mts, mwl, ipv, PROTO_TCP, src, sport, dst, dport, mttl, 0, vlan, rtt, _TCP_T, PROTO_TCP,
+                       None)
                 out.append(net + self.parse(data))
             return 0
         return 1

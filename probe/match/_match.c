@@ -23,8 +23,8 @@
 #include "fastint.h"
 
 /* Message tuple indexes (probe.model M; the tests compare them with INDEXES). */
-enum { TS_NS = 0, PROTO = 3, SRC = 4, SPORT = 5, DST = 6, DPORT = 7, ID = 13, FLAGS = 14, QNAME = 19,
-       QTYPE = 20, MALFORMED = 24, MESSAGE_LEN = 27 };
+enum { TS_NS = 0, SRC = 4, SPORT = 5, DST = 6, DPORT = 7, SCOPE = 13, ID = 16, FLAGS = 17, QNAME = 22,
+       QTYPE = 23, MALFORMED = 27, MESSAGE_LEN = 30 };
 
 /* probe.match values (compared by the tests through CONSTANTS). */
 enum { FLAG_QR = 0x8000, QTYPE_IXFR = 251, QTYPE_AXFR = 252 };
@@ -105,7 +105,7 @@ static int dict_del(PyObject *d, PyObject *key, Py_hash_t hash)
 }
 #endif
 
-/* (proto, client, client port, server, server port, id): a query's key is (PROTO, SRC, SPORT, DST, DPORT, ID),
+/* (scope, client, client port, server, server port, id): a query's key is (SCOPE, SRC, SPORT, DST, DPORT, ID),
  * a response's the same with the two ends swapped. */
 static PyObject *make_key(PyObject *m, int response)
 {
@@ -113,7 +113,7 @@ static PyObject *make_key(PyObject *m, int response)
     if (t == NULL)
         return NULL;
     PyObject **v = &PyTuple_GET_ITEM(m, 0);
-    PyObject *items[6] = {v[PROTO], v[response ? DST : SRC], v[response ? DPORT : SPORT],
+    PyObject *items[6] = {v[SCOPE], v[response ? DST : SRC], v[response ? DPORT : SPORT],
                           v[response ? SRC : DST], v[response ? SPORT : DPORT], v[ID]};
     for (int k = 0; k < 6; k++)
         PyTuple_SET_ITEM(t, k, Py_NewRef(items[k]));
@@ -375,7 +375,7 @@ static void prefetch_fields(PyObject *m)
     if (!is_message(m))
         return;
     static const int read[] = {TS_NS, FLAGS, QNAME};
-    static const int counted[] = {SRC, SPORT, DST, DPORT, ID}; /* referenced by the key: written to */
+    static const int counted[] = {SCOPE, SRC, SPORT, DST, DPORT, ID}; /* referenced by the key: written to */
     for (size_t k = 0; k < sizeof read / sizeof read[0]; k++)
         __builtin_prefetch(PyTuple_GET_ITEM(m, read[k]), 0);
     for (size_t k = 0; k < sizeof counted / sizeof counted[0]; k++)
@@ -458,7 +458,7 @@ PyMODINIT_FUNC PyInit__match(void)
     PyObject *mod = PyModule_Create(&module);
     if (mod == NULL)
         return NULL;
-    PyObject *indexes = Py_BuildValue("{sisisisisisisisisisisisi}", "TS_NS", TS_NS, "PROTO", PROTO, "SRC", SRC,
+    PyObject *indexes = Py_BuildValue("{sisisisisisisisisisisisi}", "TS_NS", TS_NS, "SCOPE", SCOPE, "SRC", SRC,
                                       "SPORT", SPORT, "DST", DST, "DPORT", DPORT, "ID", ID, "FLAGS", FLAGS, "QNAME",
                                       QNAME, "QTYPE", QTYPE, "MALFORMED", MALFORMED, "MESSAGE_LEN", MESSAGE_LEN);
     PyObject *constants = Py_BuildValue("{sisisi}", "FLAG_QR", FLAG_QR, "QTYPE_IXFR", QTYPE_IXFR, "QTYPE_AXFR",

@@ -1,6 +1,7 @@
 """Matching stage: pairs queries with responses into transactions.
 
-Key: transport, client address and port, server address and port, DNS ID; the question (QTYPE and
+Key: scope (the IP protocol for packets; transport, producer and message family for dnstap: probe.model),
+client address and port, server address and port, DNS ID; the question (QTYPE and
 case-folded QNAME) is compared within the key, so a response with no question section (some error
 responses) still matches the oldest pending query with its ID. Timeouts run on capture time.
 A transaction is a pair (query tuple or None, response tuple or None); malformed messages are exported
@@ -25,7 +26,7 @@ QTYPE_AXFR = 252
 TYPE_SOA = 6
 
 _ID, _FLAGS, _QNAME, _QTYPE = M.ID, M.FLAGS, M.QNAME, M.QTYPE
-_TS, _MALFORMED, _PROTO = M.TS_NS, M.MALFORMED, M.PROTO
+_TS, _MALFORMED, _SCOPE = M.TS_NS, M.MALFORMED, M.SCOPE
 _SRC, _SPORT, _DST, _DPORT = M.SRC, M.SPORT, M.DST, M.DPORT
 
 
@@ -139,7 +140,7 @@ class TransactionTable:
                 out.append((None, m, 1) if flags is not None and flags & FLAG_QR else (m, None, 1))
                 continue
             if flags & FLAG_QR:
-                key = (m[_PROTO], m[_DST], m[_DPORT], m[_SRC], m[_SPORT], m[_ID])
+                key = (m[_SCOPE], m[_DST], m[_DPORT], m[_SRC], m[_SPORT], m[_ID])
                 waiting = pending.get(key)
                 if waiting is not None:
                     # Queries older than the timeout (capture time) no longer match, even when their
@@ -176,7 +177,7 @@ class TransactionTable:
                 response_only += 1
                 out.append((None, m, 1))
             else:
-                key = (m[_PROTO], m[_SRC], m[_SPORT], m[_DST], m[_DPORT], m[_ID])
+                key = (m[_SCOPE], m[_SRC], m[_SPORT], m[_DST], m[_DPORT], m[_ID])
                 waiting = pending.get(key)
                 stored += 1
                 if waiting is None:

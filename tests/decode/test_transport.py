@@ -152,6 +152,9 @@ def test_udp_ipv4_pair_every_column(tmp_path):
         "malformed": False,
         "response_messages": 1,
         "res_edns_udp": 4096,
+        "transport": "udp",
+        "dnstap_type": None,  # from packets, not dnstap
+        "server_identity": None,
     }
     # Guard the guard: the lengths really are those of the frames (Ethernet header included).
     assert len(qf) == 14 + 20 + 8 + len(qdns) and len(rf) == 14 + 20 + 8 + len(rdns)

@@ -92,7 +92,7 @@ def test_constants_are_the_python_ones():
     c = cdns._cdnsblock
     assert c.INDEXES == {name: getattr(M, name) for name in c.INDEXES}
     assert c.EDNS_INDEXES == {name: getattr(E, name) for name in c.EDNS_INDEXES}
-    python = {"NS_PER_TICK": cdns.NS_PER_TICK, "PROTO_TCP": cdns.PROTO_TCP}
+    python = {"NS_PER_TICK": cdns.NS_PER_TICK, "CDNS_TRANSPORT": cdns.CDNS_TRANSPORT}
     assert c.CONSTANTS == {name: python.get(name, getattr(F, name, None)) for name in c.CONSTANTS}
 
 
