@@ -16,6 +16,8 @@ from pathlib import Path
 
 import yaml
 
+from probe.decode.dnstap_types import DEFAULT_TYPES as DNSTAP_DEFAULT_TYPES
+from probe.decode.dnstap_types import TYPE_NAMES as DNSTAP_TYPE_NAMES
 from probe.decode.ipfilter import check_network
 from probe.decode.parsers import CHOICES as PARSER_CHOICES
 from probe.decode.parsers import check_choice as check_parser
@@ -179,6 +181,53 @@ class DpdkConfig:
     )
     promiscuous: bool = opt(True, "put the port in promiscuous mode (a SPAN port sees other hosts' traffic)")
 
+def _octal_mode(value):
+    """A file mode written in octal, as chmod takes it ('0660')."""
+    try:
+        mode = int(value, 8)
+    except ValueError:
+        raise ValueError(f"{value!r} is not an octal mode such as '0660'") from None
+    if not 0 <= mode <= 0o7777:
+        raise ValueError(f"{value!r} is not a file mode (0000 to 7777)")
+    return value
+
+
+def _host_port(value):
+    """HOST:PORT ([v6]:PORT) of a TCP listener."""
+    host, sep, port = value.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"{value!r} is not HOST:PORT (an IPv6 address in brackets: [::1]:6000)")
+    return value
+
+
+@dataclass(frozen=True)
+class DnstapConfig:
+    message_types: tuple[str, ...] = opt(
+        DNSTAP_DEFAULT_TYPES, "dnstap message types made into transactions (the others are only counted): "
+        + ", ".join(DNSTAP_TYPE_NAMES), choices=DNSTAP_TYPE_NAMES,
+    )
+    socket: typing.Optional[str] = opt(  # noqa: UP045
+        None, "Unix socket that `dnsprobe capture` listens on for dnstap producers (the --dnstap-socket flag)"
+    )
+    socket_owner: typing.Optional[str] = opt(  # noqa: UP045
+        None, "owner of the Unix socket, a user name or id (null: the user dnsprobe runs as)"
+    )
+    socket_group: typing.Optional[str] = opt(  # noqa: UP045
+        None, "group of the Unix socket, a group name or id (null: dnsprobe's group)"
+    )
+    socket_mode: str = opt(
+        "0660", "permissions of the Unix socket, octal and quoted: the server's user or group needs write access",
+        check=_octal_mode,
+    )
+    listen: typing.Optional[str] = opt(  # noqa: UP045
+        None, "HOST:PORT that `dnsprobe capture` listens on for dnstap producers over TCP (the --dnstap-listen"
+        " flag)", check=_host_port,
+    )
+    max_connections: int = opt(
+        256, "dnstap producer connections a capture worker holds at once; more are refused (counted)", min=1
+    )
+
+
 @dataclass(frozen=True)
 class PrivacyConfig:
     anonymize: bool = opt(
@@ -219,6 +268,7 @@ class Config:
     run: RunConfig = field(default_factory=RunConfig)
     capture: CaptureConfig = field(default_factory=CaptureConfig)
     dpdk: DpdkConfig = field(default_factory=DpdkConfig)
+    dnstap: DnstapConfig = field(default_factory=DnstapConfig)
     privacy: PrivacyConfig = field(default_factory=PrivacyConfig)
     filter: FilterConfig = field(default_factory=FilterConfig)
 

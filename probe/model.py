@@ -1,6 +1,7 @@
 """The data passed between the pipeline's stages (capture → decode → match → export).
 
-- FrameBatch: what a capture source yields, frames of one link type in columns.
+- FrameBatch: what a packet source yields, frames of one link type in columns; DnstapBatch: what a dnstap
+  source yields, Frame Streams data frames by producer.
 - A DNS message: one flat tuple laid out by MESSAGE_FIELDS, the network part (NET_FIELDS, filled by the
   packet or the dnstap decoder) then the DNS part (DNS_FIELDS, filled by the wire walker or by dpkt). Tuples, not
   objects, because a batch of them transposes into columns with one pass in C; M and E name the indexes.
@@ -44,14 +45,40 @@ class FrameBatch:
         return len(self.data)
 
 
+@dataclass(slots=True)
+class DnstapBatch:
+    """dnstap data frames (each a protobuf Dnstap message), in runs by producer.
+
+    runs: [(producer, [frame bytes, ...]), ...]; producer names the connection or file the frames came from
+      (it keeps apart in matching the messages of producers that send no identity).
+    refused: filled by the decoder, {producer: reason} for a producer that sent a frame that does not decode
+      (the rest of its run is dropped); the source closes that connection (a file: an error naming it).
+    """
+
+    runs: list = field(default_factory=list)
+    refused: dict = field(default_factory=dict)
+
+    def __len__(self):
+        return sum(len(frames) for _, frames in self.runs)
+
+
+class QueryCopy(tuple):
+    """A query message carried inside a dnstap response message besides its own query message (Knot's
+    responses-with-queries). Matching uses it only when the query itself was not logged, so that the
+    transaction counts once; being a tuple subclass, the C matching loop leaves it to the Python one."""
+
+    __slots__ = ()
+
+
 # Lengths and counts go to int32 columns (DNS Probe's len, res_len, dns_res_len, ancount). A frame's own
 # length above this is refused by the sources; sums over frames or messages are capped here and counted.
 INT32_MAX = 0x7FFFFFFF
 
 
 def cap_int32(value, stats):
-    """A summed length or count as stored: at most INT32_MAX (stats.lengths_capped counts each cut)."""
-    if value > INT32_MAX:
+    """A summed length or count as stored: at most INT32_MAX (stats.lengths_capped counts each cut); None
+    (no frames: dnstap) stays None."""
+    if value is not None and value > INT32_MAX:
         stats.lengths_capped += 1
         return INT32_MAX
     return value

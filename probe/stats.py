@@ -7,6 +7,12 @@ so `packets` always equals the sum of what happened to them.
 import json
 import os
 
+# dnstap message types, counted one by one (probe.decode.dnstap_types names them; the tests check the two agree).
+DNSTAP_TYPE_COUNTERS = tuple(
+    f"{family}_{half}" for family in ("auth", "resolver", "client", "forwarder", "stub", "tool", "update")
+    for half in ("query", "response")
+)
+
 # (name, meaning). Order is the print order.
 COUNTERS = (
     ("kernel_received", "live capture: frames the kernel's filter passed to the capture sockets (drops included)"),
@@ -37,6 +43,30 @@ COUNTERS = (
     ("tcp_dropped_bytes", "TCP payload bytes discarded (gap never filled, buffer bound, idle timeout)"),
     ("tcp_resync", "TCP streams first seen mid-message and resynchronised"),
     ("tcp_resets", "TCP segments with RST on a DNS port (C-DNS address events; still decoded as TCP)"),
+    ("dnstap_connections", "dnstap: producer connections accepted (capture --dnstap-socket, --dnstap-listen)"),
+    ("dnstap_disconnections", "dnstap: producer connections closed, by the producer or after an error below"),
+    ("dnstap_refused", "dnstap: connections refused: a content type other than protobuf:dnstap.Dnstap, or"
+     " dnstap.max_connections reached"),
+    ("dnstap_frame_errors", "dnstap: streams (connections, files) ended by a Frame Streams error (impossible"
+     " frame length, malformed control frame, data before START)"),
+    ("dnstap_truncated", "dnstap: streams that ended inside a frame (the part received is dropped)"),
+    ("dnstap_bytes", "dnstap: bytes received from producers or read from files, control frames included"),
+    ("dnstap_frames", "dnstap: data frames received (each should hold one dnstap message)"),
+    ("dnstap_decode_errors", "dnstap: data frames that are not a protobuf dnstap message (the connection is"
+     " closed; in a file, an error naming it)"),
+    ("dnstap_frames_discarded", "dnstap: data frames that came after one that did not decode, dropped with it"),
+    ("dnstap_not_message", "dnstap: frames that hold no message (Dnstap.type is not MESSAGE)"),
+    ("dnstap_unknown_type", "dnstap: messages of a type this version does not know"),
+    *((f"dnstap_{t}", f"dnstap: {t.upper()} messages received") for t in DNSTAP_TYPE_COUNTERS),
+    ("dnstap_filtered", "dnstap: messages of the types not selected (dnstap.message_types)"),
+    ("dnstap_no_time", "dnstap: messages without their time (a query's query_time, a response's response_time),"
+     " dropped"),
+    ("dnstap_no_dns", "dnstap: messages without their DNS message (query_message, response_message), dropped"),
+    ("dnstap_bad_address", "dnstap: messages whose addresses or ports do not fit their socket family, dropped"),
+    ("dnstap_embedded_queries", "dnstap: queries carried inside response messages besides their own (Knot's"
+     " responses-with-queries)"),
+    ("dnstap_embedded_used", "dnstap: of those, the ones that became a transaction's query because the query"
+     " itself was not logged (a transaction counts once)"),
     ("dns_messages", "DNS messages decoded"),
     ("queries", "DNS queries (QR=0)"),
     ("responses", "DNS responses (QR=1)"),
@@ -110,6 +140,9 @@ class Stats:
         table = Table(title="dnsprobe statistics (meanings: docs/statistics.md)", show_lines=False)
         table.add_column("counter")
         table.add_column("value", justify="right")
+        # A run without dnstap input does not list the dnstap counters (all zero).
+        dnstap = any(getattr(self, name) for name in COUNTER_NAMES if name.startswith("dnstap_"))
         for name in applicable(source):
-            table.add_row(name, f"{getattr(self, name):,}")
+            if dnstap or not name.startswith("dnstap_"):
+                table.add_row(name, f"{getattr(self, name):,}")
         console.print(table)

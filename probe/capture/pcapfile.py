@@ -22,6 +22,7 @@ _PCAP_MAGICS = {
     b"\xa1\xb2\x3c\x4d": (">", 1),
 }
 _PCAPNG_SHB = b"\x0a\x0d\x0d\x0a"
+MAGICS = (*_PCAP_MAGICS, _PCAPNG_SHB)  # the first 4 bytes of the files this module reads
 
 
 class _Buffered:
@@ -63,17 +64,19 @@ class _Buffered:
         return self.consumed + self.pos
 
 
-def read_capture(path, batch_size=4096, on_progress=None):
+def read_capture(path, batch_size=4096, on_progress=None, opened=None):
     """Yield FrameBatch objects from a pcap or pcapng file (optionally compressed).
 
     Raises CaptureFileError naming the file and the problem; batches yielded before the error
     are complete and valid, so callers can still export what was decoded. on_progress, if given,
     is called after each batch with the number of bytes of the (compressed) file consumed. The file
-    may be a pipe (/dev/stdin, a FIFO, a shell's <(...)).
+    may be a pipe (/dev/stdin, a FIFO, a shell's <(...)). opened: (decompressed stream, raw file, the
+    bytes already read from the stream) when the caller opened the file to see what it is (probe.capture.files).
     """
-    stream, raw = open_stream(path)
+    stream, raw, head = opened if opened is not None else (*open_stream(path), b"")
     try:
         reader = _Buffered(stream, path)
+        reader.buf = head
         if not reader.fill(4):
             raise CaptureFileError(path, "empty file, not a pcap or pcapng capture")
         magic = reader.buf[:4]
@@ -104,10 +107,10 @@ def read_capture(path, batch_size=4096, on_progress=None):
 class PcapFileSource:
     """A capture file as a Source (probe.capture): read() gives its batches in order, then None."""
 
-    def __init__(self, path, batch_size=4096, on_progress=None):
+    def __init__(self, path, batch_size=4096, on_progress=None, opened=None):
         self.name = str(path)
         self.frames = 0
-        self._batches = read_capture(path, batch_size, on_progress)
+        self._batches = read_capture(path, batch_size, on_progress, opened)
 
     def read(self, max_frames=None):
         """The next batch (of the batch size given at creation), or None at the end of the file. Raises

@@ -10,10 +10,9 @@ below, so messages stay in capture order.
 
 import struct
 
-from probe.decode.dnswire import MessageParser
 from probe.decode.fragments import FragmentReassembler
 from probe.decode.link import ETH_IPV4, ETH_IPV6, LINK_DECODERS, LINK_NAMES
-from probe.decode.parsers import FastParser, _fastwire, resolve
+from probe.decode.parsers import _fastwire, make_parser, resolve
 from probe.decode.tcpstream import TcpReassembler
 from probe.errors import CaptureFileError
 from probe.model import LINKTYPE_ETHERNET, TRANSPORT_TCP, TRANSPORT_UDP, M
@@ -76,14 +75,10 @@ class PacketDecoder:
         )
         # The parser that runs (fast, wire or dpkt; decode.parser auto resolved), for the statistics.
         self.parser = resolve(decode_cfg.parser)
+        parser = make_parser(self.parser, stats, keep_raw)
+        self.parse = parser.parse
         self._c_frames = None
-        if self.parser == "dpkt":
-            from probe.decode.dpkt_parser import DpktParser
-
-            self.parse = DpktParser(stats).parse
-        elif self.parser == "fast":
-            parser = FastParser()
-            self.parse = parser.parse
+        if self.parser == "fast":
             self._c_frames = _fastwire.decode_frames
             self._names, self._max_names = parser.names, parser.max_names
             portmap = bytearray(8192)  # bit p: port p carries DNS
@@ -91,12 +86,7 @@ class PacketDecoder:
                 if 0 <= port < 65536:
                     portmap[port >> 3] |= 1 << (port & 7)
             self._portmap = bytes(portmap)
-        else:
-            self.parse = MessageParser().parse
         self.keep_raw = keep_raw
-        if not keep_raw:
-            parse = self.parse
-            self.parse = lambda buf: parse(buf)[:-1] + (None,)
         self.now_ns = 0
         self._next_sweep = 0
         # C-DNS address events since the exporter last took them: (type, code, address, ip version) -> count.

@@ -63,3 +63,20 @@ class FastParser(MessageParser):
 
     def parse(self, buf):
         return _fastwire.parse_message(buf, self.names, self.max_names)
+
+
+def make_parser(name, stats, keep_raw=True):
+    """The DNS walker object of an effective parser name (resolve()): FastParser, MessageParser or DpktParser.
+    Its parse(bytes) gives the DNS tuple; keep_raw=False makes it leave the raw field None (probe.model)."""
+    if name == "dpkt":
+        from probe.decode.dpkt_parser import DpktParser
+
+        parser = DpktParser(stats)
+    elif name == "fast":
+        parser = FastParser()
+    else:
+        parser = MessageParser()
+    if not keep_raw:
+        parse = parser.parse
+        parser.parse = lambda buf: parse(buf)[:-1] + (None,)
+    return parser

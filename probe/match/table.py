@@ -15,7 +15,7 @@ The per-message loop runs in C (probe.match._match) when it was built; Transacti
 reference and does what the C loop leaves to it (zone transfers, values of unexpected types).
 """
 
-from probe.model import FLAG_QR, M, cap_int32
+from probe.model import FLAG_QR, M, QueryCopy, cap_int32
 from probe.native import load, say_not_built
 
 _match = load("probe.match._match")
@@ -44,7 +44,8 @@ class _Transfer:
 
     def add(self, response):
         self.ancount += response[M.ANCOUNT] or 0
-        self.wirelen += response[M.WIRELEN]
+        wirelen = response[M.WIRELEN]
+        self.wirelen = None if wirelen is None or self.wirelen is None else self.wirelen + wirelen  # dnstap: None
         self.dns_len += response[M.DNS_LEN]
         self.messages += 1
         self.last_ts = response[_TS]
@@ -134,6 +135,9 @@ class TransactionTable:
         per_key = self.per_key
         matched = response_only = dup = stored = taken = evicted = 0
         for m in msgs:
+            if type(m) is QueryCopy:
+                self._query_copy(m, out)
+                continue
             flags = m[_FLAGS]
             if m[_MALFORMED]:
                 # Exported alone: on the query side unless the header says response.
@@ -201,6 +205,19 @@ class TransactionTable:
         stats.duplicate_queries += dup
         stats.query_only += evicted
         stats.match_evicted += evicted
+
+    def _query_copy(self, m, out):
+        """A query carried in a dnstap response: it waits for that response like a query, unless the query
+        itself is pending (logged on its own) or it is malformed; then it is dropped (a transaction counts once)."""
+        if m[_MALFORMED]:
+            return
+        waiting = self.pending.get((m[_SCOPE], m[_SRC], m[_SPORT], m[_DST], m[_DPORT], m[_ID]))
+        if waiting is not None:
+            for q in waiting if type(waiting) is list else (waiting,):
+                if _answers(q, m, q[_TS]):
+                    return
+        self.stats.dnstap_embedded_used += 1
+        self.add_python([tuple(m)], out)
 
     def _expire(self, out):
         """Export queries older than the timeout (and the oldest beyond max_pending) as query-only."""

@@ -1,6 +1,8 @@
 """One worker's pipeline: source batches → decode → match → records → exporter.
 
-The same object serves offline reading (`dnsprobe read`) and, later, each live-capture worker.
+The same object serves offline reading (`dnsprobe read`) and each live-capture worker. The decoder follows
+the batch's type: packets (FrameBatch) go to the packet decoder, dnstap frames (DnstapBatch) to the dnstap
+decoder, made on the first such batch; both feed the one transaction table and exporter.
 """
 
 import gc
@@ -11,6 +13,7 @@ from export.anonymise import client_privacy
 from probe.decode.ipfilter import IpFilter
 from probe.decode.packets import PacketDecoder
 from probe.match import TransactionTable
+from probe.model import DnstapBatch
 from probe.stats import Stats
 
 EXPORT_BATCH = 16384  # transactions handed to the exporter at once
@@ -37,6 +40,7 @@ class Pipeline:
         self.decoder = PacketDecoder(
             cfg.decode, cfg.decode.dns_ports, self.stats, IpFilter(cfg.filter), keep_raw=reads_raw(cfg)
         )
+        self.dnstap = None  # the DnstapDecoder, made for the first DnstapBatch
         self.table = TransactionTable(cfg.match, self.stats)
         client = client_privacy(cfg.privacy)
         self.exporter = make_exporter(cfg, out_dir, worker_id, self.stats, client=client, live=live)
@@ -45,15 +49,28 @@ class Pipeline:
         self._collections = 0
         self.started = time.time()
 
+    @property
+    def now_ns(self):
+        """Capture time of the newest frame or dnstap message decoded: the clock of timeouts and rotation."""
+        return self.decoder.now_ns if self.dnstap is None else max(self.decoder.now_ns, self.dnstap.now_ns)
+
+    def _dnstap_decoder(self):
+        if self.dnstap is None:
+            from probe.decode.dnstap import DnstapDecoder  # protobuf is loaded only for dnstap input
+
+            self.dnstap = DnstapDecoder(self.cfg.dnstap, self.cfg.decode, self.stats, keep_raw=reads_raw(self.cfg))
+        return self.dnstap
+
     def feed(self, batch, source_name="input"):
-        self._until_gc -= len(batch.data)
+        self._until_gc -= len(batch)
         if self._until_gc <= 0:
             self._until_gc = GC_EVERY_PACKETS
             self._collections += 1
             # Young generations usually; all of them now and then, for cycles among long-lived objects.
             gc.collect(1 if self._collections % GC_FULL_EVERY else 2)
-        msgs = self.decoder.decode(batch, source_name)
-        if self.exporter.due(self.decoder.now_ns):
+        decoder = self._dnstap_decoder() if type(batch) is DnstapBatch else self.decoder
+        msgs = decoder.decode(batch, source_name)
+        if self.exporter.due(self.now_ns):
             # Close on time first: what completed before this batch belongs to the closing file.
             self._export()
             self.exporter.rotate()
@@ -75,7 +92,7 @@ class Pipeline:
         self._txs = []
         if events:
             self.decoder.address_events = {}
-        self.exporter.write(txs, events, self.decoder.now_ns)
+        self.exporter.write(txs, events, self.now_ns)
 
     def summary(self):
         """What a run reports beside the counters: the parser that ran, files written, the file being written."""
@@ -90,6 +107,8 @@ class Pipeline:
     def finish(self):
         """End of input: pending TCP/fragments dropped (counted), pending queries exported, files closed."""
         self.decoder.flush()
+        if self.dnstap is not None:
+            self.dnstap.flush()
         self._txs += self.table.flush()
         self._export()
         self.exporter.close()

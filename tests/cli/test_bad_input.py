@@ -34,7 +34,7 @@ def test_garbage_file(tmp_path, out_dir):
     junk = tmp_path / "junk.pcap"
     junk.write_bytes(os.urandom(64).replace(b"\n", b"x") + b"this is not a capture")
     junk.write_bytes(b"GARBAGE!" + junk.read_bytes())
-    _fails(out_dir, junk, 1, "not a pcap or pcapng file")
+    _fails(out_dir, junk, 1, "not a pcap, pcapng or dnstap file")
 
 
 @needs_shared

@@ -1,0 +1,133 @@
+"""Frame Streams (fstrm) codec: data frames and control frames out of a byte stream, control frames in.
+
+The format, as libfstrm's control.h documents it: a frame is a 32-bit big-endian length then that many
+bytes. A length of 0 escapes a control frame: a 32-bit length, a 32-bit control type, then fields (a 32-bit
+field type, a 32-bit length, the bytes); the only field type is CONTENT_TYPE. No maintained Python package
+fits (PyPI's fstrm buffers quadratically, has no limits and no handshake), and the format is this small.
+The handshake over a connection is in fstrm_session.
+"""
+
+import struct
+
+ESCAPE = b"\0\0\0\0"
+CONTROL_LENGTH_MAX = 512  # libfstrm: the longest control frame payload
+CONTENT_TYPE_LENGTH_MAX = 256  # libfstrm: the longest CONTENT_TYPE field
+DATA_FRAME_MAX = 1 << 20  # longer data frames are refused (a DNS message over TCP is at most 64 KiB, a dnstap
+# message carries two of them)
+FIELD_CONTENT_TYPE = 1
+
+# Control frame types (libfstrm fstrm_control_type).
+ACCEPT = 1
+START = 2
+STOP = 3
+READY = 4
+FINISH = 5
+CONTROL_NAMES = {ACCEPT: "ACCEPT", START: "START", STOP: "STOP", READY: "READY", FINISH: "FINISH"}
+
+_U32 = struct.Struct("!I")
+_U32x2 = struct.Struct("!II")
+
+
+class FrameError(ValueError):
+    """The byte stream breaks the Frame Streams format or its handshake: the stream cannot go on."""
+
+
+def control_name(ctype):
+    return CONTROL_NAMES.get(ctype, f"control type {ctype}")
+
+
+def encode_control(ctype, content_types=()):
+    """A whole control frame: the escape, its length, its type, one CONTENT_TYPE field per content type."""
+    body = [_U32.pack(ctype)]
+    for ct in content_types:
+        body.append(_U32x2.pack(FIELD_CONTENT_TYPE, len(ct)))
+        body.append(ct)
+    payload = b"".join(body)
+    return ESCAPE + _U32.pack(len(payload)) + payload
+
+
+def decode_control(payload):
+    """(control type, [content types]) of a control frame's payload; FrameError says what is wrong. A type
+    outside the five is returned as it is: the session ignores those once data flows (libfstrm's rule)."""
+    if len(payload) < 4:
+        raise FrameError(f"control frame of {len(payload)} bytes, shorter than its type")
+    (ctype,) = _U32.unpack_from(payload, 0)
+    name = control_name(ctype)
+    types, pos, end = [], 4, len(payload)
+    while pos < end:
+        if end - pos < 8:
+            raise FrameError(f"{name}: {end - pos} trailing bytes, shorter than a field header")
+        ftype, flen = _U32x2.unpack_from(payload, pos)
+        pos += 8
+        if flen > end - pos:
+            raise FrameError(f"{name}: a field of {flen} bytes overruns the frame")
+        if ftype != FIELD_CONTENT_TYPE:
+            raise FrameError(f"{name}: unknown control field type {ftype}")
+        if flen > CONTENT_TYPE_LENGTH_MAX:
+            raise FrameError(f"{name}: a content type of {flen} bytes (at most {CONTENT_TYPE_LENGTH_MAX})")
+        types.append(bytes(payload[pos : pos + flen]))
+        pos += flen
+    if ctype in (STOP, FINISH) and types:
+        raise FrameError(f"{name} with a content type")
+    if ctype == START and len(types) > 1:
+        raise FrameError(f"START with {len(types)} content types")
+    return ctype, types
+
+
+class FrameReader:
+    """Frames of a byte stream fed in pieces as they arrive (the pieces may split frames anywhere).
+
+    The buffer is bytes with a read offset: a piece fed is joined to the unread rest (less than a frame,
+    usually), and each data frame is one slice of it, appended to a list without a generator step per frame.
+    """
+
+    def __init__(self, max_data_frame=DATA_FRAME_MAX):
+        self.max_data_frame = max_data_frame
+        self.buf = b""
+        self.pos = 0
+        self.bytes_in = 0
+
+    def feed(self, data):
+        self.buf = self.buf[self.pos :] + data if self.pos < len(self.buf) else bytes(data)
+        self.pos = 0
+        self.bytes_in += len(data)
+
+    def pending(self):
+        """Bytes received but not yet part of a whole frame (at the end of the stream: a frame cut short)."""
+        return len(self.buf) - self.pos
+
+    def take(self, out, limit, data_allowed=True):
+        """Append whole data frames to out, at most `limit` of them, up to the next control frame, which is
+        returned decoded as (type, [content types]); None when the buffer holds no further whole frame or the
+        limit was reached. FrameError for an impossible length, a malformed control frame, or a data frame
+        when data_allowed is false (before the stream has started)."""
+        buf, pos, end = self.buf, self.pos, len(self.buf)
+        unpack, max_data = _U32.unpack_from, self.max_data_frame
+        append = out.append
+        try:
+            while end - pos >= 4 and limit > 0:
+                (n,) = unpack(buf, pos)
+                if n:
+                    if not data_allowed:
+                        raise FrameError("a data frame before START")
+                    if n > max_data:
+                        raise FrameError(f"a data frame of {n} bytes (at most {max_data})")
+                    if end - pos - 4 < n:
+                        break
+                    append(buf[pos + 4 : pos + 4 + n])
+                    pos += 4 + n
+                    limit -= 1
+                    continue
+                if end - pos < 8:
+                    break
+                (clen,) = unpack(buf, pos + 4)
+                if clen > CONTROL_LENGTH_MAX:
+                    raise FrameError(f"a control frame of {clen} bytes (at most {CONTROL_LENGTH_MAX})")
+                if end - pos - 8 < clen:
+                    break
+                control = decode_control(buf[pos + 8 : pos + 8 + clen])
+                pos += 8 + clen
+                return control
+            return None
+        finally:
+            self.pos = pos

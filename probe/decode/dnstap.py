@@ -1,0 +1,195 @@
+"""dnstap decoder: a DnstapBatch in, DNS message tuples out (probe.model), as the packet decoder gives them.
+
+Each data frame is a protobuf Dnstap message (dnstap_schema). Its message becomes one message tuple:
+- which: the types selected by dnstap.message_types (dnstap_types); a query type gives a query, a response
+  type a response, walked from query_message or response_message by the same DNS walker as packets;
+- time: query_time for a query type, response_time for a response type (the server's clock, never ours);
+- ends: query_address/query_port is the client (the initiator) in both halves, response_address/port the
+  server, so a query goes client → server and a response server → client, as packets do; the IP version
+  from socket_family, else from the address length;
+- transport: socket_protocol, numbered as probe.model TRANSPORTS; the IP protocol follows from it (DoH over
+  HTTP/3 is UDP); none when the producer does not say;
+- origin: the message family and the producer's identity (dnstap_type, server_identity columns); scope (the
+  matching key's first part): transport, family and identity, or the producer (connection, file) when
+  there is no identity, so that two servers' or two families' messages never pair;
+- a response that also carries its query (query_message) gives a QueryCopy before it (probe.model).
+Frames, lengths, TTL, UDP checksum, VLAN and TCP handshake RTT are not in dnstap: None.
+
+Whatever is dropped is counted (probe.stats, dnstap_*). A frame that does not decode as protobuf ends
+its producer's run: the rest is dropped, and batch.refused tells the source to close that producer.
+This Python decoder is the reference for the C one (probe.decode._fastwire decode_dnstap).
+"""
+
+from google.protobuf.message import DecodeError
+
+from probe.decode.dnstap_schema import Dnstap
+from probe.decode.dnstap_types import MESSAGE_TYPES, TYPE_COUNTERS
+from probe.decode.parsers import make_parser, resolve
+from probe.model import TRANSPORTS, M, QueryCopy
+
+NS = 1_000_000_000
+SEC_MAX = ((1 << 63) - 1) // NS  # later seconds do not fit int64 nanoseconds (Arrow timestamp[ns])
+FAMILY_IPV = {1: 4, 2: 6}  # SocketFamily INET, INET6
+ADDRESS_IPV = {4: 4, 16: 6}
+TRANSPORT_DOH = 4
+HTTP3 = 3
+PROTO_UDP = 17
+_FLAGS, _MALFORMED = M.FLAGS, M.MALFORMED
+SCOPE_CACHE_MAX = 10_000
+# Counters kept per batch in a list, added to Stats once per batch.
+COUNTS = ("dnstap_frames", "dnstap_decode_errors", "dnstap_frames_discarded", "dnstap_not_message",
+          "dnstap_unknown_type", "dnstap_filtered", "dnstap_no_time", "dnstap_no_dns", "dnstap_bad_address",
+          "dnstap_embedded_queries", "dns_messages", "queries", "responses", "malformed")
+(FRAMES, DECODE_ERRORS, DISCARDED, NOT_MESSAGE, UNKNOWN_TYPE, FILTERED, NO_TIME, NO_DNS, BAD_ADDRESS, EMBEDDED,
+ MESSAGES, QUERIES, RESPONSES, MALFORMED) = range(len(COUNTS))
+
+
+class DnstapDecoder:
+    """Stateless but for caches and now_ns: each frame is decoded on its own."""
+
+    def __init__(self, dnstap_cfg, decode_cfg, stats, keep_raw=True):
+        self.stats = stats
+        self.parser = resolve(decode_cfg.parser)
+        self.parse = make_parser(self.parser, stats, keep_raw).parse
+        selected = set(dnstap_cfg.message_types)
+        # type number -> (selected, family, response)
+        self.types = {n: (name in selected, family, response) for n, (name, family, response) in MESSAGE_TYPES.items()}
+        self.type_counts = dict.fromkeys(MESSAGE_TYPES, 0)
+        self.now_ns = 0
+        self.address_events = {}  # none from dnstap (the C-DNS exporter asks every decoder)
+        self._scopes = {}
+
+    def decode(self, batch, source_name="input"):
+        out = []
+        counts = [0] * len(COUNTS)
+        for producer, frames in batch.runs:
+            problem = self._run(producer, frames, out, counts)
+            if problem is not None:
+                batch.refused[producer] = problem
+        stats = self.stats
+        for name, value in zip(COUNTS, counts):
+            if value:
+                setattr(stats, name, getattr(stats, name) + value)
+        for number, value in self.type_counts.items():
+            if value:
+                name = TYPE_COUNTERS[number]
+                setattr(stats, name, getattr(stats, name) + value)
+                self.type_counts[number] = 0
+        return out
+
+    def flush(self):
+        """End of input: nothing is held between frames."""
+
+    def _run(self, producer, frames, out, counts):
+        """The frames of one producer; returns why the producer is refused (a frame that does not decode)."""
+        parse_pb = Dnstap.FromString
+        message = self._message
+        counts[FRAMES] += len(frames)
+        for i, frame in enumerate(frames):
+            try:
+                d = parse_pb(frame)
+            except DecodeError as exc:
+                counts[DECODE_ERRORS] += 1
+                counts[DISCARDED] += len(frames) - i - 1
+                return f"a data frame of {len(frame)} bytes is not a protobuf dnstap message ({exc})"
+            if not d.HasField("type") or not d.HasField("message"):
+                counts[NOT_MESSAGE] += 1
+                continue
+            message(d, producer, out, counts)
+        return None
+
+    def _message(self, d, producer, out, counts):
+        m = d.message
+        has = m.HasField
+        if not has("type"):  # absent, or a value outside the enum (upb keeps those as unknown fields)
+            counts[UNKNOWN_TYPE] += 1
+            return
+        number = m.type
+        self.type_counts[number] += 1
+        selected, family, response = self.types[number]
+        if not selected:
+            counts[FILTERED] += 1
+            return
+        prefix = "response" if response else "query"
+        ts = _time(m, prefix)
+        if ts is None:
+            counts[NO_TIME] += 1
+            return
+        if not has(prefix + "_message"):
+            counts[NO_DNS] += 1
+            return
+        ends = _ends(m)
+        if ends is None:
+            counts[BAD_ADDRESS] += 1
+            return
+        ipv, qa, qp, ra, rp = ends
+        transport = m.socket_protocol if has("socket_protocol") else None
+        proto = None
+        if transport is not None:
+            proto = TRANSPORTS[transport][1]
+            if transport == TRANSPORT_DOH and has("http_protocol") and m.http_protocol == HTTP3:
+                proto = PROTO_UDP
+        identity = d.identity or None
+        key = (identity, family, transport, None if identity else producer)
+        scope_origin = self._scopes.get(key)
+        if scope_origin is None:
+            if len(self._scopes) >= SCOPE_CACHE_MAX:
+                self._scopes.clear()
+            text = identity.decode("utf-8", "replace") if identity else None
+            scope_origin = self._scopes[key] = ((transport, family, text if identity else producer), (family, text))
+        scope, origin = scope_origin
+        if ts > self.now_ns:
+            self.now_ns = ts
+        if response:
+            if has("query_message"):
+                counts[EMBEDDED] += 1
+                qts = _time(m, "query")
+                qnet = (qts if qts is not None else ts, None, ipv, proto, qa, qp, ra, rp, None, None, None, None,
+                        transport, scope, origin)
+                out.append(QueryCopy(qnet + self.parse(m.query_message)))
+            msg = (ts, None, ipv, proto, ra, rp, qa, qp, None, None, None, None, transport, scope, origin) + self.parse(
+                m.response_message
+            )
+        else:
+            msg = (ts, None, ipv, proto, qa, qp, ra, rp, None, None, None, None, transport, scope, origin) + self.parse(
+                m.query_message
+            )
+        out.append(msg)
+        counts[MESSAGES] += 1
+        flags = msg[_FLAGS]
+        if flags is not None and flags & 0x8000:
+            counts[RESPONSES] += 1
+        else:
+            counts[QUERIES] += 1
+        if msg[_MALFORMED]:
+            counts[MALFORMED] += 1
+
+
+def _time(m, prefix):
+    """The message's query or response time in ns, or None when it has none (or one out of range)."""
+    if not m.HasField(prefix + "_time_sec"):
+        return None
+    sec, nsec = getattr(m, prefix + "_time_sec"), getattr(m, prefix + "_time_nsec")
+    if sec > SEC_MAX or nsec >= NS:
+        return None
+    return sec * NS + nsec
+
+
+def _ends(m):
+    """(ip version, client address, client port, server address, server port), None where absent; None for
+    all when an address does not fit the family (or the other address) or a port is beyond 65535."""
+    qa, ra = m.query_address or None, m.response_address or None
+    qp, rp = m.query_port or None, m.response_port or None
+    if m.HasField("socket_family"):
+        ipv = FAMILY_IPV[m.socket_family]
+    else:
+        a = qa or ra
+        ipv = ADDRESS_IPV.get(len(a)) if a is not None else None
+        if a is not None and ipv is None:
+            return None
+    want = 4 if ipv == 4 else 16
+    if (qa is not None and len(qa) != want) or (ra is not None and len(ra) != want):
+        return None
+    if (qp is not None and qp > 65535) or (rp is not None and rp > 65535):
+        return None
+    return ipv, qa, qp, ra, rp
