@@ -29,8 +29,8 @@ COUNTERS = (
     ("icmp_unreachable", "ICMP/ICMPv6 destination-unreachable errors (not DNS; compactor's address events)"),
     ("icmp_other_errors", "ICMP/ICMPv6 time-exceeded and ICMPv6 packet-too-big errors (C-DNS address events)"),
     ("truncated_frames", "frames cut short by the snaplen or damaged below DNS (bad IP/UDP/TCP header)"),
-    ("ip_filtered", "IP packets dropped by the filter.* allow/deny lists (live, lists in the kernel filter:"
-     " counted by the kernel, not in packets)"),
+    ("ip_filtered", "IP packets (and dnstap messages) dropped by the filter.* allow/deny lists (live, lists in the"
+     " kernel filter: counted by the kernel, not in packets)"),
     ("fragments", "IP fragments received"),
     ("fragments_reassembled", "datagrams rebuilt from fragments"),
     ("fragments_dropped", "fragments discarded (timeout, memory bound, overlap)"),

@@ -1,4 +1,4 @@
-"""`dnsprobe capture`: live capture from network interfaces (AF_PACKET) or a DPDK port."""
+"""`dnsprobe capture`: live capture from network interfaces (AF_PACKET) or a DPDK port, and dnstap from servers."""
 
 import sys
 
@@ -18,7 +18,13 @@ A worker that dies is restarted (logged; counted as worker_restarts). Statistics
 output directory (at start, every capture.stats_interval seconds, at exit), a Prometheus endpoint
 (capture.prometheus_port), and a status line when stderr is a terminal.
 
-Needs root or CAP_NET_RAW; --user NAME makes the workers switch to NAME once their sockets are open.
+dnstap: --dnstap-socket PATH (Unix) and --dnstap-listen HOST:PORT (TCP) take DNS servers' dnstap
+(Frame Streams, bidirectional handshake, many producers at once), alone or beside interfaces; the
+workers share the producers' connections and write their messages into the same files (column
+dnstap_type; counters dnstap_*). Message types: dnstap.message_types (default AUTH_* and CLIENT_*).
+
+Needs root or CAP_NET_RAW for interfaces; --user NAME makes the workers switch to NAME once their
+sockets are open.
 
 exit status: 0 stopped cleanly by SIGINT/SIGTERM; 1 a worker failed while stopping (its files may be
 left as .part); 2 usage or configuration error (unknown interface, bad coremask, no permission, ...).
@@ -27,6 +33,8 @@ examples:
   dnsprobe capture -i eth0 -o /var/lib/dnsprobe
   dnsprobe capture -i eth0 -i eth1 --coremask 0x3 -o out/ --prometheus-port 9153
   dnsprobe capture -c /etc/dnsprobe/resolver.yml --user dnsprobe
+  dnsprobe capture --dnstap-socket /run/dnsprobe/dnstap.sock --dnstap-socket-group knot -o out/
+  dnsprobe capture -i eth0 --dnstap-socket /run/dnsprobe/dnstap.sock -o out/
 """
 
 CAPTURE_FLAGS = (
@@ -40,6 +48,11 @@ CAPTURE_FLAGS = (
     (("--block-timeout",), "capture.block_timeout_ms", int, "ms before a partly filled block is handed over"),
     (("--stats-interval",), "capture.stats_interval", float, "seconds between statistics JSON writes"),
     (("--prometheus-port",), "capture.prometheus_port", int, "local port of the Prometheus endpoint (0: off)"),
+    (("--dnstap-socket",), "dnstap.socket", str, "listen on this Unix socket for dnstap producers (servers)"),
+    (("--dnstap-listen",), "dnstap.listen", str, "listen on HOST:PORT (TCP) for dnstap producers"),
+    (("--dnstap-socket-owner",), "dnstap.socket_owner", str, "owner (user) of the dnstap Unix socket"),
+    (("--dnstap-socket-group",), "dnstap.socket_group", str, "group of the dnstap Unix socket"),
+    (("--dnstap-socket-mode",), "dnstap.socket_mode", str, "mode of the dnstap Unix socket, octal (default 0660)"),
     (("--dpdk",), "dpdk.enabled", None, "capture with DPDK instead of AF_PACKET (docs/dpdk.md)"),
     (("--dpdk-args",), "dpdk.args", str, "EAL arguments, e.g. --dpdk-args='--no-huge --vdev=net_pcap0,rx_pcap=F'"),
     (("--dpdk-port",), "dpdk.port", int, "DPDK port to capture on"),
@@ -49,8 +62,9 @@ CAPTURE_FLAGS = (
 def add_parser(sub):
     cap = sub.add_parser(
         "capture",
-        help="capture live traffic from network interfaces",
-        description="Capture DNS from network interfaces, match queries with responses, write records.",
+        help="capture live traffic from network interfaces and dnstap sockets",
+        description="Capture DNS from network interfaces and servers' dnstap, match queries with responses, write"
+        " records.",
         epilog=CAPTURE_EPILOG,
         formatter_class=FORMATTER,
     )

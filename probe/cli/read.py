@@ -1,4 +1,5 @@
-"""`dnsprobe read`: capture files → transactions → Parquet or C-DNS files, and a statistics table."""
+"""`dnsprobe read`: capture files (pcap, pcapng, dnstap) → transactions → Parquet or C-DNS files, and a statistics
+table."""
 
 import sys
 from pathlib import Path
@@ -10,7 +11,10 @@ from probe.run.offline import read_files
 
 READ_EPILOG = """\
 Reads pcap and pcapng files, plain or compressed with gzip, xz or zstd (recognised by content),
-with Ethernet (802.1Q/802.1ad tags), Linux cooked SLL/SLL2 or raw IPv4/IPv6 link layers. Files are
+with Ethernet (802.1Q/802.1ad tags), Linux cooked SLL/SLL2 or raw IPv4/IPv6 link layers, and dnstap
+files (Frame Streams, as fstrm_capture or a server's file sink write them; the message types of
+dnstap.message_types, default AUTH_* and CLIENT_*). Packets and dnstap may be mixed: they never pair
+with each other, and the dnstap_type column tells their rows apart. Files are
 read in the order given, as one continuous capture: a query in one file can match a response in
 the next. Records are written as NAME.parquet.part (C-DNS: NAME.cdns[.gz|.xz|.zst].part) and renamed
 when complete; a statistics JSON file is written next to them.
@@ -21,6 +25,7 @@ examples:
   dnsprobe read day1.pcap day2.pcap -o out/ --query-timeout 2 --compression snappy
   dnsprobe read capture.pcapng -o out/ --set export.rotate_records=1000000
   xzcat day.pcap.xz | dnsprobe read /dev/stdin -o out/
+  dnsprobe read knot.dnstap resolver.dnstap.zst -o out/ --set 'dnstap.message_types=[CLIENT_QUERY,CLIENT_RESPONSE]'
 """
 
 
@@ -33,7 +38,7 @@ def add_parser(sub):
         formatter_class=FORMATTER,
     )
     read.add_argument("files", nargs="+", metavar="FILE",
-                      help="pcap or pcapng file (.gz, .xz, .zst accepted), or a pipe such as /dev/stdin")
+                      help="pcap, pcapng or dnstap file (.gz, .xz, .zst accepted), or a pipe such as /dev/stdin")
     add_pipeline_options(read, CONFIG_FLAGS, "decode.tcp_idle_timeout=30", "a progress bar", "the statistics table")
 
 

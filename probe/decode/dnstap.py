@@ -39,16 +39,19 @@ SCOPE_CACHE_MAX = 10_000
 # Counters kept per batch in a list, added to Stats once per batch.
 COUNTS = ("dnstap_frames", "dnstap_decode_errors", "dnstap_frames_discarded", "dnstap_not_message",
           "dnstap_unknown_type", "dnstap_filtered", "dnstap_no_time", "dnstap_no_dns", "dnstap_bad_address",
-          "dnstap_embedded_queries", "dns_messages", "queries", "responses", "malformed")
+          "dnstap_embedded_queries", "ip_filtered", "dns_messages", "queries", "responses", "malformed")
 (FRAMES, DECODE_ERRORS, DISCARDED, NOT_MESSAGE, UNKNOWN_TYPE, FILTERED, NO_TIME, NO_DNS, BAD_ADDRESS, EMBEDDED,
- MESSAGES, QUERIES, RESPONSES, MALFORMED) = range(len(COUNTS))
+ IP_FILTERED, MESSAGES, QUERIES, RESPONSES, MALFORMED) = range(len(COUNTS))
 
 
 class DnstapDecoder:
     """Stateless but for caches and now_ns: each frame is decoded on its own."""
 
-    def __init__(self, dnstap_cfg, decode_cfg, stats, keep_raw=True):
+    def __init__(self, dnstap_cfg, decode_cfg, stats, ip_filter=None, keep_raw=True):
+        """ip_filter: the filter.* allow/deny lists (probe.decode.ipfilter.IpFilter), applied to the client and
+        server addresses as to packets' (a message without addresses is kept)."""
         self.stats = stats
+        self.keep = {4: ip_filter.keep4, 6: ip_filter.keep6} if ip_filter else {}
         self.parser = resolve(decode_cfg.parser)
         self.parse = make_parser(self.parser, stats, keep_raw).parse
         selected = set(dnstap_cfg.message_types)
@@ -123,6 +126,10 @@ class DnstapDecoder:
             counts[BAD_ADDRESS] += 1
             return
         ipv, qa, qp, ra, rp = ends
+        keep = self.keep.get(ipv)
+        if keep is not None and qa is not None and ra is not None and not keep(qa, ra):
+            counts[IP_FILTERED] += 1
+            return
         transport = m.socket_protocol if has("socket_protocol") else None
         proto = None
         if transport is not None:

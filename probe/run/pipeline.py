@@ -58,7 +58,8 @@ class Pipeline:
         if self.dnstap is None:
             from probe.decode.dnstap import DnstapDecoder  # protobuf is loaded only for dnstap input
 
-            self.dnstap = DnstapDecoder(self.cfg.dnstap, self.cfg.decode, self.stats, keep_raw=reads_raw(self.cfg))
+            self.dnstap = DnstapDecoder(self.cfg.dnstap, self.cfg.decode, self.stats, IpFilter(self.cfg.filter),
+                                        keep_raw=reads_raw(self.cfg))
         return self.dnstap
 
     def feed(self, batch, source_name="input"):

@@ -67,11 +67,15 @@ class _Slot:
 
 
 class Supervisor:
-    def __init__(self, cfg, out_dir, interfaces, cores, worker_class, show_status=False, ip_filter_where=None):
-        """worker_class: what a worker process runs (probe.run.afpacket_worker.AfPacketWorker,
+    def __init__(self, cfg, out_dir, interfaces, cores, worker_class, show_status=False, ip_filter_where=None,
+                 dnstap_listeners=(), dnstap=()):
+        """worker_class: what a worker process runs (probe.run.live_worker.LiveWorker,
         probe.run.dpdk_worker.DpdkWorker); ip_filter_where: where the filter.* IP lists are applied: "kernel",
-        "workers" or None (no lists)."""
+        "workers" or None (no lists); dnstap_listeners: the dnstap listening sockets every worker accepts from,
+        described by the dnstap lines (for the log and the statistics)."""
         self.worker_class = worker_class
+        self.dnstap_listeners = tuple(dnstap_listeners)
+        self.dnstap = list(dnstap)
         self.cfg = cfg
         self.ip_filter_where = ip_filter_where
         self.out_dir = Path(out_dir)
@@ -94,7 +98,7 @@ class Supervisor:
     def _start(self, slot):
         parent, child = self.ctx.Pipe()
         spec = WorkerSpec(slot.worker_id, slot.core, self.cfg, self.out_dir, self.interfaces, self.fanout_ids,
-                          kernel_ip_filter=self.ip_filter_where == "kernel")
+                          kernel_ip_filter=self.ip_filter_where == "kernel", dnstap_listeners=self.dnstap_listeners)
         inherited = [s.conn for s in self.slots if s.conn is not None and s is not slot]
         proc = self.ctx.Process(target=worker_main, args=(spec, child, inherited, self.worker_class),
                                 name=f"dnsprobe-w{slot.worker_id}")
@@ -202,6 +206,7 @@ class Supervisor:
             "started": datetime.datetime.fromtimestamp(self.started, datetime.timezone.utc).isoformat(),
             "updated": now.isoformat(),
             "interfaces": list(self.interfaces),
+            "dnstap": self.dnstap,
             "coremask": self.cfg.capture.coremask,
             "fanout_groups": dict(zip(self.interfaces, self.fanout_ids, strict=True)),
             "ip_filter": self.ip_filter_where,
@@ -221,14 +226,25 @@ class Supervisor:
     def _status(self, last):
         total = self.totals()
         now = time.monotonic()
-        rate = (total.packets - last[1]) / max(now - last[0], 1e-6) if last else 0.0
+        count = total.packets + total.dnstap_frames  # frames of either kind, for the rate
+        rate = (count - last[1]) / max(now - last[0], 1e-6) if last else 0.0
         alive = sum(1 for s in self.slots if s.proc is not None)
-        StatusLine.show(
-            f"{int(time.time() - self.started)}s  packets {total.packets:,} ({rate:,.0f}/s)  "
-            f"records {total.records:,}  files {total.files:,}  kernel drops {total.kernel_drops:,}  "
-            f"workers {alive}/{len(self.slots)}"
-        )
-        return (now, total.packets)
+        parts = [f"{int(time.time() - self.started)}s"]
+        if self.interfaces:
+            parts.append(f"packets {total.packets:,}")
+        if self.dnstap:
+            producers = total.dnstap_connections - total.dnstap_disconnections
+            parts.append(f"dnstap messages {total.dnstap_frames:,} from {producers} producer(s)")
+        parts.append(f"({rate:,.0f}/s)")
+        parts.append(f"records {total.records:,}  files {total.files:,}")
+        if self.interfaces:
+            parts.append(f"kernel drops {total.kernel_drops:,}")
+        if self.dnstap:
+            errors = total.dnstap_frame_errors + total.dnstap_decode_errors + total.dnstap_truncated
+            parts.append(f"dnstap errors {errors:,}")
+        parts.append(f"workers {alive}/{len(self.slots)}")
+        StatusLine.show("  ".join(parts))
+        return (now, count)
 
     # -- the run --
 
@@ -318,8 +334,8 @@ class Supervisor:
             raise
         cores = ",".join(map(str, self.cores))
         log(
-            f"capturing on {', '.join(self.interfaces)} with {len(self.slots)} worker(s) on core(s) {cores}; "
-            f"writing to {self.out_dir}"
+            f"capturing on {', '.join([*self.interfaces, *self.dnstap])} with {len(self.slots)} worker(s) on core(s)"
+            f" {cores}; writing to {self.out_dir}"
         )
         self.write_stats(running=True)
         rotate_s = self.cfg.export.rotate_seconds

@@ -1,5 +1,5 @@
 """What every capture worker process shares, whatever its backend: its specification, its entry point, and
-the timing constants of its loop. The backends: probe.run.afpacket_worker, probe.run.dpdk_worker."""
+the timing constants of its loop. The backends: probe.run.live_worker, probe.run.dpdk_worker."""
 
 import dataclasses
 import os
@@ -22,6 +22,7 @@ class WorkerSpec:
     interfaces: tuple
     fanout_ids: tuple
     kernel_ip_filter: bool = False  # the filter.* IP lists are in the kernel filter, not applied by the worker
+    dnstap_listeners: tuple = ()  # the dnstap listening sockets (probe.capture.dnstap_listen), shared by all workers
 
 
 def set_parent_death_signal():
@@ -36,7 +37,7 @@ def set_parent_death_signal():
 
 def worker_main(spec, conn, inherited, worker_class=None):
     """Entry point of a worker process (forked by the supervisor): pins it, then runs worker_class(spec, conn, stop)
-    (probe.run.afpacket_worker.AfPacketWorker, probe.run.dpdk_worker.DpdkWorker)."""
+    (probe.run.live_worker.LiveWorker, probe.run.dpdk_worker.DpdkWorker)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's ^C reaches the supervisor, which stops us
     signal.signal(signal.SIGHUP, signal.SIG_IGN)  # rotation is the supervisor's to order
     stop = threading.Event()

@@ -207,7 +207,7 @@ def test_stopping_worker_reads_a_block_handed_over_after_its_deadline(monkeypatc
     until after its drain deadline gave up without looking at the rings again, so the last block, handed over
     by the kernel meanwhile, stayed unread (counted in kernel_received, neither read nor dropped). Here the
     clock jumps past the deadline while the worker waits; it must still read the block."""
-    from probe.run import afpacket_worker as live
+    from probe.run import live_worker as live
 
     clock = [100.0]
     monkeypatch.setattr(live.time, "monotonic", lambda: clock[0])
@@ -232,8 +232,9 @@ def test_stopping_worker_reads_a_block_handed_over_after_its_deadline(monkeypatc
             return self.left
 
     fed = []
-    worker = object.__new__(live.AfPacketWorker)
+    worker = object.__new__(live.LiveWorker)
     worker.sources, worker.counters, worker.batch_size, worker.drain_s = [Ring()], [], 4096, 0.7
+    worker.dnstap = None
     worker.pipeline = type("Pipeline", (), {"feed": lambda self, batch, name: fed.append(len(batch.data))})()
     worker._push = worker._close_sources = lambda: None
     worker._drain()

@@ -1,11 +1,15 @@
-"""AF_PACKET capture worker.
+"""Live capture worker: AF_PACKET rings and dnstap sockets.
 
 Worker (one process per core, pinned with sched_setaffinity):
-  - opens one AfPacketSource (TPACKET_V3 ring, fanout group, BPF filter) per interface, then drops
-    privileges if capture.user is set;
-  - reads ready ring blocks and feeds them to its own Pipeline, which writes its own files (.w<id>);
-  - on "stop": closes the kernel filter, drains what the ring still holds, reads the kernel's final
-    counters, then finishes the pipeline (pending queries exported as query-only, files closed).
+  - opens one AfPacketSource (TPACKET_V3 ring, fanout group, BPF filter) per interface, and a
+    DnstapSocketSource on the dnstap listening sockets the supervisor made (every worker accepts from them;
+    a producer's connection stays with the worker that accepted it), then drops privileges if capture.user
+    is set;
+  - reads ready ring blocks and dnstap frames and feeds them to its own Pipeline, which writes its own files
+    (.w<id>): packets and dnstap messages go into the same files, with separate counters;
+  - on "stop": closes the kernel filter and stops accepting producers, drains what the rings and the
+    connections still hold, reads the kernel's final counters, then finishes the pipeline (pending queries
+    exported as query-only, files closed).
 """
 
 import dataclasses
@@ -14,6 +18,7 @@ import select
 import time
 
 from probe.capture.afpacket import AfPacketSource, RejectedCounter
+from probe.capture.dnstap_socket import DnstapSocketSource
 from probe.config import FilterConfig
 from probe.decode.ipfilter import IpFilter
 from probe.errors import DnsprobeError
@@ -27,7 +32,7 @@ DRAIN_SETTLE_S = 0.02  # a stopping worker reads its rings at least this long af
 DRAIN_GRACE_S = 5.0  # ... and gives up on a block the kernel has not handed over 2 x block timeout + this later
 
 
-class AfPacketWorker:
+class LiveWorker:
     def __init__(self, spec, conn, stop):
         self.spec = spec
         self.conn = conn
@@ -36,7 +41,11 @@ class AfPacketWorker:
         self.sources = []
         self.counters = []  # RejectedCounter per interface: worker 0 only, with the IP lists in the kernel
         in_kernel = IpFilter(cfg.filter) if spec.kernel_ip_filter else None
+        self.dnstap = None
         try:
+            if spec.dnstap_listeners:
+                self.dnstap = DnstapSocketSource(spec.dnstap_listeners, cfg.dnstap.max_connections, log,
+                                                 tag=f"w{spec.worker_id}")
             for ifname, fanout_id in zip(spec.interfaces, spec.fanout_ids, strict=True):
                 self.sources.append(AfPacketSource(ifname, cfg.capture, cfg.decode.dns_ports, fanout_id, in_kernel))
                 if in_kernel and spec.worker_id == 0:
@@ -58,17 +67,25 @@ class AfPacketWorker:
         self.by_fd = {src.fileno(): src for src in self.sources}
         for src in self.sources:
             self.poller.register(src.fileno(), select.POLLIN | select.POLLERR)
+        if self.dnstap is not None:
+            self.poller.register(self.dnstap.fileno(), select.POLLIN)
         self.poller.register(conn.fileno(), select.POLLIN)
         conn.send(("ready", os.getpid()))
 
     def _read_ready(self):
-        """Feed every ready block of every ring to the pipeline; True when there was any."""
+        """Feed every ready block of every ring, and the dnstap frames that arrived, to the pipeline; True when
+        there was any."""
         got = False
         for src in self.sources:
             if src.ready():
                 batch = src.read(self.batch_size)
                 if batch.data:
                     self.pipeline.feed(batch, src.ifname)
+                got = True
+        if self.dnstap is not None:
+            batch = self.dnstap.read(self.batch_size)
+            if batch.runs:
+                self.pipeline.feed(batch, self.dnstap.name)
                 got = True
         return got
 
@@ -94,6 +111,10 @@ class AfPacketWorker:
                 setattr(stats, name, getattr(stats, name) + counters[name])
         if self.counters:
             stats.ip_filtered = sum(c.read() for c in self.counters)
+        if self.dnstap is not None:
+            for name, value in self.dnstap.counters().items():
+                setattr(stats, name, value)
+            interfaces[self.dnstap.name] = {"producers": [c.name + ": " + c.peer for c in self.dnstap.conns.values()]}
         part = self.pipeline.summary()["part_file"]
         snapshot = {"counters": stats.as_dict(), "interfaces": interfaces, "part_file": part}
         try:
@@ -133,6 +154,10 @@ class AfPacketWorker:
         filter closed, so that a frame that passed the old filter just before is in the ring and counted."""
         for src in self.sources + self.counters:
             src.stop_filtering_in()
+        if self.dnstap is not None:
+            batch = self.dnstap.drain()
+            if batch.runs:
+                self.pipeline.feed(batch, self.dnstap.name)
         closed = time.monotonic()
         while True:
             if self._read_ready():
@@ -152,3 +177,5 @@ class AfPacketWorker:
     def _close_sources(self):
         for src in self.sources + self.counters:
             src.close()
+        if self.dnstap is not None:
+            self.dnstap.close()
