@@ -45,8 +45,9 @@ COUNTERS = (
     ("tcp_resets", "TCP segments with RST on a DNS port (C-DNS address events; still decoded as TCP)"),
     ("dnstap_connections", "dnstap: producer connections accepted (capture --dnstap-socket, --dnstap-listen)"),
     ("dnstap_disconnections", "dnstap: producer connections closed, by the producer or after an error below"),
-    ("dnstap_refused", "dnstap: connections refused: a content type other than protobuf:dnstap.Dnstap, or"
-     " dnstap.max_connections reached"),
+    ("dnstap_refused", "dnstap: connections refused: in the handshake, for a content type other than"
+     " protobuf:dnstap.Dnstap (also counted as connected and disconnected), or at once, dnstap.max_connections"
+     " being reached"),
     ("dnstap_frame_errors", "dnstap: streams (connections, files) ended by a Frame Streams error (impossible"
      " frame length, malformed control frame, data before START)"),
     ("dnstap_truncated", "dnstap: streams that ended inside a frame (the part received is dropped)"),

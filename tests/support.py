@@ -248,12 +248,17 @@ def keys(rows):
 
 
 class Probe:
-    def __init__(self, testbed, out_dir, *args, coremask="0x1", config=None):
-        """config: a YAML file naming the interfaces and the coremask instead of the flags."""
+    def __init__(self, testbed, out_dir, *args, coremask="0x1", config=None, netns=None):
+        """config: a YAML file naming the interfaces and the coremask instead of the flags; testbed None: no
+        interface (dnstap sockets only, in args); netns: run it in this network namespace."""
         self.out_dir = Path(out_dir)
-        where = ["-c", str(config)] if config else ["-i", testbed.iface, "--coremask", coremask]
+        where = ["-c", str(config)] if config else ["--coremask", coremask]
+        if testbed is not None and not config:
+            where += ["-i", testbed.iface]
         cmd = [sys.executable, "-m", "probe", "capture", *where,
                "-o", str(out_dir), "--stats-interval", "0.3", "--no-progress", "-q", *map(str, args)]
+        if netns:
+            cmd = ["ip", "netns", "exec", netns, *cmd]
         self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         self.lines = []
         self.ready = threading.Event()
@@ -575,3 +580,59 @@ def fstrm_file(frames, content_type=b"protobuf:dnstap.Dnstap", stop=True):
     if stop:
         out.append(encode_control(STOP))
     return b"".join(out)
+
+
+class FstrmProducer:
+    """A dnstap producer on a Unix or TCP socket, by hand: the bidirectional handshake, frames, STOP/FINISH."""
+
+    def __init__(self, address, content_type=b"protobuf:dnstap.Dnstap"):
+        import socket as socketlib
+
+        family = socketlib.AF_UNIX if isinstance(address, (str, Path)) else socketlib.AF_INET
+        self.sock = socketlib.socket(family, socketlib.SOCK_STREAM)
+        self.sock.settimeout(10)
+        self.sock.connect(str(address) if family == socketlib.AF_UNIX else address)
+        self.content_type = content_type
+
+    def control(self, ctype, types=()):
+        from probe.capture.fstrm import encode_control
+
+        self.sock.sendall(encode_control(ctype, types))
+
+    def answer(self):
+        """The next control frame from the reader as (type, [content types]); None when it closed."""
+        from probe.capture.fstrm import FrameReader
+
+        reader, data = FrameReader(), b""
+        while True:
+            control = reader.take([], 1, data_allowed=False) if data else None
+            if control is not None:
+                return control
+            try:
+                data = self.sock.recv(4096)
+            except ConnectionResetError:
+                return None
+            if not data:
+                return None
+            reader.feed(data)
+
+    def handshake(self):
+        from probe.capture.fstrm import ACCEPT, READY, START
+
+        self.control(READY, [self.content_type])
+        assert self.answer() == (ACCEPT, [self.content_type])
+        self.control(START, [self.content_type])
+        return self
+
+    def send(self, frames):
+        self.sock.sendall(b"".join(struct.pack("!I", len(f)) + f for f in frames))
+
+    def stop(self):
+        """STOP; returns the reader's answer (FINISH expected)."""
+        from probe.capture.fstrm import STOP
+
+        self.control(STOP)
+        return self.answer()
+
+    def close(self):
+        self.sock.close()

@@ -16,7 +16,7 @@ from pathlib import Path
 from probe.errors import ConfigError
 
 BACKLOG = 128
-_made = {}  # path of a Unix socket we made -> its inode (removed at the end only if it is still that one)
+_made = {}  # a Unix socket we made -> (its path, its inode): removed at the end only if it is still that file
 
 
 def _id(value, db, what, key):
@@ -65,7 +65,7 @@ def listen_unix(cfg):
         if uid >= 0 or gid >= 0:
             os.chown(path, uid, gid)
         sock.listen(BACKLOG)
-        _made[str(path)] = os.stat(path).st_ino
+        _made[sock] = (str(path), os.stat(path).st_ino)
     except OSError as exc:
         sock.close()
         raise ConfigError(f"config key 'dnstap.socket': cannot listen on {path}: {exc.strerror}") from None
@@ -111,10 +111,10 @@ def open_listeners(cfg):
 def close_listeners(listeners):
     """Close them; a Unix socket's file is removed if it is still the one we made."""
     for sock in listeners:
-        path = sock.getsockname() if sock.family == socket.AF_UNIX else None
         sock.close()
+        path, inode = _made.pop(sock, (None, None))
         try:
-            if path and os.stat(path).st_ino == _made.pop(path, None):
+            if path and os.stat(path).st_ino == inode:
                 os.unlink(path)
         except OSError:
             pass

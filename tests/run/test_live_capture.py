@@ -352,7 +352,7 @@ def test_workers_switch_user(testbed, traffic, probes):
         (["-i", "lo", "--coremask", "zz"], "capture.coremask"),
         (["-i", "lo", "--coremask", "0x0"], "names no core"),
         (["-i", "lo", "--coremask", hex(1 << os.cpu_count())], "does not have"),
-        ([], "no interface"),
+        ([], "nothing to capture: give -i IFACE"),
         (["-i", "lo", "--user", "no-such-user-x"], "capture.user"),
         (["-i", "lo", "--block-size", "5000"], "capture.block_size"),
     ],
