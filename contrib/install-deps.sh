@@ -23,6 +23,19 @@ have dnscap || need+=(dnscap)                 # dnsprobe bench compares against 
 { have netsniff-ng && have trafgen; } || need+=(netsniff-ng)  # also trafgen: dnsprobe bench's fast generator
 have tcpdump || need+=(tcpdump)
 have java || need+=(openjdk-17-jre-headless)  # Apache Spark reads our Parquet in tests/oracle/test_engines.py
+# dnstap: real servers as producers, started by the tests in a network namespace of their own
+# (tests/oracle/test_dnstap_servers.py), libfstrm's tools, an independent decoder (golang-dnstap)
+servers=()
+have knotd || servers+=(knot)
+dpkg -s knot-module-dnstap >/dev/null 2>&1 || servers+=(knot-module-dnstap)  # Knot's mod-dnstap: a package of its own
+have kresd || servers+=(knot-resolver)
+have unbound || servers+=(unbound)
+need+=(${servers[@]+"${servers[@]}"})
+have kdig || need+=(knot-dnsutils)
+have dnsperf || need+=(dnsperf)
+have fstrm_replay || need+=(fstrm-bin)
+have dnstap || need+=(golang-github-dnstap-golang-dnstap-cli)
+have openssl || need+=(openssl)
 # The C extensions (export/parquet/_columns.c, probe/decode/_fastwire.c; without them the package falls back to
 # slower Python and tests/decode/test_fastwire.py fails) need a C compiler and Python's headers; the DPDK one
 # (tests/run/test_dpdk.py) also libdpdk, found with pkg-config.
@@ -40,4 +53,18 @@ echo "installing Debian packages: ${need[*]}"
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
 mkdir -p /usr/share/man/man1  # slim images lack it, and the OpenJDK package's post-install needs it
+# The servers' packages start their services at installation (on port 53; Knot Resolver and Unbound would
+# recurse to the internet) and enable them at boot: the tests start servers of their own. A policy-rc.d that
+# says no keeps them from starting now (where the image has none of its own), and they are disabled after.
+policy=/usr/sbin/policy-rc.d
+if [ ${#servers[@]} -gt 0 ] && [ ! -e "$policy" ]; then
+  printf '#!/bin/sh\nexit 101\n' > "$policy" && chmod 755 "$policy"
+  trap 'rm -f "$policy"' EXIT
+fi
 apt-get install -y -qq "${need[@]}" >/dev/null
+if [ ${#servers[@]} -gt 0 ] && [ -d /run/systemd/system ]; then
+  for unit in knot.service unbound.service unbound-resolvconf.service kresd.target kresd@1.service \
+      kres-cache-gc.service $(systemctl list-units --plain --no-legend 'kresd@*' 2>/dev/null | cut -d' ' -f1); do
+    systemctl disable --now "$unit" >/dev/null 2>&1 || true
+  done
+fi

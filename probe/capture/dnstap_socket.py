@@ -15,7 +15,7 @@ import socket
 import struct
 
 from probe.capture.fstrm import FrameError
-from probe.capture.fstrm_session import HandshakeRefused, Session
+from probe.capture.fstrm_session import DATA, STOPPED, HandshakeRefused, Session
 from probe.model import DnstapBatch
 
 RECV = 1 << 18  # bytes read from a connection at once
@@ -172,10 +172,15 @@ class DnstapSocketSource:
             return 0
         frames = []
         fd = conn.sock.fileno()
+        session = conn.session
+        started = session.state == DATA
         try:
-            reply = conn.session.read(frames, room)
+            reply = session.read(frames, room)
             if reply:
                 conn.sock.sendall(reply)
+            if not started and session.state in (DATA, STOPPED):
+                how = "bidirectional" if session.bidirectional else "unidirectional"
+                self.log(f"dnstap producer {conn.name} started ({how} Frame Streams)")
         except HandshakeRefused as exc:
             self.counts["dnstap_refused"] += 1
             self._close(conn, f"refused: {exc}")
@@ -187,7 +192,8 @@ class DnstapSocketSource:
             return len(frames)
         except OSError as exc:
             self._add(conn, batch, frames)
-            self._close(conn, f"cannot answer: {exc.strerror}")
+            # After STOP, a producer that does not wait for our FINISH (Unbound) has simply gone.
+            self._close(conn, None if session.ended else f"cannot answer: {exc.strerror}")
             return len(frames)
         self._add(conn, batch, frames)
         if len(frames) >= room and conn.session.reader.pending():
@@ -211,7 +217,7 @@ class DnstapSocketSource:
             problem = conn.session.end_problem()
             if problem is not None and conn.session.reader.pending():
                 self.counts["dnstap_truncated"] += 1
-            elif problem is None and conn.session.state == "receiving data":
+            elif problem is None and conn.session.state == DATA:
                 problem = "closed without STOP"
         self._close(conn, problem)
 
