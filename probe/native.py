@@ -18,6 +18,7 @@ from pathlib import Path
 EXTENSIONS = {
     "probe.capture._pcaprecords": "splitting pcap records",
     "probe.decode._fastwire": "decoding frames and walking DNS messages",
+    "probe.decode._dnstap": "decoding dnstap messages",
     "probe.match._match": "matching queries with responses",
     "export.parquet._columns": "building record columns",
     "export.cdns._cdnsblock": "building C-DNS blocks",

@@ -17,7 +17,8 @@ Frames, lengths, TTL, UDP checksum, VLAN and TCP handshake RTT are not in dnstap
 
 Whatever is dropped is counted (probe.stats, dnstap_*). A frame that does not decode as protobuf ends
 its producer's run: the rest is dropped, and batch.refused tells the source to close that producer.
-This Python decoder is the reference for the C one (probe.decode._fastwire decode_dnstap).
+With decode.parser fast (auto, when built) the loop over a producer's frames runs in C (probe/decode/_dnstap.c),
+which hands back to this Python code, the reference it must equal, the frame protobuf refuses.
 """
 
 from google.protobuf.message import DecodeError
@@ -26,9 +27,12 @@ from probe.decode.dnstap_schema import Dnstap
 from probe.decode.dnstap_types import MESSAGE_TYPES, TYPE_COUNTERS
 from probe.decode.parsers import make_parser, resolve
 from probe.model import TRANSPORTS, M, QueryCopy
+from probe.native import load, say_not_built
+
+_dnstap = load("probe.decode._dnstap")
 
 NS = 1_000_000_000
-SEC_MAX = ((1 << 63) - 1) // NS  # later seconds do not fit int64 nanoseconds (Arrow timestamp[ns])
+TS_MAX = (1 << 63) - 1  # later times do not fit int64 nanoseconds
 FAMILY_IPV = {1: 4, 2: 6}  # SocketFamily INET, INET6
 ADDRESS_IPV = {4: 4, 16: 6}
 TRANSPORT_DOH = 4
@@ -47,25 +51,48 @@ COUNTS = ("dnstap_frames", "dnstap_decode_errors", "dnstap_frames_discarded", "d
 class DnstapDecoder:
     """Stateless but for caches and now_ns: each frame is decoded on its own."""
 
-    def __init__(self, dnstap_cfg, decode_cfg, stats, ip_filter=None, keep_raw=True):
+    def __init__(self, dnstap_cfg, decode_cfg, stats, ip_filter=None, keep_raw=True, python=False):
         """ip_filter: the filter.* allow/deny lists (probe.decode.ipfilter.IpFilter), applied to the client and
-        server addresses as to packets' (a message without addresses is kept)."""
+        server addresses as to packets' (a message without addresses is kept); python: always the Python loop
+        (the reference the tests compare the C loop with)."""
         self.stats = stats
         self.keep = {4: ip_filter.keep4, 6: ip_filter.keep6} if ip_filter else {}
         self.parser = resolve(decode_cfg.parser)
-        self.parse = make_parser(self.parser, stats, keep_raw).parse
+        parser = make_parser(self.parser, stats, keep_raw)
+        self.parse = parser.parse
         selected = set(dnstap_cfg.message_types)
-        # type number -> (selected, family, response)
-        self.types = {n: (name in selected, family, response) for n, (name, family, response) in MESSAGE_TYPES.items()}
-        self.type_counts = dict.fromkeys(MESSAGE_TYPES, 0)
+        # indexed by type number: (selected, family, response); 0 is no type
+        self.types = (None,) + tuple(
+            (name in selected, family, response) for _, (name, family, response) in sorted(MESSAGE_TYPES.items())
+        )
+        self.type_counts = [0] * len(self.types)
         self.now_ns = 0
         self.address_events = {}  # none from dnstap (the C-DNS exporter asks every decoder)
         self._scopes = {}
+        self._c = None
+        if self.parser == "fast" and not python:
+            if _dnstap is None:
+                say_not_built("probe.decode._dnstap")
+            else:
+                keep4, keep6 = self.keep.get(4), self.keep.get(6)
+                # the arguments of _dnstap.decode after (frames, start, producer, out, counts, type_counts)
+                self._c_args = (self.types, self._scopes, keep4, keep6, parser.names, parser.max_names, keep_raw,
+                                QueryCopy)
+                self._c = _dnstap.decode
 
     def decode(self, batch, source_name="input"):
         out = []
         counts = [0] * len(COUNTS)
+        type_counts = self.type_counts
         for producer, frames in batch.runs:
+            if self._c is not None:
+                stop, max_ts = self._c(frames, 0, producer, out, counts, type_counts, *self._c_args)
+                if max_ts > self.now_ns:
+                    self.now_ns = max_ts
+                if stop < len(frames):  # a frame protobuf refuses: the Python loop says why
+                    frames = frames[stop:]
+                else:
+                    continue
             problem = self._run(producer, frames, out, counts)
             if problem is not None:
                 batch.refused[producer] = problem
@@ -73,11 +100,11 @@ class DnstapDecoder:
         for name, value in zip(COUNTS, counts):
             if value:
                 setattr(stats, name, getattr(stats, name) + value)
-        for number, value in self.type_counts.items():
+        for number, value in enumerate(type_counts):
             if value:
                 name = TYPE_COUNTERS[number]
                 setattr(stats, name, getattr(stats, name) + value)
-                self.type_counts[number] = 0
+                type_counts[number] = 0
         return out
 
     def flush(self):
@@ -177,9 +204,8 @@ def _time(m, prefix):
     if not m.HasField(prefix + "_time_sec"):
         return None
     sec, nsec = getattr(m, prefix + "_time_sec"), getattr(m, prefix + "_time_nsec")
-    if sec > SEC_MAX or nsec >= NS:
-        return None
-    return sec * NS + nsec
+    ts = sec * NS + nsec
+    return ts if nsec < NS and ts <= TS_MAX else None
 
 
 def _ends(m):
