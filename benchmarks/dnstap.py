@@ -1,0 +1,322 @@
+"""dnstap throughput benchmark: messages per CPU-second, from a file and from a socket, Parquet and C-DNS.
+
+    python benchmarks/dnstap.py                  # the standard mix's 500,000 packets as dnstap messages
+    python benchmarks/dnstap.py --quick          # 100,000
+    python benchmarks/dnstap.py --packets 1000000 --repeat 5
+
+The messages: the standard mix of benchmarks/traffic.py (the offline benchmark's traffic), each DNS message of
+it as the CLIENT_QUERY or CLIENT_RESPONSE a resolver would log (its addresses, ports, transport and capture
+time; identity and version set), in a Frame Streams file cached under benchmarks/cache/.
+
+  file     `dnsprobe read FILE` in a child pinned to one CPU, charged its user+system CPU time (as
+           benchmarks/offline.py measures), also without its start-up (a run over a 10-message file).
+  socket   `dnsprobe capture --dnstap-socket` with its one worker on one CPU, fed by libfstrm's fstrm_replay
+           (Debian fstrm-bin) on the other; charged the worker process's CPU time (/proc) from before the
+           first message to the last one counted, so the start-up and the final flush are not in it.
+  stages   in-process, the corpus through each stage alone (process_time), to show where the time goes:
+           Frame Streams splitting, the dnstap decoder in Python and in C, matching, building the records.
+
+Target: at least 300,000 messages per CPU-second per worker. Results: benchmarks/results/dnstap.json and .md.
+"""
+
+import argparse
+import os
+import shutil
+import signal
+import statistics
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(ROOT))
+
+import offline  # noqa: E402  (benchmarks/ is not a package: the machine description, measured runs, results)
+import traffic  # noqa: E402
+
+TARGET = 300_000
+CORPUS_VERSION = 1  # part of the cache key: bump when the conversion changes
+IDENTITY, VERSION = b"bench-resolver", b"dnsprobe benchmark"
+CT = "protobuf:dnstap.Dnstap"
+
+
+# ----------------------------------------------------------------------------------------------
+# The corpus: the standard mix's DNS messages as a resolver's dnstap
+# ----------------------------------------------------------------------------------------------
+
+
+def corpus(packets, seed=1):
+    """(path of the Frame Streams file, number of messages); built once, then cached."""
+    pcap = Path(traffic.generate("standard", packets, seed))
+    path = pcap.with_name(f"{pcap.stem}.dnstap-v{CORPUS_VERSION}.fstrm")
+    count = path.with_suffix(".count")
+    if path.exists() and count.exists():
+        return path, int(count.read_text())
+    from probe.capture.fstrm import START, STOP, encode_control
+    from probe.capture.pcapfile import read_capture
+    from probe.config import load_config
+    from probe.decode.dnstap_schema import Dnstap
+    from probe.decode.packets import PacketDecoder
+    from probe.model import M
+    from probe.stats import Stats
+
+    cfg = load_config()
+    decoder = PacketDecoder(cfg.decode, cfg.decode.dns_ports, Stats())
+    t0 = time.perf_counter()
+    n = 0
+    tmp = path.with_suffix(".part")
+    with open(tmp, "wb") as out:
+        out.write(encode_control(START, [CT.encode()]))
+        for batch in read_capture(pcap):
+            frames = []
+            for m in decoder.decode(batch):
+                response = bool(m[M.FLAGS] is not None and m[M.FLAGS] & 0x8000)
+                d = Dnstap(type=1, identity=IDENTITY, version=VERSION)
+                msg = d.message
+                msg.type = 6 if response else 5
+                msg.socket_family = 1 if m[M.IPV] == 4 else 2
+                msg.socket_protocol = 1 if m[M.PROTO] == 17 else 2
+                if response:
+                    client, cport, server, sport = m[M.DST], m[M.DPORT], m[M.SRC], m[M.SPORT]
+                else:
+                    client, cport, server, sport = m[M.SRC], m[M.SPORT], m[M.DST], m[M.DPORT]
+                msg.query_address, msg.query_port = client, cport
+                msg.response_address, msg.response_port = server, sport
+                half = "response" if response else "query"
+                setattr(msg, f"{half}_time_sec", m[M.TS_NS] // 1_000_000_000)
+                setattr(msg, f"{half}_time_nsec", m[M.TS_NS] % 1_000_000_000)
+                setattr(msg, f"{half}_message", m[M.RAW])
+                data = d.SerializeToString()
+                frames.append(struct.pack("!I", len(data)) + data)
+            out.write(b"".join(frames))
+            n += len(frames)
+        out.write(encode_control(STOP))
+    tmp.rename(path)
+    count.write_text(str(n))
+    print(f"built {path.name}: {n:,} messages in {time.perf_counter() - t0:.1f} s", flush=True)
+    return path, n
+
+
+def head(path, frames, out):
+    """The first `frames` data frames of a Frame Streams file, as a file."""
+    data = path.read_bytes()
+    pos = 4 + 4 + struct.unpack_from("!I", data, 4)[0]
+    for _ in range(frames):
+        pos += 4 + struct.unpack_from("!I", data, pos)[0]
+    out.write_bytes(data[:pos] + b"\0\0\0\0\0\0\0\x04\0\0\0\x03")
+    return out
+
+
+# ----------------------------------------------------------------------------------------------
+# Measurements
+# ----------------------------------------------------------------------------------------------
+
+
+def measure_file(path, core, tmp_root, fmt):
+    out = Path(tempfile.mkdtemp(prefix="dnsprobe-dnstap-", dir=tmp_root))
+    try:
+        cmd = [*offline.dnsprobe_command(), "read", str(path), "-o", str(out), "-q", "--no-progress",
+               "--format", fmt]
+        _, m = offline.run_measured(cmd, core)
+        m["records"] = offline.parquet_rows(out) if fmt == "parquet" else None
+        return m
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+
+
+def _cpu_of(pid):
+    """User+system CPU seconds of a process so far (/proc/PID/stat)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _stats(out):
+    import json
+
+    files = list(out.glob("*.stats.json"))
+    return json.loads(files[0].read_text()) if files else None
+
+
+def measure_socket(path, messages, worker_core, sender_core, tmp_root, fmt):
+    out = Path(tempfile.mkdtemp(prefix="dnsprobe-dnstap-", dir=tmp_root))
+    sock = out / "tap.sock"
+    cmd = [*offline.dnsprobe_command(), "capture", "--dnstap-socket", str(sock), "--coremask", hex(1 << worker_core),
+           "-o", str(out), "--stats-interval", "0.2", "--no-progress", "-q", "--format", fmt]
+    log = open(out / "capture.log", "w")
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=log)
+    try:
+        deadline = time.monotonic() + 60
+        while (doc := _stats(out)) is None or not doc["workers"]["0"]["pid"] or not sock.exists():
+            if time.monotonic() > deadline or proc.poll() is not None:
+                raise RuntimeError(f"dnsprobe capture did not start: {(out / 'capture.log').read_text()}")
+            time.sleep(0.05)
+        worker = doc["workers"]["0"]["pid"]
+        cpu0, t0 = _cpu_of(worker), time.perf_counter()
+        sender = subprocess.run(["fstrm_replay", "-t", CT, "-r", str(path), "-u", str(sock)], capture_output=True,
+                                text=True, preexec_fn=lambda: os.sched_setaffinity(0, {sender_core}))
+        if sender.returncode:
+            raise RuntimeError(f"fstrm_replay failed: {sender.stderr}")
+        while (doc := _stats(out))["counters"]["dnstap_frames"] < messages:
+            if time.monotonic() > deadline + 600:
+                raise RuntimeError(f"only {doc['counters']['dnstap_frames']} of {messages} messages arrived")
+            time.sleep(0.02)
+        cpu, wall = _cpu_of(worker) - cpu0, time.perf_counter() - t0
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(120)
+        c = _stats(out)["counters"]
+        return {"cpu_seconds": round(cpu, 3), "wall_seconds": round(wall, 3), "records": c["records"],
+                "dnstap_frames": c["dnstap_frames"], "dnstap_decode_errors": c["dnstap_decode_errors"]}
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        log.close()
+        shutil.rmtree(out, ignore_errors=True)
+
+
+def stages(path, messages):
+    """Seconds of CPU per message of each stage alone, in this process."""
+    from export.parquet.records import RecordBuilder
+    from probe.capture.fstrm_session import Session
+    from probe.config import load_config
+    from probe.decode.dnstap import DnstapDecoder
+    from probe.match import TransactionTable
+    from probe.model import DnstapBatch
+    from probe.stats import Stats
+
+    data = path.read_bytes()
+    cfg = load_config()
+    out = {}
+
+    def timed(name, fn):
+        t0 = time.process_time()
+        result = fn()
+        out[name] = round((time.process_time() - t0) / messages * 1e6, 3)
+        return result
+
+    def split():
+        session, frames = Session(file=True), []
+        for i in range(0, len(data), 1 << 18):
+            session.feed(data[i : i + (1 << 18)])
+            session.read(frames, 1 << 30)
+        return frames
+
+    frames = timed("frame streams splitting", split)
+    batches = [DnstapBatch([("f", frames[i : i + 4096])]) for i in range(0, len(frames), 4096)]
+    for name, python in (("dnstap decoder, Python (upb)", True), ("dnstap decoder, C", False)):
+        decoder = DnstapDecoder(cfg.dnstap, cfg.decode, Stats(), keep_raw=False, python=python)
+        msgs = timed(name, lambda d=decoder: [m for b in batches for m in d.decode(b)])
+    table = TransactionTable(cfg.match, Stats())
+    txs = timed("matching", lambda: table.add(msgs) + table.flush())
+    builder = RecordBuilder()
+    timed("Parquet records (Arrow columns, before the writer)",
+          lambda: [builder.build(txs[i : i + 16384]) for i in range(0, len(txs), 16384)])
+    return out
+
+
+# ----------------------------------------------------------------------------------------------
+# The run
+# ----------------------------------------------------------------------------------------------
+
+
+def summary(samples, messages, startup=None):
+    cpu = statistics.median(s["cpu_seconds"] for s in samples)
+    res = {"runs": len(samples), "cpu_seconds_median": round(cpu, 3), "messages_per_cpu_second": round(messages / cpu),
+           "best": round(messages / min(s["cpu_seconds"] for s in samples)), "samples": samples}
+    if startup is not None:
+        res["startup_cpu_seconds"] = startup
+        res["messages_per_cpu_second_excluding_startup"] = round(messages / (cpu - startup))
+    return res
+
+
+def markdown(res):
+    lines = [
+        "# dnstap benchmark", "",
+        f"Run {res['started']} by `python benchmarks/dnstap.py {' '.join(res['argv'])}`.", "",
+        f"Input: {res['messages']:,} dnstap messages (CLIENT_QUERY/CLIENT_RESPONSE) made from "
+        f"`{res['pcap']}` ({res['packets']:,} packets of the standard mix), {res['corpus_bytes'] / 1e6:.1f} MB of "
+        "Frame Streams.", "",
+        "| input | format | runs | CPU s (median) | messages per CPU-second | best run | excl. start-up |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for key, r in res["results"].items():
+        kind, fmt = key.split("/")
+        excl = (f"{r['messages_per_cpu_second_excluding_startup']:,} (start-up {r['startup_cpu_seconds']} s)"
+                if "startup_cpu_seconds" in r else "(worker CPU only)")
+        lines.append(f"| {kind} | {fmt} | {r['runs']} | {r['cpu_seconds_median']} | "
+                     f"**{r['messages_per_cpu_second']:,}** | {r['best']:,} | {excl} |")
+    lines += ["", f"Target: at least {TARGET:,} messages per CPU-second per worker: "
+              + ("met." if all(r["messages_per_cpu_second"] >= TARGET for r in res["results"].values()) else
+                 "NOT met everywhere."), "",
+              "file: the whole `dnsprobe read` command, user+system CPU of the child pinned to one CPU. socket: the"
+              " capture worker's CPU (/proc) while fstrm_replay sends the file on the other CPU.", "",
+              "## Where the time goes (in-process, µs per message, one stage alone)", "",
+              "| stage | µs per message |", "|---|---|"]
+    lines += [f"| {k} | {v} |" for k, v in res["stages_us_per_message"].items()]
+    m, c = res["machine"], res["code"]
+    lines += ["", "## Machine and code", "",
+              f"- CPU: {m['cpu_model']}, {m['logical_cpus']} logical CPUs ({m['usable_cpus']} usable), "
+              f"{m['memory_gib']} GiB", f"- kernel {m['kernel']}; {m['python']}; pyarrow {m['pyarrow']}; "
+              f"protobuf {res['protobuf']}",
+              f"- load average at start {m['load_average_at_start']}, at end {res['load_average_at_end']}",
+              f"- dnsprobe {c['dnsprobe_version']} at {c['git_commit']}"
+              + (" (with uncommitted changes)" if c["uncommitted_changes_in_probe_or_export"] else ""), ""]
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--packets", type=int, default=500_000, help="packets of the standard mix made into messages")
+    ap.add_argument("--quick", action="store_true", help="100,000 packets, 2 runs")
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--no-save", action="store_true", help="print only, do not write benchmarks/results/")
+    args = ap.parse_args(argv)
+    packets, repeat = (100_000, 2) if args.quick else (args.packets, args.repeat)
+    cores = sorted(os.sched_getaffinity(0))
+    worker_core, sender_core = cores[-1], cores[0]
+    started = time.strftime("%Y-%m-%d %H:%M:%S")
+    machine = offline.machine()
+    path, messages = corpus(packets)
+    res = {"started": started, "argv": argv if argv is not None else sys.argv[1:], "packets": packets,
+           "pcap": str(Path(traffic.generate("standard", packets, 1)).relative_to(ROOT)), "messages": messages,
+           "corpus_bytes": path.stat().st_size, "results": {}}
+    with tempfile.TemporaryDirectory(prefix="dnsprobe-dnstap-bench-") as tmp:
+        small = head(path, 10, Path(tmp) / "small.fstrm")
+        measures = []
+        for fmt in ("parquet", "cdns"):
+            measures.append((f"file/{fmt}", lambda i, f=fmt: measure_file(path, worker_core, tmp, f)))
+            if shutil.which("fstrm_replay") and len(cores) > 1:
+                measures.append((f"socket/{fmt}", lambda i, f=fmt: measure_socket(path, messages, worker_core,
+                                                                                sender_core, tmp, f)))
+        samples = {label: [] for label, _ in measures}
+        for i in range(repeat):
+            for label, measure in measures:
+                s = measure(i)
+                samples[label].append(s)
+                print(f"{label} run {i + 1}/{repeat}: {s['cpu_seconds']:.2f} s CPU "
+                      f"({messages / s['cpu_seconds']:,.0f} messages/s)", flush=True)
+        for label, runs in samples.items():
+            startup = None
+            if label.startswith("file/"):
+                startup = round(statistics.median(measure_file(small, worker_core, tmp, label.split("/")[1])
+                                                  ["cpu_seconds"] for _ in range(3)), 3)
+            res["results"][label] = summary(runs, messages, startup)
+    res["stages_us_per_message"] = stages(path, messages)
+    import google.protobuf
+
+    res.update(machine=machine, code=offline.code(), protobuf=google.protobuf.__version__,
+               load_average_at_end=[round(x, 2) for x in os.getloadavg()])
+    text = markdown(res)
+    print("\n" + text)
+    if not args.no_save:
+        offline.save_results("dnstap", res, text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
