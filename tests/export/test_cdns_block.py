@@ -416,3 +416,29 @@ def test_colliding_names_cost_a_bounded_number_of_probes(tmp_path):
     assert remembered <= 16  # they did collide: only the first ones near their home slot are remembered
     name_probes, _, _ = fast.cache.probes()
     assert name_probes <= 2 * 16 * len(names), name_probes  # a lookup, then a place, per new name
+
+
+def test_c_block_equals_python_block_for_dnstap(tmp_path):
+    """dnstap transactions (no frame lengths, TTL or checksum; every transport, one without any): the C loop and
+    the Python one make the same block."""
+    from support import T0, dnstap_frame, q_dns, r_dns
+
+    from probe.decode.dnstap import DnstapDecoder
+    from probe.match import TransactionTable
+    from probe.model import DnstapBatch
+
+    frames = []
+    for i, protocol in enumerate(("UDP", "TCP", "DOT", "DOH", "DOQ", "DNSCryptUDP", None) * 30):
+        v6 = dict(family="INET6", qaddr="2001:db8::1", raddr="2001:db8::53") if i % 3 == 0 else {}
+        frames.append(dnstap_frame("CLIENT_QUERY", dns=q_dns(i), protocol=protocol, qport=10000 + i, ts=T0 + i, **v6))
+        if i % 7:
+            frames.append(dnstap_frame("CLIENT_RESPONSE", dns=r_dns(i), protocol=protocol, qport=10000 + i,
+                                       ts=T0 + i + 99, **v6))
+    cfg = load_config(overrides={"export.format": "cdns"})
+    stats = Stats()
+    table = TransactionTable(cfg.match, stats)
+    txs = table.add(DnstapDecoder(cfg.dnstap, cfg.decode, stats).decode(DnstapBatch([("p", frames)])))
+    txs += table.flush()
+    fast, slow = both(txs, exporter(tmp_path))
+    assert_same(fast, slow)
+    assert len(fast.items) == 210
