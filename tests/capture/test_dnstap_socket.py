@@ -7,12 +7,14 @@ producers. The real servers are in tests/oracle/test_dnstap_servers.py."""
 
 import grp
 import os
+import re
 import shutil
 import socket
 import stat
 import subprocess
 import threading
 import time
+import urllib.request
 
 import pytest
 from support import (
@@ -262,8 +264,9 @@ def test_capture_from_fstrm_replay_and_bad_producers(tmp_path, out_dir, probes):
         msgs.append(dnstap_frame("CLIENT_RESPONSE", dns=r_dns(i), qport=20000 + i, ts=T0 + i * 1000 + 500))
     data = tmp_path / "replay.fstrm"
     data.write_bytes(fstrm_file(msgs))
+    metrics_port = _free_port()
     probe = probes(None, out_dir, "--dnstap-socket", sock, "--dnstap-listen", f"127.0.0.1:{port}",
-                   "--dnstap-socket-mode", "0600")
+                   "--dnstap-socket-mode", "0600", "--prometheus-port", metrics_port, "--set", "run.progress=always")
     probe.wait_ready()
     assert stat.S_IMODE(os.stat(sock).st_mode) == 0o600
 
@@ -285,6 +288,11 @@ def test_capture_from_fstrm_replay_and_bad_producers(tmp_path, out_dir, probes):
         assert r.wait(30) == 0, r.stdout.read()
     assert replay("-u", str(sock)).wait(30) == 0  # a producer that comes back
     probe.wait_counter("dnstap_frames", 5 * 2 * n + 4 + 1)
+    with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10) as page:
+        metrics = page.read().decode()
+    assert f'dnsprobe_dnstap_frames_total{{worker="0"}} {5 * 2 * n + 4 + 1}.0' in metrics
+    assert 'dnsprobe_dnstap_client_query_total{worker="0"}' in metrics
+    time.sleep(1.2)  # a status line with the producers' messages
     garbage.close()
     assert probe.stop() == 0, probe.stderr
     doc = probe.stats()
@@ -306,6 +314,7 @@ def test_capture_from_fstrm_replay_and_bad_producers(tmp_path, out_dir, probes):
         assert needle in err, (needle, err)
     assert not sock.exists()  # removed at the end
     assert "Traceback" not in err
+    assert re.search(r"dnstap messages [\d,]+ from \d producer\(s\)\s+\([\d,]+/s\)", err), err
 
 
 def _free_port():
