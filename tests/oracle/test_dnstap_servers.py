@@ -52,7 +52,8 @@ DIFFERENT = {
     "dnstap_type": "what the row came from",
     "server_identity": "what the row came from",
 }
-TIME_SLACK_NS = 50_000_000  # how far the server's and the kernel's times of one message may be apart (µs measured)
+TIME_SLACK_NS = 50_000_000  # how far the server's and the kernel's times of one message may be apart (far more than
+# the few microseconds measured: docs/dnstap.md)
 KNOT, KRESD, UNBOUND = "127.0.0.1", "127.0.0.2", "127.0.0.3"
 IDENTITIES = {"knotd": "knot-i20", "kresd": "kresd-i20", "unbound": "unbound-i20"}
 KNOT_QUERIES = ["www.example.test A", "www.example.test AAAA", "nx.example.test A", "big.example.test TXT",
