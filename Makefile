@@ -42,6 +42,7 @@ bench: venv
 	$(PY) -m pip install -q -e '.[bench]'
 	$(PY) benchmarks/offline.py
 	$(PY) benchmarks/live.py
+	$(PY) benchmarks/dnstap.py
 	$(VENV)/bin/dnsprobe bench $(BENCH_ARGS)
 
 # Sanitizer build: every C extension built by clang with AddressSanitizer and UndefinedBehaviorSanitizer into

@@ -38,6 +38,7 @@ def test_transport_flags(tmp_path):
         for item in block[F.QUERY_RESPONSES]:
             sig = sigs[item[F.QR_SIGNATURE_INDEX]]
             flags[item[F.TRANSACTION_ID]] = sig[F.QR_TRANSPORT_FLAGS]
+            assert F.CLIENT_HOPLIMIT not in item  # no TTL in dnstap: absent, not 0
     for i, (protocol, (value, _)) in enumerate(EXPECTED.items()):
         assert flags[i * 2] == value << 1, protocol
         assert flags[i * 2 + 1] == value << 1 | 1, protocol  # bit 0: IPv6
