@@ -58,19 +58,15 @@ def listen_unix(cfg):
     uid = _id(cfg.socket_owner, pwd, "user", "dnstap.socket_owner")
     gid = _id(cfg.socket_group, grp, "group", "dnstap.socket_group")
     _unused(path)
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
+
+    def bind(sock):
         sock.bind(str(path))
         os.chmod(path, int(cfg.socket_mode, 8))
         if uid >= 0 or gid >= 0:
             os.chown(path, uid, gid)
-        sock.listen(BACKLOG)
         _made[sock] = (str(path), os.stat(path).st_ino)
-    except OSError as exc:
-        sock.close()
-        raise ConfigError(f"config key 'dnstap.socket': cannot listen on {path}: {exc.strerror}") from None
-    sock.setblocking(False)
-    return sock
+
+    return _listening(socket.socket(socket.AF_UNIX, socket.SOCK_STREAM), bind, "dnstap.socket", path)
 
 
 def listen_tcp(cfg):
@@ -82,14 +78,22 @@ def listen_tcp(cfg):
     except socket.gaierror as exc:
         raise ConfigError(f"config key 'dnstap.listen': {cfg.listen}: {exc.strerror}") from None
     family, _, _, _, address = infos[0]
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    try:
+
+    def bind(sock):
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(address)
+
+    return _listening(socket.socket(family, socket.SOCK_STREAM), bind, "dnstap.listen", cfg.listen)
+
+
+def _listening(sock, bind, key, where):
+    """sock bound by bind(sock), listening and non-blocking; ConfigError naming key and where when it cannot."""
+    try:
+        bind(sock)
         sock.listen(BACKLOG)
     except OSError as exc:
         sock.close()
-        raise ConfigError(f"config key 'dnstap.listen': cannot listen on {cfg.listen}: {exc.strerror}") from None
+        raise ConfigError(f"config key '{key}': cannot listen on {where}: {exc.strerror}") from None
     sock.setblocking(False)
     return sock
 
