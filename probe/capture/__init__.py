@@ -1,14 +1,18 @@
-"""Capture stage: every source of frames, each yielding FrameBatch objects (probe.model).
+"""Capture stage: every source of input, each yielding batches (probe.model): FrameBatch of frames, DnstapBatch of
+dnstap messages.
 
+- files: an input file recognised by its content (pcap, pcapng or dnstap), plain or compressed;
 - pcapfile: pcap and pcapng files, plain or compressed (PcapFileSource; _pcaprecords.c splits records in C);
 - afpacket: a live AF_PACKET TPACKET_V3 ring in a fanout group (AfPacketSource), its kernel filter in bpf;
-- dpdk: a DPDK port's RX queue (DpdkQueueSource; _dpdk.c, built where libdpdk is found).
+- dpdk: a DPDK port's RX queue (DpdkQueueSource; _dpdk.c, built where libdpdk is found);
+- dnstap_file, dnstap_socket: dnstap files and producers' connections (DnstapFileSource, DnstapSocketSource),
+  over Frame Streams (fstrm, fstrm_session), on the listening sockets of dnstap_listen.
 A new source is one new module with a class that has the Source interface below.
 """
 
 from typing import Protocol
 
-from probe.model import FrameBatch
+from probe.model import DnstapBatch, FrameBatch
 
 
 class Source(Protocol):
@@ -16,7 +20,7 @@ class Source(Protocol):
 
     name: str  # the interface, port queue or file, for messages and statistics
 
-    def read(self, max_frames: int) -> FrameBatch | None:
+    def read(self, max_frames: int) -> FrameBatch | DnstapBatch | None:
         """Up to about max_frames frames available now (possibly none, live); None once the input has ended."""
 
     def fileno(self) -> int:
