@@ -3,6 +3,7 @@ back what it wrote, transactions of a capture, the veth testbed and the capture 
 
 import json
 import os
+import shutil
 import signal
 import struct
 import subprocess
