@@ -94,8 +94,9 @@ class DnstapSocketSource:
 
     def drain(self):
         """Stopping: accept no more, take what every connection has sent so far, close them all."""
-        for fd in self.listeners:
+        for fd, sock in self.listeners.items():
             self.epoll.unregister(fd)
+            sock.close()  # this process's copy: the socket stays open for the others until the supervisor's goes
         self.listeners = {}
         self._close_refused()
         batch = DnstapBatch()
