@@ -335,3 +335,31 @@ def test_capture_needs_something_to_capture(out_dir):
     proc = run_dnsprobe("capture", "--dnstap-socket", "/tmp/x.sock", "--dnstap-socket-mode", "rw", "-o", out_dir,
                         "-q", check=False)
     assert proc.returncode == 2 and "'rw' is not an octal mode" in proc.stderr
+
+
+@pytest.mark.skipif(not shutil.which("fstrm_replay") or len(os.sched_getaffinity(0)) < 2,
+                    reason="needs fstrm_replay (Debian fstrm-bin) and 2 cores")
+def test_two_workers_share_the_producers(tmp_path, out_dir, probes):
+    """Both workers accept from the one socket (the one that accepts a connection keeps it): every message is
+    counted once and written once, whichever worker took its producer."""
+    sock = tmp_path / "tap.sock"
+    msgs = []
+    for i in range(200):
+        msgs.append(dnstap_frame("AUTH_QUERY", dns=q_dns(i), qport=30000 + i, ts=T0 + i * 1000))
+        msgs.append(dnstap_frame("AUTH_RESPONSE", dns=r_dns(i), qport=30000 + i, ts=T0 + i * 1000 + 300))
+    data = tmp_path / "replay.fstrm"
+    data.write_bytes(fstrm_file(msgs))
+    probe = probes(None, out_dir, "--dnstap-socket", sock, coremask="0x3")
+    probe.wait_ready()
+    replays = [subprocess.Popen(["fstrm_replay", "-t", CT, "-r", str(data), "-u", str(sock)]) for _ in range(6)]
+    assert all(r.wait(30) == 0 for r in replays)
+    probe.wait_counter("dnstap_frames", 6 * 400)
+    assert probe.stop() == 0, probe.stderr
+    doc = probe.stats()
+    c = doc["counters"]
+    assert (c["dnstap_connections"], c["dnstap_disconnections"], c["dnstap_auth_query"]) == (6, 6, 1200)
+    per_worker = [w["counters"]["dnstap_connections"] for w in doc["workers"].values()]
+    assert sum(per_worker) == 6 and len(per_worker) == 2
+    rows = rows_of(out_dir)
+    assert len(rows) == c["records"] and sum(r["query_present"] for r in rows) == 1200
+    assert {p.name.split(".")[-2] for p in out_dir.glob("*.parquet")} <= {"w0", "w1"}
