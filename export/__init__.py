@@ -16,10 +16,19 @@ def make_exporter(cfg, directory, worker_id, stats, client=None, live=False):
     live: the records come from live capture (C-DNS collection parameters say so)."""
     fmt = cfg.export.format
     if fmt == "parquet":
+        from export.enrich import make_enricher
+        from export.parquet.privacy import TablePrivacy
         from export.parquet.records import RecordBuilder
         from export.parquet.writer import ParquetExporter
 
-        return ParquetExporter(cfg.export, directory, worker_id, stats, RecordBuilder(client=client))
+        # Enrichment looks the real addresses up; privacy transforms them afterwards (docs/enrichment.md).
+        steps = [make_enricher(cfg)]
+        if client is not None:
+            steps.append(TablePrivacy(client, cfg.enrich.cache_size))
+        return ParquetExporter(
+            cfg.export, directory, worker_id, stats, RecordBuilder(answers=cfg.export.answers),
+            steps=[s for s in steps if s is not None], late_ns=int(cfg.match.query_timeout * 1e9),
+        )
     if fmt == "cdns":
         from export.cdns.writer import CdnsExporter
 
@@ -30,5 +39,12 @@ def make_exporter(cfg, directory, worker_id, stats, client=None, live=False):
 def reads_raw(cfg):
     """Whether the exporter for cfg.export.format reads the raw DNS message of the message tuples
     (probe.model.DNS_FIELDS raw): C-DNS does (question names, full sections, malformed-message
-    data), Parquet does not, so the decoder leaves it None and saves a copy of every message."""
-    return cfg.export.format != "parquet"
+    data), Parquet only for its answers column (export.answers), so the decoder otherwise leaves it None and
+    saves a copy of every message."""
+    return cfg.export.format != "parquet" or cfg.export.answers
+
+
+def reload(exporter):
+    """Pick up new enrichment databases (live capture: SIGHUP); the exporters without any ignore it."""
+    for step in getattr(exporter, "steps", ()):
+        getattr(step, "reload", lambda: None)()

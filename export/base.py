@@ -49,15 +49,28 @@ def free_path(directory, base, suffix):
     directory = Path(directory)
     path = directory / f"{base}{suffix}"
     seq = 1
-    while path.exists() or Path(f"{path}.part").exists():
+    while path.exists() or Path(f"{path}.part").exists() or hidden_part(path).exists():
         path = directory / f"{base}.{seq}{suffix}"
         seq += 1
     return path
 
 
+def hidden_part(path):
+    """The name of a file being written in the hive layout: .NAME.part, which engines reading the dataset skip
+    (Spark, Hive, Trino and pyarrow ignore names starting with '.' or '_')."""
+    return path.with_name(f".{path.name}.part")
+
+
+STATS_DIR = "_stats"  # the hive layout's directory of statistics JSON files, skipped by engines as hidden
+
+
 def stats_json_path(export_cfg, directory, started):
-    """Where a run's statistics JSON goes: PREFIX<UTC start to the second>.stats.json, made unique."""
+    """Where a run's statistics JSON goes: PREFIX<UTC start to the second>.stats.json, made unique; in the hive
+    layout under _stats/, so that the output directory holds nothing but the dataset."""
     stamp = time.strftime("%Y%m%d.%H%M%S", time.gmtime(started))
+    if export_cfg.layout == "hive":
+        directory = Path(directory) / STATS_DIR
+        directory.mkdir(exist_ok=True)
     return free_path(directory, f"{export_cfg.file_prefix}{stamp}", ".stats.json")
 
 

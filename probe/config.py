@@ -31,6 +31,16 @@ def _file_name_part(value):
     return value
 
 
+_SERVER_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-_")
+
+
+def _server_name(value):
+    """A server name: one path component of the hive layout (server=NAME) that no engine has to unescape."""
+    if not set(value) <= _SERVER_NAME_CHARS or value in (".", ".."):
+        raise ValueError(f"{value!r} is not a server name (letters, digits, '.', '-' and '_' only)")
+    return value
+
+
 def opt(default, help, *, min=None, max=None, choices=None, check=None, allow_empty=False):
     """check: a function of each value returning it (or raising ValueError with the problem);
     allow_empty: a list option may be empty."""
@@ -87,6 +97,28 @@ class ExportConfig:
     file_prefix: str = opt("dnsprobe.", "output file name prefix", check=_file_name_part)
     rotate_records: int = opt(5000000, "close a file after this many records (0: no limit)", min=0)
     rotate_seconds: float = opt(300.0, "close a file this many seconds after it was opened (0: no limit)", min=0)
+    rotate_bytes: int = opt(
+        0, "Parquet: close a file once it holds this many bytes; it may pass them by one row group (0: no limit)",
+        min=0,
+    )
+    layout: str = opt(
+        "flat", "Parquet: flat (every file in the output directory) or hive (year=/month=/day=[/hour=]/server="
+        " directories by capture time and server name, as ENTRADA writes them)", choices=("flat", "hive"),
+    )
+    partition_hour: bool = opt(False, "hive layout: also an hour=H directory below day=D")
+    server_name: typing.Optional[str] = opt(  # noqa: UP045
+        None, "this probe's server name: the hive layout's server=NAME directory and the server_location column"
+        " (null: the host name in the hive layout, and server_location left empty as DNS Probe; '' is __default__)",
+        check=_server_name,
+    )
+    sort: str = opt(
+        "none", "Parquet: sort the rows of each row group by domainname, then qname (none: capture order)",
+        choices=("none", "domainname"),
+    )
+    answers: bool = opt(
+        False, "Parquet: the answers column, every resource record of the response in presentation format"
+        " (the decoder then keeps each response's bytes)",
+    )
     row_group_size: int = opt(100000, "Parquet rows per row group", min=1)
     compression: str = opt(
         "zstd", "Parquet compression codec", choices=("zstd", "snappy", "gzip", "brotli", "lz4", "none")
@@ -261,6 +293,31 @@ class FilterConfig:
 
 
 @dataclass(frozen=True)
+class EnrichConfig:
+    geoip_country: typing.Optional[str] = opt(  # noqa: UP045
+        None, "MaxMind-format country database (GeoLite2-Country or -City): fills country and"
+        " edns_client_subnet_country (null: off)",
+    )
+    geoip_asn: typing.Optional[str] = opt(  # noqa: UP045
+        None, "MaxMind-format ASN database (GeoLite2-ASN): fills asn and edns_client_subnet_asn (null: off)"
+    )
+    public_resolvers: bool = opt(
+        False, "fill is_google, is_opendns and public_resolver from the public resolvers' prefix lists"
+    )
+    resolver_lists: typing.Optional[str] = opt(  # noqa: UP045
+        None, "directory of prefix lists NAME.txt replacing the bundled ones (null: export/enrich/resolvers/)"
+    )
+    public_suffix: bool = opt(False, "fill registered_domain and public_suffix from the Public Suffix List")
+    public_suffix_file: typing.Optional[str] = opt(  # noqa: UP045
+        None, "Public Suffix List file (null: the snapshot bundled with the publicsuffixlist package)"
+    )
+    public_suffix_private: bool = opt(
+        False, "also use the list's PRIVATE section (blogspot.com, github.io, ...); false: ICANN section only"
+    )
+    cache_size: int = opt(200000, "entries of each lookup cache of a worker (cleared when full)", min=1)
+
+
+@dataclass(frozen=True)
 class Config:
     decode: DecodeConfig = field(default_factory=DecodeConfig)
     match: MatchConfig = field(default_factory=MatchConfig)
@@ -271,6 +328,7 @@ class Config:
     dnstap: DnstapConfig = field(default_factory=DnstapConfig)
     privacy: PrivacyConfig = field(default_factory=PrivacyConfig)
     filter: FilterConfig = field(default_factory=FilterConfig)
+    enrich: EnrichConfig = field(default_factory=EnrichConfig)
 
 
 SECTIONS = {f.name: f.default_factory for f in dataclasses.fields(Config)}
@@ -392,7 +450,10 @@ def load_config(path=None, overrides=None):
         section, name = key.split(".")
         if key in values:
             sections.setdefault(section, {})[name] = check_value(key, values[key], typ, f.metadata)
-    return Config(**{s: SECTIONS[s](**sections.get(s, {})) for s in SECTIONS})
+    cfg = Config(**{s: SECTIONS[s](**sections.get(s, {})) for s in SECTIONS})
+    if cfg.export.layout == "hive" and cfg.export.format != "parquet":
+        raise ConfigError("config key 'export.layout': the hive layout is for Parquet output (export.format parquet)")
+    return cfg
 
 
 def render_default_yaml():

@@ -10,13 +10,12 @@ columns are null in a query-only row, so `dns_len > 0` means "has a query" and `
 "has a response". Client = sender of the query (receiver of the response).
 """
 
-import socket
-
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from export.parquet.answers import answers_column
 from export.parquet.columns import extract
-from export.parquet.schema import BOOL, I32, SCHEMA, STR, TS_US
+from export.parquet.schema import ANSWERS, BOOL, I32, SCHEMA, STR, TS_US
 from probe.model import (
     FLAG_AA,
     FLAG_AD,
@@ -84,7 +83,7 @@ _FIELDS = {
 # The transport column's text by transport code (probe.model TRANSPORTS; a code outside it is an error).
 _TRANSPORT_NAMES = pa.array([TRANSPORTS[c][0] if c in TRANSPORTS else None for c in range(max(TRANSPORTS) + 1)], STR)
 _CLIENT = {"client": (((Q, M.SRC), (R, M.DST)), "a")}
-_CLIENT_RAW = {"q_src": ((Q, M.SRC), "y"), "r_dst": ((R, M.DST), "y")}
+_RESPONSE_RAW = {"r_raw": ((R, M.RAW), "y")}
 
 
 def _bit(flags, mask):
@@ -92,46 +91,13 @@ def _bit(flags, mask):
 
 
 class RecordBuilder:
-    """Builds Arrow tables from transaction triples (query, response, response_messages)."""
+    """Builds Arrow tables from transaction triples (query, response, response_messages), with the addresses as
+    they were captured: enrichment looks them up, then client privacy (export.parquet.privacy) transforms them."""
 
-    def __init__(self, max_cache=200_000, client=None):
-        """client: a export.anonymise.ClientPrivacy applied to client addresses (and EDNS client subnets), or
-        None. Server addresses are written as they are. The caches map a client address or subnet to its
-        written text (addresses repeat; the transformation is slow)."""
-        self._max_cache = max_cache
-        self._client = client
-        self._client_text = {}
-        self._subnet_text = {}
-        self._specs = dict(_FIELDS, **(_CLIENT_RAW if client else _CLIENT))
-
-    def _private_clients(self, q_src, r_dst):
-        """Client addresses through the ClientPrivacy, as text (cached)."""
-        cache = self._client_text
-        if len(cache) > self._max_cache:
-            cache.clear()
-        transform = self._client.address
-        out = []
-        for a in pc.coalesce(q_src, r_dst).to_pylist():
-            t = cache.get(a)
-            if t is None and a is not None:
-                packed = transform(a)
-                t = cache[a] = socket.inet_ntop(socket.AF_INET if len(a) == 4 else socket.AF_INET6, packed)
-            out.append(t)
-        return pa.array(out, STR)
-
-    def _private_subnets(self, texts):
-        """EDNS client subnets transformed like client addresses (cached)."""
-        cache = self._subnet_text
-        if len(cache) > self._max_cache:
-            cache.clear()
-        subnet = self._client.subnet
-        out = []
-        for t in texts.to_pylist():
-            s = cache.get(t)
-            if s is None and t is not None:
-                s = cache[t] = subnet(t) if t else t
-            out.append(s)
-        return pa.array(out, STR)
+    def __init__(self, answers=False):
+        """answers: fill the answers column from the responses' bytes (export.answers; the decoder keeps them)."""
+        self._answers = answers
+        self._specs = dict(_FIELDS, **_CLIENT, **(_RESPONSE_RAW if answers else {}))
 
     def build(self, txs):
         specs = self._specs
@@ -150,12 +116,6 @@ class RecordBuilder:
             pc.shift_left(f["r_ext_rcode"], pa.scalar(4, I32)),
         )
         opcode = pc.bit_wise_and(pc.shift_right(pc.coalesce(qflags, rflags), pa.scalar(11, I32)), pa.scalar(0x0F, I32))
-        if self._client:
-            client = self._private_clients(f["q_src"], f["r_dst"])
-            ecs = self._private_subnets(f["q_ecs"])
-        else:
-            client = f["client"]
-            ecs = f["q_ecs"]
         zero_i32 = pa.nulls(n, I32).fill_null(0)
         empty = pa.nulls(n, STR).fill_null("")
         false = pa.nulls(n, BOOL).fill_null(False)
@@ -171,7 +131,7 @@ class RecordBuilder:
             f["q_ttl"],
             f["ipv"],
             f["proto"],
-            client,
+            f["client"],
             f["client_port"],
             f["server"],
             f["server_port"],
@@ -202,7 +162,7 @@ class RecordBuilder:
             f["q_dau"],
             f["q_dhu"],
             f["q_n3u"],
-            ecs,
+            f["q_ecs"],
             f["q_other"],
             empty,
             empty,
@@ -230,5 +190,10 @@ class RecordBuilder:
             pa.DictionaryArray.from_arrays(f["transport"], _TRANSPORT_NAMES).cast(STR),
             f["dnstap_type"],
             f["server_identity"],
+            # filled by the enrichment steps (export.enrich) when configured
+            pa.nulls(n, STR),
+            pa.nulls(n, STR),
+            pa.nulls(n, STR),
+            answers_column(f["r_raw"]) if self._answers else pa.nulls(n, ANSWERS),
         ]
         return pa.Table.from_arrays(columns, schema=SCHEMA)

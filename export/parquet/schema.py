@@ -12,6 +12,12 @@ STR = pa.string()
 BOOL = pa.bool_()
 # Microseconds, UTC: every engine reads it with its default settings (Spark refuses TIMESTAMP(NANOS)).
 TS_US = pa.timestamp("us", tz="UTC")
+# One resource record of the response (export.answers): section answer/authority/additional, owner name, type,
+# class, TTL, RDATA in presentation format (RFC 3597 \\# form for types without a text form here).
+ANSWER = pa.struct([
+    ("section", STR), ("name", STR), ("type", I32), ("class", I32), ("ttl", I64), ("data", STR),
+])
+ANSWERS = pa.list_(ANSWER)
 
 # DNS Probe 1.6's ExportedDataSchema, in order (see ../shared/reference/dnsprobe-parquet-schema.md).
 DNSPROBE_COLUMNS = (
@@ -46,8 +52,8 @@ DNSPROBE_COLUMNS = (
     ("rcode", I32, "response RCODE including the extended bits of its OPT"),
     ("qtype", I32, "QTYPE"),
     ("qclass", I32, "QCLASS"),
-    ("country", STR, "client country (GeoIP not configured: empty)"),
-    ("asn", STR, "client AS number (GeoIP not configured: empty)"),
+    ("country", STR, "client country, ISO 3166 code (enrich.geoip_country; else or unknown: empty)"),
+    ("asn", STR, "client AS number, decimal digits (enrich.geoip_asn; else or unknown: empty)"),
     ("edns_udp", I32, "query EDNS UDP payload size, 0 without OPT"),
     ("edns_version", I32, "query EDNS version"),
     ("edns_do", BOOL, "query DO bit"),
@@ -58,17 +64,17 @@ DNSPROBE_COLUMNS = (
     ("edns_dnssec_n3u", STR, "query N3U algorithms"),
     ("edns_client_subnet", STR, "query EDNS client subnet as address/source-prefix"),
     ("edns_other", STR, "codes of other query options with a payload, comma-separated"),
-    ("edns_client_subnet_asn", STR, "empty, as DNS Probe"),
-    ("edns_client_subnet_country", STR, "empty, as DNS Probe"),
+    ("edns_client_subnet_asn", STR, "AS number of the client subnet's address (enrich.geoip_asn; else empty)"),
+    ("edns_client_subnet_country", STR, "country of the client subnet's address (enrich.geoip_country; else empty)"),
     ("labels", I32, "number of QNAME labels"),
     ("res_len", I32, "response frame length (TCP, zone transfers: summed)"),
     ("time_micro", I64, "microsecond part of time"),
     ("resp_frag", I32, "always 0, as DNS Probe"),
     ("proc_time", I32, "always 0, as DNS Probe"),
-    ("is_google", BOOL, "always false, as DNS Probe"),
-    ("is_opendns", BOOL, "always false, as DNS Probe"),
+    ("is_google", BOOL, "the client is a Google Public DNS resolver (enrich.public_resolvers; else false)"),
+    ("is_opendns", BOOL, "the client is an OpenDNS resolver (enrich.public_resolvers; else false)"),
     ("dns_res_len", I32, "response DNS message length (zone transfers: summed)"),
-    ("server_location", STR, "always empty, as DNS Probe"),
+    ("server_location", STR, "the probe's server name (export.server_name; hive layout: the host name; else empty)"),
     ("tcp_hs_rtt", pa.float64(), "TCP handshake round trip (SYN to the client's ACK) in ms; null for UDP"),
 )
 
@@ -89,6 +95,14 @@ DNSPROBE_EXTRA_COLUMNS = (
      " tool, update); null for packet capture"),
     ("server_identity", STR, "dnstap: the identity the server sent (its name, as configured there); null for packet"
      " capture or when the server sends none"),
+    ("public_resolver", STR, "Google, Cloudflare, Quad9 or OpenDNS when the client is one of their resolvers, else"
+     " empty (enrich.public_resolvers; else null)"),
+    ("registered_domain", STR, "QNAME's public suffix and one label more, lower-cased; empty for a suffix itself"
+     " (enrich.public_suffix; else null)"),
+    ("public_suffix", STR, "QNAME's public suffix (Public Suffix List), lower-cased (enrich.public_suffix; else"
+     " null)"),
+    ("answers", ANSWERS, "the response's answer, authority and additional records in presentation format"
+     " (export.answers; else null)"),
 )
 
 COLUMNS = DNSPROBE_COLUMNS + DNSPROBE_EXTRA_COLUMNS

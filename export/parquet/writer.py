@@ -1,19 +1,40 @@
-"""Parquet exporter: transactions → Arrow tables of records (export.parquet.records) → rotating files.
+"""Parquet exporter: transactions → Arrow table of records (export.parquet.records) → enrichment (export.enrich) →
+client privacy (export.parquet.privacy) → rotating files, flat or in hive partitions.
 
-A file is written as NAME.parquet.part and renamed to NAME.parquet only once complete, so readers
-never see a half-written file. NAME = <prefix><UTC start YYYYmmdd.HHMMSS.ffffff>.w<worker>, the
-start being the capture time of the file's first record. Rotation: after rotate_records records,
-and rotate_seconds after the file's start (the pipeline asks due() with capture time offline; live, the
+A file is written as NAME.parquet.part (hive layout: .NAME.parquet.part, a name engines skip) and renamed
+to NAME.parquet only once complete, so readers never see a half-written file. NAME = <prefix><UTC start
+YYYYmmdd.HHMMSS.ffffff>.w<worker>, the start being the capture time of the file's first record. Rotation:
+after rotate_records records, once the file holds rotate_bytes bytes (checked after each row group), and
+rotate_seconds after the file's start (the pipeline asks due() with capture time offline; live, the
 supervisor rotates on the wall clock, so a quiet file is still closed on time).
+
+Layout (export.layout): flat, every file in the output directory; or hive, each file in the directory of
+its records' partition, year=Y/month=M/day=D[/hour=H]/server=NAME (unpadded numbers, UTC capture time of
+the transaction), as ENTRADA writes them. A file never holds two partitions: the rows of a batch are split
+by partition, one file is open per partition, and a partition's file is closed once the capture clock has
+passed the partition's end by the query timeout (the latest a transaction of it can still complete).
 """
 
+import datetime
 import os
+import socket
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from export.base import FileExporter
+from export.base import FileExporter, file_stamp, free_path, hidden_part
 from export.parquet.schema import SCHEMA, UNIQUE_VALUED
+
+DAY_US = 86_400_000_000
+HOUR_US = 3_600_000_000
+DEFAULT_SERVER = "__default__"  # the partition directory of an empty server name
+SORT_KEYS = {"domainname": [("domainname", "ascending"), ("qname", "ascending")]}
+
+
+def server_name(export_cfg):
+    """The probe's server name: export.server_name, else the host name."""
+    return export_cfg.server_name if export_cfg.server_name is not None else socket.gethostname()
 
 
 def _first_time_ns(table):
@@ -21,96 +42,188 @@ def _first_time_ns(table):
     return table.column("time")[0].as_py() * 1000
 
 
+class _File:
+    """One open Parquet file: its paths, writer, and the rows buffered for its next row group."""
+
+    def __init__(self, final_path, part_path, start_ns, writer, sink):
+        self.final_path = final_path
+        self.part_path = part_path
+        self.start_ns = start_ns
+        self.writer = writer
+        self.sink = sink
+        self.records = 0
+        self.pending = []
+        self.pending_rows = 0
+
+
 class ParquetExporter(FileExporter):
     suffix = ".parquet"
 
-    def __init__(self, export_cfg, directory, worker_id, stats, builder=None):
+    def __init__(self, export_cfg, directory, worker_id, stats, builder=None, steps=(), late_ns=0):
+        """steps: table → table functions applied to every batch of records before it is written, in order
+        (export.enrich, then client privacy); late_ns: how long after a hive partition's end a transaction
+        of it can still complete (the query timeout)."""
         super().__init__(export_cfg, directory, worker_id, stats)
         if builder is None:
             from export.parquet.records import RecordBuilder
 
             builder = RecordBuilder()
         self.builder = builder
-        self.writer = None
-        self.file_records = 0
-        self.pending = []  # tables not yet written as a row group
-        self.pending_rows = 0
+        self.steps = tuple(steps)
+        self.files = {}  # partition (None in the flat layout, else its bucket number) → _File
+        self.late_ns = late_ns
         compression = export_cfg.compression
         self.compression = None if compression == "none" else compression
+        self.hive = export_cfg.layout == "hive"
+        self.bucket_us = HOUR_US if export_cfg.partition_hour else DAY_US
+        self.server = server_name(export_cfg) or DEFAULT_SERVER
+        self.sort_keys = SORT_KEYS.get(export_cfg.sort)
+        self._dictionary = [name for name in SCHEMA.names if name not in UNIQUE_VALUED]
+        self._sorting = (
+            pq.SortingColumn.from_ordering(SCHEMA, self.sort_keys) if self.sort_keys else None
+        )
 
     # -- the exporter interface (see export/__init__.py) --
 
     def write(self, txs, address_events=None, now_ns=None):
-        """Transactions → Arrow table (export.parquet.records) → rows. Address events are not part of this format
-        (they are counted in the statistics)."""
+        """Transactions → Arrow table (export.parquet.records) → the steps → rows. Address events are not part of
+        this format (they are counted in the statistics)."""
+        if self.hive and now_ns is not None:
+            self._close_ended(now_ns)
         if txs:
-            self.write_table(self.builder.build(txs))
+            table = self.builder.build(txs)
+            for step in self.steps:
+                table = step(table)
+            self.write_table(table)
 
     def write_table(self, table):
         """Append records; a file opened for them is named after its first record's time."""
-        limit = self.cfg.rotate_records
-        while table.num_rows:
-            if self.writer is None:
-                self._open(_first_time_ns(table))
-            take = table.num_rows if not limit else min(table.num_rows, limit - self.file_records)
-            self._buffer(table.slice(0, take))
-            table = table.slice(take)
-            if limit and self.file_records >= limit:
-                self.rotate()
+        if not self.hive:
+            self._append(None, table)
+            return
+        for bucket, rows in self._partitions(table):
+            self._append(bucket, rows)
 
     def is_open(self):
-        return self.writer is not None
+        return bool(self.files)
+
+    def due(self, now_ns):
+        """True when an open file has reached its time limit."""
+        if self.cfg.rotate_seconds <= 0:
+            return False
+        limit = int(self.cfg.rotate_seconds * 1e9)
+        return any(now_ns - f.start_ns >= limit for f in self.files.values())
 
     def rotate(self):
-        if self.writer is None:
-            return
-        self._flush_row_group(force=True)
-        try:
-            self.writer.close()
-            os.replace(self.part_path, self.final_path)
-        except OSError as exc:
-            raise self._output_error(exc) from None
-        self.completed.append(self.final_path)
-        self.stats.files += 1
-        self.writer = None
+        for bucket in list(self.files):
+            self._close(bucket)
 
-    # -- internals --
+    # -- partitions --
 
-    def _open(self, ts_ns):
-        self._name(ts_ns)
+    def _partitions(self, table):
+        """(bucket, rows) for each partition of the table's rows, in order of first appearance."""
+        buckets = pc.divide(table.column("time"), self.bucket_us)
+        low, high = pc.min_max(buckets).values()
+        if low == high:
+            return [(low.as_py(), table)]
+        return [(b, table.filter(pc.equal(buckets, b))) for b in pc.unique(buckets).to_pylist()]
+
+    def partition_dir(self, bucket):
+        """The directory of a hive partition: year=Y/month=M/day=D[/hour=H]/server=NAME, UTC, unpadded."""
+        t = datetime.datetime.fromtimestamp(bucket * self.bucket_us // 1_000_000, datetime.timezone.utc)
+        path = self.dir / f"year={t.year}" / f"month={t.month}" / f"day={t.day}"
+        if self.bucket_us == HOUR_US:
+            path = path / f"hour={t.hour}"
+        return path / f"server={self.server}"
+
+    def _close_ended(self, now_ns):
+        for bucket in list(self.files):
+            if bucket is not None and (bucket + 1) * self.bucket_us * 1000 + self.late_ns <= now_ns:
+                self._close(bucket)
+
+    # -- files --
+
+    def _append(self, bucket, table):
+        limit = self.cfg.rotate_records
+        while table.num_rows:
+            f = self.files.get(bucket)
+            if f is None:
+                f = self._open(bucket, _first_time_ns(table))
+            take = table.num_rows if not limit else min(table.num_rows, limit - f.records)
+            f.pending.append(table.slice(0, take))
+            f.pending_rows += take
+            f.records += take
+            self.stats.records += take
+            table = table.slice(take)
+            self._flush_row_groups(f, force=False)
+            if self._full(f):
+                # The rows not written yet belong to the next file.
+                rest, f.pending = f.pending, []
+                f.records -= f.pending_rows
+                self.stats.records -= f.pending_rows
+                f.pending_rows = 0
+                self._close(bucket)
+                table = pa.concat_tables(rest + [table])
+            elif limit and f.records >= limit:
+                self._close(bucket)
+
+    def _full(self, f):
+        return self.cfg.rotate_bytes > 0 and f.sink.tell() >= self.cfg.rotate_bytes
+
+    def _open(self, bucket, ts_ns):
+        directory = self.dir if bucket is None else self.partition_dir(bucket)
         try:
-            self.writer = pq.ParquetWriter(
-                self.part_path,
+            directory.mkdir(parents=True, exist_ok=True)
+            final = free_path(directory, f"{self.cfg.file_prefix}{file_stamp(ts_ns)}.w{self.worker_id}", self.suffix)
+            part = hidden_part(final) if self.hive else final.with_name(final.name + ".part")
+            sink = pa.OSFile(str(part), "wb")
+            writer = pq.ParquetWriter(
+                sink,
                 SCHEMA,
                 compression=self.compression,
                 compression_level=self.cfg.compression_level,
-                use_dictionary=[name for name in SCHEMA.names if name not in UNIQUE_VALUED],
+                use_dictionary=self._dictionary,
+                write_page_index=True,  # column and offset indexes: engines skip pages by time, name, ...
+                sorting_columns=self._sorting,
             )
         except OSError as exc:
-            raise self._output_error(exc) from None
-        self.file_records = 0
+            raise self._output_error(exc, directory) from None
+        f = self.files[bucket] = _File(final, part, ts_ns, writer, sink)
+        self.part_path, self.final_path, self.file_start_ns = f.part_path, f.final_path, ts_ns
+        return f
 
-    def _buffer(self, table):
-        self.pending.append(table)
-        self.pending_rows += table.num_rows
-        self.file_records += table.num_rows
-        self.stats.records += table.num_rows
-        self._flush_row_group(force=False)
+    def _close(self, bucket):
+        f = self.files.pop(bucket)
+        self._flush_row_groups(f, force=True)
+        try:
+            f.writer.close()
+            f.sink.close()
+            os.replace(f.part_path, f.final_path)
+        except OSError as exc:
+            raise self._output_error(exc, f.part_path) from None
+        self.completed.append(f.final_path)
+        self.stats.files += 1
+        if not self.files:
+            self.part_path = None
 
-    def _flush_row_group(self, force):
+    def _flush_row_groups(self, f, force):
         size = self.cfg.row_group_size
-        if not self.pending or (self.pending_rows < size and not force):
+        if not f.pending or (f.pending_rows < size and not force):
             return
-        table = pa.concat_tables(self.pending)
-        self.pending = []
-        self.pending_rows = 0
+        table = pa.concat_tables(f.pending) if len(f.pending) > 1 else f.pending[0]
+        f.pending = []
+        f.pending_rows = 0
         try:
             while table.num_rows >= size or (force and table.num_rows):
                 chunk = table.slice(0, size)
-                self.writer.write_table(chunk, row_group_size=size)
+                if self.sort_keys:
+                    chunk = chunk.sort_by(self.sort_keys)
+                f.writer.write_table(chunk, row_group_size=size)
                 table = table.slice(chunk.num_rows)
+                if self._full(f) and not force:
+                    break
         except OSError as exc:
-            raise self._output_error(exc) from None
+            raise self._output_error(exc, f.part_path) from None
         if table.num_rows:
-            self.pending = [table]
-            self.pending_rows = table.num_rows
+            f.pending = [table]
+            f.pending_rows = table.num_rows

@@ -155,6 +155,11 @@ def test_udp_ipv4_pair_every_column(tmp_path):
         "transport": "udp",
         "dnstap_type": None,  # from packets, not dnstap
         "server_identity": None,
+        # enrichment and answers are off by default: null
+        "public_resolver": None,
+        "registered_domain": None,
+        "public_suffix": None,
+        "answers": None,
     }
     # Guard the guard: the lengths really are those of the frames (Ethernet header included).
     assert len(qf) == 14 + 20 + 8 + len(qdns) and len(rf) == 14 + 20 + 8 + len(rdns)

@@ -14,7 +14,7 @@ import pytest
 from support import COMPACTOR_DATA, DNSPROBE_DATA, ROOT, needs_shared, run_python, transactions
 
 from export.parquet import columns
-from export.parquet.records import _CLIENT, _CLIENT_RAW, _FIELDS
+from export.parquet.records import _CLIENT, _FIELDS, _RESPONSE_RAW
 from probe.model import M
 
 CAPTURES = sorted((DNSPROBE_DATA / "test_pcaps").glob("*.pcap")) + [
@@ -22,7 +22,10 @@ CAPTURES = sorted((DNSPROBE_DATA / "test_pcaps").glob("*.pcap")) + [
     COMPACTOR_DATA / "gold.pcap.xz",
     ROOT / "samples" / "sample-mix.pcap.xz",
 ]
-SPECS = list(_FIELDS.values()) + list(_CLIENT.values()) + list(_CLIENT_RAW.values())
+# Packed addresses as binary ('y', as the C-DNS path reads them) besides the record builder's own columns.
+SPECS = list(_FIELDS.values()) + list(_CLIENT.values()) + list(_RESPONSE_RAW.values()) + [
+    ((0, M.SRC), "y"), ((1, M.DST), "y"),
+]
 
 
 @needs_shared
