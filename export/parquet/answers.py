@@ -182,7 +182,7 @@ def rdata_text(buf, start, end, rtype):
                     raise Malformed("RDATA shorter than its type's layout")
                 parts.append(text)
             if pos == end:
-                return " ".join(parts)
+                return " ".join(p for p in parts if p)  # an empty type bitmap adds nothing
         except (Malformed, IndexError, struct.error, UnicodeError, ValueError, OverflowError, OSError):
             pass
     return generic(bytes(buf[start:end]))
