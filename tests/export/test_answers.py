@@ -10,7 +10,7 @@ from support import ROOT, dnsprobe_read
 
 from export.parquet.answers import RDATA_LAYOUTS, answers_column, generic, message_records
 
-dns = pytest.importorskip("dns", reason="pip install dnspython (in the test extras)")
+pytest.importorskip("dns", reason="pip install dnspython (in the test extras)")
 import dns.message  # noqa: E402
 import dns.rdata  # noqa: E402
 import dns.rdatatype  # noqa: E402
