@@ -279,3 +279,24 @@ def test_public_suffix_and_resolvers_through_read(tmp_path, out_dir):
         ("", "xn--p1ai", "Cloudflare", False, False, "ns1"),
     ]
     assert [rows[i]["domainname"] for i in range(5)] == ["co.uk", "blogspot.com", "com", "kawasaki.jp", "xn--p1ai"]
+
+
+def test_refresh_script_reads_the_sources_formats(tmp_path):
+    """contrib/refresh-resolver-lists.py on text in its sources' formats (no network here): dig's TXT output for
+    Google, Cloudflare's plain lists; the header (source) is kept, the date replaced."""
+    import importlib.util
+
+    from support import ROOT
+
+    spec = importlib.util.spec_from_file_location("refresh", ROOT / "contrib" / "refresh-resolver-lists.py")
+    refresh = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(refresh)
+    dig = '"74.125.18.0/25 iad" "74.125.18.128/26 syd"\n"2404:6800:4003::/48 sin"\n'
+    assert refresh.google_prefixes(dig) == ["74.125.18.0/25", "74.125.18.128/26", "2404:6800:4003::/48"]
+    assert refresh.plain_prefixes("173.245.48.0/20\n103.21.244.0/22\n") == ["173.245.48.0/20", "103.21.244.0/22"]
+    path = tmp_path / "google.txt"
+    shutil.copy(BUNDLED / "google.txt", path)
+    refresh.rewrite(path, ["74.125.18.0/25"])
+    name, networks = read_list(path)
+    assert name == "Google" and [str(n) for n in networks] == ["74.125.18.0/25"]
+    assert "# Source: " in path.read_text() and "by contrib/refresh-resolver-lists.py" in path.read_text()
