@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 SAMPLE := samples/sample-mix.pcap.xz
 DEMO_OUT := demo-out
 
-.PHONY: demo test lint bench deps venv clean asan test-asan
+.PHONY: demo test lint bench deps venv clean asan test-asan test-asan-ci
 
 # Debian packages the tests, demo and benchmarks use (see the script). Installed only when missing.
 deps:
@@ -68,6 +68,13 @@ test-asan: asan
 	  UBSAN_OPTIONS=print_stacktrace=1:log_path=$$reports/ubsan $(PY) -m pytest -q $(ASAN_TESTS); rc=$$?; \
 	if ls $$reports | grep -q .; then echo "== sanitizer reports ($$reports):"; cat $$reports/*; exit 1; fi; \
 	exit $$rc
+
+# The tests that drive the C extensions directly: what CI runs under the sanitizers (make test-asan: all of them).
+ASAN_CI_TESTS := tests/decode/test_fastwire.py tests/match/test_match_c.py tests/export/test_columns.py \
+	tests/export/test_cdns_block.py tests/capture/test_pcap_records.py tests/run/test_native_build.py
+
+test-asan-ci:
+	$(MAKE) test-asan ASAN_TESTS="$(ASAN_CI_TESTS)"
 
 clean:
 	rm -rf $(VENV) $(DEMO_OUT) benchmarks/cache build
