@@ -210,7 +210,7 @@ def _read_pcap(r, endian, ts_mult, batch_size):
                 raise CaptureFileError(
                     r.path, f"truncated record at byte {r.offset()} ({caplen} bytes announced)"
                 )
-    if data_list:
+    if batch.data:  # (a file of only its header, as tcpdump leaves when it captured nothing: no batch)
         yield batch
 
 

@@ -6,9 +6,9 @@ import random
 import struct
 
 import pytest
-from support import COMPACTOR_DATA, DNSPROBE_DATA, needs_shared, shared_params
+from support import COMPACTOR_DATA, DNSPROBE_DATA, needs_shared, run_dnsprobe, shared_params
 
-from probe.capture import _pcaprecords
+from probe.capture import _pcaprecords, pcapfile
 from probe.capture.pcapfile import split_records
 
 CAPTURES = sorted((DNSPROBE_DATA / "test_pcaps").glob("*.pcap")) + [
@@ -95,3 +95,18 @@ def test_bad_arguments():
             split(b"", 5, False, 1, 10, [], [], [])
     with pytest.raises(TypeError):
         _pcaprecords.split(b"", 0, False, 1, 10, (), [], [])
+
+
+@pytest.mark.parametrize("splitter", ["c", "python"])
+def test_a_pcap_of_only_its_header_has_no_frames(tmp_path, splitter, monkeypatch):
+    # What tcpdump leaves when it captured nothing. Found by fuzzing (fuzz/fuzz_pcap.py): the reader ended in
+    # an UnboundLocalError, and `dnsprobe read` with a traceback.
+    path = tmp_path / "empty.pcap"
+    path.write_bytes(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 65535, 1))
+    if splitter == "python":
+        monkeypatch.setattr(pcapfile, "_pcaprecords", None)  # the reader's own choice when the C one is missing
+    assert list(pcapfile.read_capture(path)) == []
+    out = tmp_path / "out"
+    out.mkdir()
+    proc = run_dnsprobe("read", path, "-o", out, "-q", "--no-progress")
+    assert "Traceback" not in proc.stderr
