@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 SAMPLE := samples/sample-mix.pcap.xz
 DEMO_OUT := demo-out
 
-.PHONY: demo test lint bench deps venv clean asan test-asan test-asan-ci
+.PHONY: demo test lint bench deps venv clean asan test-asan test-asan-ci fuzz-build fuzz fuzz-ci
 
 # Debian packages the tests, demo and benchmarks use (see the script). Installed only when missing.
 deps:
@@ -35,7 +35,7 @@ test: deps venv
 	$(PY) -m pytest -q
 
 lint: venv
-	$(VENV)/bin/ruff check probe export tests benchmarks
+	$(VENV)/bin/ruff check probe export tests benchmarks fuzz
 	$(VENV)/bin/lint-imports  # the layers contract in pyproject.toml
 
 bench: venv
@@ -75,6 +75,35 @@ ASAN_CI_TESTS := tests/decode/test_fastwire.py tests/match/test_match_c.py tests
 
 test-asan-ci:
 	$(MAKE) test-asan ASAN_TESTS="$(ASAN_CI_TESTS)"
+
+# Coverage-guided fuzzing with atheris (fuzz/fuzz_*.py, one per entry point that takes untrusted bytes): the
+# extensions built by clang with ASan, UBSan and libFuzzer's coverage into build/fuzz, atheris' ASan+libFuzzer
+# runtime preloaded. Each harness starts from its seeds (fuzz/corpus/NAME, read only) and keeps what it finds
+# in build/fuzz/corpus/NAME; a crash or a C/Python difference stops the run, its input in build/fuzz/crashes.
+FUZZ_DIR := build/fuzz
+FUZZ_SECONDS ?= 30
+FUZZ_HARNESSES := $(basename $(notdir $(wildcard fuzz/fuzz_*.py)))
+
+fuzz-build: venv
+	@bash contrib/install-deps.sh sanitizers
+	$(PY) -m pip install -q -e '.[fuzz]'
+	rm -rf $(FUZZ_DIR)/lib && mkdir -p $(FUZZ_DIR)/crashes
+	CC=clang LDSHARED="clang -shared" CFLAGS="$(SANITIZE) -fsanitize=fuzzer-no-link -g" \
+	  $(PY) setup.py -q build_ext --build-lib $(FUZZ_DIR)/lib --build-temp $(FUZZ_DIR)/tmp --force
+
+fuzz: fuzz-build
+	@runtime=$$($(PY) -c 'import atheris, os; print(os.path.dirname(os.path.dirname(atheris.__file__)))'); \
+	for h in $(FUZZ_HARNESSES); do \
+	  mkdir -p $(FUZZ_DIR)/corpus/$$h; echo "== $$h ($(FUZZ_SECONDS) s)"; \
+	  DNSPROBE_NATIVE_DIR=$(abspath $(FUZZ_DIR))/lib LD_PRELOAD=$$runtime/asan_with_fuzzer.so PYTHONMALLOC=malloc \
+	  ASAN_OPTIONS=detect_leaks=0 $(PY) fuzz/$$h.py -max_total_time=$(FUZZ_SECONDS) -rss_limit_mb=4096 \
+	    -artifact_prefix=$(FUZZ_DIR)/crashes/$$h- $(FUZZ_DIR)/corpus/$$h fuzz/corpus/$$h 2>&1 \
+	    | grep -v '^INFO: Instrumenting' | tail -n 4 | tee $(FUZZ_DIR)/$$h.log; \
+	  grep -q '^Done [0-9]* runs' $(FUZZ_DIR)/$$h.log || { echo "$$h found something: $(FUZZ_DIR)/crashes"; exit 1; }; \
+	done
+
+fuzz-ci:
+	$(MAKE) fuzz FUZZ_SECONDS=20
 
 clean:
 	rm -rf $(VENV) $(DEMO_OUT) benchmarks/cache build
