@@ -13,12 +13,16 @@ import sys
 
 import atheris
 
-with atheris.instrument_imports(include=["probe", "export"]):
-    import probe.native  # noqa: F401 (first: the fuzz build is found through DNSPROBE_NATIVE_DIR)
+# Coverage of the Python code too (the twins, the pure-Python stages): every module of probe and export that the
+# harness imports from here until run() is instrumented by atheris.
+_INSTRUMENT = atheris.instrument_imports(include=["probe", "export"])
+_INSTRUMENT.__enter__()
+import probe.native  # noqa: E402,F401 (first: the fuzz build is found through DNSPROBE_NATIVE_DIR)
 
 
 def run(one_input):
     """Fuzz one_input(data: bytes) with libFuzzer's command line (sys.argv)."""
+    _INSTRUMENT.__exit__(None, None, None)
     atheris.Setup(sys.argv, one_input)
     atheris.Fuzz()
 
