@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 SAMPLE := samples/sample-mix.pcap.xz
 DEMO_OUT := demo-out
 
-.PHONY: demo test lint bench deps venv clean asan test-asan test-asan-ci fuzz-build fuzz fuzz-ci
+.PHONY: demo test lint bench deps venv clean asan test-asan test-asan-ci fuzz-deps fuzz-build fuzz fuzz-ci fuzz-coverage
 
 # Debian packages the tests, demo and benchmarks use (see the script). Installed only when missing.
 deps:
@@ -84,9 +84,11 @@ FUZZ_DIR := build/fuzz
 FUZZ_SECONDS ?= 30
 FUZZ_HARNESSES := $(basename $(notdir $(wildcard fuzz/fuzz_*.py)))
 
-fuzz-build: venv
+fuzz-deps: venv
 	@bash contrib/install-deps.sh sanitizers
-	$(PY) -m pip install -q -e '.[fuzz]'
+	@$(PY) -c 'import atheris' 2>/dev/null || $(PY) -m pip install -q -e '.[fuzz]'
+
+fuzz-build: fuzz-deps
 	rm -rf $(FUZZ_DIR)/lib && mkdir -p $(FUZZ_DIR)/crashes
 	CC=clang LDSHARED="clang -shared" CFLAGS="$(SANITIZE) -fsanitize=fuzzer-no-link -g" \
 	  $(PY) setup.py -q build_ext --build-lib $(FUZZ_DIR)/lib --build-temp $(FUZZ_DIR)/tmp --force
@@ -104,6 +106,23 @@ fuzz: fuzz-build
 
 fuzz-ci:
 	$(MAKE) fuzz FUZZ_SECONDS=20
+
+# Line and branch coverage of each C file by the corpora (seeds and what make fuzz found): the extensions built
+# with clang's source-based coverage into build/fuzz/cov, every corpus input run once (-runs=0), llvm-cov report.
+fuzz-coverage: fuzz-deps
+	rm -rf $(FUZZ_DIR)/cov && mkdir -p $(FUZZ_DIR)/cov/profiles
+	CC=clang LDSHARED="clang -shared" CFLAGS="-fprofile-instr-generate -fcoverage-mapping -g" \
+	  LDFLAGS="-fprofile-instr-generate" \
+	  $(PY) setup.py -q build_ext --build-lib $(FUZZ_DIR)/cov/lib --build-temp $(FUZZ_DIR)/cov/tmp --force
+	@for h in $(FUZZ_HARNESSES); do mkdir -p $(FUZZ_DIR)/corpus/$$h; \
+	  DNSPROBE_NATIVE_DIR=$(abspath $(FUZZ_DIR))/cov/lib \
+	  LLVM_PROFILE_FILE=$(abspath $(FUZZ_DIR))/cov/profiles/$$h-%p.profraw \
+	  $(PY) fuzz/$$h.py -runs=0 $(FUZZ_DIR)/corpus/$$h fuzz/corpus/$$h >/dev/null 2>&1 || exit 1; done
+	@llvm=$$(dirname $$(readlink -f $$(command -v clang))); \
+	$$llvm/llvm-profdata merge -sparse $(FUZZ_DIR)/cov/profiles/*.profraw -o $(FUZZ_DIR)/cov/all.profdata && \
+	$$llvm/llvm-cov report -instr-profile=$(FUZZ_DIR)/cov/all.profdata \
+	  $$(find $(FUZZ_DIR)/cov/lib -name '*.so' ! -name '_dpdk*' -printf ' -object %p') \
+	  | tee $(FUZZ_DIR)/coverage.txt
 
 clean:
 	rm -rf $(VENV) $(DEMO_OUT) benchmarks/cache build
