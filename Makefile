@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 SAMPLE := samples/sample-mix.pcap.xz
 DEMO_OUT := demo-out
 
-.PHONY: demo test lint bench deps venv clean asan test-asan
+.PHONY: demo test lint bench deps venv clean asan test-asan test-asan-ci fuzz-deps fuzz-build fuzz fuzz-ci fuzz-coverage
 
 # Debian packages the tests, demo and benchmarks use (see the script). Installed only when missing.
 deps:
@@ -35,7 +35,7 @@ test: deps venv
 	$(PY) -m pytest -q
 
 lint: venv
-	$(VENV)/bin/ruff check probe export tests benchmarks
+	$(VENV)/bin/ruff check probe export tests benchmarks fuzz
 	$(VENV)/bin/lint-imports  # the layers contract in pyproject.toml
 
 bench: venv
@@ -69,6 +69,61 @@ test-asan: asan
 	  UBSAN_OPTIONS=print_stacktrace=1:log_path=$$reports/ubsan $(PY) -m pytest -q $(ASAN_TESTS); rc=$$?; \
 	if ls $$reports | grep -q .; then echo "== sanitizer reports ($$reports):"; cat $$reports/*; exit 1; fi; \
 	exit $$rc
+
+# The tests that drive the C extensions directly: what CI runs under the sanitizers (make test-asan: all of them).
+ASAN_CI_TESTS := tests/decode/test_fastwire.py tests/match/test_match_c.py tests/export/test_columns.py \
+	tests/export/test_cdns_block.py tests/capture/test_pcap_records.py tests/run/test_native_build.py
+
+test-asan-ci:
+	$(MAKE) test-asan ASAN_TESTS="$(ASAN_CI_TESTS)"
+
+# Coverage-guided fuzzing with atheris (fuzz/fuzz_*.py, one per entry point that takes untrusted bytes): the
+# extensions built by clang with ASan, UBSan and libFuzzer's coverage into build/fuzz, atheris' ASan+libFuzzer
+# runtime preloaded. Each harness starts from its seeds (fuzz/corpus/NAME, read only) and keeps what it finds
+# in build/fuzz/corpus/NAME; a crash or a C/Python difference stops the run, its input in build/fuzz/crashes.
+FUZZ_DIR := build/fuzz
+FUZZ_SECONDS ?= 30
+FUZZ_HARNESSES := $(basename $(notdir $(wildcard fuzz/fuzz_*.py)))
+
+fuzz-deps: venv
+	@bash contrib/install-deps.sh sanitizers
+	@$(PY) -c 'import atheris' 2>/dev/null || $(PY) -m pip install -q -e '.[fuzz]'
+
+fuzz-build: fuzz-deps
+	rm -rf $(FUZZ_DIR)/lib && mkdir -p $(FUZZ_DIR)/crashes
+	CC=clang LDSHARED="clang -shared" CFLAGS="$(SANITIZE) -fsanitize=fuzzer-no-link -g" \
+	  $(PY) setup.py -q build_ext --build-lib $(FUZZ_DIR)/lib --build-temp $(FUZZ_DIR)/tmp --force
+
+fuzz: fuzz-build
+	@runtime=$$($(PY) -c 'import atheris, os; print(os.path.dirname(os.path.dirname(atheris.__file__)))'); \
+	for h in $(FUZZ_HARNESSES); do \
+	  mkdir -p $(FUZZ_DIR)/corpus/$$h; echo "== $$h ($(FUZZ_SECONDS) s)"; \
+	  DNSPROBE_NATIVE_DIR=$(abspath $(FUZZ_DIR))/lib LD_PRELOAD=$$runtime/asan_with_fuzzer.so PYTHONMALLOC=malloc \
+	  ASAN_OPTIONS=detect_leaks=0 $(PY) fuzz/$$h.py -max_total_time=$(FUZZ_SECONDS) -rss_limit_mb=4096 \
+	    -artifact_prefix=$(FUZZ_DIR)/crashes/$$h- $(FUZZ_DIR)/corpus/$$h fuzz/corpus/$$h 2>&1 \
+	    | grep -v '^INFO: Instrumenting' | tail -n 4 | tee $(FUZZ_DIR)/$$h.log; \
+	  grep -q '^Done [0-9]* runs' $(FUZZ_DIR)/$$h.log || { echo "$$h found something: $(FUZZ_DIR)/crashes"; exit 1; }; \
+	done
+
+fuzz-ci:
+	$(MAKE) fuzz FUZZ_SECONDS=20
+
+# Line and branch coverage of each C file by the corpora (seeds and what make fuzz found): the extensions built
+# with clang's source-based coverage into build/fuzz/cov, every corpus input run once (-runs=0), llvm-cov report.
+fuzz-coverage: fuzz-deps
+	rm -rf $(FUZZ_DIR)/cov && mkdir -p $(FUZZ_DIR)/cov/profiles
+	CC=clang LDSHARED="clang -shared" CFLAGS="-fprofile-instr-generate -fcoverage-mapping -g" \
+	  LDFLAGS="-fprofile-instr-generate" \
+	  $(PY) setup.py -q build_ext --build-lib $(FUZZ_DIR)/cov/lib --build-temp $(FUZZ_DIR)/cov/tmp --force
+	@for h in $(FUZZ_HARNESSES); do mkdir -p $(FUZZ_DIR)/corpus/$$h; \
+	  DNSPROBE_NATIVE_DIR=$(abspath $(FUZZ_DIR))/cov/lib \
+	  LLVM_PROFILE_FILE=$(abspath $(FUZZ_DIR))/cov/profiles/$$h-%p.profraw \
+	  $(PY) fuzz/$$h.py -runs=0 $(FUZZ_DIR)/corpus/$$h fuzz/corpus/$$h >/dev/null 2>&1 || exit 1; done
+	@llvm=$$(dirname $$(readlink -f $$(command -v clang))); \
+	$$llvm/llvm-profdata merge -sparse $(FUZZ_DIR)/cov/profiles/*.profraw -o $(FUZZ_DIR)/cov/all.profdata && \
+	$$llvm/llvm-cov report -instr-profile=$(FUZZ_DIR)/cov/all.profdata \
+	  $$(find $(FUZZ_DIR)/cov/lib -name '*.so' ! -name '_dpdk*' -printf ' -object %p') \
+	  | tee $(FUZZ_DIR)/coverage.txt
 
 clean:
 	rm -rf $(VENV) $(DEMO_OUT) benchmarks/cache build

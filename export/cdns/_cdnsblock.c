@@ -340,13 +340,13 @@ static void cache_dealloc(PyObject *self)
     Py_TYPE(self)->tp_free(self);
 }
 
-static PyObject *cache_len(PyObject *self, PyObject *unused)
+static PyObject *cache_len(PyObject *self, PyObject *Py_UNUSED(unused))
 {
     Cache *c = (Cache *)self;
     return Py_BuildValue("nnn", (Py_ssize_t)c->names.used, (Py_ssize_t)c->classtype.used, (Py_ssize_t)c->sigs.used);
 }
 
-static PyObject *cache_probes(PyObject *self, PyObject *unused)
+static PyObject *cache_probes(PyObject *self, PyObject *Py_UNUSED(unused))
 {
     Cache *c = (Cache *)self;
     return Py_BuildValue("KKK", c->names.probes, c->classtype.probes, c->sigs.probes);
@@ -548,7 +548,7 @@ static PyObject *items_getitem(PyObject *self, Py_ssize_t i)
     return item_tuple(&s->a[i]);
 }
 
-static PyObject *items_list(PyObject *self, PyObject *unused)
+static PyObject *items_list(PyObject *self, PyObject *Py_UNUSED(unused))
 {
     Items *s = (Items *)self;
     PyObject *out = PyList_New(s->n);
@@ -887,7 +887,7 @@ done:
     return rc;
 }
 
-static PyObject *add(PyObject *self, PyObject *args)
+static PyObject *add(PyObject *Py_UNUSED(self), PyObject *args)
 {
     PyObject *txs, *earliest;
     Py_ssize_t start;
@@ -1003,7 +1003,7 @@ static PyObject *item_map(PyObject *it, PyObject *earliest, PyObject *new_ip, Py
     return d;
 }
 
-static PyObject *items(PyObject *self, PyObject *args)
+static PyObject *items(PyObject *Py_UNUSED(self), PyObject *args)
 {
     PyObject *seq, *earliest, *new_ip, *new_sig, *new_name;
     if (!PyArg_ParseTuple(args, "OOO!O!O!:items", &seq, &earliest, &PyList_Type, &new_ip, &PyList_Type, &new_sig,
@@ -1104,7 +1104,7 @@ static int encode_item(Out *o, const Item *it, long long early, PyObject *new_ip
     return 1;
 }
 
-static PyObject *encode_items(PyObject *self, PyObject *args)
+static PyObject *encode_items(PyObject *Py_UNUSED(self), PyObject *args)
 {
     PyObject *list, *earliest, *new_ip, *new_sig, *new_name;
     long long early;
@@ -1135,7 +1135,7 @@ static PyObject *encode_items(PyObject *self, PyObject *args)
 }
 
 /* cbor2.dumps([cdns._signature(sig, new_ip, new_name) for sig in sigs]), or None (a value not an int). */
-static PyObject *encode_signatures(PyObject *self, PyObject *args)
+static PyObject *encode_signatures(PyObject *Py_UNUSED(self), PyObject *args)
 {
     PyObject *list, *new_ip, *new_name;
     if (!PyArg_ParseTuple(args, "O!O!O!:encode_signatures", &PyList_Type, &list, &PyList_Type, &new_ip, &PyList_Type,
@@ -1175,7 +1175,7 @@ static PyObject *encode_signatures(PyObject *self, PyObject *args)
 
 /* The use count of each index 0..n-1 in field `field` of the items (None skipped): the counts that order
  * a block's tables most-used first. collections.Counter did this at about 140 ns an item and field. */
-static PyObject *count_uses(PyObject *self, PyObject *args)
+static PyObject *count_uses(PyObject *Py_UNUSED(self), PyObject *args)
 {
     PyObject *list;
     Py_ssize_t field, n;
@@ -1253,7 +1253,7 @@ static int by_more_use(const void *a, const void *b)
     return x->index < y->index ? -1 : x->index > y->index;
 }
 
-static PyObject *by_use(PyObject *self, PyObject *uses)
+static PyObject *by_use(PyObject *Py_UNUSED(self), PyObject *uses)
 {
     if (!PyList_Check(uses)) {
         PyErr_SetString(PyExc_TypeError, "by_use: uses must be a list of ints");
@@ -1313,7 +1313,9 @@ static PyMethodDef methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "export.cdns._cdnsblock", NULL, -1, methods};
+static struct PyModuleDef module = {
+    .m_base = PyModuleDef_HEAD_INIT, .m_name = "export.cdns._cdnsblock", .m_size = -1, .m_methods = methods,
+};
 
 PyMODINIT_FUNC PyInit__cdnsblock(void)
 {

@@ -456,7 +456,7 @@ static int put_row(Column *cols, Py_ssize_t ncols, PyObject *row, Py_ssize_t i)
     return 0;
 }
 
-static PyObject *extract(PyObject *self, PyObject *args)
+static PyObject *extract(PyObject *Py_UNUSED(self), PyObject *args)
 {
     PyObject *rows, *specs;
     if (!PyArg_ParseTuple(args, "O!O", &PyList_Type, &rows, &specs))
@@ -546,7 +546,9 @@ static PyMethodDef methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "export.parquet._columns", NULL, -1, methods};
+static struct PyModuleDef module = {
+    .m_base = PyModuleDef_HEAD_INIT, .m_name = "export.parquet._columns", .m_size = -1, .m_methods = methods,
+};
 
 PyMODINIT_FUNC PyInit__columns(void)
 {

@@ -114,7 +114,7 @@ parse_port(PyObject *args, unsigned int *port)
 }
 
 static PyObject *
-py_eal_init(PyObject *self, PyObject *args)
+py_eal_init(PyObject *Py_UNUSED(self), PyObject *args)
 {
 	PyObject *list;
 	if (!PyArg_ParseTuple(args, "O!", &PyList_Type, &list))
@@ -132,7 +132,7 @@ py_eal_init(PyObject *self, PyObject *args)
 		const char *s = PyUnicode_AsUTF8(PyList_GET_ITEM(list, i));
 		if (s == NULL)
 			goto out;
-		argv[i] = strdup(s); /* EAL keeps pointers into argv */
+		argv[i] = strdup(s); /* never freed: EAL keeps pointers to them (gcc -fanalyzer: "leak of strdup(s)") */
 		if (argv[i] == NULL) {
 			PyErr_NoMemory();
 			goto out;
@@ -158,7 +158,7 @@ out:
 }
 
 static PyObject *
-py_port_count(PyObject *self, PyObject *noargs)
+py_port_count(PyObject *Py_UNUSED(self), PyObject *Py_UNUSED(noargs))
 {
 	if (!eal_ready) {
 		PyErr_SetString(DpdkError, "the DPDK EAL is not initialised");
@@ -168,7 +168,7 @@ py_port_count(PyObject *self, PyObject *noargs)
 }
 
 static PyObject *
-py_port_info(PyObject *self, PyObject *args)
+py_port_info(PyObject *Py_UNUSED(self), PyObject *args)
 {
 	unsigned int port;
 	if (parse_port(args, &port) < 0)
@@ -186,7 +186,7 @@ py_port_info(PyObject *self, PyObject *args)
 }
 
 static PyObject *
-py_port_setup(PyObject *self, PyObject *args)
+py_port_setup(PyObject *Py_UNUSED(self), PyObject *args)
 {
 	unsigned int port, queues, ring_size, mempool_size, mbuf_size;
 	int promiscuous;
@@ -278,7 +278,7 @@ py_port_setup(PyObject *self, PyObject *args)
 }
 
 static PyObject *
-py_rx_burst(PyObject *self, PyObject *args)
+py_rx_burst(PyObject *Py_UNUSED(self), PyObject *args)
 {
 	unsigned int port, queue, max;
 	unsigned long long timeout_us;
@@ -381,7 +381,7 @@ py_rx_burst(PyObject *self, PyObject *args)
 }
 
 static PyObject *
-py_port_stats(PyObject *self, PyObject *args)
+py_port_stats(PyObject *Py_UNUSED(self), PyObject *args)
 {
 	unsigned int port;
 	if (parse_port(args, &port) < 0)
@@ -396,7 +396,7 @@ py_port_stats(PyObject *self, PyObject *args)
 }
 
 static PyObject *
-py_port_stop(PyObject *self, PyObject *args)
+py_port_stop(PyObject *Py_UNUSED(self), PyObject *args)
 {
 	unsigned int port;
 	if (parse_port(args, &port) < 0)
@@ -409,7 +409,7 @@ py_port_stop(PyObject *self, PyObject *args)
 }
 
 static PyObject *
-py_port_close(PyObject *self, PyObject *args)
+py_port_close(PyObject *Py_UNUSED(self), PyObject *args)
 {
 	unsigned int port;
 	if (parse_port(args, &port) < 0)
@@ -426,7 +426,7 @@ py_port_close(PyObject *self, PyObject *args)
 }
 
 static PyObject *
-py_eal_cleanup(PyObject *self, PyObject *noargs)
+py_eal_cleanup(PyObject *Py_UNUSED(self), PyObject *Py_UNUSED(noargs))
 {
 	if (!eal_ready)
 		Py_RETURN_NONE;

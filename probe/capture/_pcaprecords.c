@@ -36,7 +36,7 @@ static int append_new(PyObject *list, PyObject *item)
     return rc;
 }
 
-static PyObject *split(PyObject *self, PyObject *args)
+static PyObject *split(PyObject *Py_UNUSED(self), PyObject *args)
 {
     Py_buffer view;
     Py_ssize_t pos, limit;
@@ -82,7 +82,9 @@ static PyMethodDef methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "probe.capture._pcaprecords", NULL, -1, methods};
+static struct PyModuleDef module = {
+    .m_base = PyModuleDef_HEAD_INIT, .m_name = "probe.capture._pcaprecords", .m_size = -1, .m_methods = methods,
+};
 
 PyMODINIT_FUNC PyInit__pcaprecords(void)
 {

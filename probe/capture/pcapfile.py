@@ -213,7 +213,7 @@ def _read_pcap(r, endian, ts_mult, batch_size):
                 raise CaptureFileError(
                     r.path, f"truncated record at byte {r.offset()} ({caplen} bytes announced)"
                 )
-    if data_list:
+    if batch.data:  # (a file of only its header, as tcpdump leaves when it captured nothing: no batch)
         yield batch
 
 
@@ -225,7 +225,8 @@ _BLOCK_EPB = 6
 
 
 def _idb_resolution(body, endian):
-    """Return (nanoseconds numerator, denominator, offset seconds) from IDB options."""
+    """Return (nanoseconds numerator, denominator, offset seconds) from IDB options, or None when an option runs
+    past the end of the block."""
     num, den, offset = 1000, 1, 0  # default resolution: microseconds
     pos = 8
     while pos + 4 <= len(body):
@@ -235,6 +236,8 @@ def _idb_resolution(body, endian):
         pos += (length + 3) & ~3
         if code == 0:
             break
+        if len(value) < length:
+            return None
         if code == 9 and length >= 1:  # if_tsresol
             v = value[0]
             if v & 0x80:
@@ -310,7 +313,12 @@ def _read_pcapng(r, batch_size):
             if len(body) < 8:
                 raise CaptureFileError(r.path, "corrupt interface description block")
             linktype, _, snaplen = struct.unpack_from(endian + "HHI", body, 0)
-            interfaces.append((linktype, snaplen) + _idb_resolution(body, endian))
+            resolution = _idb_resolution(body, endian)
+            if resolution is None:
+                raise CaptureFileError(
+                    r.path, f"corrupt interface description block at byte {block_at}: an option runs past its end"
+                )
+            interfaces.append((linktype, snaplen) + resolution)
             continue
         if btype == _BLOCK_EPB:
             if len(body) < 20:

@@ -753,7 +753,7 @@ static int fill_dns(PyObject *t, Py_ssize_t first, const unsigned char *p, Py_ss
     return 0;
 }
 
-static PyObject *parse_message(PyObject *self, PyObject *args)
+static PyObject *parse_message(PyObject *Py_UNUSED(self), PyObject *args)
 {
     PyObject *buf, *names = Py_None;
     Py_ssize_t max_names = -1;
@@ -1128,7 +1128,7 @@ static int add_counts(PyObject *counts, const long long *add)
     return 0;
 }
 
-static PyObject *decode_frames(PyObject *self, PyObject *args)
+static PyObject *decode_frames(PyObject *Py_UNUSED(self), PyObject *args)
 {
     PyObject *ts_obj, *wl_obj, *data_obj, *out, *keep4, *keep6, *names, *counts_obj, *tcp = Py_None;
     Py_ssize_t start, max_names;
@@ -1221,7 +1221,11 @@ static PyMethodDef methods[] = {
 };
 
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "_fastwire", "The DNS wire walker and the common-frame fast path, in C.", -1, methods,
+    .m_base = PyModuleDef_HEAD_INIT,
+    .m_name = "_fastwire",
+    .m_doc = "The DNS wire walker and the common-frame fast path, in C.",
+    .m_size = -1,
+    .m_methods = methods,
 };
 
 PyMODINIT_FUNC PyInit__fastwire(void)

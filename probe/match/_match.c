@@ -404,7 +404,7 @@ static int add_counts(PyObject *counts, const Py_ssize_t add[N_COUNTS])
     return 0;
 }
 
-static PyObject *run_match(PyObject *self, PyObject *args)
+static PyObject *run_match(PyObject *Py_UNUSED(self), PyObject *args)
 {
     PyObject *msgs, *counts;
     Py_ssize_t i;
@@ -448,7 +448,9 @@ static PyMethodDef methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "probe.match._match", NULL, -1, methods};
+static struct PyModuleDef module = {
+    .m_base = PyModuleDef_HEAD_INIT, .m_name = "probe.match._match", .m_size = -1, .m_methods = methods,
+};
 
 PyMODINIT_FUNC PyInit__match(void)
 {

@@ -6,10 +6,11 @@ import random
 import struct
 
 import pytest
-from support import COMPACTOR_DATA, DNSPROBE_DATA, needs_shared, shared_params
+from support import COMPACTOR_DATA, DNSPROBE_DATA, needs_shared, run_dnsprobe, shared_params
 
-from probe.capture import _pcaprecords
+from probe.capture import _pcaprecords, pcapfile
 from probe.capture.pcapfile import split_records
+from probe.errors import CaptureFileError
 
 CAPTURES = sorted((DNSPROBE_DATA / "test_pcaps").glob("*.pcap")) + [
     COMPACTOR_DATA / "gold.pcap.xz",
@@ -95,3 +96,39 @@ def test_bad_arguments():
             split(b"", 5, False, 1, 10, [], [], [])
     with pytest.raises(TypeError):
         _pcaprecords.split(b"", 0, False, 1, 10, (), [], [])
+
+
+@pytest.mark.parametrize("splitter", ["c", "python"])
+def test_a_pcap_of_only_its_header_has_no_frames(tmp_path, splitter, monkeypatch):
+    # What tcpdump leaves when it captured nothing. Found by fuzzing (fuzz/fuzz_pcap.py): the reader ended in
+    # an UnboundLocalError, and `dnsprobe read` with a traceback.
+    path = tmp_path / "empty.pcap"
+    path.write_bytes(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 65535, 1))
+    if splitter == "python":
+        monkeypatch.setattr(pcapfile, "_pcaprecords", None)  # the reader's own choice when the C one is missing
+    assert list(pcapfile.read_capture(path)) == []
+    out = tmp_path / "out"
+    out.mkdir()
+    proc = run_dnsprobe("read", path, "-o", out, "-q", "--no-progress")
+    assert "Traceback" not in proc.stderr
+
+
+# Found by fuzzing (fuzz/fuzz_pcap.py): an interface description block whose if_tsresol option (length 1) runs
+# past the end of the block ended the reader in an IndexError, and `dnsprobe read` with a traceback.
+IDB_OPTION_PAST_END = bytes.fromhex(
+    "0a0d0d0a640000004d3c2b1a01000000ffffffffffffffff01002b0053616e6974697a65642062792054726163655772"
+    "616e676c65722076302e362e30206275696c64203737380004000d004564697463617020322e302e3200000000000000"
+    "640000000100000020000000000000000000000401000000ffff00000900010034020000000000006d0000000000"
+)
+
+
+def test_an_interface_option_running_past_its_block_is_a_clear_error(tmp_path):
+    path = tmp_path / "idb.pcapng"
+    path.write_bytes(IDB_OPTION_PAST_END)
+    with pytest.raises(CaptureFileError, match="corrupt interface description block at byte 100: an option"):
+        list(pcapfile.read_capture(path))
+    out = tmp_path / "out"
+    out.mkdir()
+    proc = run_dnsprobe("read", path, "-o", out, "-q", "--no-progress", check=False)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip().endswith("an option runs past its end"), proc.stderr

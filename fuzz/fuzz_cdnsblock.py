@@ -1,0 +1,41 @@
+"""Transactions through the C-DNS block builder in C (Block.add, export.cdns._cdnsblock) and in Python
+(Block.add_python): equal tables in the same order, items, counters, and equal block bytes (the C encoding
+against encode(python=True), which uses no C)."""
+
+import tempfile
+
+from harness import check, run
+from stages import transactions
+
+from export.cdns import block as cdns
+from export.cdns.writer import CdnsExporter
+from probe.config import load_config
+from probe.stats import Stats
+
+TABLES = ("ip", "names", "classtype", "sigs", "qrr", "qlist", "rr", "rrlist", "mm_data")
+WRITER = CdnsExporter(load_config(overrides={"export.format": "cdns"}), tempfile.mkdtemp(prefix="fuzz-cdns-"), 0,
+                      Stats())
+
+
+def one_input(data):
+    txs = transactions(data)
+    if not txs:
+        return
+    fast, slow = cdns.Block(WRITER), cdns.Block(WRITER)
+    slow.items = []
+    step = len(data) % 7 + 1
+    for i in range(0, len(txs), step):
+        fast.add(txs[i : i + step])
+        slow.add_python(txs[i : i + step])
+    for name in TABLES:
+        a, b = list(getattr(fast, name).items()), list(getattr(slow, name).items())
+        check(a == b, f"table {name}", data, a, b)
+    check(list(fast.items) == list(slow.items), "items", data, list(fast.items), slow.items)
+    for name in ("malformed", "earliest", "processed", "unmatched_q", "unmatched_r"):
+        check(getattr(fast, name) == getattr(slow, name), name, data, getattr(fast, name), getattr(slow, name))
+    a, b = fast.encode(), slow.encode(python=True)
+    check(a == b, "block bytes", data, a, b)
+
+
+if __name__ == "__main__":
+    run(one_input)

@@ -1,0 +1,90 @@
+"""Write the seed corpus (fuzz/corpus/<harness>/) from the bundled sample and, where present, the shared
+captures beside the checkout: frames and messages split out of real traffic, a few of each kind, kept small.
+Run from the repository root: python fuzz/make_corpus.py. (Seeds are named by their content's hash.)"""
+
+import hashlib
+import lzma
+import random
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from probe.capture.pcapfile import read_capture
+from probe.config import DecodeConfig
+from probe.decode.link import LINK_NAMES
+from probe.decode.packets import PacketDecoder
+from probe.model import M
+from probe.stats import Stats
+
+ROOT = Path(__file__).resolve().parent.parent
+
+SHARED = ROOT.parent / "shared" / "data"
+CAPTURES = [ROOT / "samples" / "sample-mix.pcap.xz"] + sorted(
+    p for p in [*(SHARED / "dns-probe" / "test_pcaps").glob("*.pcap*"), *(SHARED / "compactor").glob("*.pcap*")]
+    if not p.name.endswith(".info")
+)
+OUT = ROOT / "fuzz" / "corpus"
+
+
+def join_frames(frames):
+    """The frames as the harnesses split them (fuzz/harness.py split_frames)."""
+    return b"".join(struct.pack("!H", len(f)) + f for f in frames)
+
+
+def save(harness, data):
+    d = OUT / harness
+    d.mkdir(parents=True, exist_ok=True)
+    (d / hashlib.sha1(data).hexdigest()[:16]).write_bytes(data)
+
+
+def raw_bytes(path):
+    data = path.read_bytes()
+    return lzma.decompress(data) if path.suffix == ".xz" else data
+
+
+def main():
+    shutil.rmtree(OUT, ignore_errors=True)
+    rng = random.Random(18)
+    ethernet = bytes([sorted(LINK_NAMES).index(1)])
+    for path in CAPTURES:
+        if not path.exists():
+            continue
+        frames = [(lt, f) for b in read_capture(path, 4096) for lt, f in ((b.linktype, f) for f in b.data)]
+        eth = [f for lt, f in frames if lt == 1]
+        save("fuzz_pcap", raw_bytes(path)[:2048])  # the header and the first records (the last one cut)
+        for _ in range(6):  # runs of consecutive frames: queries with their responses, TCP streams
+            if eth:
+                i = rng.randrange(len(eth))
+                run = join_frames(eth[i : i + rng.randint(2, 24)])
+                for name in ("fuzz_columns", "fuzz_cdnsblock"):
+                    save(name, run)
+                save("fuzz_match", bytes([rng.randrange(256) for _ in range(3)]) + run)
+                save("fuzz_frames", ethernet + join_frames(eth[i : i + 3]))
+        decoder = PacketDecoder(DecodeConfig(parser="wire"), (53,), Stats())
+        msgs = [m[M.RAW] for b in read_capture(path, 4096) for m in decoder.decode(b, str(path))]
+        for raw in rng.sample(msgs, min(12, len(msgs))):
+            save("fuzz_dnswire", raw)
+    # C-DNS files: the sample's first frames written by our own writer, and compactor's gold file.
+    with tempfile.TemporaryDirectory() as tmp:
+        eth = [f for b in read_capture(CAPTURES[0], 4096) for f in b.data][:40]
+        pcap = Path(tmp) / "small.pcap"
+        with open(pcap, "wb") as fh:
+            fh.write(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 65535, 1))
+            for i, f in enumerate(eth):
+                fh.write(struct.pack("<IIII", 1_700_000_000 + i, 0, len(f), len(f)) + f)
+        subprocess.run([sys.executable, "-m", "probe", "read", pcap, "-o", tmp, "-q", "--no-progress", "--format",
+                        "cdns"], check=True, cwd=ROOT)
+        for f in Path(tmp).glob("*.cdns"):
+            save("fuzz_cdns_reader", f.read_bytes())
+    gold = SHARED / "compactor" / "gold.cbor.xz"
+    if gold.exists():
+        save("fuzz_cdns_reader", lzma.decompress(gold.read_bytes())[:30000])  # preamble and first block(s)
+    for _ in range(8):
+        save("fuzz_tcpstream", bytes(rng.randrange(256) for _ in range(6 * rng.randint(2, 20))))
+
+
+if __name__ == "__main__":
+    main()

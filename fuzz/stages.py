@@ -1,0 +1,30 @@
+"""Fuzz bytes → frames → messages → transactions, through the real stages (the C ones where built), for the
+harnesses of the later stages. Returns [] for inputs that give nothing."""
+
+from harness import split_frames
+
+from probe.config import DecodeConfig, MatchConfig
+from probe.decode.packets import PacketDecoder
+from probe.match import TransactionTable
+from probe.model import FrameBatch
+from probe.stats import Stats
+
+T0 = 1_700_000_000_000_000_000
+
+
+def messages(data, keep_raw=True):
+    """Ethernet frames (harness.split_frames), 1 ms apart, decoded: the message tuples."""
+    frames = split_frames(data)
+    if not frames:
+        return []
+    decoder = PacketDecoder(DecodeConfig(), (53,), Stats(), keep_raw=keep_raw)
+    batch = FrameBatch(1, [T0 + 1_000_000 * i for i in range(len(frames))], [len(f) for f in frames], frames)
+    msgs = decoder.decode(batch, "fuzz")
+    decoder.flush()
+    return msgs
+
+
+def transactions(data, keep_raw=True):
+    table = TransactionTable(MatchConfig(), Stats())
+    msgs = messages(data, keep_raw)
+    return table.add(msgs) + table.flush() if msgs else []
