@@ -37,25 +37,12 @@
 #include <string.h>
 
 #include "fastwire_api.h"
+#include "wire.h"
 
-#define MAX_NAME 255
-#define TYPE_OPT 41
-#define OPT_NSID 3
-#define OPT_DAU 5
-#define OPT_DHU 6
-#define OPT_N3U 7
-#define OPT_ECS 8
-#define OPT_COOKIE 10
-#define OPT_EDE 15
 #define N_DNS 15 /* fields.DNS_FIELDS */
 #define N_NET 15 /* probe.model NET_FIELDS */
 #define TRANSPORT_UDP 1 /* probe.model TRANSPORTS */
 #define TRANSPORT_TCP 2
-#define PROTO_UDP 17
-
-/* Outcome of a walking step: go on, or the message is malformed at this point (the Python walker's
- * Malformed, IndexError or struct.error), or a Python error (an exception is set). */
-enum { OK = 0, MAL = 1, ERR = -1 };
 
 static PyObject *empty_str, *ipv6_address, *py_parse_message;
 
@@ -72,10 +59,6 @@ static PyObject *python_attr(PyObject **cache, const char *module, const char *n
     return *cache;
 }
 
-static inline unsigned rd16(const unsigned char *p)
-{
-    return ((unsigned)p[0] << 8) | p[1];
-}
 
 /* A 16-bit field as an int. Fields with few distinct values (flags, lengths, types, classes, UDP sizes)
  * share one int object per value, made on first use: that saves an allocation, which on a busy heap
@@ -327,84 +310,21 @@ static int slot_name(const unsigned char *w, Py_ssize_t wlen, PyObject *names, P
 static int read_name(const unsigned char *p, Py_ssize_t n, Py_ssize_t *poff, PyObject **qname, PyObject **labels)
 {
     char text[2 * MAX_NAME + 2];
-    Py_ssize_t off = *poff, start = off, end = -1, tlen = 0;
-    long total = 0, count = 0;
-    for (;;) {
-        if (off >= n)
-            return MAL;
-        unsigned c = p[off];
-        if (c == 0) {
-            off += 1;
-            break;
-        }
-        if (c >= 0xC0) {
-            if (off + 1 >= n)
-                return MAL;
-            Py_ssize_t ptr = ((c & 0x3F) << 8) | p[off + 1];
-            if (ptr >= start) /* only backward pointers, so no loops */
-                return MAL;
-            if (end < 0)
-                end = off + 2;
-            start = off = ptr;
-            continue;
-        }
-        if (c & 0xC0)
-            return MAL; /* label types 0x40 and 0x80 */
-        total += c + 1;
-        if (total > MAX_NAME)
-            return MAL;
-        if (off + 1 + c > n)
-            return MAL;
-        join_label(text, &tlen, &count, p + off + 1, c);
-        off += c + 1;
-    }
+    Py_ssize_t off = *poff, tlen;
+    long count;
+    int r = read_name_joined(p, n, &off, text, &tlen, &count);
+    if (r != OK)
+        return r;
     *qname = decode_text(text, tlen);
     if (*qname == NULL)
         return ERR;
     *labels = shared16(count);
     if (*labels == NULL)
         return ERR;
-    *poff = end < 0 ? off : end;
-    return OK;
-}
-
-/* Step over the ordinary labels (length 1 to 63) from *poff: *poff is left at the first other byte,
- * *c is that byte. MAL when the labels run past the end. */
-static inline int step_labels(const unsigned char *p, Py_ssize_t n, Py_ssize_t *poff, unsigned *c)
-{
-    Py_ssize_t off = *poff;
-    if (off >= n)
-        return MAL;
-    *c = p[off];
-    while (*c > 0 && *c < 64) {
-        off += *c + 1;
-        if (off >= n)
-            return MAL;
-        *c = p[off];
-    }
     *poff = off;
     return OK;
 }
 
-/* dnswire.skip_name (also the name loop inlined in dnswire.walk_rrs: the same rules) */
-static int skip_name(const unsigned char *p, Py_ssize_t n, Py_ssize_t *poff)
-{
-    Py_ssize_t off = *poff, start = off;
-    unsigned c;
-    if (step_labels(p, n, &off, &c) != OK)
-        return MAL;
-    if (c == 0) {
-        *poff = off + 1;
-        return OK;
-    }
-    if (c >= 0xC0) {
-        if (off + 1 >= n || (Py_ssize_t)(((c & 0x3F) << 8) | p[off + 1]) >= start)
-            return MAL;
-        *poff = off + 2;
-        return OK;
-    }
-    return MAL;
-}
 
 /* ---------------------------------------------------------------------------------------------
  * OPT */
@@ -784,144 +704,6 @@ static PyObject *parse_message(PyObject *Py_UNUSED(self), PyObject *args)
 /* ---------------------------------------------------------------------------------------------
  * Frames */
 
-#define PROTO_TCP 6
-
-typedef struct {
-    int ipv;               /* 4 or 6 */
-    int proto;             /* PROTO_UDP or PROTO_TCP */
-    long vlan;             /* the outermost VLAN id, -1: none (None) */
-    Py_ssize_t addr, alen; /* source address offset and length; the destination follows it */
-    unsigned sport, dport, ttl, csum, flags;
-    uint32_t seq;
-    Py_ssize_t dns, dns_len; /* UDP: the DNS message; TCP: the segment's payload (offset and length) */
-} Fast;
-
-static inline int dns_port(const unsigned char *portmap, unsigned port)
-{
-    return portmap[port >> 3] & (1 << (port & 7));
-}
-
-static inline uint32_t rd32(const unsigned char *p)
-{
-    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
-}
-
-/* The general path of PacketDecoder._frames (link.ethernet, _ipv4/_ipv6, _transport) for the frames it
- * decodes without a detour: Ethernet with any VLAN tags, IPv4 (options allowed, not a fragment) or IPv6
- * without extension headers, UDP or (when tcp) TCP, a DNS port, headers and lengths consistent so that
- * none of the Python code's checks fails. 1 when the frame is one of them. */
-static int classify_general(const unsigned char *f, Py_ssize_t len, const unsigned char *portmap, int tcp, Fast *x)
-{
-    unsigned etype = rd16(f + 12);
-    Py_ssize_t off = 14, l4, end;
-    x->vlan = -1;
-    while (etype == 0x8100 || etype == 0x88A8 || etype == 0x9100) { /* link.VLAN_TAGS */
-        if (off + 4 > len)
-            return 0;
-        if (x->vlan < 0)
-            x->vlan = rd16(f + off) & 0x0FFF;
-        etype = rd16(f + off + 2);
-        off += 4;
-    }
-    if (etype == 0x0800) {
-        if (off + 20 > len || (f[off] >> 4) != 4)
-            return 0;
-        Py_ssize_t hl = (f[off] & 0x0F) * 4, total = rd16(f + off + 2);
-        if (hl < 20 || total < hl || off + total > len || (rd16(f + off + 6) & 0x3FFF))
-            return 0;
-        x->ipv = 4;
-        x->addr = off + 12;
-        x->alen = 4;
-        x->ttl = f[off + 8];
-        x->proto = f[off + 9];
-        l4 = off + hl;
-        end = off + total;
-    } else if (etype == 0x86DD) {
-        if (off + 40 > len || (f[off] >> 4) != 6)
-            return 0;
-        unsigned plen = rd16(f + off + 4);
-        end = plen ? off + 40 + plen : len; /* 0: a jumbogram, to the end of the frame */
-        if (end > len)
-            return 0;
-        x->ipv = 6;
-        x->addr = off + 8;
-        x->alen = 16;
-        x->ttl = f[off + 7];
-        x->proto = f[off + 6];
-        l4 = off + 40;
-    } else {
-        return 0;
-    }
-    Py_ssize_t plen = end - l4;
-    if (x->proto == PROTO_UDP) {
-        if (plen < 8)
-            return 0;
-        Py_ssize_t ulen = rd16(f + l4 + 4);
-        if (ulen < 8 || ulen > plen)
-            return 0;
-        x->csum = rd16(f + l4 + 6);
-        x->dns = l4 + 8;
-        x->dns_len = ulen - 8;
-    } else if (x->proto == PROTO_TCP && tcp) {
-        if (plen < 20)
-            return 0;
-        Py_ssize_t thl = (f[l4 + 12] >> 4) * 4;
-        if (thl < 20 || thl > plen)
-            return 0;
-        x->csum = 0;
-        x->seq = rd32(f + l4 + 4);
-        x->flags = f[l4 + 13];
-        x->dns = l4 + thl;
-        x->dns_len = plen - thl;
-    } else {
-        return 0;
-    }
-    x->sport = rd16(f + l4);
-    x->dport = rd16(f + l4 + 2);
-    return dns_port(portmap, x->sport) || dns_port(portmap, x->dport);
-}
-
-/* The frames the C loop decodes; 1 when the frame is one. First the conditions of the fast path at the top
- * of PacketDecoder._frames (untagged Ethernet, IPv4 without options or IPv6, UDP); a frame that fails them
- * goes through the general path there, so it is judged by the general path's rules here. */
-static int classify(const unsigned char *f, Py_ssize_t len, const unsigned char *portmap, int tcp, Fast *x)
-{
-    long most = -1; /* the largest UDP length the IP header allows */
-    if (len < 14)
-        return 0;
-    if (f[12] == 0x08 && f[13] == 0x00) {
-        if (len >= 42 && f[14] == 0x45 && f[23] == PROTO_UDP && !(rd16(f + 20) & 0x3FFF)) {
-            x->ipv = 4;
-            x->addr = 26;
-            x->alen = 4;
-            x->ttl = f[22];
-            most = (long)rd16(f + 16) - 20;
-        }
-    } else if (f[12] == 0x86 && f[13] == 0xDD) {
-        if (len >= 62 && (f[14] >> 4) == 6 && f[20] == PROTO_UDP) {
-            x->ipv = 6;
-            x->addr = 22;
-            x->alen = 16;
-            x->ttl = f[21];
-            most = rd16(f + 18);
-        }
-    }
-    if (most >= 0) {
-        Py_ssize_t udp = x->addr + 2 * x->alen;
-        unsigned ulen = rd16(f + udp + 4);
-        x->proto = PROTO_UDP;
-        x->vlan = -1;
-        x->sport = rd16(f + udp);
-        x->dport = rd16(f + udp + 2);
-        x->csum = rd16(f + udp + 6);
-        x->dns = udp + 8;
-        x->dns_len = (Py_ssize_t)ulen - 8;
-        if ((dns_port(portmap, x->sport) || dns_port(portmap, x->dport)) && ulen >= 8 && (long)ulen <= most
-            && (Py_ssize_t)ulen <= len - udp)
-            return 1;
-    }
-    return classify_general(f, len, portmap, tcp, x);
-}
 
 static int frame_ok(PyObject *frame, const unsigned char *portmap, int tcp, Fast *x)
 {
