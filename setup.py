@@ -17,7 +17,7 @@ CORE = (
     ("probe.decode._fastwire", "probe/decode/_fastwire.c", ("fastwire_api.h", "wire.h")),
     ("probe.decode._dnstap", "probe/decode/_dnstap.c", ("fastwire_api.h",)),
     ("probe.match._match", "probe/match/_match.c", ("fastint.h",)),
-    ("export.parquet._columns", "export/parquet/_columns.c", ("fastint.h",)),
+    ("export.parquet._columns", "export/parquet/_columns.c", ("fastint.h", "coltext.h")),
     ("export.cdns._cdnsblock", "export/cdns/_cdnsblock.c", ("fastint.h",)),
 )
 DPDK = ("probe.capture._dpdk", "probe/capture/_dpdk.c")

@@ -26,6 +26,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "coltext.h"
 #include "fastint.h"
 
 #define MAX_PATH 4
@@ -144,80 +145,6 @@ static int var_width(char kind)
     return kind == 's' || kind == 'y' || kind == 'a' || kind == 'L' || kind == 'D';
 }
 
-/* Dotted-quad text of an IPv4 address, as inet_ntop writes it; returns its length. Written out because
- * glibc's inet_ntop formats through sprintf and cost ~400 ns per address, a third of the whole column
- * pass with four address columns. */
-static Py_ssize_t ipv4_text(const unsigned char *a, char *out)
-{
-    char *p = out;
-    for (int k = 0; k < 4; k++) {
-        unsigned b = a[k];
-        if (b >= 100) {
-            *p++ = (char)('0' + b / 100);
-            b %= 100;
-            *p++ = (char)('0' + b / 10);
-        } else if (b >= 10) {
-            *p++ = (char)('0' + b / 10);
-        }
-        *p++ = (char)('0' + b % 10);
-        if (k < 3)
-            *p++ = '.';
-    }
-    *p = 0;
-    return p - out;
-}
-
-/* IPv6 text exactly as glibc's inet_ntop (and so socket.inet_ntop) writes it: lower-case hex groups, the
- * longest run of two or more zero groups (the first of equal runs) as "::", and the last 32 bits as a
- * dotted quad for IPv4-compatible (::a.b.c.d, but not ::1 or ::) and IPv4-mapped (::ffff:a.b.c.d)
- * addresses. Written out because inet_ntop formats through sprintf: ~5 % of the column pass with a
- * tenth of the traffic on IPv6. tests/test_columns.py compares it with socket.inet_ntop. */
-static Py_ssize_t ipv6_text(const unsigned char *a, char *out)
-{
-    static const char hex[] = "0123456789abcdef";
-    unsigned w[8];
-    int best = -1, best_len = 0, cur = -1, cur_len = 0;
-    for (int i = 0; i < 8; i++) {
-        w[i] = (unsigned)a[2 * i] << 8 | a[2 * i + 1];
-        if (w[i] == 0) {
-            if (cur < 0)
-                cur = i, cur_len = 0;
-            if (++cur_len > best_len)
-                best = cur, best_len = cur_len;
-        } else {
-            cur = -1;
-        }
-    }
-    if (best_len < 2)
-        best = -1;
-    char *p = out;
-    for (int i = 0; i < 8; i++) {
-        if (best >= 0 && i >= best && i < best + best_len) {
-            if (i == best)
-                *p++ = ':';
-            continue;
-        }
-        if (i != 0)
-            *p++ = ':';
-        if (i == 6 && best == 0 && (best_len == 6 || (best_len == 5 && w[5] == 0xffff))) {
-            p += ipv4_text(a + 12, p);
-            return p - out;
-        }
-        int started = 0;
-        for (int shift = 12; shift >= 0; shift -= 4) {
-            unsigned d = (w[i] >> shift) & 0xF;
-            if (d || started || shift == 0) {
-                *p++ = hex[d];
-                started = 1;
-            }
-        }
-    }
-    if (best >= 0 && best + best_len == 8)
-        *p++ = ':';
-    *p = 0;
-    return p - out;
-}
-
 /* Write value v (not None) of row i into column c. */
 static int put_value(Column *c, Py_ssize_t i, PyObject *v, int32_t *offsets)
 {
@@ -267,36 +194,16 @@ static int put_value(Column *c, Py_ssize_t i, PyObject *v, int32_t *offsets)
         break;
     }
     case 'D': {
-        /* domain_name: ASCII-lowercased, the last two labels when there are at least two dots and no
-         * newline before the second-to-last dot; else the whole name. This is what the regex replace
-         * ^.*\.([^.]*\.[^.]*)$ -> \1 gives (RE2's '.' stops at a newline), at a fraction of its cost. */
         Py_ssize_t n;
         const char *s = PyUnicode_AsUTF8AndSize(v, &n);
         if (s == NULL)
             return -1;
-        Py_ssize_t last = -1, second = -1;
-        for (Py_ssize_t k = n - 1; k >= 0; k--) {
-            if (s[k] == '.') {
-                if (last < 0) {
-                    last = k;
-                } else {
-                    second = k;
-                    break;
-                }
-            }
-        }
-        Py_ssize_t start = 0;
-        if (second >= 0 && memchr(s, '\n', second) == NULL)
-            start = second + 1;
-        Py_ssize_t len = n - start;
-        if (buf_put(&c->var, s + start, len) < 0)
-            return -1;
-        if (len == 0)
+        if (n == 0)
             break; /* (c->var.p may still be NULL: no pointer arithmetic on it) */
-        char *w = c->var.p + c->var.len - len;
-        for (Py_ssize_t k = 0; k < len; k++)
-            if (w[k] >= 'A' && w[k] <= 'Z')
-                w[k] += 'a' - 'A';
+        if (buf_put(&c->var, s, n) < 0) /* room for the name; domain_name writes at most n bytes */
+            return -1;
+        c->var.len -= n;
+        c->var.len += domain_name(s, n, c->var.p + c->var.len);
         break;
     }
     case 'y': {
