@@ -19,6 +19,11 @@ CORE = (
     ("probe.match._match", "probe/match/_match.c", ("fastint.h",)),
     ("export.parquet._columns", "export/parquet/_columns.c", ("fastint.h", "coltext.h")),
     ("export.cdns._cdnsblock", "export/cdns/_cdnsblock.c", ("fastint.h",)),
+    # The columnar pipeline: message records (probe._records) decoded, matched and written to Parquet in C.
+    ("probe._records", "probe/_records.c", ("records.h",)),
+    ("probe.decode._decoderec", "probe/decode/_decoderec.c", ("records.h", "wire.h")),
+    ("probe.match._matchrec", "probe/match/_matchrec.c", ("records.h",)),
+    ("export.parquet._parquetrec", "export/parquet/_parquetrec.c", ("records.h", "coltext.h")),
 )
 DPDK = ("probe.capture._dpdk", "probe/capture/_dpdk.c")
 # The extensions build without a warning at these (tests/run/test_native_build.py fails on a new one)

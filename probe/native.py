@@ -22,6 +22,11 @@ EXTENSIONS = {
     "probe.match._match": "matching queries with responses",
     "export.parquet._columns": "building record columns",
     "export.cdns._cdnsblock": "building C-DNS blocks",
+    "probe._records": "the columnar pipeline (message records; the pipeline runs on message tuples instead)",
+    "probe.decode._decoderec": "decoding frames into message records (the pipeline runs on message tuples instead)",
+    "probe.match._matchrec": "matching message records (the pipeline runs on message tuples instead)",
+    "export.parquet._parquetrec": "building Parquet columns from message records (the pipeline runs on message"
+    " tuples instead)",
 }
 OPTIONAL = {"probe.capture._dpdk": "DPDK capture (built only where libdpdk is found)"}
 

@@ -263,6 +263,8 @@ class CdnsExporter(FileExporter):
 
     def write(self, txs, address_events=None, now_ns=None):
         self._reap()
+        if not isinstance(txs, list):  # a TxBatch of message records: the block builder reads tuples
+            txs = txs.to_tuples()
         limit = self.cfg.rotate_records
         i = 0
         n = len(txs)

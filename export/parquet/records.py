@@ -11,7 +11,6 @@ columns are null in a query-only row, so `dns_len > 0` means "has a query" and `
 """
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from export.parquet.answers import answers_column
 from export.parquet.columns import extract
@@ -28,6 +27,7 @@ from probe.model import (
     E,
     M,
 )
+from probe.native import load
 
 Q, R = 0, 1  # a transaction is (query tuple or None, response tuple or None, response message count)
 
@@ -86,7 +86,13 @@ _CLIENT = {"client": (((Q, M.SRC), (R, M.DST)), "a")}
 _RESPONSE_RAW = {"r_raw": ((R, M.RAW), "y")}
 
 
+_records = load("probe._records")
+_parquetrec = load("export.parquet._parquetrec")
+
+
 def _bit(flags, mask):
+    import pyarrow.compute as pc
+
     return pc.not_equal(pc.bit_wise_and(flags, pa.scalar(mask, I32)), pa.scalar(0, I32))
 
 
@@ -100,6 +106,33 @@ class RecordBuilder:
         self._specs = dict(_FIELDS, **_CLIENT, **(_RESPONSE_RAW if answers else {}))
 
     def build(self, txs):
+        """The Arrow table of the transactions: a probe._records.TxBatch (message records), or a list of
+        (query, response, response_messages) tuples."""
+        if _records is not None and isinstance(txs, _records.TxBatch):
+            return self._build_records(txs)
+        return self._build_tuples(txs)
+
+    def _build_records(self, txs):
+        """One C pass over the records writes every column (export/parquet/_parquetrec.c) but the enrichment
+        ones (null until export.enrich fills them) and the answers, made here from the responses' bytes (which
+        the pass gives as the r_raw column); _build_tuples, whose column pass has its own reference in Python
+        (columns.extract_python), is the reference of this one."""
+        n = len(txs)
+        names = _C_NAMES + (["r_raw"] if self._answers else [])
+        made = dict(zip(names, _parquetrec.parquet_columns(txs, names)))
+        arrays = []
+        for field in SCHEMA:
+            if field.name in made:
+                arrays.append(_wrap(field.type, n, made[field.name]))
+            elif field.name == "answers" and self._answers:
+                arrays.append(answers_column(_wrap(pa.binary(), n, made["r_raw"])))
+            else:
+                arrays.append(pa.nulls(n, field.type))
+        return pa.Table.from_arrays(arrays, schema=SCHEMA)
+
+    def _build_tuples(self, txs):
+        import pyarrow.compute as pc
+
         specs = self._specs
         f = dict(zip(specs, extract(txs if isinstance(txs, list) else list(txs), list(specs.values()))))
         n = len(txs)
@@ -197,3 +230,18 @@ class RecordBuilder:
             answers_column(f["r_raw"]) if self._answers else pa.nulls(n, ANSWERS),
         ]
         return pa.Table.from_arrays(columns, schema=SCHEMA)
+
+
+# The columns the C pass writes: all but the enrichment ones and the answers.
+_C_NAMES = [name for name in SCHEMA.names if name not in ("public_resolver", "registered_domain", "public_suffix",
+                                                          "answers")]
+
+
+def _wrap(typ, n, result):
+    """An Arrow array of type typ over the buffers of a C column pass: (nulls, validity or None, buffers...)."""
+    nulls, validity, *buffers = result
+    bufs = [None if validity is None else pa.py_buffer(validity)] + [pa.py_buffer(b) for b in buffers]
+    if pa.types.is_list(typ):
+        values = pa.Array.from_buffers(typ.value_type, len(buffers[1]) // 4, [None, bufs[2]])
+        return pa.Array.from_buffers(typ, n, bufs[:2], nulls, children=[values])
+    return pa.Array.from_buffers(typ, n, bufs, nulls)

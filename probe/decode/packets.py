@@ -5,7 +5,8 @@ output needs. Counters are kept in locals and added to the shared Stats once per
 parser (decode.parser fast, or auto when built) the common frames (Ethernet, VLAN tags allowed, + IP +
 UDP or TCP on a DNS port) are decoded in C (probe/decode/_fastwire.c; for TCP it calls _tcp_step, the
 stream step below), which stops at each frame it does not handle; those go through the Python code
-below, so messages stay in capture order.
+below, so messages stay in capture order. decode_into does the same with message records
+(probe/decode/_decoderec.c) for the columnar pipeline.
 """
 
 import struct
@@ -16,6 +17,9 @@ from probe.decode.parsers import _fastwire, make_parser, resolve
 from probe.decode.tcpstream import TcpReassembler
 from probe.errors import CaptureFileError
 from probe.model import LINKTYPE_ETHERNET, TRANSPORT_TCP, TRANSPORT_UDP, M
+from probe.native import load
+
+_decoderec = load("probe.decode._decoderec")
 
 _IP4 = struct.Struct("!BxHHHBBH").unpack_from  # vihl, total length, id, flags/frag, ttl, proto, csum
 _IP6 = struct.Struct("!HBB").unpack_from  # payload length, next header, hop limit (from offset 4)
@@ -87,20 +91,16 @@ class PacketDecoder:
                     portmap[port >> 3] |= 1 << (port & 7)
             self._portmap = bytes(portmap)
         self.keep_raw = keep_raw
+        # decode_into (message records) can run: the C decoder and its record twin are built.
+        self.records = self._c_frames is not None and _decoderec is not None
         self.now_ns = 0
         self._next_sweep = 0
         # C-DNS address events since the exporter last took them: (type, code, address, ip version) -> count.
         self.address_events = {}
 
     def decode(self, batch, source_name="input"):
-        link = LINK_DECODERS.get(batch.linktype)
-        if link is None:
-            raise CaptureFileError(
-                source_name,
-                f"unsupported link type {batch.linktype} (supported: "
-                + ", ".join(f"{k} {v}" for k, v in sorted(LINK_NAMES.items()))
-                + ")",
-            )
+        """The messages of the batch's frames, as a list of message tuples (probe.model MESSAGE_FIELDS)."""
+        link = self._link(batch, source_name)
         out = []
         counts = [0, 0, 0, 0, 0]  # bytes, non_ip, non_dns, truncated_frames, ip_filtered
         fast = batch.linktype == LINKTYPE_ETHERNET
@@ -109,6 +109,37 @@ class PacketDecoder:
         else:
             self._frames(link, fast, batch.ts_ns, batch.wirelen, batch.data, out, counts)
             self._count(out)
+        self._account(batch, counts)
+        return out
+
+    def decode_into(self, batch, out, source_name="input"):
+        """The messages of the batch's frames appended to `out`, a probe._records.MsgBatch, as records: the
+        columnar pipeline (decode.parser fast only; probe/decode/_decoderec.c). The frames its C loop does not
+        handle take the Python code below, whose tuples join the batch in capture order."""
+        link = self._link(batch, source_name)
+        counts = [0, 0, 0, 0, 0]
+        if batch.linktype == LINKTYPE_ETHERNET:
+            self._decode_records(batch, link, out, counts)
+        else:
+            msgs = []
+            self._frames(link, False, batch.ts_ns, batch.wirelen, batch.data, msgs, counts)
+            self._count(msgs)
+            out.extend(msgs)
+        self._account(batch, counts)
+
+    def _link(self, batch, source_name):
+        link = LINK_DECODERS.get(batch.linktype)
+        if link is None:
+            raise CaptureFileError(
+                source_name,
+                f"unsupported link type {batch.linktype} (supported: "
+                + ", ".join(f"{k} {v}" for k, v in sorted(LINK_NAMES.items()))
+                + ")",
+            )
+        return link
+
+    def _account(self, batch, counts):
+        """Add a batch's counts to the statistics; advance the capture clock (expiry of fragments and TCP)."""
         stats = self.stats
         n = len(batch.data)
         stats.packets += n
@@ -125,7 +156,34 @@ class PacketDecoder:
                 self.frags.expire(self.now_ns)
                 self.tcp.expire(self.now_ns)
                 self._next_sweep = self.now_ns + 1_000_000_000
-        return out
+
+    def _decode_records(self, batch, link, out, counts):
+        """_decode_c with records: the C frame loop of probe.decode._decoderec, the runs it leaves through
+        _frames."""
+        ts, wl, data = batch.ts_ns, batch.wirelen, batch.data
+        c_counts = [0, 0, 0, 0, 0]  # bytes, messages, responses, malformed, ip_filtered (frames done in C)
+        i, n = 0, len(data)
+        args = (out, self._portmap, self.keep4, self.keep6, c_counts, self._tcp_step, self.keep_raw)
+        frames = _decoderec.decode_frames
+        while True:
+            i, j = frames(ts, wl, data, i, *args)
+            if i >= n:
+                break
+            msgs = []
+            self._frames(link, True, ts[i:j], wl[i:j], data[i:j], msgs, counts)
+            self._count(msgs)
+            out.extend(msgs)
+            i = j
+        self._add_c_counts(counts, c_counts)
+
+    def _add_c_counts(self, counts, c_counts):
+        counts[0] += c_counts[0]
+        counts[4] += c_counts[4]
+        stats = self.stats
+        stats.dns_messages += c_counts[1]
+        stats.responses += c_counts[2]
+        stats.queries += c_counts[1] - c_counts[2]
+        stats.malformed += c_counts[3]
 
     def _decode_c(self, batch, link, out, counts):
         """The C fast path over the batch; the runs of frames it does not handle go through _frames."""
@@ -142,13 +200,7 @@ class PacketDecoder:
             self._frames(link, True, ts[i:j], wl[i:j], data[i:j], out, counts)
             self._count(out[first:])
             i = j
-        counts[0] += c_counts[0]
-        counts[4] += c_counts[4]
-        stats = self.stats
-        stats.dns_messages += c_counts[1]
-        stats.responses += c_counts[2]
-        stats.queries += c_counts[1] - c_counts[2]
-        stats.malformed += c_counts[3]
+        self._add_c_counts(counts, c_counts)
 
     def _frames(self, link, fast, ts_list, wl_list, data_list, out, counts):
         """Decode frames in Python, appending their messages to out; adds to counts (see decode)."""

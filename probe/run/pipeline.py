@@ -12,9 +12,12 @@ from export import make_exporter, reads_raw, reload
 from export.anonymise import client_privacy
 from probe.decode.ipfilter import IpFilter
 from probe.decode.packets import PacketDecoder
-from probe.match import TransactionTable
+from probe.match import RecordTable, TransactionTable
 from probe.model import DnstapBatch
+from probe.native import load
 from probe.stats import Stats
+
+_records = load("probe._records")
 
 EXPORT_BATCH = 16384  # transactions handed to the exporter at once
 GC_EVERY_PACKETS = 1 << 20  # packets between two explicit collections of the young generations
@@ -33,7 +36,13 @@ def tune_gc():
 
 
 class Pipeline:
-    def __init__(self, cfg, out_dir, worker_id=0, stats=None, live=False):
+    """columnar: packets become C message records (probe._records) through PacketDecoder.decode_into, RecordTable
+    and a TxBatch, rather than tuples; None: whenever it can (the C decoder runs, the record extensions are built,
+    the query timeout fits in 64 bits). The first dnstap batch turns a columnar pipeline into a tuple one, its
+    pending queries and transactions taken over (dnstap messages stay tuples). The output is the same either way
+    (tests/run/test_columnar.py)."""
+
+    def __init__(self, cfg, out_dir, worker_id=0, stats=None, live=False, columnar=None):
         tune_gc()
         self.cfg = cfg
         self.stats = stats if stats is not None else Stats()
@@ -41,10 +50,18 @@ class Pipeline:
             cfg.decode, cfg.decode.dns_ports, self.stats, IpFilter(cfg.filter), keep_raw=reads_raw(cfg)
         )
         self.dnstap = None  # the DnstapDecoder, made for the first DnstapBatch
-        self.table = TransactionTable(cfg.match, self.stats)
+        if columnar is None:
+            columnar = self.decoder.parser == "fast" and self.decoder.records and RecordTable.supports(cfg.match)
+        self.columnar = columnar
+        if columnar:
+            self.table = RecordTable(cfg.match, self.stats)
+            self._msgs = _records.MsgBatch()  # refilled by every batch
+            self._txs = _records.TxBatch()  # emptied by every export
+        else:
+            self.table = TransactionTable(cfg.match, self.stats)
+            self._txs = []
         client = client_privacy(cfg.privacy)
         self.exporter = make_exporter(cfg, out_dir, worker_id, self.stats, client=client, live=live)
-        self._txs = []
         self._until_gc = GC_EVERY_PACKETS
         self._collections = 0
         self.started = time.time()
@@ -69,16 +86,36 @@ class Pipeline:
             self._collections += 1
             # Young generations usually; all of them now and then, for cycles among long-lived objects.
             gc.collect(1 if self._collections % GC_FULL_EVERY else 2)
-        decoder = self._dnstap_decoder() if type(batch) is DnstapBatch else self.decoder
-        msgs = decoder.decode(batch, source_name)
+        if type(batch) is DnstapBatch:
+            if self.columnar:
+                self._to_tuples()
+            msgs = self._dnstap_decoder().decode(batch, source_name)
+        elif self.columnar:
+            msgs = self._msgs
+            msgs.clear()
+            self.decoder.decode_into(batch, msgs, source_name)
+        else:
+            msgs = self.decoder.decode(batch, source_name)
         if self.exporter.due(self.now_ns):
             # Close on time first: what completed before this batch belongs to the closing file.
             self._export()
             self.exporter.rotate()
         if msgs:
-            self._txs += self.table.add(msgs)
+            if self.columnar:
+                self.table.add(msgs, self._txs)
+            else:
+                self._txs += self.table.add(msgs)
             if len(self._txs) >= EXPORT_BATCH or not self.exporter.is_open():
                 self._export()  # also opens a file as soon as there are records, starting its clock
+
+    def _to_tuples(self):
+        """From here on, message tuples: the C table's state becomes a TransactionTable's, the transactions not yet
+        exported become tuples (dnstap messages carry what records do not: their scope and origin)."""
+        table = TransactionTable(self.cfg.match, self.stats)
+        self.table.hand_over(table)
+        self.table = table
+        self._txs = self._txs.to_tuples()
+        self.columnar = False
 
     def rotate(self):
         """Close the current file now (live capture: SIGHUP, wall-clock rotation); pending queries stay pending.
@@ -90,11 +127,17 @@ class Pipeline:
     def _export(self):
         txs = self._txs
         events = self.decoder.address_events
-        if not txs and not events:
+        if not len(txs) and not events:
             return
-        self._txs = []
         if events:
             self.decoder.address_events = {}
+        if self.columnar:
+            try:
+                self.exporter.write(txs, events, self.now_ns)
+            finally:
+                txs.clear()  # as the list below: given to the exporter once, written or not
+            return
+        self._txs = []
         self.exporter.write(txs, events, self.now_ns)
 
     def summary(self):
@@ -112,7 +155,10 @@ class Pipeline:
         self.decoder.flush()
         if self.dnstap is not None:
             self.dnstap.flush()
-        self._txs += self.table.flush()
+        if self.columnar:
+            self.table.flush(self._txs)
+        else:
+            self._txs += self.table.flush()
         self._export()
         self.exporter.close()
         return self.stats

@@ -1,0 +1,438 @@
+/* export.parquet._parquetrec: a TxBatch of message records -> the Arrow buffers of the Parquet columns
+ * (export/parquet/schema.py), in one pass, derived columns included.
+ *
+ * Why: the record builder over transaction tuples (probe/_columns.c, then Arrow compute kernels for the derived
+ * columns) waited on the scattered tuples for most of its time; the records of a TxBatch are contiguous, and
+ * every column, the derived ones too (times, flag bits, opcode, RCODE with its extended bits, the delay, the
+ * domain name, address text), is written here from them. RecordBuilder.build over the transaction tuples stays
+ * the reference; tests/export/test_parquetrec.py checks that both give equal tables.
+ *
+ * parquet_columns(txs, names, client_binary) -> [(null_count, validity or None, buffers...), ...]
+ *   One result per name in `names` (probe.records SCHEMA names; ValueError for another), with the buffers of
+ *   Arrow's layout as probe/_columns.c gives them (fixed width and bool: (data,); strings and binary: (offsets,
+ *   data); list<int32>: (offsets, values)). client_binary: the client column ("src") as the packed address
+ *   bytes (binary), for the client privacy transformation done in Python; else as text.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stddef.h>
+#include <string.h>
+
+#include "coltext.h"
+#include "records.h"
+
+enum { FLAG_AA = 0x0400, FLAG_TC = 0x0200, FLAG_RD = 0x0100, FLAG_RA = 0x0080, FLAG_Z = 0x0040, FLAG_AD = 0x0020,
+       FLAG_CD = 0x0010 };
+
+typedef enum { K_I32, K_I64, K_F64, K_BOOL, K_STR, K_LIST } Kind;
+
+/* Every column the pass can write, by name (the SCHEMA of export/parquet/schema.py; the tests compare them). */
+typedef enum {
+    C_ID, C_UNIXTIME, C_TIME, C_QNAME, C_DOMAINNAME, C_LEN, C_ZERO, C_TTL, C_IPV, C_PROT, C_SRC, C_SRCP, C_DST,
+    C_DSTP, C_UDP_SUM, C_DNS_LEN, C_AA, C_TC, C_RD, C_RA, C_Z, C_AD, C_CD, C_ANCOUNT, C_ARCOUNT, C_NSCOUNT,
+    C_QDCOUNT, C_OPCODE, C_RCODE, C_QTYPE, C_QCLASS, C_EMPTY, C_EDNS_UDP, C_EDNS_VERSION, C_EDNS_DO, C_FALSE,
+    C_EDNS_NSID, C_DAU, C_DHU, C_N3U, C_ECS, C_OTHER, C_LABELS, C_RES_LEN, C_TIME_MICRO, C_DNS_RES_LEN, C_RTT,
+    C_Q_PRESENT, C_R_PRESENT, C_DELAY, C_Q_TIME, C_R_TIME, C_VLAN, C_EDE, C_MALFORMED, C_MESSAGES, C_RES_EDNS_UDP,
+} Source;
+
+static const struct {
+    const char *name;
+    Source source;
+    Kind kind;
+} COLUMNS[] = {
+    {"id", C_ID, K_I32}, {"unixtime", C_UNIXTIME, K_I64}, {"time", C_TIME, K_I64}, {"qname", C_QNAME, K_STR},
+    {"domainname", C_DOMAINNAME, K_STR}, {"len", C_LEN, K_I32}, {"frag", C_ZERO, K_I32}, {"ttl", C_TTL, K_I32},
+    {"ipv", C_IPV, K_I32}, {"prot", C_PROT, K_I32}, {"src", C_SRC, K_STR}, {"srcp", C_SRCP, K_I32},
+    {"dst", C_DST, K_STR}, {"dstp", C_DSTP, K_I32}, {"udp_sum", C_UDP_SUM, K_I32}, {"dns_len", C_DNS_LEN, K_I32},
+    {"aa", C_AA, K_BOOL}, {"tc", C_TC, K_BOOL}, {"rd", C_RD, K_BOOL}, {"ra", C_RA, K_BOOL}, {"z", C_Z, K_BOOL},
+    {"ad", C_AD, K_BOOL}, {"cd", C_CD, K_BOOL}, {"ancount", C_ANCOUNT, K_I32}, {"arcount", C_ARCOUNT, K_I32},
+    {"nscount", C_NSCOUNT, K_I32}, {"qdcount", C_QDCOUNT, K_I32}, {"opcode", C_OPCODE, K_I32},
+    {"rcode", C_RCODE, K_I32}, {"qtype", C_QTYPE, K_I32}, {"qclass", C_QCLASS, K_I32}, {"country", C_EMPTY, K_STR},
+    {"asn", C_EMPTY, K_STR}, {"edns_udp", C_EDNS_UDP, K_I32}, {"edns_version", C_EDNS_VERSION, K_I32},
+    {"edns_do", C_EDNS_DO, K_BOOL}, {"edns_ping", C_FALSE, K_BOOL}, {"edns_nsid", C_EDNS_NSID, K_STR},
+    {"edns_dnssec_dau", C_DAU, K_STR}, {"edns_dnssec_dhu", C_DHU, K_STR}, {"edns_dnssec_n3u", C_N3U, K_STR},
+    {"edns_client_subnet", C_ECS, K_STR}, {"edns_other", C_OTHER, K_STR}, {"edns_client_subnet_asn", C_EMPTY, K_STR},
+    {"edns_client_subnet_country", C_EMPTY, K_STR}, {"labels", C_LABELS, K_I32}, {"res_len", C_RES_LEN, K_I32},
+    {"time_micro", C_TIME_MICRO, K_I64}, {"resp_frag", C_ZERO, K_I32}, {"proc_time", C_ZERO, K_I32},
+    {"is_google", C_FALSE, K_BOOL}, {"is_opendns", C_FALSE, K_BOOL}, {"dns_res_len", C_DNS_RES_LEN, K_I32},
+    {"server_location", C_EMPTY, K_STR}, {"tcp_hs_rtt", C_RTT, K_F64}, {"query_present", C_Q_PRESENT, K_BOOL},
+    {"response_present", C_R_PRESENT, K_BOOL}, {"response_delay_us", C_DELAY, K_I64},
+    {"query_time", C_Q_TIME, K_I64}, {"response_time", C_R_TIME, K_I64}, {"vlan", C_VLAN, K_I32},
+    {"edns_ede", C_EDE, K_LIST}, {"malformed", C_MALFORMED, K_BOOL}, {"response_messages", C_MESSAGES, K_I32},
+    {"res_edns_udp", C_RES_EDNS_UDP, K_I32},
+};
+#define N_KNOWN ((int)(sizeof COLUMNS / sizeof COLUMNS[0]))
+
+typedef struct {
+    Source source;
+    Kind kind;
+    PyObject *validity, *data; /* bytes objects of their final size, written in place */
+    char *bits, *out;          /* their contents */
+    char *var;                 /* strings: the text; lists: the int32 values */
+    size_t var_len, var_cap;
+    Py_ssize_t nulls;
+} Col;
+
+static int var_room(Col *c, size_t n)
+{
+    if (c->var_len + n <= c->var_cap)
+        return 0;
+    size_t cap = c->var_cap ? c->var_cap : 1 << 14;
+    while (cap < c->var_len + n)
+        cap *= 2;
+    char *p = PyMem_Realloc(c->var, cap);
+    if (p == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    c->var = p;
+    c->var_cap = cap;
+    return 0;
+}
+
+static inline void set_null(Col *c, Py_ssize_t i)
+{
+    c->nulls++;
+    c->bits[i >> 3] &= (char)~(1 << (i & 7));
+}
+
+/* Coalesce of an int32 field that can be None (-1): the query's, else the response's. */
+#define COALESCE(q, r, f) ((q) != NULL && (q)->f >= 0 ? (q)->f : (r) != NULL ? (r)->f : -1)
+
+static inline void put_i32(Col *c, Py_ssize_t i, int32_t v, int present)
+{
+    ((int32_t *)c->out)[i] = present ? v : 0;
+    if (!present)
+        set_null(c, i);
+}
+
+/* A length (int64 in the record, capped to int32 by the stages that sum them). */
+static inline int put_len(Col *c, Py_ssize_t i, int64_t v, int present)
+{
+    if (present && (v < INT32_MIN || v > INT32_MAX)) {
+        PyErr_Format(PyExc_OverflowError, "value %lld does not fit in int32", (long long)v);
+        return -1;
+    }
+    put_i32(c, i, (int32_t)v, present);
+    return 0;
+}
+
+static inline void put_i64(Col *c, Py_ssize_t i, int64_t v, int present)
+{
+    ((int64_t *)c->out)[i] = present ? v : 0;
+    if (!present)
+        set_null(c, i);
+}
+
+static inline void put_bool(Col *c, Py_ssize_t i, int v, int present)
+{
+    if (!present)
+        set_null(c, i);
+    else if (v)
+        c->out[i >> 3] |= (char)(1 << (i & 7));
+}
+
+static inline int close_value(Col *c, Py_ssize_t i)
+{
+    size_t end = c->kind == K_LIST ? c->var_len / 4 : c->var_len;
+    if (end > INT32_MAX) {
+        PyErr_SetString(PyExc_OverflowError, "column data over 2 GiB");
+        return -1;
+    }
+    ((int32_t *)c->out)[i + 1] = (int32_t)end;
+    return 0;
+}
+
+static inline int put_text(Col *c, Py_ssize_t i, const char *s, size_t n)
+{
+    if (var_room(c, n) < 0)
+        return -1;
+    memcpy(c->var + c->var_len, s, n);
+    c->var_len += n;
+    return close_value(c, i);
+}
+
+static inline int put_null_var(Col *c, Py_ssize_t i)
+{
+    set_null(c, i);
+    return close_value(c, i);
+}
+
+/* An EDNS text of message m (its field at byte offset `field` of the record), "" when m has no OPT record
+ * (DNS Probe's fill), null without the message. */
+static inline int put_edns_text(Col *c, Py_ssize_t i, const Rec *m, size_t field)
+{
+    if (m == NULL)
+        return put_null_var(c, i);
+    if (!m->has_edns)
+        return put_text(c, i, "", 0);
+    const Span *s = (const Span *)((const char *)m + field);
+    return put_text(c, i, rec_at(m, *s), s->len);
+}
+
+static inline int put_address(Col *c, Py_ssize_t i, const uint8_t *a, int ipv, int binary)
+{
+    char text[64];
+    Py_ssize_t len;
+    if (binary)
+        return put_text(c, i, (const char *)a, ipv == 6 ? 16 : 4);
+    len = ipv == 6 ? ipv6_text(a, text) : ipv4_text(a, text);
+    return put_text(c, i, text, (size_t)len);
+}
+
+/* Arrow's integer division (truncating, as C). */
+static inline int64_t div_trunc(int64_t a, int64_t b)
+{
+    return a / b;
+}
+
+/* Rows per chunk: the pass goes column by column within a chunk, whose transactions stay in the cache. */
+#define CHUNK 256
+
+/* The rows of a chunk: their transactions, queries and responses (NULL: none) and the message that gives the
+ * identity columns (the query, else the response). */
+typedef struct {
+    Py_ssize_t lo, n;
+    const TxHead *t[CHUNK];
+    const Rec *q[CHUNK], *r[CHUNK], *m[CHUNK];
+} Rows;
+
+#define ROWS for (Py_ssize_t k = 0; k < w->n; k++) {                                                          \
+        Py_ssize_t i = w->lo + k;                                                                             \
+        const Rec *q = w->q[k], *r = w->r[k], *m = w->m[k];                                                   \
+        (void)q, (void)r, (void)m;
+#define END_ROWS }
+#define CHECK(x)                                                                                               \
+    if ((x) < 0)                                                                                               \
+        return -1;
+
+/* Column c for the rows of w. One loop per source, so that the choice is made once per column and chunk. */
+static int fill(Col *c, const Rows *w, int client_binary)
+{
+    switch (c->source) {
+    case C_ID: ROWS int32_t v = COALESCE(q, r, id); put_i32(c, i, v, v >= 0); END_ROWS break;
+    case C_QTYPE: ROWS int32_t v = COALESCE(q, r, qtype); put_i32(c, i, v, v >= 0); END_ROWS break;
+    case C_QCLASS: ROWS int32_t v = COALESCE(q, r, qclass); put_i32(c, i, v, v >= 0); END_ROWS break;
+    case C_LABELS: ROWS int32_t v = COALESCE(q, r, labels); put_i32(c, i, v, v >= 0); END_ROWS break;
+    case C_VLAN: ROWS int32_t v = COALESCE(q, r, vlan); put_i32(c, i, v, v >= 0); END_ROWS break;
+    case C_UNIXTIME: ROWS put_i64(c, i, div_trunc(m->ts_ns, 1000000000), 1); END_ROWS break;
+    case C_TIME: ROWS put_i64(c, i, div_trunc(m->ts_ns, 1000), 1); END_ROWS break;
+    case C_TIME_MICRO:
+        ROWS int64_t us = div_trunc(m->ts_ns, 1000), sec = div_trunc(m->ts_ns, 1000000000);
+        put_i64(c, i, (int64_t)((uint64_t)us - (uint64_t)sec * 1000000u), 1);
+        END_ROWS break;
+    case C_QNAME:
+        ROWS const Rec *n = q && q->qname.len != SPAN_NONE ? q : r && r->qname.len != SPAN_NONE ? r : NULL;
+        CHECK(n ? put_text(c, i, rec_at(n, n->qname), n->qname.len) : put_null_var(c, i));
+        END_ROWS break;
+    case C_DOMAINNAME:
+        ROWS const Rec *n = q && q->qname.len != SPAN_NONE ? q : r && r->qname.len != SPAN_NONE ? r : NULL;
+        if (n == NULL) {
+            CHECK(put_null_var(c, i));
+            continue;
+        }
+        CHECK(var_room(c, n->qname.len));
+        c->var_len += domain_name(rec_at(n, n->qname), n->qname.len, c->var + c->var_len);
+        CHECK(close_value(c, i));
+        END_ROWS break;
+    case C_LEN: ROWS CHECK(put_len(c, i, q ? q->wirelen : 0, q != NULL)); END_ROWS break;
+    case C_RES_LEN: ROWS CHECK(put_len(c, i, r ? r->wirelen : 0, r != NULL)); END_ROWS break;
+    case C_DNS_LEN: ROWS CHECK(put_len(c, i, q ? q->dns_len : 0, q != NULL)); END_ROWS break;
+    case C_DNS_RES_LEN: ROWS CHECK(put_len(c, i, r ? r->dns_len : 0, r != NULL)); END_ROWS break;
+    case C_ZERO: break; /* zeros already, all valid */
+    case C_TTL: ROWS put_i32(c, i, q ? q->ttl : 0, q != NULL); END_ROWS break;
+    case C_UDP_SUM: ROWS put_i32(c, i, q ? q->udp_sum : 0, q != NULL); END_ROWS break;
+    case C_IPV: ROWS put_i32(c, i, m->ipv, 1); END_ROWS break;
+    case C_PROT: ROWS put_i32(c, i, m->proto, 1); END_ROWS break;
+    case C_SRCP: ROWS put_i32(c, i, q ? q->sport : r->dport, 1); END_ROWS break;
+    case C_DSTP: ROWS put_i32(c, i, q ? q->dport : r->sport, 1); END_ROWS break;
+    case C_SRC:
+        ROWS CHECK(q ? put_address(c, i, q->src, q->ipv, client_binary) : put_address(c, i, r->dst, r->ipv, client_binary));
+        END_ROWS break;
+    case C_DST:
+        ROWS CHECK(q ? put_address(c, i, q->dst, q->ipv, 0) : put_address(c, i, r->src, r->ipv, 0)); END_ROWS break;
+    case C_AA: ROWS int32_t f = r ? r->flags : -1; put_bool(c, i, f & FLAG_AA, f >= 0); END_ROWS break;
+    case C_TC: ROWS int32_t f = r ? r->flags : -1; put_bool(c, i, f & FLAG_TC, f >= 0); END_ROWS break;
+    case C_RD: ROWS int32_t f = q ? q->flags : -1; put_bool(c, i, f & FLAG_RD, f >= 0); END_ROWS break;
+    case C_RA: ROWS int32_t f = q ? q->flags : -1; put_bool(c, i, f & FLAG_RA, f >= 0); END_ROWS break;
+    case C_Z: ROWS int32_t f = q ? q->flags : -1; put_bool(c, i, f & FLAG_Z, f >= 0); END_ROWS break;
+    case C_AD: ROWS int32_t f = q ? q->flags : -1; put_bool(c, i, f & FLAG_AD, f >= 0); END_ROWS break;
+    case C_CD: ROWS int32_t f = q ? q->flags : -1; put_bool(c, i, f & FLAG_CD, f >= 0); END_ROWS break;
+    case C_ANCOUNT: ROWS int32_t v = r ? r->ancount : -1; put_i32(c, i, v, v >= 0); END_ROWS break;
+    case C_ARCOUNT: ROWS int32_t v = r ? r->arcount : -1; put_i32(c, i, v, v >= 0); END_ROWS break;
+    case C_NSCOUNT: ROWS int32_t v = r ? r->nscount : -1; put_i32(c, i, v, v >= 0); END_ROWS break;
+    case C_QDCOUNT: ROWS int32_t v = q ? q->qdcount : -1; put_i32(c, i, v, v >= 0); END_ROWS break;
+    case C_OPCODE:
+        ROWS int32_t f = q && q->flags >= 0 ? q->flags : r ? r->flags : -1;
+        put_i32(c, i, (f >> 11) & 0xF, f >= 0);
+        END_ROWS break;
+    case C_RCODE:
+        ROWS int32_t f = r ? r->flags : -1, ext = r && r->has_edns ? r->e_ext_rcode : 0;
+        put_i32(c, i, (f & 0xF) | (ext << 4), f >= 0);
+        END_ROWS break;
+    case C_EMPTY: break; /* empty strings: offsets all 0, all valid */
+    case C_FALSE: break; /* false, all valid */
+    case C_EDNS_UDP: ROWS put_i32(c, i, q && q->has_edns ? q->e_udp : 0, q != NULL); END_ROWS break;
+    case C_EDNS_VERSION: ROWS put_i32(c, i, q && q->has_edns ? q->e_version : 0, q != NULL); END_ROWS break;
+    case C_RES_EDNS_UDP: ROWS put_i32(c, i, r && r->has_edns ? r->e_udp : 0, r != NULL); END_ROWS break;
+    case C_EDNS_DO: ROWS put_bool(c, i, q && q->has_edns && q->e_do, q != NULL); END_ROWS break;
+    case C_EDNS_NSID: ROWS CHECK(put_edns_text(c, i, r, offsetof(Rec, e_nsid))); END_ROWS break;
+    case C_DAU: ROWS CHECK(put_edns_text(c, i, q, offsetof(Rec, e_dau))); END_ROWS break;
+    case C_DHU: ROWS CHECK(put_edns_text(c, i, q, offsetof(Rec, e_dhu))); END_ROWS break;
+    case C_N3U: ROWS CHECK(put_edns_text(c, i, q, offsetof(Rec, e_n3u))); END_ROWS break;
+    case C_ECS: ROWS CHECK(put_edns_text(c, i, q, offsetof(Rec, e_ecs))); END_ROWS break;
+    case C_OTHER: ROWS CHECK(put_edns_text(c, i, q, offsetof(Rec, e_other))); END_ROWS break;
+    case C_RTT:
+        ROWS const Rec *s = q && q->has_rtt ? q : r && r->has_rtt ? r : NULL;
+        ((double *)c->out)[i] = s ? s->rtt_ms : 0.0;
+        if (s == NULL)
+            set_null(c, i);
+        END_ROWS break;
+    case C_Q_PRESENT: ROWS put_bool(c, i, q != NULL, 1); END_ROWS break;
+    case C_R_PRESENT: ROWS put_bool(c, i, r != NULL, 1); END_ROWS break;
+    case C_DELAY:
+        ROWS put_i64(c, i, q && r ? div_trunc((int64_t)((uint64_t)r->ts_ns - (uint64_t)q->ts_ns), 1000) : 0, q && r);
+        END_ROWS break;
+    case C_Q_TIME: ROWS put_i64(c, i, q ? q->ts_ns : 0, q != NULL); END_ROWS break;
+    case C_R_TIME: ROWS put_i64(c, i, r ? r->ts_ns : 0, r != NULL); END_ROWS break;
+    case C_EDE:
+        ROWS if (r == NULL) {
+            CHECK(put_null_var(c, i));
+            continue;
+        }
+        uint32_t n = r->has_edns ? r->e_ede.len : 0;
+        CHECK(var_room(c, 4 * (size_t)n));
+        for (uint32_t j = 0; j < n; j++) {
+            uint16_t code;
+            memcpy(&code, rec_at(r, r->e_ede) + 2 * j, 2);
+            int32_t v = code;
+            memcpy(c->var + c->var_len, &v, 4);
+            c->var_len += 4;
+        }
+        CHECK(close_value(c, i));
+        END_ROWS break;
+    case C_MALFORMED: ROWS put_bool(c, i, m->malformed, 1); END_ROWS break;
+    case C_MESSAGES: ROWS put_i32(c, i, w->t[k]->messages, r != NULL); END_ROWS break;
+    }
+    return 0;
+}
+
+static void free_cols(Col *cols, Py_ssize_t n)
+{
+    for (Py_ssize_t k = 0; k < n; k++) {
+        Py_XDECREF(cols[k].validity);
+        Py_XDECREF(cols[k].data);
+        PyMem_Free(cols[k].var);
+    }
+    PyMem_Free(cols);
+}
+
+
+static PyObject *parquet_columns(PyObject *self, PyObject *args)
+{
+    TxBatch *txs;
+    PyObject *names;
+    int client_binary;
+    if (!PyArg_ParseTuple(args, "O!Op:parquet_columns", records->txbatch_type, &txs, &names, &client_binary))
+        return NULL;
+    PyObject *seq = PySequence_Fast(names, "names must be a sequence");
+    if (seq == NULL)
+        return NULL;
+    Py_ssize_t ncols = PySequence_Fast_GET_SIZE(seq), n = txs->txs.n, bitmap = (n + 7) / 8;
+    PyObject *result = NULL;
+    Col *cols = PyMem_Calloc(ncols ? ncols : 1, sizeof(Col));
+    if (cols == NULL) {
+        Py_DECREF(seq);
+        return PyErr_NoMemory();
+    }
+    for (Py_ssize_t k = 0; k < ncols; k++) {
+        PyObject *name = PySequence_Fast_GET_ITEM(seq, k);
+        const char *s = PyUnicode_Check(name) ? PyUnicode_AsUTF8(name) : NULL;
+        int found = -1;
+        for (int j = 0; s != NULL && j < N_KNOWN; j++) {
+            if (strcmp(COLUMNS[j].name, s) == 0)
+                found = j;
+        }
+        if (found < 0) {
+            if (!PyErr_Occurred())
+                PyErr_Format(PyExc_ValueError, "no Parquet column %R in the record pass", name);
+            goto done;
+        }
+        Col *c = &cols[k];
+        c->source = COLUMNS[found].source;
+        c->kind = COLUMNS[found].kind;
+        Py_ssize_t size = c->kind == K_I64 || c->kind == K_F64 ? 8 * n
+                          : c->kind == K_I32                  ? 4 * n
+                          : c->kind == K_BOOL                 ? bitmap
+                                                              : 4 * (n + 1);
+        c->data = PyBytes_FromStringAndSize(NULL, size);
+        c->validity = PyBytes_FromStringAndSize(NULL, bitmap);
+        if (c->data == NULL || c->validity == NULL)
+            goto done;
+        c->out = PyBytes_AS_STRING(c->data);
+        c->bits = PyBytes_AS_STRING(c->validity);
+        memset(c->out, 0, size);
+        memset(c->bits, 0xff, bitmap);
+    }
+    Rows *w = PyMem_Malloc(sizeof *w);
+    if (w == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t lo = 0; lo < n; lo += CHUNK) {
+        w->lo = lo;
+        w->n = Py_MIN(n - lo, CHUNK);
+        for (Py_ssize_t k = 0; k < w->n; k++) {
+            const TxHead *t = txbatch_get(txs, lo + k);
+            w->t[k] = t;
+            w->q[k] = tx_query(t);
+            w->r[k] = tx_response(t);
+            w->m[k] = w->q[k] ? w->q[k] : w->r[k];
+        }
+        for (Py_ssize_t k = 0; k < ncols; k++) {
+            if (fill(&cols[k], w, client_binary) < 0) {
+                PyMem_Free(w);
+                goto done;
+            }
+        }
+    }
+    PyMem_Free(w);
+    result = PyList_New(ncols);
+    if (result == NULL)
+        goto done;
+    for (Py_ssize_t k = 0; k < ncols; k++) {
+        Col *c = &cols[k];
+        PyObject *validity = c->nulls ? c->validity : Py_None, *item;
+        if (c->kind == K_STR || c->kind == K_LIST) {
+            PyObject *var = PyBytes_FromStringAndSize(c->var ? c->var : "", (Py_ssize_t)c->var_len);
+            item = var ? Py_BuildValue("(nOON)", c->nulls, validity, c->data, var) : NULL;
+        } else {
+            item = Py_BuildValue("(nOO)", c->nulls, validity, c->data);
+        }
+        if (item == NULL) {
+            Py_CLEAR(result);
+            goto done;
+        }
+        PyList_SET_ITEM(result, k, item);
+    }
+done:
+    free_cols(cols, ncols);
+    Py_DECREF(seq);
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    {"parquet_columns", parquet_columns, METH_VARARGS,
+     "parquet_columns(txs, names, client_binary) -> [(nulls, validity, buffers...)]: the Arrow buffers of the "
+     "named Parquet columns of the TxBatch."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "export.parquet._parquetrec", NULL, -1, methods};
+
+PyMODINIT_FUNC PyInit__parquetrec(void)
+{
+    if (records_import() < 0)
+        return NULL;
+    return PyModule_Create(&module);
+}

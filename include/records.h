@@ -1,0 +1,137 @@
+/* Message records: the C form of a decoded DNS message (probe.model MESSAGE_FIELDS), and the batches of them
+ * that flow between the stages in C (probe.decode._decoderec -> probe.match._matchrec -> export.parquet.
+ * _parquetrec), made by probe._records (probe/_records.c), whose functions the others reach through a capsule
+ * (records_import below).
+ *
+ * Why: a message as a tuple of 27 Python objects cost more to allocate, free and read back than to decode;
+ * a record is one contiguous struct with its strings in a tail behind it, so a batch of them is one buffer,
+ * a pending query one allocation, and a transaction two memcpy's. Every field of MESSAGE_FIELDS has its
+ * slot: rec_to_tuple gives exactly the tuple the Python decoder makes, and rec_from_tuple takes one (the
+ * frames decoded by the Python code join the batch that way, in capture order).
+ *
+ * None: -1 in the int32 fields that can be None, SPAN_NONE in a span's length, 0 in the has_ flags.
+ */
+#ifndef DNSPROBE_RECORDS_H
+#define DNSPROBE_RECORDS_H
+
+#include <Python.h>
+#include <stdint.h>
+
+#define SPAN_NONE 0xFFFFFFFFu
+
+/* A string or bytes value in the record's tail: offset from the record's start, length (SPAN_NONE: None). */
+typedef struct {
+    uint32_t off, len;
+} Span;
+
+typedef struct {
+    uint32_t size; /* bytes of the record and its tail, a multiple of 8 */
+    uint8_t ipv, proto, malformed, has_edns;
+    uint8_t has_rtt, e_do, e_cookie, spare;
+    int32_t vlan; /* -1: None */
+    int64_t ts_ns, wirelen, dns_len;
+    double rtt_ms;
+    int32_t sport, dport, ttl, udp_sum;
+    int32_t id, flags, qdcount, ancount, nscount, arcount; /* -1: None */
+    int32_t qtype, qclass, labels, last_an;                /* -1: None */
+    int32_t e_udp, e_version, e_ext_rcode;                 /* EDNS (has_edns) */
+    uint8_t src[16], dst[16];                              /* 4 bytes used for IPv4 */
+    Span qname;                                            /* UTF-8 text of the Python str */
+    Span raw;
+    Span e_nsid, e_dau, e_dhu, e_n3u, e_ecs, e_other, e_rdata;
+    Span e_ede; /* len: the number of codes, uint16 each */
+} Rec;
+
+static inline const char *rec_at(const Rec *r, Span s)
+{
+    return (const char *)r + s.off;
+}
+
+/* Records and transactions are 8-byte aligned in their buffers. */
+static inline size_t align8(size_t n)
+{
+    return (n + 7) & ~(size_t)7;
+}
+
+static inline int addr_len(const Rec *r)
+{
+    return r->ipv == 6 ? 16 : 4;
+}
+
+/* A growable buffer of records (or of transactions) and the offsets where each starts. */
+typedef struct {
+    char *buf;
+    size_t len, cap;
+    size_t *at;
+    Py_ssize_t n, n_cap;
+} RecBuf;
+
+/* MsgBatch: the messages of a batch of frames, in capture order. */
+typedef struct {
+    PyObject_HEAD RecBuf recs;
+} MsgBatch;
+
+/* A transaction: a header, then the query record (if any), then the response record (if any). */
+typedef struct {
+    uint32_t size;      /* bytes of the whole transaction, a multiple of 8 */
+    int32_t messages;   /* response messages (zone transfers: more than 1) */
+    uint32_t q, r;      /* offsets of the records from the header; 0: None */
+} TxHead;
+
+static inline const Rec *tx_query(const TxHead *t)
+{
+    return t->q ? (const Rec *)((const char *)t + t->q) : NULL;
+}
+
+static inline const Rec *tx_response(const TxHead *t)
+{
+    return t->r ? (const Rec *)((const char *)t + t->r) : NULL;
+}
+
+/* TxBatch: completed transactions, in completion order. */
+typedef struct {
+    PyObject_HEAD RecBuf txs;
+} TxBatch;
+
+static inline const TxHead *txbatch_get(const TxBatch *b, Py_ssize_t i)
+{
+    return (const TxHead *)(b->txs.buf + b->txs.at[i]);
+}
+
+static inline const Rec *msgbatch_get(const MsgBatch *b, Py_ssize_t i)
+{
+    return (const Rec *)(b->recs.buf + b->recs.at[i]);
+}
+
+/* What probe._records gives the other extensions (its capsule RECORDS_CAPSULE). */
+typedef struct {
+    PyTypeObject *msgbatch_type, *txbatch_type;
+    /* room for `bytes` more at b->buf + b->len (-1 with an exception) */
+    int (*reserve)(RecBuf *b, size_t bytes);
+    /* an item (record or transaction) that starts at `start` */
+    int (*push)(RecBuf *b, size_t start);
+    /* a transaction of copies of q and r (either may be NULL) with `messages` response messages */
+    int (*txbatch_add)(TxBatch *b, const Rec *q, const Rec *r, int32_t messages);
+    /* bytes.decode("utf-8", "backslashreplace") as UTF-8 at out (room for 4 * n bytes); its length */
+    size_t (*utf8_backslashreplace)(const unsigned char *s, size_t n, char *out);
+} RecordsApi;
+
+#define RECORDS_CAPSULE "probe._records.api"
+
+#ifndef RECORDS_MODULE
+/* In the extensions that use records: set by records_import() in their module init. */
+static const RecordsApi *records;
+
+static int records_import(void)
+{
+    /* (PyCapsule_Import only imports the first part of the name before Python 3.12: import the module first) */
+    PyObject *mod = PyImport_ImportModule("probe._records");
+    if (mod == NULL)
+        return -1;
+    Py_DECREF(mod);
+    records = PyCapsule_Import(RECORDS_CAPSULE, 0);
+    return records == NULL ? -1 : 0;
+}
+#endif
+
+#endif

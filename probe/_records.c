@@ -1,0 +1,732 @@
+/* probe._records: DNS messages as C records (include/records.h) and the batches the C stages pass each other.
+ *
+ * Why: a message as a tuple of 27 Python objects cost more to allocate, free and read back than to decode. In
+ * the columnar pipeline, frames are decoded into records in a MsgBatch (probe.decode._decoderec), matched into
+ * a TxBatch (probe.match._matchrec) and written to Parquet from it (export.parquet._parquetrec), with no Python
+ * object per message or transaction. This module makes the two batch types, converts between records and the
+ * message tuples of probe.model (the frames the Python decoder handles join a batch that way; the tests read
+ * batches back as tuples), and gives the other extensions their functions through a capsule.
+ *
+ * MsgBatch()                 an empty batch; len(b); b.clear(); b.to_tuples() -> [message tuple, ...];
+ *                            b.append(t) / b.extend(ts): add message tuples as records; b.counts(start);
+ *                            b.last_ts().
+ * TxBatch()                  an empty batch; len(b); b.clear(); b.to_tuples(start, stop) -> [(q, r, messages),
+ *                            ...] with q and r message tuples or None; b.append((q, r, messages)); b.first_ts().
+ * utf8_backslashreplace(b)   bytes.decode("utf-8", "backslashreplace"), as UTF-8 bytes, computed here.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <string.h>
+
+#define RECORDS_MODULE
+#include "records.h"
+
+/* ---------------------------------------------------------------------------------------------
+ * Buffers */
+
+static int recbuf_reserve(RecBuf *b, size_t bytes)
+{
+    if (b->len + bytes <= b->cap)
+        return 0;
+    size_t cap = b->cap ? b->cap : 1 << 16;
+    while (cap < b->len + bytes)
+        cap *= 2;
+    char *p = PyMem_Realloc(b->buf, cap);
+    if (p == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    b->buf = p;
+    b->cap = cap;
+    return 0;
+}
+
+static int recbuf_push(RecBuf *b, size_t start)
+{
+    if (b->n == b->n_cap) {
+        Py_ssize_t cap = b->n_cap ? b->n_cap * 2 : 1024;
+        size_t *at = PyMem_Realloc(b->at, cap * sizeof *at);
+        if (at == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        b->at = at;
+        b->n_cap = cap;
+    }
+    b->at[b->n++] = start;
+    return 0;
+}
+
+static void recbuf_clear(RecBuf *b)
+{
+    b->len = 0;
+    b->n = 0;
+}
+
+static void recbuf_free(RecBuf *b)
+{
+    PyMem_Free(b->buf);
+    PyMem_Free(b->at);
+    memset(b, 0, sizeof *b);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Text */
+
+/* Length of the valid UTF-8 sequence at s (n bytes left), or 0: the rules of CPython's decoder (RFC 3629: no
+ * overlong forms, no surrogates, nothing above U+10FFFF). */
+static size_t utf8_sequence(const unsigned char *s, size_t n)
+{
+    unsigned c = s[0];
+    if (c < 0x80)
+        return 1;
+    if (c >= 0xC2 && c <= 0xDF)
+        return n >= 2 && (s[1] & 0xC0) == 0x80 ? 2 : 0;
+    if (c >= 0xE0 && c <= 0xEF) {
+        if (n < 3 || (s[1] & 0xC0) != 0x80 || (s[2] & 0xC0) != 0x80)
+            return 0;
+        if ((c == 0xE0 && s[1] < 0xA0) || (c == 0xED && s[1] > 0x9F))
+            return 0;
+        return 3;
+    }
+    if (c >= 0xF0 && c <= 0xF4) {
+        if (n < 4 || (s[1] & 0xC0) != 0x80 || (s[2] & 0xC0) != 0x80 || (s[3] & 0xC0) != 0x80)
+            return 0;
+        if ((c == 0xF0 && s[1] < 0x90) || (c == 0xF4 && s[1] > 0x8F))
+            return 0;
+        return 4;
+    }
+    return 0;
+}
+
+/* Each byte that is not part of a valid sequence becomes \xNN, as the backslashreplace handler writes every
+ * byte of an error range (a range is a lead byte and continuation bytes, none of which starts a valid
+ * sequence, so going on at the next byte gives the same ranges). */
+static size_t utf8_backslashreplace(const unsigned char *s, size_t n, char *out)
+{
+    static const char hex[] = "0123456789abcdef";
+    size_t i = 0, o = 0;
+    while (i < n) {
+        if (s[i] < 0x80) {
+            out[o++] = (char)s[i++];
+            continue;
+        }
+        size_t k = utf8_sequence(s + i, n - i);
+        if (k) {
+            memcpy(out + o, s + i, k);
+            o += k;
+            i += k;
+        } else {
+            out[o++] = '\\';
+            out[o++] = 'x';
+            out[o++] = hex[s[i] >> 4];
+            out[o++] = hex[s[i] & 15];
+            i++;
+        }
+    }
+    return o;
+}
+
+static PyObject *py_utf8_backslashreplace(PyObject *self, PyObject *arg)
+{
+    Py_buffer v;
+    if (PyObject_GetBuffer(arg, &v, PyBUF_SIMPLE) < 0)
+        return NULL;
+    char *out = PyMem_Malloc(4 * (size_t)v.len + 1);
+    if (out == NULL) {
+        PyBuffer_Release(&v);
+        return PyErr_NoMemory();
+    }
+    size_t len = utf8_backslashreplace(v.buf, (size_t)v.len, out);
+    PyObject *r = PyBytes_FromStringAndSize(out, (Py_ssize_t)len);
+    PyMem_Free(out);
+    PyBuffer_Release(&v);
+    return r;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Records -> tuples */
+
+static PyObject *int_or_none(int32_t v)
+{
+    return v < 0 ? Py_NewRef(Py_None) : PyLong_FromLong(v);
+}
+
+static PyObject *span_str(const Rec *r, Span s)
+{
+    if (s.len == SPAN_NONE)
+        return Py_NewRef(Py_None);
+    return PyUnicode_DecodeUTF8(rec_at(r, s), s.len, "strict");
+}
+
+static PyObject *span_bytes(const Rec *r, Span s)
+{
+    if (s.len == SPAN_NONE)
+        return Py_NewRef(Py_None);
+    return PyBytes_FromStringAndSize(rec_at(r, s), s.len);
+}
+
+/* A new tuple of n new references (NULL items allowed: then NULL, the others released). */
+static PyObject *tuple_of(PyObject **v, Py_ssize_t n)
+{
+    PyObject *t = PyTuple_New(n);
+    int bad = t == NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        bad |= v[i] == NULL;
+        if (t != NULL)
+            PyTuple_SET_ITEM(t, i, v[i]);
+        else
+            Py_XDECREF(v[i]);
+    }
+    if (bad) {
+        Py_XDECREF(t);
+        return NULL;
+    }
+    return t;
+}
+
+static PyObject *edns_tuple(const Rec *r)
+{
+    PyObject *ede = PyTuple_New(r->e_ede.len);
+    if (ede == NULL)
+        return NULL;
+    const unsigned char *codes = (const unsigned char *)rec_at(r, r->e_ede);
+    for (uint32_t k = 0; k < r->e_ede.len; k++) {
+        uint16_t code;
+        memcpy(&code, codes + 2 * k, 2);
+        PyObject *v = PyLong_FromLong(code);
+        if (v == NULL) {
+            Py_DECREF(ede);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(ede, k, v);
+    }
+    PyObject *v[13] = {
+        PyLong_FromLong(r->e_udp), PyLong_FromLong(r->e_version), PyBool_FromLong(r->e_do),
+        PyLong_FromLong(r->e_ext_rcode), span_str(r, r->e_nsid), span_str(r, r->e_dau), span_str(r, r->e_dhu),
+        span_str(r, r->e_n3u), span_str(r, r->e_ecs), span_str(r, r->e_other), ede, PyBool_FromLong(r->e_cookie),
+        span_bytes(r, r->e_rdata),
+    };
+    return tuple_of(v, 13);
+}
+
+static PyObject *rec_to_tuple(const Rec *r)
+{
+    int alen = addr_len(r);
+    PyObject *v[27] = {
+        PyLong_FromLongLong(r->ts_ns),
+        PyLong_FromLongLong(r->wirelen),
+        PyLong_FromLong(r->ipv),
+        PyLong_FromLong(r->proto),
+        PyBytes_FromStringAndSize((const char *)r->src, alen),
+        PyLong_FromLong(r->sport),
+        PyBytes_FromStringAndSize((const char *)r->dst, alen),
+        PyLong_FromLong(r->dport),
+        PyLong_FromLong(r->ttl),
+        PyLong_FromLong(r->udp_sum),
+        int_or_none(r->vlan),
+        r->has_rtt ? PyFloat_FromDouble(r->rtt_ms) : Py_NewRef(Py_None),
+        PyLong_FromLongLong(r->dns_len),
+        int_or_none(r->id),
+        int_or_none(r->flags),
+        int_or_none(r->qdcount),
+        int_or_none(r->ancount),
+        int_or_none(r->nscount),
+        int_or_none(r->arcount),
+        span_str(r, r->qname),
+        int_or_none(r->qtype),
+        int_or_none(r->qclass),
+        int_or_none(r->labels),
+        r->has_edns ? edns_tuple(r) : Py_NewRef(Py_None),
+        PyBool_FromLong(r->malformed),
+        int_or_none(r->last_an),
+        span_bytes(r, r->raw),
+    };
+    return tuple_of(v, 27);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Tuples -> records (the frames the Python decoder handled) */
+
+static int bad_value(const char *field, PyObject *v)
+{
+    PyErr_Format(PyExc_TypeError, "message field %s: unexpected value %R", field, v);
+    return -1;
+}
+
+static int get_i64(PyObject *v, const char *field, int64_t *out)
+{
+    if (!PyLong_CheckExact(v))
+        return bad_value(field, v);
+    long long x = PyLong_AsLongLong(v);
+    if (x == -1 && PyErr_Occurred())
+        return -1;
+    *out = x;
+    return 0;
+}
+
+/* An int in 0..max, or None (-1) where none_ok. */
+static int get_i32(PyObject *v, const char *field, long max, int none_ok, int32_t *out)
+{
+    if (v == Py_None && none_ok) {
+        *out = -1;
+        return 0;
+    }
+    if (!PyLong_CheckExact(v))
+        return bad_value(field, v);
+    long x = PyLong_AsLong(v);
+    if (x == -1 && PyErr_Occurred())
+        return -1;
+    if (x < 0 || x > max)
+        return bad_value(field, v);
+    *out = (int32_t)x;
+    return 0;
+}
+
+static int get_bool(PyObject *v, const char *field, uint8_t *out)
+{
+    if (v != Py_True && v != Py_False)
+        return bad_value(field, v);
+    *out = v == Py_True;
+    return 0;
+}
+
+/* A str (as UTF-8) or bytes value, or None where none_ok: its data and length (SPAN_NONE for None). */
+static int get_data(PyObject *v, const char *field, int is_str, int none_ok, const char **data, uint32_t *len)
+{
+    if (v == Py_None && none_ok) {
+        *data = NULL;
+        *len = SPAN_NONE;
+        return 0;
+    }
+    Py_ssize_t n;
+    if (is_str) {
+        if (!PyUnicode_CheckExact(v))
+            return bad_value(field, v);
+        *data = PyUnicode_AsUTF8AndSize(v, &n);
+        if (*data == NULL)
+            return -1;
+    } else {
+        if (!PyBytes_CheckExact(v))
+            return bad_value(field, v);
+        *data = PyBytes_AS_STRING(v);
+        n = PyBytes_GET_SIZE(v);
+    }
+    if ((size_t)n >= SPAN_NONE)
+        return bad_value(field, v);
+    *len = (uint32_t)n;
+    return 0;
+}
+
+enum { S_QNAME, S_RAW, S_NSID, S_DAU, S_DHU, S_N3U, S_ECS, S_OTHER, S_RDATA, S_EDE, N_SPANS };
+
+static int msgbatch_append_tuple(MsgBatch *b, PyObject *t)
+{
+    static const char *names[] = {"qname", "raw", "nsid", "dau", "dhu", "n3u", "client_subnet", "other", "rdata"};
+    if (!PyTuple_CheckExact(t) || PyTuple_GET_SIZE(t) != 27)
+        return bad_value("(the message)", t);
+    PyObject **m = &PyTuple_GET_ITEM(t, 0);
+    Rec r;
+    memset(&r, 0, sizeof r);
+    const char *data[N_SPANS] = {NULL};
+    uint32_t len[N_SPANS];
+    int32_t v32;
+    for (int k = 0; k < N_SPANS; k++)
+        len[k] = SPAN_NONE;
+    if (get_i64(m[0], "ts_ns", &r.ts_ns) < 0 || get_i64(m[1], "wirelen", &r.wirelen) < 0)
+        return -1;
+    if (get_i32(m[2], "ipv", 6, 0, &v32) < 0)
+        return -1;
+    if (v32 != 4 && v32 != 6)
+        return bad_value("ipv", m[2]);
+    r.ipv = (uint8_t)v32;
+    if (get_i32(m[3], "proto", 255, 0, &v32) < 0)
+        return -1;
+    r.proto = (uint8_t)v32;
+    for (int k = 0; k < 2; k++) {
+        PyObject *a = m[k ? 6 : 4];
+        if (!PyBytes_CheckExact(a) || PyBytes_GET_SIZE(a) != addr_len(&r))
+            return bad_value(k ? "dst" : "src", a);
+        memcpy(k ? r.dst : r.src, PyBytes_AS_STRING(a), addr_len(&r));
+    }
+    if (get_i32(m[5], "sport", 65535, 0, &r.sport) < 0 || get_i32(m[7], "dport", 65535, 0, &r.dport) < 0
+        || get_i32(m[8], "ttl", 255, 0, &r.ttl) < 0 || get_i32(m[9], "udp_sum", 65535, 0, &r.udp_sum) < 0
+        || get_i32(m[10], "vlan", 4095, 1, &r.vlan) < 0)
+        return -1;
+    if (m[11] != Py_None) {
+        if (!PyFloat_CheckExact(m[11]))
+            return bad_value("tcp_rtt_ms", m[11]);
+        r.has_rtt = 1;
+        r.rtt_ms = PyFloat_AS_DOUBLE(m[11]);
+    }
+    if (get_i64(m[12], "dns_len", &r.dns_len) < 0)
+        return -1;
+    int32_t *hdr[] = {&r.id, &r.flags, &r.qdcount, &r.ancount, &r.nscount, &r.arcount};
+    static const char *hdr_names[] = {"id", "flags", "qdcount", "ancount", "nscount", "arcount"};
+    for (int k = 0; k < 6; k++) {
+        if (get_i32(m[13 + k], hdr_names[k], 65535, 1, hdr[k]) < 0)
+            return -1;
+    }
+    if (get_data(m[19], "qname", 1, 1, &data[S_QNAME], &len[S_QNAME]) < 0
+        || get_i32(m[20], "qtype", 65535, 1, &r.qtype) < 0 || get_i32(m[21], "qclass", 65535, 1, &r.qclass) < 0
+        || get_i32(m[22], "labels", 255, 1, &r.labels) < 0 || get_bool(m[24], "malformed", &r.malformed) < 0
+        || get_i32(m[25], "last_an_type", 65535, 1, &r.last_an) < 0
+        || get_data(m[26], "raw", 0, 1, &data[S_RAW], &len[S_RAW]) < 0)
+        return -1;
+    PyObject *e = m[23];
+    if (e != Py_None) {
+        if (!PyTuple_CheckExact(e) || PyTuple_GET_SIZE(e) != 13)
+            return bad_value("edns", e);
+        PyObject **f = &PyTuple_GET_ITEM(e, 0);
+        r.has_edns = 1;
+        if (get_i32(f[0], "udp_size", 65535, 0, &r.e_udp) < 0 || get_i32(f[1], "version", 255, 0, &r.e_version) < 0
+            || get_bool(f[2], "do", &r.e_do) < 0 || get_i32(f[3], "ext_rcode", 255, 0, &r.e_ext_rcode) < 0
+            || get_bool(f[11], "cookie", &r.e_cookie) < 0)
+            return -1;
+        for (int k = 0; k < 6; k++) {
+            if (get_data(f[4 + k], names[S_NSID + k], 1, 0, &data[S_NSID + k], &len[S_NSID + k]) < 0)
+                return -1;
+        }
+        if (get_data(f[12], "rdata", 0, 0, &data[S_RDATA], &len[S_RDATA]) < 0)
+            return -1;
+        if (!PyTuple_CheckExact(f[10]))
+            return bad_value("ede", f[10]);
+        len[S_EDE] = (uint32_t)PyTuple_GET_SIZE(f[10]);
+    }
+    size_t tail = 0;
+    for (int k = 0; k < N_SPANS; k++) {
+        if (len[k] != SPAN_NONE)
+            tail += k == S_EDE ? 2 * (size_t)len[k] : len[k];
+    }
+    size_t size = align8(sizeof(Rec) + tail);
+    if (size > UINT32_MAX) {
+        PyErr_SetString(PyExc_OverflowError, "message record over 4 GiB");
+        return -1;
+    }
+    RecBuf *rb = &b->recs;
+    if (recbuf_reserve(rb, size) < 0)
+        return -1;
+    size_t start = rb->len;
+    char *base = rb->buf + start;
+    Span *spans[N_SPANS] = {&r.qname, &r.raw, &r.e_nsid, &r.e_dau, &r.e_dhu, &r.e_n3u, &r.e_ecs, &r.e_other,
+                            &r.e_rdata, &r.e_ede};
+    size_t off = sizeof(Rec);
+    for (int k = 0; k < N_SPANS; k++) {
+        spans[k]->off = (uint32_t)off;
+        spans[k]->len = len[k];
+        if (len[k] == SPAN_NONE)
+            continue;
+        if (k == S_EDE) {
+            PyObject *codes = PyTuple_GET_ITEM(e, 10);
+            for (uint32_t j = 0; j < len[k]; j++) {
+                int32_t code;
+                if (get_i32(PyTuple_GET_ITEM(codes, j), "ede", 65535, 0, &code) < 0)
+                    return -1;
+                uint16_t c16 = (uint16_t)code;
+                memcpy(base + off + 2 * j, &c16, 2);
+            }
+            off += 2 * (size_t)len[k];
+        } else {
+            memcpy(base + off, data[k], len[k]);
+            off += len[k];
+        }
+    }
+    r.size = (uint32_t)size;
+    memcpy(base, &r, sizeof r);
+    memset(base + off, 0, size - off);
+    rb->len += size;
+    return recbuf_push(rb, start);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * MsgBatch */
+
+static PyObject *batch_new(PyTypeObject *type, PyObject *args, PyObject *kw)
+{
+    if (PyTuple_GET_SIZE(args) || (kw != NULL && PyDict_GET_SIZE(kw))) {
+        PyErr_Format(PyExc_TypeError, "%s() takes no arguments", type->tp_name);
+        return NULL;
+    }
+    return type->tp_alloc(type, 0); /* zeroed: an empty RecBuf */
+}
+
+static void msgbatch_dealloc(PyObject *self)
+{
+    recbuf_free(&((MsgBatch *)self)->recs);
+    Py_TYPE(self)->tp_free(self);
+}
+
+static Py_ssize_t msgbatch_len(PyObject *self)
+{
+    return ((MsgBatch *)self)->recs.n;
+}
+
+static PyObject *msgbatch_clear(PyObject *self, PyObject *unused)
+{
+    recbuf_clear(&((MsgBatch *)self)->recs);
+    Py_RETURN_NONE;
+}
+
+static PyObject *msgbatch_to_tuples(PyObject *self, PyObject *unused)
+{
+    MsgBatch *b = (MsgBatch *)self;
+    PyObject *list = PyList_New(b->recs.n);
+    if (list == NULL)
+        return NULL;
+    for (Py_ssize_t i = 0; i < b->recs.n; i++) {
+        PyObject *t = rec_to_tuple(msgbatch_get(b, i));
+        if (t == NULL) {
+            Py_DECREF(list);
+            return NULL;
+        }
+        PyList_SET_ITEM(list, i, t);
+    }
+    return list;
+}
+
+static PyObject *msgbatch_append(PyObject *self, PyObject *t)
+{
+    if (msgbatch_append_tuple((MsgBatch *)self, t) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *msgbatch_extend(PyObject *self, PyObject *seq)
+{
+    PyObject *fast = PySequence_Fast(seq, "extend takes a sequence of message tuples");
+    if (fast == NULL)
+        return NULL;
+    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(fast); i++) {
+        if (msgbatch_append_tuple((MsgBatch *)self, PySequence_Fast_GET_ITEM(fast, i)) < 0) {
+            Py_DECREF(fast);
+            return NULL;
+        }
+    }
+    Py_DECREF(fast);
+    Py_RETURN_NONE;
+}
+
+/* counts(): (messages, responses, malformed) of the batch, as PacketDecoder._count counts them. */
+static PyObject *msgbatch_counts(PyObject *self, PyObject *args)
+{
+    MsgBatch *b = (MsgBatch *)self;
+    Py_ssize_t start = 0, responses = 0, malformed = 0;
+    if (!PyArg_ParseTuple(args, "|n:counts", &start))
+        return NULL;
+    for (Py_ssize_t i = start < 0 ? 0 : start; i < b->recs.n; i++) {
+        const Rec *r = msgbatch_get(b, i);
+        responses += r->flags >= 0 && (r->flags & 0x8000);
+        malformed += r->malformed;
+    }
+    return Py_BuildValue("(nnn)", b->recs.n - start, responses, malformed);
+}
+
+/* last_ts(): the capture time of the last message (None when empty). */
+static PyObject *msgbatch_last_ts(PyObject *self, PyObject *unused)
+{
+    MsgBatch *b = (MsgBatch *)self;
+    if (b->recs.n == 0)
+        Py_RETURN_NONE;
+    return PyLong_FromLongLong(msgbatch_get(b, b->recs.n - 1)->ts_ns);
+}
+
+static PyMethodDef msgbatch_methods[] = {
+    {"clear", msgbatch_clear, METH_NOARGS, "Remove every message."},
+    {"to_tuples", msgbatch_to_tuples, METH_NOARGS, "The messages as probe.model message tuples."},
+    {"append", msgbatch_append, METH_O, "Add a message tuple."},
+    {"extend", msgbatch_extend, METH_O, "Add message tuples."},
+    {"counts", msgbatch_counts, METH_VARARGS, "counts(start=0) -> (messages, responses, malformed) from start on."},
+    {"last_ts", msgbatch_last_ts, METH_NOARGS, "Capture time of the last message, or None."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PySequenceMethods msgbatch_sequence = {.sq_length = msgbatch_len};
+
+static PyTypeObject MsgBatch_Type = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "probe._records.MsgBatch",
+    .tp_basicsize = sizeof(MsgBatch),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Decoded DNS messages as records, in capture order.",
+    .tp_new = batch_new,
+    .tp_dealloc = msgbatch_dealloc,
+    .tp_as_sequence = &msgbatch_sequence,
+    .tp_methods = msgbatch_methods,
+};
+
+/* ---------------------------------------------------------------------------------------------
+ * TxBatch */
+
+static int txbatch_add(TxBatch *b, const Rec *q, const Rec *r, int32_t messages)
+{
+    size_t size = sizeof(TxHead) + (q ? q->size : 0) + (r ? r->size : 0);
+    if (size > UINT32_MAX) {
+        PyErr_SetString(PyExc_OverflowError, "transaction over 4 GiB");
+        return -1;
+    }
+    RecBuf *tb = &b->txs;
+    if (recbuf_reserve(tb, size) < 0)
+        return -1;
+    size_t start = tb->len;
+    TxHead *t = (TxHead *)(tb->buf + start);
+    t->size = (uint32_t)size;
+    t->messages = messages;
+    t->q = q ? sizeof(TxHead) : 0;
+    t->r = r ? (uint32_t)(sizeof(TxHead) + (q ? q->size : 0)) : 0;
+    if (q)
+        memcpy((char *)t + t->q, q, q->size);
+    if (r)
+        memcpy((char *)t + t->r, r, r->size);
+    tb->len += size;
+    return recbuf_push(tb, start);
+}
+
+static void txbatch_dealloc(PyObject *self)
+{
+    recbuf_free(&((TxBatch *)self)->txs);
+    Py_TYPE(self)->tp_free(self);
+}
+
+static Py_ssize_t txbatch_len(PyObject *self)
+{
+    return ((TxBatch *)self)->txs.n;
+}
+
+static PyObject *txbatch_clear(PyObject *self, PyObject *unused)
+{
+    recbuf_clear(&((TxBatch *)self)->txs);
+    Py_RETURN_NONE;
+}
+
+static PyObject *tx_tuple(const TxHead *t)
+{
+    const Rec *q = tx_query(t), *r = tx_response(t);
+    PyObject *v[3] = {q ? rec_to_tuple(q) : Py_NewRef(Py_None), r ? rec_to_tuple(r) : Py_NewRef(Py_None),
+                      PyLong_FromLong(t->messages)};
+    return tuple_of(v, 3);
+}
+
+static PyObject *txbatch_to_tuples(PyObject *self, PyObject *args)
+{
+    TxBatch *b = (TxBatch *)self;
+    Py_ssize_t start = 0, stop = PY_SSIZE_T_MAX;
+    if (!PyArg_ParseTuple(args, "|nn:to_tuples", &start, &stop))
+        return NULL;
+    start = start < 0 ? 0 : Py_MIN(start, b->txs.n);
+    stop = Py_MAX(start, Py_MIN(stop, b->txs.n));
+    PyObject *list = PyList_New(stop - start);
+    if (list == NULL)
+        return NULL;
+    for (Py_ssize_t i = start; i < stop; i++) {
+        PyObject *t = tx_tuple(txbatch_get(b, i));
+        if (t == NULL) {
+            Py_DECREF(list);
+            return NULL;
+        }
+        PyList_SET_ITEM(list, i - start, t);
+    }
+    return list;
+}
+
+/* append((q, r, messages)): a transaction of message tuples (for tests and the Python matcher's output). */
+static PyObject *txbatch_append(PyObject *self, PyObject *tx)
+{
+    if (!PyTuple_Check(tx) || PyTuple_GET_SIZE(tx) != 3) {
+        PyErr_SetString(PyExc_TypeError, "a transaction is a (query, response, messages) tuple");
+        return NULL;
+    }
+    MsgBatch *tmp = (MsgBatch *)PyObject_CallNoArgs((PyObject *)&MsgBatch_Type);
+    if (tmp == NULL)
+        return NULL;
+    const Rec *side[2] = {NULL, NULL};
+    int32_t messages;
+    PyObject *rc = NULL;
+    for (int k = 0; k < 2; k++) {
+        PyObject *m = PyTuple_GET_ITEM(tx, k);
+        if (m == Py_None)
+            continue;
+        if (msgbatch_append_tuple(tmp, m) < 0)
+            goto done;
+    }
+    for (int k = 0, i = 0; k < 2; k++) {
+        if (PyTuple_GET_ITEM(tx, k) != Py_None)
+            side[k] = msgbatch_get(tmp, i++);
+    }
+    if (get_i32(PyTuple_GET_ITEM(tx, 2), "messages", INT32_MAX, 0, &messages) < 0)
+        goto done;
+    if (txbatch_add((TxBatch *)self, side[0], side[1], messages) < 0)
+        goto done;
+    rc = Py_NewRef(Py_None);
+done:
+    Py_DECREF(tmp);
+    return rc;
+}
+
+/* first_ts(): the capture time of the first transaction (its query's, else its response's). */
+static PyObject *txbatch_first_ts(PyObject *self, PyObject *unused)
+{
+    TxBatch *b = (TxBatch *)self;
+    if (b->txs.n == 0)
+        Py_RETURN_NONE;
+    const TxHead *t = txbatch_get(b, 0);
+    const Rec *m = tx_query(t) ? tx_query(t) : tx_response(t);
+    return PyLong_FromLongLong(m->ts_ns);
+}
+
+static PyMethodDef txbatch_methods[] = {
+    {"clear", txbatch_clear, METH_NOARGS, "Remove every transaction."},
+    {"to_tuples", txbatch_to_tuples, METH_VARARGS,
+     "to_tuples(start=0, stop=len) -> [(query tuple or None, response tuple or None, messages), ...]."},
+    {"append", txbatch_append, METH_O, "Add a (query, response, messages) transaction of message tuples."},
+    {"first_ts", txbatch_first_ts, METH_NOARGS, "Capture time of the first transaction, or None."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PySequenceMethods txbatch_sequence = {.sq_length = txbatch_len};
+
+static PyTypeObject TxBatch_Type = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "probe._records.TxBatch",
+    .tp_basicsize = sizeof(TxBatch),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Completed transactions of message records, in completion order.",
+    .tp_new = batch_new,
+    .tp_dealloc = txbatch_dealloc,
+    .tp_as_sequence = &txbatch_sequence,
+    .tp_methods = txbatch_methods,
+};
+
+/* ---------------------------------------------------------------------------------------------
+ * The module */
+
+static PyMethodDef methods[] = {
+    {"utf8_backslashreplace", py_utf8_backslashreplace, METH_O,
+     "bytes.decode('utf-8', 'backslashreplace').encode() computed in C."},
+    {NULL, NULL, 0, NULL},
+};
+
+static const RecordsApi api = {
+    &MsgBatch_Type, &TxBatch_Type, recbuf_reserve, recbuf_push, txbatch_add, utf8_backslashreplace,
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "probe._records", NULL, -1, methods};
+
+PyMODINIT_FUNC PyInit__records(void)
+{
+    if (PyType_Ready(&MsgBatch_Type) < 0 || PyType_Ready(&TxBatch_Type) < 0)
+        return NULL;
+    PyObject *mod = PyModule_Create(&module);
+    if (mod == NULL)
+        return NULL;
+    PyObject *capsule = PyCapsule_New((void *)&api, RECORDS_CAPSULE, NULL);
+    if (capsule == NULL || PyModule_AddObject(mod, "api", capsule) < 0) {
+        Py_XDECREF(capsule);
+        Py_DECREF(mod);
+        return NULL;
+    }
+    if (PyModule_AddObjectRef(mod, "MsgBatch", (PyObject *)&MsgBatch_Type) < 0
+        || PyModule_AddObjectRef(mod, "TxBatch", (PyObject *)&TxBatch_Type) < 0
+        || PyModule_AddIntConstant(mod, "RECORD_SIZE", sizeof(Rec)) < 0) {
+        Py_DECREF(mod);
+        return NULL;
+    }
+    return mod;
+}

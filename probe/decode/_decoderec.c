@@ -1,0 +1,485 @@
+/* probe.decode._decoderec: the common-frame fast path of PacketDecoder (probe/decode/packets.py) writing message
+ * records (include/records.h) into a MsgBatch instead of message tuples into a list: PacketDecoder.decode_into.
+ *
+ * The same frames as probe.decode._fastwire.decode_frames (wire.h classify: Ethernet with VLAN tags, IPv4
+ * without fragments, IPv6 without extension headers, UDP, and TCP through the Python stream step), the same
+ * checks, counters and stopping rule: it stops at the first frame it does not handle and returns (i, j), the
+ * caller decodes frames i..j-1 with the Python code and appends their tuples to the batch. The message walk is
+ * wire.h's walk_message; what the Python walker makes objects of (the QNAME text, the EDNS fields) is written
+ * into the record's tail here.
+ *
+ * decode_frames(ts, wirelen, data, start, out, portmap, keep4, keep6, counts, tcp, keep_raw) -> (i, j)
+ *   ts, wirelen, data: the FrameBatch lists; out: the MsgBatch; portmap: 8192 bytes, bit p for a DNS port;
+ *   keep4/keep6: the IP lists' callables (src, dst) -> keep?, or None; counts: the list [bytes, messages,
+ *   responses, malformed, ip_filtered] added to; tcp: PacketDecoder._tcp_step or None (TCP frames then stop
+ *   the loop); keep_raw: fill the raw field (C-DNS).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "records.h"
+#include "wire.h"
+
+static PyObject *ipv6_address; /* ipaddress.IPv6Address, for the text of an IPv6 client subnet */
+
+
+/* The network part of a message (fields.NET_FIELDS). */
+typedef struct {
+    int64_t ts, wirelen;
+    int ipv, proto;
+    const unsigned char *src, *dst;
+    int32_t sport, dport, ttl, udp_sum, vlan;
+    int has_rtt;
+    double rtt;
+} Net;
+
+/* A growing tail: values appended behind the record at base. */
+typedef struct {
+    char *base;
+    size_t off;
+} Tail;
+
+static Span tail_put(Tail *t, const void *p, size_t n)
+{
+    Span s = {(uint32_t)t->off, (uint32_t)n};
+    memcpy(t->base + t->off, p, n);
+    t->off += n;
+    return s;
+}
+
+static Span tail_text(Tail *t, const unsigned char *p, size_t n)
+{
+    Span s = {(uint32_t)t->off, 0};
+    s.len = (uint32_t)records->utf8_backslashreplace(p, n, t->base + t->off);
+    t->off += s.len;
+    return s;
+}
+
+/* dnswire._algorithms: "1,2,3". */
+static Span tail_numbers(Tail *t, const unsigned char *v, size_t n)
+{
+    Span s = {(uint32_t)t->off, 0};
+    for (size_t i = 0; i < n; i++)
+        t->off += sprintf(t->base + t->off, i ? ",%u" : "%u", v[i]);
+    s.len = (uint32_t)(t->off - s.off);
+    return s;
+}
+
+/* dnswire._ecs for a value opt_options_ok accepted: "address/source-prefix". */
+static int tail_ecs(Tail *t, const unsigned char *v, size_t len, Span *out)
+{
+    unsigned family = rd16(v), source = v[2];
+    size_t alen = len - 4;
+    unsigned char addr[16] = {0};
+    memcpy(addr, v + 4, alen);
+    out->off = (uint32_t)t->off;
+    if (family == 1) {
+        t->off += sprintf(t->base + t->off, "%u.%u.%u.%u/%u", addr[0], addr[1], addr[2], addr[3], source);
+    } else {
+        /* IPv6 text (RFC 5952 with Python's rules) from the ipaddress module itself, as the Python walker. */
+        PyObject *obj = PyObject_CallFunction(ipv6_address, "y#", (const char *)addr, (Py_ssize_t)16);
+        PyObject *text = obj ? PyObject_Str(obj) : NULL;
+        Py_XDECREF(obj);
+        if (text == NULL)
+            return -1;
+        Py_ssize_t n;
+        const char *s = PyUnicode_AsUTF8AndSize(text, &n);
+        if (s == NULL || n > 48) {
+            Py_DECREF(text);
+            if (s != NULL)
+                PyErr_SetString(PyExc_ValueError, "unexpected IPv6 address text");
+            return -1;
+        }
+        memcpy(t->base + t->off, s, n);
+        t->off += n;
+        Py_DECREF(text);
+        t->off += sprintf(t->base + t->off, "/%u", source);
+    }
+    out->len = (uint32_t)(t->off - out->off);
+    return 0;
+}
+
+/* dnswire.parse_opt over the options p[start..end) that opt_options_ok accepted. */
+static int tail_opt(Tail *t, Rec *r, const unsigned char *p, Py_ssize_t start, Py_ssize_t end)
+{
+    /* The last option of each kind counts, as in the Python walker (later ones replace earlier ones). */
+    Py_ssize_t last[5] = {-1, -1, -1, -1, -1}; /* NSID, DAU, DHU, N3U, ECS: the option's offset */
+    size_t n_ede = 0;
+    r->e_cookie = 0;
+    Span other = {(uint32_t)t->off, 0};
+    for (Py_ssize_t pos = start; pos < end;) {
+        unsigned code = rd16(p + pos), olen = rd16(p + pos + 2);
+        switch (code) {
+        case OPT_NSID: last[0] = pos; break;
+        case OPT_DAU: last[1] = pos; break;
+        case OPT_DHU: last[2] = pos; break;
+        case OPT_N3U: last[3] = pos; break;
+        case OPT_ECS: last[4] = pos; break;
+        case OPT_EDE: n_ede++; break;
+        case OPT_COOKIE: r->e_cookie = 1; break;
+        }
+        if (olen && code != OPT_NSID && code != OPT_DAU && code != OPT_DHU && code != OPT_N3U)
+            t->off += sprintf(t->base + t->off, t->off > other.off ? ",%u" : "%u", code);
+        pos += 4 + olen;
+    }
+    other.len = (uint32_t)(t->off - other.off);
+    r->e_other = other;
+    Span empty = {(uint32_t)t->off, 0};
+    Span *text[4] = {&r->e_nsid, &r->e_dau, &r->e_dhu, &r->e_n3u};
+    for (int k = 0; k < 4; k++) {
+        *text[k] = empty;
+        if (last[k] < 0)
+            continue;
+        const unsigned char *v = p + last[k] + 4;
+        unsigned olen = rd16(p + last[k] + 2);
+        *text[k] = k == 0 ? tail_text(t, v, olen) : tail_numbers(t, v, olen);
+    }
+    r->e_ecs = empty;
+    if (last[4] >= 0 && tail_ecs(t, p + last[4] + 4, rd16(p + last[4] + 2), &r->e_ecs) < 0)
+        return -1;
+    r->e_ede.off = (uint32_t)t->off;
+    r->e_ede.len = (uint32_t)n_ede;
+    for (Py_ssize_t pos = start; pos < end;) {
+        unsigned code = rd16(p + pos), olen = rd16(p + pos + 2);
+        if (code == OPT_EDE) {
+            uint16_t info = (uint16_t)rd16(p + pos + 4);
+            memcpy(t->base + t->off, &info, 2);
+            t->off += 2;
+        }
+        pos += 4 + olen;
+    }
+    r->e_rdata = tail_put(t, p + start, end - start);
+    return 0;
+}
+
+enum { C_BYTES, C_MESSAGES, C_RESPONSES, C_MALFORMED, C_FILTERED, N_COUNTS };
+
+/* The record of the message p[0..n) with the network part net, appended to out and counted. */
+static int put_message(MsgBatch *out, const Net *net, const unsigned char *p, Py_ssize_t n, int keep_raw,
+                       long long *counts)
+{
+    Walk w;
+    walk_message(p, n, &w);
+    size_t opt_len = w.has_opt ? (size_t)(w.opt_end - w.opt_start) : 0;
+    /* Bound of the tail: the QNAME escaped (4 bytes per byte), the EDNS texts (each option's bytes at most 4
+     * times over, the codes of `other` 1.5 times, an ECS text 64), the OPT RDATA and the raw message. */
+    size_t bound = align8(sizeof(Rec) + 4 * (size_t)w.jlen + 8 * opt_len + 128 + (keep_raw ? (size_t)n : 0));
+    if (bound > UINT32_MAX) {
+        PyErr_SetString(PyExc_OverflowError, "message record over 4 GiB");
+        return -1;
+    }
+    RecBuf *rb = &out->recs;
+    if (records->reserve(rb, bound) < 0)
+        return -1;
+    size_t start = rb->len;
+    Rec *r = (Rec *)(rb->buf + start);
+    memset(r, 0, sizeof *r);
+    Tail t = {(char *)r, sizeof(Rec)};
+    r->ts_ns = net->ts;
+    r->wirelen = net->wirelen;
+    r->ipv = (uint8_t)net->ipv;
+    r->proto = (uint8_t)net->proto;
+    int alen = net->ipv == 6 ? 16 : 4;
+    memcpy(r->src, net->src, alen);
+    memcpy(r->dst, net->dst, alen);
+    r->sport = net->sport;
+    r->dport = net->dport;
+    r->ttl = net->ttl;
+    r->udp_sum = net->udp_sum;
+    r->vlan = net->vlan;
+    r->has_rtt = (uint8_t)net->has_rtt;
+    r->rtt_ms = net->rtt;
+    r->dns_len = n;
+    r->id = (int32_t)w.id;
+    r->flags = (int32_t)w.flags;
+    r->qdcount = (int32_t)w.qd;
+    r->ancount = (int32_t)w.an;
+    r->nscount = (int32_t)w.ns;
+    r->arcount = (int32_t)w.ar;
+    r->qtype = (int32_t)w.qtype;
+    r->qclass = (int32_t)w.qclass;
+    r->last_an = (int32_t)w.last_an;
+    r->malformed = (uint8_t)w.malformed;
+    r->qname.len = r->raw.len = SPAN_NONE;
+    r->labels = -1;
+    if (w.has_qname) {
+        r->qname = tail_text(&t, (const unsigned char *)w.joined, (size_t)w.jlen);
+        r->labels = (int32_t)w.labels;
+    }
+    if (keep_raw)
+        r->raw = tail_put(&t, p, (size_t)n);
+    if (w.has_opt) {
+        r->has_edns = 1;
+        r->e_udp = (int32_t)w.opt_class;
+        r->e_version = (w.opt_ttl >> 16) & 0xFF;
+        r->e_do = (w.opt_ttl & 0x8000) != 0;
+        r->e_ext_rcode = w.opt_ttl >> 24;
+        if (tail_opt(&t, r, p, w.opt_start, w.opt_end) < 0)
+            return -1;
+    }
+    size_t size = align8(t.off);
+    memset((char *)r + t.off, 0, size - t.off);
+    r->size = (uint32_t)size;
+    rb->len += size;
+    if (records->push(rb, start) < 0)
+        return -1;
+    counts[C_MESSAGES]++;
+    counts[C_RESPONSES] += w.flags >= 0 && (w.flags & 0x8000);
+    counts[C_MALFORMED] += w.malformed;
+    return 0;
+}
+
+/* An int the TCP step returned, into *out (0..max); -1 with an exception otherwise. */
+static int step_int(PyObject *v, long long max, int64_t *out)
+{
+    if (!PyLong_CheckExact(v)) {
+        PyErr_SetString(PyExc_TypeError, "the TCP step must return ints for ts, wirelen and ttl");
+        return -1;
+    }
+    long long x = PyLong_AsLongLong(v);
+    if (x == -1 && PyErr_Occurred())
+        return -1;
+    if (x < 0 || x > max) {
+        PyErr_Format(PyExc_ValueError, "the TCP step returned %lld, out of range", x);
+        return -1;
+    }
+    *out = x;
+    return 0;
+}
+
+/* A TCP segment: the Python stream step (PacketDecoder._tcp_step) with the arguments _fastwire gives it, then a
+ * record for each message it completes. */
+static int tcp_segment(PyObject *ts, PyObject *wl, const unsigned char *f, const Fast *x, PyObject *src,
+                       PyObject *dst, PyObject *tcp, int keep_raw, MsgBatch *out, long long *counts)
+{
+    PyObject *res = NULL, *seq_list = NULL, *key = NULL;
+    PyObject *ipv = PyLong_FromLong(x->ipv), *sport = PyLong_FromLong(x->sport), *dport = PyLong_FromLong(x->dport);
+    PyObject *ttl = PyLong_FromLong(x->ttl), *flags = PyLong_FromLong(x->flags);
+    PyObject *seq = PyLong_FromUnsignedLong(x->seq);
+    PyObject *payload = PyBytes_FromStringAndSize((const char *)f + x->dns, x->dns_len);
+    int r = -1;
+    if (ipv == NULL || sport == NULL || dport == NULL || ttl == NULL || flags == NULL || seq == NULL || payload == NULL)
+        goto done;
+    key = PyTuple_Pack(4, src, sport, dst, dport);
+    if (key == NULL)
+        goto done;
+    PyObject *args[8] = {ipv, key, ts, wl, ttl, seq, flags, payload};
+    res = PyObject_Vectorcall(tcp, args, 8, NULL);
+    if (res == NULL)
+        goto done;
+    seq_list = PySequence_Fast(res, "the TCP step must return a sequence");
+    if (seq_list == NULL)
+        goto done;
+    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(seq_list); i++) {
+        PyObject *m = PySequence_Fast_GET_ITEM(seq_list, i);
+        if (!PyTuple_Check(m) || PyTuple_GET_SIZE(m) != 5 || !PyBytes_Check(PyTuple_GET_ITEM(m, 0))) {
+            PyErr_SetString(PyExc_TypeError, "the TCP step must return (bytes, ts, wirelen, ttl, rtt_ms) tuples");
+            goto done;
+        }
+        PyObject *rtt = PyTuple_GET_ITEM(m, 4);
+        int64_t mttl;
+        Net net = {.ipv = x->ipv, .proto = PROTO_TCP, .src = f + x->addr, .dst = f + x->addr + x->alen,
+                   .sport = (int32_t)x->sport, .dport = (int32_t)x->dport, .udp_sum = 0, .vlan = (int32_t)x->vlan};
+        if (step_int(PyTuple_GET_ITEM(m, 1), INT64_MAX, &net.ts) < 0
+            || step_int(PyTuple_GET_ITEM(m, 2), INT64_MAX, &net.wirelen) < 0
+            || step_int(PyTuple_GET_ITEM(m, 3), 255, &mttl) < 0)
+            goto done;
+        net.ttl = (int32_t)mttl;
+        if (rtt != Py_None) {
+            if (!PyFloat_CheckExact(rtt)) {
+                PyErr_SetString(PyExc_TypeError, "the TCP step must return a float or None as rtt_ms");
+                goto done;
+            }
+            net.has_rtt = 1;
+            net.rtt = PyFloat_AS_DOUBLE(rtt);
+        }
+        PyObject *data = PyTuple_GET_ITEM(m, 0);
+        if (put_message(out, &net, (const unsigned char *)PyBytes_AS_STRING(data), PyBytes_GET_SIZE(data), keep_raw,
+                        counts) < 0)
+            goto done;
+    }
+    r = 0;
+done:
+    Py_XDECREF(ipv);
+    Py_XDECREF(sport);
+    Py_XDECREF(dport);
+    Py_XDECREF(ttl);
+    Py_XDECREF(flags);
+    Py_XDECREF(seq);
+    Py_XDECREF(payload);
+    Py_XDECREF(key);
+    Py_XDECREF(res);
+    Py_XDECREF(seq_list);
+    return r;
+}
+
+/* The IP lists' verdict on the frame's addresses: 1 keep, 0 drop, -1 error. */
+static int keep_frame(PyObject *keep, PyObject *src, PyObject *dst)
+{
+    PyObject *res = PyObject_CallFunctionObjArgs(keep, src, dst, NULL);
+    if (res == NULL)
+        return -1;
+    int yes = PyObject_IsTrue(res);
+    Py_DECREF(res);
+    return yes;
+}
+
+/* One frame that classify accepted: its message records appended to out, or counted as filtered. ts and wl are
+ * the frame's time and length objects (the TCP step takes them as they are). */
+static int fast_frame(PyObject *ts, PyObject *wl, long long ts_ns, long long wirelen, PyObject *frame, const Fast *x,
+                      PyObject *keep, PyObject *tcp, int keep_raw, MsgBatch *out, long long *counts)
+{
+    const unsigned char *f = (const unsigned char *)PyBytes_AS_STRING(frame);
+    PyObject *src = NULL, *dst = NULL;
+    int r = -1;
+    if (keep != Py_None || x->proto == PROTO_TCP) {
+        src = PyBytes_FromStringAndSize((const char *)f + x->addr, x->alen);
+        dst = PyBytes_FromStringAndSize((const char *)f + x->addr + x->alen, x->alen);
+        if (src == NULL || dst == NULL)
+            goto done;
+    }
+    if (keep != Py_None) {
+        int yes = keep_frame(keep, src, dst);
+        if (yes < 0)
+            goto done;
+        if (!yes) {
+            counts[C_FILTERED]++;
+            r = 0;
+            goto done;
+        }
+    }
+    if (x->proto == PROTO_TCP) {
+        r = tcp_segment(ts, wl, f, x, src, dst, tcp, keep_raw, out, counts);
+        goto done;
+    }
+    Net net = {.ts = ts_ns, .wirelen = wirelen, .ipv = x->ipv, .proto = PROTO_UDP, .src = f + x->addr,
+               .dst = f + x->addr + x->alen, .sport = (int32_t)x->sport, .dport = (int32_t)x->dport,
+               .ttl = (int32_t)x->ttl, .udp_sum = (int32_t)x->csum, .vlan = (int32_t)x->vlan};
+    r = put_message(out, &net, f + x->dns, x->dns_len, keep_raw, counts);
+done:
+    Py_XDECREF(src);
+    Py_XDECREF(dst);
+    return r;
+}
+
+static int frame_ok(PyObject *frame, const unsigned char *portmap, int tcp, Fast *x)
+{
+    return PyBytes_Check(frame)
+           && classify((const unsigned char *)PyBytes_AS_STRING(frame), PyBytes_GET_SIZE(frame), portmap, tcp, x);
+}
+
+static int add_counts(PyObject *counts, const long long *add)
+{
+    for (Py_ssize_t i = 0; i < N_COUNTS; i++) {
+        if (!add[i])
+            continue;
+        PyObject *n = PyLong_FromLongLong(add[i]);
+        PyObject *sum = n ? PyNumber_Add(PyList_GET_ITEM(counts, i), n) : NULL;
+        Py_XDECREF(n);
+        if (sum == NULL)
+            return -1;
+        PyList_SetItem(counts, i, sum);
+    }
+    return 0;
+}
+
+/* A frame's time or length as a C integer (they are ints; the sources check their range). */
+static int frame_int(PyObject *v, long long *out)
+{
+    *out = PyLong_AsLongLong(v);
+    return *out == -1 && PyErr_Occurred() ? -1 : 0;
+}
+
+static PyObject *decode_frames(PyObject *self, PyObject *args)
+{
+    PyObject *ts_obj, *wl_obj, *data_obj, *keep4, *keep6, *counts_obj, *tcp;
+    MsgBatch *out;
+    Py_ssize_t start;
+    const unsigned char *portmap;
+    Py_ssize_t portmap_len;
+    int keep_raw;
+    if (!PyArg_ParseTuple(args, "OOOnO!y#OOO!Op:decode_frames", &ts_obj, &wl_obj, &data_obj, &start, records->msgbatch_type,
+                          &out, &portmap, &portmap_len, &keep4, &keep6, &PyList_Type, &counts_obj, &tcp, &keep_raw))
+        return NULL;
+    if (portmap_len != 8192 || PyList_GET_SIZE(counts_obj) != N_COUNTS) {
+        PyErr_SetString(PyExc_ValueError, "portmap must have 8192 bytes and counts 5 items");
+        return NULL;
+    }
+    if (tcp != Py_None && !PyCallable_Check(tcp)) {
+        PyErr_SetString(PyExc_TypeError, "tcp must be callable or None");
+        return NULL;
+    }
+    int do_tcp = tcp != Py_None;
+    PyObject *ts = NULL, *wl = NULL, *data = NULL, *result = NULL;
+    long long counts[N_COUNTS] = {0};
+    ts = PySequence_Fast(ts_obj, "ts_ns must be a sequence");
+    wl = ts ? PySequence_Fast(wl_obj, "wirelen must be a sequence") : NULL;
+    data = wl ? PySequence_Fast(data_obj, "data must be a sequence") : NULL;
+    if (data == NULL)
+        goto done;
+    if (PySequence_Fast_GET_SIZE(ts) != PySequence_Fast_GET_SIZE(data)
+        || PySequence_Fast_GET_SIZE(wl) != PySequence_Fast_GET_SIZE(data)) {
+        PyErr_SetString(PyExc_ValueError, "ts_ns, wirelen and data differ in length");
+        goto done;
+    }
+    /* The lengths are read again after each frame: keep4/keep6 and tcp are Python code. */
+#define N_NOW()                                                                                            \
+    Py_MIN(PySequence_Fast_GET_SIZE(data), Py_MIN(PySequence_Fast_GET_SIZE(ts), PySequence_Fast_GET_SIZE(wl)))
+    Py_ssize_t i = start < 0 ? 0 : start;
+    Fast x;
+    for (; i < N_NOW(); i++) {
+        PyObject *frame = PySequence_Fast_GET_ITEM(data, i);
+        if (!frame_ok(frame, portmap, do_tcp, &x))
+            break;
+        PyObject *w = PySequence_Fast_GET_ITEM(wl, i), *t = PySequence_Fast_GET_ITEM(ts, i);
+        long long wirelen, ts_ns;
+        if (frame_int(w, &wirelen) < 0 || frame_int(t, &ts_ns) < 0)
+            goto done;
+        Py_INCREF(frame);
+        Py_INCREF(w);
+        Py_INCREF(t);
+        int bad = fast_frame(t, w, ts_ns, wirelen, frame, &x, x.ipv == 4 ? keep4 : keep6, tcp, keep_raw, out, counts);
+        Py_DECREF(frame);
+        Py_DECREF(w);
+        Py_DECREF(t);
+        if (bad)
+            goto done;
+        counts[C_BYTES] += wirelen;
+    }
+    Py_ssize_t j = i;
+    while (j < N_NOW() && !frame_ok(PySequence_Fast_GET_ITEM(data, j), portmap, do_tcp, &x))
+        j++;
+    result = Py_BuildValue("(nn)", i, j);
+done:
+    if (result != NULL && add_counts(counts_obj, counts) < 0)
+        Py_CLEAR(result);
+    Py_XDECREF(ts);
+    Py_XDECREF(wl);
+    Py_XDECREF(data);
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    {"decode_frames", decode_frames, METH_VARARGS,
+     "decode_frames(ts, wirelen, data, start, out, portmap, keep4, keep6, counts, tcp, keep_raw) -> (i, j): "
+     "probe.decode._fastwire.decode_frames with records appended to the MsgBatch out."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "probe.decode._decoderec", NULL, -1, methods};
+
+PyMODINIT_FUNC PyInit__decoderec(void)
+{
+    if (records_import() < 0)
+        return NULL;
+    PyObject *mod = PyImport_ImportModule("ipaddress");
+    if (mod == NULL)
+        return NULL;
+    ipv6_address = PyObject_GetAttrString(mod, "IPv6Address");
+    Py_DECREF(mod);
+    if (ipv6_address == NULL)
+        return NULL;
+    return PyModule_Create(&module);
+}

@@ -1,0 +1,661 @@
+/* probe.match._matchrec: the matching stage (probe/match/table.py TransactionTable) on message records.
+ *
+ * Why: the C loop over message tuples (probe/_match.c) still hashed a key tuple and went through a Python dict
+ * per message; here the pending queries are copies of their records in a hash table of its own, and completed
+ * transactions are written into a TxBatch. Everything TransactionTable does is done here, with its exact
+ * rules and order: the question check, the timeout rule, retries under one key, duplicates, response-only and
+ * malformed messages, expiry and the max_pending bound (walking keys in the dict's insertion order, retries
+ * re-inserted at the young end), zone transfers (summed counts capped to int32), and the flush order.
+ * TransactionTable.add_python stays the reference; tests/match/test_matchrec.py compares the two on every capture.
+ *
+ * Matcher(timeout_ns, max_pending, seed)
+ *   m.add(msgs, out) -> counts   match the MsgBatch msgs (capture order), append completed transactions to the
+ *                                TxBatch out, then expire on the capture time of the batch's last message
+ *   m.flush(out) -> counts       end of input: open transfers, then every pending query (query-only)
+ *   len(m)                       pending keys
+ *   counts: (matched, response_only, duplicate_queries, query_only, match_evicted, zone_transfer_messages,
+ *            lengths_capped) of that call.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stddef.h>
+#include <string.h>
+
+#include "records.h"
+
+enum { FLAG_QR = 0x8000, QTYPE_IXFR = 251, QTYPE_AXFR = 252, TYPE_SOA = 6 };
+#define INT32_CAP 0x7FFFFFFFLL
+
+/* (proto, ipv, client port, server port, id, client, server): a query's key is its (src, sport, dst, dport), a
+ * response's the same with the ends swapped. Padding is zeroed so keys compare with memcmp. */
+typedef struct {
+    uint8_t proto, ipv;
+    uint16_t cport, sport, id;
+    uint8_t client[16], server[16];
+} Key;
+
+/* A copy of a record, in a chain. */
+typedef struct Held {
+    struct Held *next;
+    Rec rec; /* followed by its tail */
+} Held;
+
+static Held *hold(const Rec *r)
+{
+    Held *h = PyMem_Malloc(offsetof(Held, rec) + r->size);
+    if (h == NULL) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+    h->next = NULL;
+    memcpy(&h->rec, r, r->size);
+    return h;
+}
+
+static void free_chain(Held *h)
+{
+    while (h != NULL) {
+        Held *next = h->next;
+        PyMem_Free(h);
+        h = next;
+    }
+}
+
+/* A key in an insertion-ordered hash map (Python's dict order: a replaced value keeps its place). */
+typedef struct Node {
+    struct Node *chain, *older, *younger;
+    uint64_t hash;
+    Key key;
+} Node;
+
+typedef struct {
+    Node **buckets;
+    size_t mask;
+    Py_ssize_t count;
+    Node *oldest, *youngest;
+} OMap;
+
+/* Pending queries under one key: oldest first; is_list as in Python (a second query made the value a list). */
+typedef struct {
+    Node node;
+    Held *first, *last;
+    int is_list;
+} Pending;
+
+/* An open zone transfer (match._Transfer). */
+typedef struct {
+    Node node;
+    Held *query, *first;
+    int64_t ancount, wirelen, dns_len, last_ts;
+    int64_t messages;
+} Transfer;
+
+static uint64_t hash_key(const Key *k, uint64_t seed)
+{
+    uint64_t w[5], h = seed;
+    memcpy(w, k, sizeof w);
+    for (int i = 0; i < 5; i++) {
+        h ^= w[i] * 0x87C37B91114253D5ull;
+        h = ((h << 31) | (h >> 33)) * 0x4CF5AD432745937Full;
+    }
+    h ^= h >> 33;
+    h *= 0xFF51AFD7ED558CCDull;
+    h ^= h >> 33;
+    h *= 0xC4CEB9FE1A85EC53ull;
+    return h ^ (h >> 33);
+}
+
+static Node *omap_find(const OMap *m, const Key *k, uint64_t h)
+{
+    if (m->buckets == NULL)
+        return NULL;
+    for (Node *n = m->buckets[h & m->mask]; n != NULL; n = n->chain) {
+        if (n->hash == h && memcmp(&n->key, k, sizeof *k) == 0)
+            return n;
+    }
+    return NULL;
+}
+
+static int omap_grow(OMap *m)
+{
+    size_t size = m->buckets ? 2 * (m->mask + 1) : 1024;
+    Node **b = PyMem_Calloc(size, sizeof *b);
+    if (b == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Node *n = m->oldest; n != NULL; n = n->younger) {
+        n->chain = b[n->hash & (size - 1)];
+        b[n->hash & (size - 1)] = n;
+    }
+    PyMem_Free(m->buckets);
+    m->buckets = b;
+    m->mask = size - 1;
+    return 0;
+}
+
+/* Add n (key and hash set) at the young end. */
+static int omap_insert(OMap *m, Node *n)
+{
+    if ((m->buckets == NULL || (size_t)m->count >= m->mask + 1) && omap_grow(m) < 0)
+        return -1;
+    n->chain = m->buckets[n->hash & m->mask];
+    m->buckets[n->hash & m->mask] = n;
+    n->younger = NULL;
+    n->older = m->youngest;
+    if (m->youngest)
+        m->youngest->younger = n;
+    else
+        m->oldest = n;
+    m->youngest = n;
+    m->count++;
+    return 0;
+}
+
+static void omap_unlink(OMap *m, Node *n)
+{
+    Node **p = &m->buckets[n->hash & m->mask];
+    while (*p != n)
+        p = &(*p)->chain;
+    *p = n->chain;
+    if (n->older)
+        n->older->younger = n->younger;
+    else
+        m->oldest = n->younger;
+    if (n->younger)
+        n->younger->older = n->older;
+    else
+        m->youngest = n->older;
+    m->count--;
+}
+
+typedef struct {
+    PyObject_HEAD OMap pending, transfers;
+    int64_t timeout, now;
+    Py_ssize_t max_pending;
+    uint64_t seed;
+    long long matched, response_only, duplicates, query_only, evicted, xfr_messages, capped;
+} Matcher;
+
+static void free_transfer(Transfer *x)
+{
+    free_chain(x->query);
+    free_chain(x->first);
+    PyMem_Free(x);
+}
+
+static void clear_maps(Matcher *m)
+{
+    for (Node *n = m->pending.oldest; n != NULL;) {
+        Node *next = n->younger;
+        free_chain(((Pending *)n)->first);
+        PyMem_Free(n);
+        n = next;
+    }
+    for (Node *n = m->transfers.oldest; n != NULL;) {
+        Node *next = n->younger;
+        free_transfer((Transfer *)n);
+        n = next;
+    }
+    PyMem_Free(m->pending.buckets);
+    PyMem_Free(m->transfers.buckets);
+    memset(&m->pending, 0, sizeof m->pending);
+    memset(&m->transfers, 0, sizeof m->transfers);
+}
+
+static void make_key(const Rec *r, int response, Key *k)
+{
+    int alen = addr_len(r);
+    memset(k, 0, sizeof *k);
+    k->proto = r->proto;
+    k->ipv = r->ipv;
+    k->id = (uint16_t)r->id;
+    k->cport = (uint16_t)(response ? r->dport : r->sport);
+    k->sport = (uint16_t)(response ? r->sport : r->dport);
+    memcpy(k->client, response ? r->dst : r->src, alen);
+    memcpy(k->server, response ? r->src : r->dst, alen);
+}
+
+static int is_ascii(const char *s, uint32_t n)
+{
+    for (uint32_t i = 0; i < n; i++) {
+        if ((unsigned char)s[i] >= 0x80)
+            return 0;
+    }
+    return 1;
+}
+
+/* qname == rname or qname.lower() == rname.lower(): 1, 0, or -1 with an exception. ASCII names (nearly all) are
+ * compared here (str.lower changes only A-Z in them); others through str.lower itself, whose Unicode rules can
+ * even make a non-ASCII name equal an ASCII one (KELVIN SIGN lowers to k). */
+static int same_name(const Rec *q, const Rec *r)
+{
+    const char *a = rec_at(q, q->qname), *b = rec_at(r, r->qname);
+    uint32_t n = q->qname.len, m = r->qname.len;
+    if (n == m && memcmp(a, b, n) == 0)
+        return 1;
+    if (is_ascii(a, n) && is_ascii(b, m)) {
+        if (n != m)
+            return 0;
+        for (uint32_t k = 0; k < n; k++) {
+            unsigned char c = (unsigned char)a[k], d = (unsigned char)b[k];
+            if (c != d && ((c | 0x20) != (d | 0x20) || (unsigned char)((c | 0x20) - 'a') > 'z' - 'a'))
+                return 0;
+        }
+        return 1;
+    }
+    PyObject *x = PyUnicode_DecodeUTF8(a, n, "strict"), *y = PyUnicode_DecodeUTF8(b, m, "strict");
+    PyObject *lx = x ? PyObject_CallMethod(x, "lower", NULL) : NULL;
+    PyObject *ly = y ? PyObject_CallMethod(y, "lower", NULL) : NULL;
+    int eq = lx && ly ? PyObject_RichCompareBool(lx, ly, Py_EQ) : -1;
+    Py_XDECREF(x);
+    Py_XDECREF(y);
+    Py_XDECREF(lx);
+    Py_XDECREF(ly);
+    return eq;
+}
+
+/* match._answers: the pending query q (with the response's key) is the one response r answers (ts >= min_ts). */
+static int answers(const Rec *q, const Rec *r, __int128 min_ts)
+{
+    if (r->qname.len == SPAN_NONE)
+        return q->ts_ns >= min_ts;
+    if (q->qtype != r->qtype || q->qname.len == SPAN_NONE)
+        return 0;
+    int same = same_name(q, r);
+    if (same <= 0)
+        return same;
+    return q->ts_ns >= min_ts;
+}
+
+static int closes_transfer(const Rec *r)
+{
+    return (r->flags & 0x000F) != 0 || r->last_an == TYPE_SOA;
+}
+
+static int64_t cap32(Matcher *m, int64_t v)
+{
+    if (v > INT32_CAP) {
+        m->capped++;
+        return INT32_CAP;
+    }
+    return v;
+}
+
+/* The transfer as one transaction: its first response with the summed counts (match._Transfer.merged). */
+static int emit_transfer(Matcher *m, Transfer *x, TxBatch *out)
+{
+    if (records->txbatch_add(out, &x->query->rec, &x->first->rec, (int32_t)Py_MIN(x->messages, INT32_CAP)) < 0)
+        return -1;
+    Rec *r = (Rec *)tx_response(txbatch_get(out, out->txs.n - 1));
+    r->ancount = (int32_t)cap32(m, x->ancount);
+    r->wirelen = cap32(m, x->wirelen);
+    r->dns_len = cap32(m, x->dns_len);
+    m->matched++;
+    return 0;
+}
+
+static void transfer_add(Transfer *x, const Rec *r)
+{
+    x->ancount += r->ancount < 0 ? 0 : r->ancount;
+    x->wirelen += r->wirelen;
+    x->dns_len += r->dns_len;
+    x->messages++;
+    x->last_ts = r->ts_ns;
+}
+
+/* transfers[key] = _Transfer(q, r): a new transfer at the young end, or in the place of one with that key. q is
+ * taken over. */
+static int open_transfer(Matcher *m, const Key *k, uint64_t h, Held *q, const Rec *r)
+{
+    Held *first = hold(r);
+    if (first == NULL) {
+        free_chain(q);
+        return -1;
+    }
+    Transfer *x = (Transfer *)omap_find(&m->transfers, k, h);
+    int fresh = x == NULL;
+    if (fresh) {
+        x = PyMem_Calloc(1, sizeof *x);
+        if (x == NULL) {
+            free_chain(q);
+            free_chain(first);
+            PyErr_NoMemory();
+            return -1;
+        }
+        x->node.key = *k;
+        x->node.hash = h;
+    } else {
+        free_chain(x->query);
+        free_chain(x->first);
+    }
+    x->query = q;
+    x->first = first;
+    x->ancount = x->wirelen = x->dns_len = x->messages = 0;
+    transfer_add(x, r);
+    if (fresh && omap_insert(&m->transfers, &x->node) < 0) {
+        free_transfer(x);
+        return -1;
+    }
+    return 0;
+}
+
+static int response(Matcher *m, const Rec *r, TxBatch *out)
+{
+    Key k;
+    make_key(r, 1, &k);
+    uint64_t h = hash_key(&k, m->seed);
+    Pending *p = (Pending *)omap_find(&m->pending, &k, h);
+    if (p != NULL) {
+        __int128 min_ts = (__int128)r->ts_ns - m->timeout;
+        Held *q = NULL, **link = &p->first, *prev = NULL;
+        for (Held *c = p->first; c != NULL; prev = c, link = &c->next, c = c->next) {
+            int a = answers(&c->rec, r, min_ts);
+            if (a < 0)
+                return -1;
+            if (a) {
+                q = c;
+                break;
+            }
+            if (!p->is_list)
+                break;
+        }
+        if (q != NULL) {
+            *link = q->next;
+            if (p->last == q)
+                p->last = prev;
+            q->next = NULL;
+            if (p->first == NULL) {
+                omap_unlink(&m->pending, &p->node);
+                PyMem_Free(p);
+            }
+            if ((q->rec.qtype == QTYPE_AXFR || q->rec.qtype == QTYPE_IXFR) && !closes_transfer(r))
+                return open_transfer(m, &k, h, q, r);
+            m->matched++;
+            int rc = records->txbatch_add(out, &q->rec, r, 1);
+            free_chain(q);
+            return rc;
+        }
+    }
+    if (m->transfers.count) {
+        Transfer *x = (Transfer *)omap_find(&m->transfers, &k, h);
+        if (x != NULL) {
+            transfer_add(x, r);
+            m->xfr_messages++;
+            if (closes_transfer(r)) {
+                omap_unlink(&m->transfers, &x->node);
+                int rc = emit_transfer(m, x, out);
+                free_transfer(x);
+                return rc;
+            }
+            return 0;
+        }
+    }
+    m->response_only++;
+    return records->txbatch_add(out, NULL, r, 1);
+}
+
+static int query(Matcher *m, const Rec *r)
+{
+    Key k;
+    make_key(r, 0, &k);
+    uint64_t h = hash_key(&k, m->seed);
+    Held *q = hold(r);
+    if (q == NULL)
+        return -1;
+    Pending *p = (Pending *)omap_find(&m->pending, &k, h);
+    if (p != NULL) {
+        m->duplicates++;
+        p->last->next = q;
+        p->last = q;
+        p->is_list = 1;
+        return 0;
+    }
+    p = PyMem_Malloc(sizeof *p);
+    if (p == NULL) {
+        free_chain(q);
+        PyErr_NoMemory();
+        return -1;
+    }
+    p->node.key = k;
+    p->node.hash = h;
+    p->first = p->last = q;
+    p->is_list = 0;
+    if (omap_insert(&m->pending, &p->node) < 0) {
+        free_chain(q);
+        PyMem_Free(p);
+        return -1;
+    }
+    return 0;
+}
+
+static int emit_queries(Matcher *m, Held *chain, TxBatch *out, __int128 cutoff)
+{
+    for (Held *q = chain; q != NULL; q = q->next) {
+        if (records->txbatch_add(out, &q->rec, NULL, 1) < 0)
+            return -1;
+        m->query_only++;
+        m->evicted += q->rec.ts_ns >= cutoff;
+    }
+    return 0;
+}
+
+/* TransactionTable._expire. */
+static int expire(Matcher *m, TxBatch *out)
+{
+    __int128 cutoff = (__int128)m->now - m->timeout;
+    Py_ssize_t excess = m->pending.count - m->max_pending, due = 0;
+    for (Node *n = m->pending.oldest; n != NULL; n = n->younger) {
+        if (((Pending *)n)->first->rec.ts_ns >= cutoff && excess <= 0)
+            break;
+        due++;
+        excess--;
+    }
+    /* Keys re-inserted below go to the young end, behind every key that was due. */
+    for (Py_ssize_t i = 0; i < due; i++) {
+        Pending *p = (Pending *)m->pending.oldest;
+        omap_unlink(&m->pending, &p->node);
+        Held *waiting = p->first;
+        if (p->is_list && p->last->rec.ts_ns >= cutoff && m->pending.count < m->max_pending) {
+            /* Retries still within the timeout stay pending, now at the young end. */
+            Held *keep = NULL, **keep_end = &keep, *old = NULL, **old_end = &old, *keep_last = NULL;
+            Py_ssize_t kept = 0;
+            for (Held *q = waiting, *next; q != NULL; q = next) {
+                next = q->next;
+                q->next = NULL;
+                if (q->rec.ts_ns >= cutoff) {
+                    *keep_end = q;
+                    keep_end = &q->next;
+                    keep_last = q;
+                    kept++;
+                } else {
+                    *old_end = q;
+                    old_end = &q->next;
+                }
+            }
+            p->first = keep;
+            p->last = keep_last;
+            p->is_list = kept > 1;
+            if (omap_insert(&m->pending, &p->node) < 0) {
+                free_chain(keep);
+                free_chain(old);
+                PyMem_Free(p);
+                return -1;
+            }
+            waiting = old;
+        } else {
+            PyMem_Free(p);
+        }
+        int rc = emit_queries(m, waiting, out, cutoff);
+        free_chain(waiting);
+        if (rc < 0)
+            return -1;
+    }
+    for (Node *n = m->transfers.oldest; n != NULL;) {
+        Node *next = n->younger;
+        Transfer *x = (Transfer *)n;
+        if (x->last_ts < cutoff) {
+            omap_unlink(&m->transfers, n);
+            int rc = emit_transfer(m, x, out);
+            free_transfer(x);
+            if (rc < 0)
+                return -1;
+        }
+        n = next;
+    }
+    return 0;
+}
+
+static PyObject *counts_since(Matcher *m, const long long *before)
+{
+    long long now[7] = {m->matched, m->response_only, m->duplicates, m->query_only, m->evicted, m->xfr_messages,
+                        m->capped};
+    return Py_BuildValue("(LLLLLLL)", now[0] - before[0], now[1] - before[1], now[2] - before[2], now[3] - before[3],
+                         now[4] - before[4], now[5] - before[5], now[6] - before[6]);
+}
+
+#define SNAPSHOT(m) {m->matched, m->response_only, m->duplicates, m->query_only, m->evicted, m->xfr_messages, m->capped}
+
+static PyObject *matcher_add(PyObject *self, PyObject *args)
+{
+    Matcher *m = (Matcher *)self;
+    MsgBatch *msgs;
+    TxBatch *out;
+    if (!PyArg_ParseTuple(args, "O!O!:add", records->msgbatch_type, &msgs, records->txbatch_type, &out))
+        return NULL;
+    long long before[7] = SNAPSHOT(m);
+    for (Py_ssize_t i = 0; i < msgs->recs.n; i++) {
+        const Rec *r = msgbatch_get(msgs, i);
+        int rc;
+        if (r->malformed) /* exported alone: on the query side unless the header says response */
+            rc = r->flags >= 0 && (r->flags & FLAG_QR) ? records->txbatch_add(out, NULL, r, 1) : records->txbatch_add(out, r, NULL, 1);
+        else
+            rc = r->flags & FLAG_QR ? response(m, r, out) : query(m, r);
+        if (rc < 0)
+            return NULL;
+    }
+    if (msgs->recs.n) {
+        int64_t last = msgbatch_get(msgs, msgs->recs.n - 1)->ts_ns;
+        if (last > m->now)
+            m->now = last;
+    }
+    if (expire(m, out) < 0)
+        return NULL;
+    return counts_since(m, before);
+}
+
+/* A stable merge sort of the array by capture time. */
+static void sort_by_time(Held **a, Held **tmp, Py_ssize_t n)
+{
+    if (n < 2)
+        return;
+    Py_ssize_t h = n / 2;
+    sort_by_time(a, tmp, h);
+    sort_by_time(a + h, tmp, n - h);
+    Py_ssize_t i = 0, j = h, k = 0;
+    while (i < h && j < n)
+        tmp[k++] = a[j]->rec.ts_ns < a[i]->rec.ts_ns ? a[j++] : a[i++];
+    while (i < h)
+        tmp[k++] = a[i++];
+    while (j < n)
+        tmp[k++] = a[j++];
+    memcpy(a, tmp, n * sizeof *a);
+}
+
+static PyObject *matcher_flush(PyObject *self, PyObject *args)
+{
+    Matcher *m = (Matcher *)self;
+    TxBatch *out;
+    if (!PyArg_ParseTuple(args, "O!:flush", records->txbatch_type, &out))
+        return NULL;
+    long long before[7] = SNAPSHOT(m);
+    for (Node *n = m->transfers.oldest; n != NULL; n = n->younger) {
+        if (emit_transfer(m, (Transfer *)n, out) < 0)
+            return NULL;
+    }
+    Py_ssize_t total = 0;
+    int lists = 0;
+    for (Node *n = m->pending.oldest; n != NULL; n = n->younger) {
+        lists |= ((Pending *)n)->is_list;
+        for (Held *q = ((Pending *)n)->first; q != NULL; q = q->next)
+            total++;
+    }
+    Held **all = PyMem_Malloc((2 * total + 1) * sizeof *all);
+    if (all == NULL)
+        return PyErr_NoMemory();
+    Py_ssize_t k = 0;
+    for (Node *n = m->pending.oldest; n != NULL; n = n->younger) {
+        for (Held *q = ((Pending *)n)->first; q != NULL; q = q->next)
+            all[k++] = q;
+    }
+    if (lists) /* retries moved to the young end go back in capture order */
+        sort_by_time(all, all + total, total);
+    for (k = 0; k < total; k++) {
+        if (records->txbatch_add(out, &all[k]->rec, NULL, 1) < 0) {
+            PyMem_Free(all);
+            return NULL;
+        }
+    }
+    PyMem_Free(all);
+    m->query_only += total;
+    clear_maps(m);
+    return counts_since(m, before);
+}
+
+static Py_ssize_t matcher_len(PyObject *self)
+{
+    return ((Matcher *)self)->pending.count;
+}
+
+static PyObject *matcher_new(PyTypeObject *type, PyObject *args, PyObject *kw)
+{
+    long long timeout, seed;
+    Py_ssize_t max_pending;
+    static char *kwlist[] = {"timeout_ns", "max_pending", "seed", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "LnL:Matcher", kwlist, &timeout, &max_pending, &seed))
+        return NULL;
+    Matcher *m = (Matcher *)type->tp_alloc(type, 0);
+    if (m == NULL)
+        return NULL;
+    m->timeout = timeout;
+    m->max_pending = max_pending;
+    m->seed = (uint64_t)seed;
+    return (PyObject *)m;
+}
+
+static void matcher_dealloc(PyObject *self)
+{
+    clear_maps((Matcher *)self);
+    Py_TYPE(self)->tp_free(self);
+}
+
+static PyMethodDef matcher_methods[] = {
+    {"add", matcher_add, METH_VARARGS, "add(msgs, out) -> counts: match a MsgBatch into a TxBatch, then expire."},
+    {"flush", matcher_flush, METH_VARARGS, "flush(out) -> counts: end of input, everything pending into out."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PySequenceMethods matcher_sequence = {.sq_length = matcher_len};
+
+static PyTypeObject Matcher_Type = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "probe.match._matchrec.Matcher",
+    .tp_basicsize = sizeof(Matcher),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Pending queries and open zone transfers of message records (probe.match.TransactionTable in C).",
+    .tp_new = matcher_new,
+    .tp_dealloc = matcher_dealloc,
+    .tp_as_sequence = &matcher_sequence,
+    .tp_methods = matcher_methods,
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "probe.match._matchrec", NULL, -1, NULL};
+
+PyMODINIT_FUNC PyInit__matchrec(void)
+{
+    if (records_import() < 0 || PyType_Ready(&Matcher_Type) < 0)
+        return NULL;
+    PyObject *mod = PyModule_Create(&module);
+    if (mod != NULL && PyModule_AddObjectRef(mod, "Matcher", (PyObject *)&Matcher_Type) < 0)
+        Py_CLEAR(mod);
+    return mod;
+}

@@ -1,0 +1,49 @@
+"""The matching stage on message records, for the columnar pipeline: probe.match._matchrec.Matcher, the whole
+table in C (probe/match/_matchrec.c), with TransactionTable's rules and order. TransactionTable's Python loop
+stays the reference (tests/match/test_matchrec.py compares the two).
+"""
+
+import os
+
+from probe.native import load
+
+_matchrec = load("probe.match._matchrec")
+
+# The counters of a Matcher call, in the order it gives them.
+_COUNTERS = (
+    "matched", "response_only", "duplicate_queries", "query_only", "match_evicted", "zone_transfer_messages",
+    "lengths_capped",
+)
+
+
+class RecordTable:
+    """add() matches a probe._records.MsgBatch and appends the transactions it completes (then those that timed
+    out) to a TxBatch, as TransactionTable.add returns them."""
+
+    def __init__(self, match_cfg, stats):
+        self.stats = stats
+        # The key hash is seeded per process, so that crafted traffic cannot aim at one hash chain.
+        seed = int.from_bytes(os.urandom(8), "little", signed=True)
+        self.matcher = _matchrec.Matcher(int(match_cfg.query_timeout * 1e9), match_cfg.max_pending, seed)
+
+    @staticmethod
+    def supports(match_cfg):
+        """Whether the C table is built and takes this configuration (its time arithmetic is 64-bit)."""
+        return _matchrec is not None and abs(int(match_cfg.query_timeout * 1e9)) < 2**63
+
+    def add(self, msgs, out):
+        self._count(self.matcher.add(msgs, out))
+
+    def flush(self, out):
+        """End of input: open zone transfers, then every pending query (query-only), into out."""
+        self._count(self.matcher.flush(out))
+
+    def __len__(self):
+        """Pending keys."""
+        return len(self.matcher)
+
+    def _count(self, counts):
+        stats = self.stats
+        for name, n in zip(_COUNTERS, counts):
+            if n:
+                setattr(stats, name, getattr(stats, name) + n)

@@ -1,0 +1,155 @@
+"""The record decoder (probe.decode._decoderec, PacketDecoder.decode_into) must give exactly what the Python
+decoder gives.
+
+- The extensions are built (a broken build must fail CI, not silently fall back to tuples).
+- utf8_backslashreplace (the QNAME and NSID text in records) equals bytes.decode("utf-8", "backslashreplace")
+  on every 1- and 2-byte string, on every 3- and 4-byte combination of lead and continuation bytes that
+  matter (overlong forms, surrogates, beyond U+10FFFF, cut sequences) and on random strings of them.
+- decode_into: the records of a batch read back as message tuples equal the pure-Python decoder's tuples
+  (decode.parser wire), values and types, with the same counters and address events, on every capture of
+  test_fastwire (DNS Probe's, compactor's, the sample, the generated live, edge-case and TCP traffic) and the
+  benchmark mix; at two batch sizes, with and without the raw message, with and without IP lists.
+- Every message tuple survives the trip through a record unchanged; values the decoders never give are
+  refused, the batch untouched.
+"""
+
+import random
+
+import pytest
+from support import ROOT
+from test_fastwire import all_captures, generated_captures  # noqa: F401  (a fixture)
+
+from probe import _records
+from probe.capture.pcapfile import read_capture
+from probe.config import load_config
+from probe.decode.ipfilter import IpFilter
+from probe.decode.packets import PacketDecoder
+from probe.model import M
+from probe.stats import Stats
+
+BENCH_CAPTURE = ROOT / "benchmarks" / "cache" / "standard-n20000-s1-v2.pcap"
+FILTERED = {"filter.ipv4_deny": ["10.0.0.0/8", "192.0.2.0/25"], "filter.ipv6_deny": ["2001:db8::/33"]}
+
+
+def typed(value):
+    """The value with the type of every part, so that == also compares types (True != 1 here)."""
+    if isinstance(value, (tuple, list)):
+        return (type(value).__name__, tuple(typed(v) for v in value))
+    return (type(value).__name__, value)
+
+
+def bench_capture():
+    if not BENCH_CAPTURE.exists():
+        import sys
+
+        sys.path.insert(0, str(ROOT / "benchmarks"))
+        import traffic
+
+        return traffic.generate("standard", 20000, 1)
+    return BENCH_CAPTURE
+
+
+@pytest.fixture(scope="module")
+def captures(generated_captures):  # noqa: F811
+    return all_captures(generated_captures) + [bench_capture()]
+
+
+def test_extensions_are_built():
+    # Not importorskip: a failed build must fail here (setup.py builds them optional).
+    from probe.decode import _decoderec
+
+    assert callable(_decoderec.decode_frames)
+    assert _records.RECORD_SIZE % 8 == 0
+
+
+def test_utf8_backslashreplace_equals_python():
+    def check(b):
+        assert _records.utf8_backslashreplace(b) == b.decode("utf-8", "backslashreplace").encode(), b
+
+    for a in range(256):
+        check(bytes((a,)))
+        for b in range(256):
+            check(bytes((a, b)))
+    interesting = [0x00, 0x41, 0x7F, 0x80, 0x8F, 0x90, 0x9F, 0xA0, 0xBF, 0xC0, 0xC1, 0xC2, 0xDF, 0xE0, 0xE1,
+                   0xEC, 0xED, 0xEE, 0xEF, 0xF0, 0xF1, 0xF3, 0xF4, 0xF5, 0xFF]
+    for a in interesting:
+        for b in interesting:
+            for c in interesting:
+                check(bytes((a, b, c)))
+                for d in (0x80, 0xBF, 0x41):
+                    check(bytes((a, b, c, d)))
+    rng = random.Random(1)
+    for _ in range(20000):
+        check(bytes(rng.choice(interesting) for _ in range(rng.randrange(12))))
+
+
+@pytest.mark.parametrize("filtering", [False, True], ids=["unfiltered", "ip-lists"])
+def test_records_equal_python_decoder(captures, filtering):
+    lists = FILTERED if filtering else {}
+    cfg = load_config(overrides={"decode.parser": "fast", **lists})
+    wire = load_config(overrides={"decode.parser": "wire", **lists})
+    compared = filtered = 0
+    for path in captures:
+        for batch_size, keep_raw in ((4096, True), (7, False)):
+            sc, sp = Stats(), Stats()
+            c = PacketDecoder(cfg.decode, cfg.decode.dns_ports, sc, IpFilter(cfg.filter), keep_raw=keep_raw)
+            py = PacketDecoder(wire.decode, wire.decode.dns_ports, sp, IpFilter(wire.filter), keep_raw=keep_raw)
+            assert c.records and py.parser == "wire"
+            batch = _records.MsgBatch()
+            got, want = [], []
+            for frames in read_capture(path, batch_size):
+                batch.clear()
+                c.decode_into(frames, batch, str(path))
+                got += batch.to_tuples()
+                want += py.decode(frames, str(path))
+            c.flush()
+            py.flush()
+            label = f"{path.name}/{batch_size}"
+            assert len(got) == len(want), label
+            for i, (a, b) in enumerate(zip(got, want)):
+                assert typed(a) == typed(b), f"{label} message {i}:\n C  {a}\n Py {b}"
+            assert sc.as_dict() == sp.as_dict(), label
+            assert c.address_events == py.address_events, label
+            compared += len(want)
+            filtered += sc.ip_filtered
+    assert compared > 50000 and (filtered > 1000) == filtering
+
+
+def test_tuples_survive_records(captures):
+    cfg = load_config(overrides={"decode.parser": "wire"})
+    for path in captures:
+        decoder = PacketDecoder(cfg.decode, cfg.decode.dns_ports, Stats(), IpFilter(cfg.filter))
+        msgs = [m for frames in read_capture(path) for m in decoder.decode(frames)]
+        batch = _records.MsgBatch()
+        batch.extend(msgs)
+        assert len(batch) == len(msgs)
+        assert [typed(m) for m in batch.to_tuples()] == [typed(m) for m in msgs], path.name
+        txs = _records.TxBatch()
+        pairs = list(zip(msgs, msgs[1:] + [None]))
+        for q, r in pairs:
+            txs.append((q, r, 3))
+        assert txs.to_tuples() == [(q, r, 3) for q, r in pairs], path.name
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        lambda m: m[:5],
+        lambda m: m[: M.TTL] + (256,) + m[M.TTL + 1 :],
+        lambda m: m[: M.MALFORMED] + (1,) + m[M.MALFORMED + 1 :],
+        lambda m: m[: M.SRC] + (b"\x01\x02\x03",) + m[M.SRC + 1 :],
+        lambda m: m[: M.QNAME] + (b"bytes",) + m[M.QNAME + 1 :],
+        lambda m: m[: M.ID] + (-1,) + m[M.ID + 1 :],
+        lambda m: m[: M.TCP_RTT_MS] + (3,) + m[M.TCP_RTT_MS + 1 :],
+    ],
+    ids=["short", "ttl", "malformed-int", "address", "qname-bytes", "negative-id", "rtt-int"],
+)
+def test_values_the_decoders_do_not_give_are_refused(bad):
+    cfg = load_config(overrides={"decode.parser": "wire"})
+    decoder = PacketDecoder(cfg.decode, cfg.decode.dns_ports, Stats(), IpFilter(cfg.filter))
+    msg = next(m for frames in read_capture(ROOT / "samples" / "sample-mix.pcap.xz") for m in decoder.decode(frames))
+    batch = _records.MsgBatch()
+    batch.append(msg)
+    with pytest.raises((TypeError, OverflowError)):
+        batch.append(bad(msg))
+    assert batch.to_tuples() == [msg]

@@ -1,0 +1,113 @@
+"""The record matcher (probe.match._matchrec, RecordTable) must give exactly what TransactionTable's Python loop
+gives: the same transactions in the same order after every batch and at flush, the same counters.
+
+The same decoded messages go to both (as a MsgBatch of records and as tuples). Inputs: every capture of
+test_match_c (DNS Probe's and compactor's), the benchmark's standard mix, and its generated traffic that
+walks every branch of matching (retries reusing ID and port, names differing in ASCII case and equal only
+through str.lower, responses without a question, answers after the timeout, AXFR/IXFR over TCP and UDP,
+malformed messages); at three batch sizes and three configurations (default, a 2 ms timeout, max_pending
+3, which evicts all the time).
+"""
+
+import pytest
+from support import ROOT
+from test_match_c import CONFIGS, SHARED_CAPTURES, bench_capture, generated_capture  # noqa: F401  (a fixture)
+
+from probe import _records
+from probe.capture.pcapfile import read_capture
+from probe.config import load_config
+from probe.decode.ipfilter import IpFilter
+from probe.decode.packets import PacketDecoder
+from probe.match import RecordTable, TransactionTable
+from probe.model import M
+from probe.stats import Stats
+
+
+def typed(value):
+    """The value with the type of every part, so that == also compares types (True != 1 here)."""
+    if isinstance(value, (tuple, list)):
+        return (type(value).__name__, tuple(typed(v) for v in value))
+    return (type(value).__name__, value)
+
+
+def test_extension_is_built():
+    from probe.match import _matchrec
+
+    assert callable(_matchrec.Matcher) and RecordTable.supports(CONFIGS["default"])
+    assert not RecordTable.supports(CONFIGS["default"].__class__(query_timeout=1e10))
+
+
+def python_batches(path, batch_size):
+    """The message tuples of a capture, batch by batch, from the Python decoder."""
+    cfg = load_config(overrides={"decode.parser": "wire"})
+    decoder = PacketDecoder(cfg.decode, cfg.decode.dns_ports, Stats(), IpFilter(cfg.filter))
+    batches = [decoder.decode(frames, str(path)) for frames in read_capture(path, batch_size)]
+    decoder.flush()
+    return batches
+
+
+def assert_same_matching(batches, match_cfg, label):
+    """The batches through RecordTable and through TransactionTable's Python loop: equal after every batch and
+    at flush. Returns the transactions and the counters."""
+    sc, sp = Stats(), Stats()
+    c, py = RecordTable(match_cfg, sc), TransactionTable(match_cfg, sp, python=True)
+    msgs, out = _records.MsgBatch(), _records.TxBatch()
+    everything = []
+    for k, batch in enumerate(batches):
+        msgs.clear()
+        msgs.extend(batch)
+        c.add(msgs, out)
+        got, want = out.to_tuples(), py.add(batch)
+        out.clear()
+        assert len(got) == len(want), f"{label} batch {k}: {len(got)} transactions in C, {len(want)} in Python"
+        for i, (a, b) in enumerate(zip(got, want)):
+            assert typed(a) == typed(b), f"{label} batch {k} transaction {i}:\n C  {a}\n Py {b}"
+        assert len(c) == len(py.pending), f"{label} batch {k}: pending keys"
+        everything += want
+    c.flush(out)
+    got, want = out.to_tuples(), py.flush()
+    assert [typed(t) for t in got] == [typed(t) for t in want], f"{label}: flush differs"
+    assert len(c) == 0
+    assert sc.as_dict() == sp.as_dict(), label
+    return everything + want, sp
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=str)
+def test_equals_python_on_captures(config):
+    total = 0
+    for path in SHARED_CAPTURES + [ROOT / "samples" / "sample-mix.pcap.xz", bench_capture()]:
+        for batch_size in (1, 4096) if path.stat().st_size < 200_000 else (4096,):
+            txs, _ = assert_same_matching(python_batches(path, batch_size), CONFIGS[config], path.name)
+            total += len(txs)
+    assert total > 20000
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=str)
+def test_equals_python_on_generated_traffic(generated_capture, config):  # noqa: F811
+    for batch_size in (4096, 16, 1):
+        label = f"{generated_capture.name}/{batch_size}"
+        txs, stats = assert_same_matching(python_batches(generated_capture, batch_size), CONFIGS[config], label)
+    # The traffic did reach the branches it was made for.
+    assert stats.duplicate_queries > 0 and stats.zone_transfer_messages > 0
+    assert stats.matched > 100 and stats.response_only > 0 and stats.query_only > 0
+    assert any(n > 1 for _, _, n in txs)  # a transfer of several messages
+    named = [(q[M.QNAME], r[M.QNAME]) for q, r, _ in txs if q and r and not q[M.MALFORMED] and r[M.QNAME]]
+    assert any(a != b and not (a.isascii() and b.isascii()) for a, b in named)  # equal only after str.lower()
+    if config == "max-pending-3":
+        assert stats.match_evicted > 0
+
+
+def test_names_equal_only_through_str_lower():
+    """A query and its response whose names differ but for case, ASCII and not (KELVIN SIGN lowers to k)."""
+    q = next(m for batch in python_batches(ROOT / "samples" / "sample-mix.pcap.xz", 4096) for m in batch
+             if not m[M.MALFORMED] and not m[M.FLAGS] & 0x8000 and m[M.QNAME])
+    r = list(q)
+    r[M.SRC], r[M.SPORT], r[M.DST], r[M.DPORT] = q[M.DST], q[M.DPORT], q[M.SRC], q[M.SPORT]
+    r[M.FLAGS] |= 0x8000
+    pairs = (("Kelvin.example", "\u212aelvin.example"), ("a.example", "A.EXAMPLE"), ("é.x", "É.X"), ("é.x", "e.x"),
+             ("\u0130.x", "i\u0307.x"))
+    for qname, rname in pairs:
+        qq = q[: M.QNAME] + (qname,) + q[M.QNAME + 1 :]
+        rr = tuple(r[: M.QNAME]) + (rname,) + tuple(r[M.QNAME + 1 :])
+        txs, _ = assert_same_matching([[qq, rr]], CONFIGS["default"], f"{qname} / {rname}")
+        assert len(txs) == (1 if qname.lower() == rname.lower() else 2)
