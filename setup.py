@@ -18,7 +18,7 @@ CORE = (
     ("probe.decode._dnstap", "probe/decode/_dnstap.c", ("fastwire_api.h",)),
     ("probe.match._match", "probe/match/_match.c", ("fastint.h",)),
     ("export.parquet._columns", "export/parquet/_columns.c", ("fastint.h", "coltext.h")),
-    ("export.cdns._cdnsblock", "export/cdns/_cdnsblock.c", ("fastint.h",)),
+    ("export.cdns._cdnsblock", "export/cdns/_cdnsblock.c", ("fastint.h", "records.h")),
     # The columnar pipeline: message records (probe._records) decoded, matched and written to Parquet in C.
     ("probe._records", "probe/_records.c", ("records.h",)),
     ("probe.decode._decoderec", "probe/decode/_decoderec.c", ("records.h", "wire.h")),

@@ -11,7 +11,7 @@
  *                            b.append(t) / b.extend(ts): add message tuples as records; b.counts(start);
  *                            b.last_ts().
  * TxBatch()                  an empty batch; len(b); b.clear(); b.to_tuples(start, stop) -> [(q, r, messages),
- *                            ...] with q and r message tuples or None; b.append((q, r, messages)); b.first_ts().
+ *                            ...] with q and r message tuples or None; b.append((q, r, messages)); b.time_ns(i).
  * utf8_backslashreplace(b)   bytes.decode("utf-8", "backslashreplace"), as UTF-8 bytes, computed here.
  */
 #define PY_SSIZE_T_CLEAN
@@ -661,13 +661,18 @@ done:
     return rc;
 }
 
-/* first_ts(): the capture time of the first transaction (its query's, else its response's). */
-static PyObject *txbatch_first_ts(PyObject *self, PyObject *unused)
+/* time_ns(i): the capture time of transaction i (its query's, else its response's), as export.base.tx_time_ns. */
+static PyObject *txbatch_time_ns(PyObject *self, PyObject *arg)
 {
     TxBatch *b = (TxBatch *)self;
-    if (b->txs.n == 0)
-        Py_RETURN_NONE;
-    const TxHead *t = txbatch_get(b, 0);
+    Py_ssize_t i = PyNumber_AsSsize_t(arg, PyExc_IndexError);
+    if (i == -1 && PyErr_Occurred())
+        return NULL;
+    if (i < 0 || i >= b->txs.n) {
+        PyErr_SetString(PyExc_IndexError, "transaction index out of range");
+        return NULL;
+    }
+    const TxHead *t = txbatch_get(b, i);
     const Rec *m = tx_query(t) ? tx_query(t) : tx_response(t);
     return PyLong_FromLongLong(m->ts_ns);
 }
@@ -677,7 +682,7 @@ static PyMethodDef txbatch_methods[] = {
     {"to_tuples", txbatch_to_tuples, METH_VARARGS,
      "to_tuples(start=0, stop=len) -> [(query tuple or None, response tuple or None, messages), ...]."},
     {"append", txbatch_append, METH_O, "Add a (query, response, messages) transaction of message tuples."},
-    {"first_ts", txbatch_first_ts, METH_NOARGS, "Capture time of the first transaction, or None."},
+    {"time_ns", txbatch_time_ns, METH_O, "time_ns(i): capture time of transaction i (query, else response)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -822,3 +822,25 @@ dnstap:
     dnstap-log-client-query-messages: yes
     dnstap-log-client-response-messages: yes
 """
+
+
+# The benchmark's standard mix (benchmarks/traffic.py), 20,000 packets: cached by the generator
+
+
+def bench_mix():
+    """The path of the standard mix of 20,000 packets, generated (once, then cached) when missing."""
+    path = ROOT / "benchmarks" / "cache" / "standard-n20000-s1-v2.pcap"
+    if not path.exists():
+        sys.path.insert(0, str(ROOT / "benchmarks"))
+        import traffic
+
+        return traffic.generate("standard", 20000, 1)
+    return path
+
+
+def columnar_captures(tmp_path):
+    """The captures the columnar pipeline's tests run on beside the shared ones: the sample, the live-capture
+    test's generated traffic (written into tmp_path) and the benchmark mix."""
+    traffic = tmp_path / "traffic.pcap"
+    build_traffic(traffic, 1, 400)
+    return SHARED_CAPTURES + [ROOT / "samples" / "sample-mix.pcap.xz", traffic, bench_mix()]

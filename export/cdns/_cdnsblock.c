@@ -29,10 +29,12 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 
 #include "fastint.h"
+#include "records.h"
 
 /* Message tuple indexes (probe.model M and E; the tests compare them with INDEXES). */
 enum {
@@ -48,6 +50,11 @@ enum { E_UDP = 0, E_VERSION = 1, E_DO = 2, E_EXT = 3, E_RDATA = 12, EDNS_LEN = 1
  * code outside the table) */
 static const long CDNS_TRANSPORT[] = {15, 0, 1, 2, 4, 15, 15, 15};
 #define N_TRANSPORTS ((long long)(sizeof CDNS_TRANSPORT / sizeof CDNS_TRANSPORT[0]))
+
+static long cdns_transport(long long transport)
+{
+    return transport >= 0 && transport < N_TRANSPORTS ? CDNS_TRANSPORT[transport] : 15;
+}
 #define TRANSPORT_QUERY_TRAILINGDATA (1 << 5)
 #define QR_HAS_QUERY (1 << 0)
 #define QR_HAS_RESPONSE (1 << 1)
@@ -165,27 +172,6 @@ static Py_ssize_t message_end(const unsigned char *p, Py_ssize_t n)
     return off;
 }
 
-/* cdns.query_trailing: 1 or 0, or -1 for "let Python decide" (where it would raise). name_end < 0: None. */
-static int query_trailing(PyObject *raw, Py_ssize_t name_end, long long qd, long long an, long long ns,
-                          long long ar, PyObject *qe)
-{
-    const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(raw);
-    Py_ssize_t n = PyBytes_GET_SIZE(raw);
-    if (name_end >= 0 && qd == 1 && !an && !ns) {
-        Py_ssize_t end = name_end + 4;
-        if (!ar)
-            return end < n;
-        if (ar == 1 && qe != NULL) {
-            if (end >= n)
-                return -1;
-            if (p[end] == 0)
-                return end + 11 + PyBytes_GET_SIZE(F(qe, E_RDATA)) < n;
-        }
-    }
-    Py_ssize_t end = message_end(p, n);
-    return end < 0 ? -1 : end < n;
-}
-
 /* _Table.index: the index of key in d, added at the end when new (new reference). */
 static PyObject *table_index(PyObject *d, PyObject *key)
 {
@@ -236,7 +222,7 @@ typedef struct {
 
 typedef struct {
     PyObject_HEAD
-    Table names, classtype, sigs;
+    Table names, classtype, sigs, ips;
 } Cache;
 
 static uint64_t hash_bytes(const unsigned char *p, size_t n)
@@ -337,6 +323,7 @@ static void cache_dealloc(PyObject *self)
     table_clear(&c->names);
     table_clear(&c->classtype);
     table_clear(&c->sigs);
+    table_clear(&c->ips);
     Py_TYPE(self)->tp_free(self);
 }
 
@@ -611,257 +598,433 @@ typedef struct {
     long long processed, unmatched_q, unmatched_r;
 } Block;
 
-/* One transaction: 1 added, 0 left for Python (nothing changed), -1 error (exception set). */
-static int add_one(Block *b, PyObject *tx)
+/* What Block.add_python reads of a transaction, as C values: filled from the message tuples (tx_of_tuple) or
+ * from message records (tx_of_record), then added by add_tx. Optional values (the Python None) are flagged
+ * in `nones`, by the N_ bits. */
+enum { N_HOP = 1, N_QSIZE = 2, N_RSIZE = 4, N_QAN = 8, N_QNS = 16, N_QAR = 32, N_EDNSV = 64, N_UDP = 128,
+       N_QDCOUNT = 256, N_CPORT_UNUSED = 512 };
+
+typedef struct {
+    int q, r;                        /* the sides present */
+    unsigned nones;
+    long long ticks, delay, nresp;   /* delay: with both sides */
+    const unsigned char *client, *server;
+    Py_ssize_t client_len, server_len;
+    PyObject *client_o, *server_o;   /* the addresses as bytes objects where the caller has them, else NULL */
+    long long cport, sport, id, mflags, qdcount;
+    long tflags, sflags, dnsflags;
+    long long qrcode, rrcode;        /* with the query / the response */
+    int has_name;                    /* the first question's name, uncompressed wire form */
+    const unsigned char *name_p;
+    Py_ssize_t name_len;
+    long long qtype, qclass;
+    long long qan, qns, qar, ednsv, udp, hop, qsize, rsize;
+    const unsigned char *rdata;      /* the query's OPT RDATA (NULL: no OPT) */
+    Py_ssize_t rdata_len;
+    PyObject *rdata_o;
+    unsigned char name_buf[MAX_NAME + 1]; /* (last: not cleared) a compressed name made whole */
+} Tx;
+
+/* The first question's name of the message raw[0..n) into t (as add_python finds it); *name_end: the offset
+ * after it when it is not compressed, else -1. 0 where the Python code would raise. */
+static int first_name(Tx *t, const unsigned char *p, Py_ssize_t n, Py_ssize_t *name_end)
+{
+    Py_ssize_t end = 12;
+    *name_end = -1;
+    if (end >= n)
+        return 0;
+    unsigned ln = p[end];
+    while (ln > 0 && ln < 64) {
+        end += ln + 1;
+        if (end >= n)
+            return 0;
+        ln = p[end];
+    }
+    if (ln == 0) {
+        *name_end = end + 1;
+        t->name_p = p + 12;
+        t->name_len = *name_end - 12;
+        return 1;
+    }
+    if (!wire_name(p, n, 12, t->name_buf, &t->name_len))
+        return 0;
+    t->name_p = t->name_buf;
+    return 1;
+}
+
+/* cdns.query_trailing: 1 or 0, or -1 for "let Python decide" (where it would raise). name_end < 0: None;
+ * opt_len: the length of the query's OPT RDATA, or -1 without OPT. */
+static int query_trailing(const unsigned char *p, Py_ssize_t n, Py_ssize_t name_end, long long qd, long long an,
+                          long long ns, long long ar, Py_ssize_t opt_len)
+{
+    if (name_end >= 0 && qd == 1 && !an && !ns) {
+        Py_ssize_t end = name_end + 4;
+        if (!ar)
+            return end < n;
+        if (ar == 1 && opt_len >= 0) {
+            if (end >= n)
+                return -1;
+            if (p[end] == 0)
+                return end + 11 + opt_len < n;
+        }
+    }
+    Py_ssize_t end = message_end(p, n);
+    return end < 0 ? -1 : end < n;
+}
+
+/* The query side's flags and values (add_python's `if q is not None` branch): 1, or 0 for Python. */
+static int query_side(Tx *t, const unsigned char *raw, Py_ssize_t n, Py_ssize_t name_end, long long qf, long long qd,
+                      long long an, long long ns, long long ar, int has_opt, int do_bit, long long ext)
+{
+    int trailing = query_trailing(raw, n, name_end, qd, an, ns, ar, has_opt ? t->rdata_len : -1);
+    if (trailing < 0)
+        return 0;
+    if (trailing)
+        t->tflags |= TRANSPORT_QUERY_TRAILINGDATA;
+    if (has_opt) {
+        if (ext < 0 || ext > 0xFF)
+            return 0;
+        t->sflags |= QR_QUERY_HAS_OPT;
+        if (do_bit)
+            t->dnsflags |= QUERY_DO;
+        t->qrcode = (qf & 0xF) | (ext << 4);
+    } else {
+        t->qrcode = qf & 0xF;
+        t->nones |= N_EDNSV | N_UDP;
+    }
+    t->sflags |= qd ? QR_HAS_QUERY : QR_HAS_QUERY | QR_QUERY_HAS_NO_QUESTION;
+    t->dnsflags |= (qf >> 4) & 0x7F;
+    t->qan = an, t->qns = ns, t->qar = ar;
+    return 1;
+}
+
+/* The response side's flags (add_python's `if r is not None` branch, but the delay). */
+static int response_side(Tx *t, long long rf, long long rqd, int has_opt, long long ext)
+{
+    if (has_opt) {
+        if (ext < 0 || ext > 0xFF)
+            return 0;
+        t->sflags |= QR_RESPONSE_HAS_OPT;
+        t->rrcode = (rf & 0xF) | (ext << 4);
+    } else {
+        t->rrcode = rf & 0xF;
+    }
+    t->sflags |= rqd ? QR_HAS_RESPONSE : QR_HAS_RESPONSE | QR_RESPONSE_HAS_NO_QUESTION;
+    t->dnsflags |= ((rf >> 4) & 0x7F) << 8;
+    return 1;
+}
+
+/* An optional int field of a tuple (an exact int or None) into *v, flagging None; 0 for anything else. */
+static int opt_ll(PyObject *o, long long *v, unsigned *nones, unsigned bit)
+{
+    if (o == Py_None) {
+        *nones |= bit;
+        *v = 0;
+        return 1;
+    }
+    return as_ll(o, v);
+}
+
+/* A transaction tuple (query, response, response_messages) as a Tx: 1, or 0 when it is not one the C loop
+ * takes (malformed, or off the usual shapes: Python adds it). */
+static int tx_of_tuple(PyObject *tx, Tx *t)
 {
     if (!PyTuple_CheckExact(tx) || PyTuple_GET_SIZE(tx) != 3)
         return 0;
     PyObject *q = F(tx, 0), *r = F(tx, 1);
-    long long nresp = 0;
+    memset(t, 0, offsetof(Tx, name_buf));
     if (q == Py_None)
         q = NULL;
     else if (!is_message(q))
         return 0;
     if (r == Py_None)
         r = NULL;
-    else if (!is_message(r) || !as_ll(F(tx, 2), &nresp))
+    else if (!is_message(r) || !as_ll(F(tx, 2), &t->nresp))
         return 0;
     PyObject *m = q != NULL ? q : r;
-    long long ticks, ipv, transport;
-    if (m == NULL || !ticks_of(m, &ticks) || F(m, MALFORMED) != Py_False)
+    long long ipv, transport;
+    if (m == NULL || !ticks_of(m, &t->ticks) || F(m, MALFORMED) != Py_False)
         return 0;
     if (!as_ll(F(m, IPV), &ipv) || !as_ll(F(m, TRANSPORT), &transport))
         return 0;
+    t->q = q != NULL, t->r = r != NULL;
     PyObject *client, *cport, *server, *sport;
     if (q != NULL) {
         client = F(q, SRC), cport = F(q, SPORT), server = F(q, DST), sport = F(q, DPORT);
     } else {
         client = F(r, DST), cport = F(r, DPORT), server = F(r, SRC), sport = F(r, SPORT);
     }
-    if (!PyBytes_CheckExact(client) || !PyBytes_CheckExact(server))
+    if (!PyBytes_CheckExact(client) || !PyBytes_CheckExact(server) || !as_ll(cport, &t->cport)
+        || !as_ll(sport, &t->sport) || !as_ll(F(m, ID), &t->id) || !as_ll(F(m, FLAGS), &t->mflags)
+        || !opt_ll(F(m, QDCOUNT), &t->qdcount, &t->nones, N_QDCOUNT))
         return 0;
+    t->client_o = client, t->server_o = server;
+    t->client = (const unsigned char *)PyBytes_AS_STRING(client), t->client_len = PyBytes_GET_SIZE(client);
+    t->server = (const unsigned char *)PyBytes_AS_STRING(server), t->server_len = PyBytes_GET_SIZE(server);
 
-    /* The first question's name (uncompressed wire form) and where it ends (-1: compressed, or none). */
-    int has_name = F(m, QNAME) != Py_None;
     Py_ssize_t name_end = -1;
-    const unsigned char *name_p = NULL;
-    Py_ssize_t name_len = 0;
-    unsigned char name_buf[MAX_NAME + 1];
-    if (has_name) {
+    t->has_name = F(m, QNAME) != Py_None;
+    if (t->has_name) {
         PyObject *raw = F(m, RAW);
-        if (!PyBytes_CheckExact(raw))
+        if (!PyBytes_CheckExact(raw) || !as_ll(F(m, QTYPE), &t->qtype) || !as_ll(F(m, QCLASS), &t->qclass)
+            || !first_name(t, (const unsigned char *)PyBytes_AS_STRING(raw), PyBytes_GET_SIZE(raw), &name_end))
             return 0;
-        const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(raw);
-        Py_ssize_t n = PyBytes_GET_SIZE(raw), end = 12;
-        if (end >= n)
-            return 0;
-        unsigned ln = p[end];
-        while (ln > 0 && ln < 64) {
-            end += ln + 1;
-            if (end >= n)
-                return 0;
-            ln = p[end];
-        }
-        if (ln == 0) {
-            name_end = end + 1;
-            name_p = p + 12;
-            name_len = name_end - 12;
-        } else {
-            if (!wire_name(p, n, 12, name_buf, &name_len))
-                return 0;
-            name_p = name_buf;
-        }
     }
-
-    long tflags = (ipv == 6 ? 1 : 0) | (transport >= 0 && transport < N_TRANSPORTS ? CDNS_TRANSPORT[transport] : 15) << 1;
-    long sflags = 0, dnsflags = 0;
-    long long qrcode = 0, rrcode = 0, delay = 0;
-    PyObject *qe = NULL, *ednsv = Py_None, *udp = Py_None, *rdata = NULL;
-    PyObject *qan = Py_None, *qns = Py_None, *qar = Py_None, *hop = Py_None, *qsize = Py_None;
-    PyObject *rsize = Py_None;
-    long long qf, qd, an, ns, ar, rf, rqd, ext;
+    t->tflags = (ipv == 6 ? 1 : 0) | cdns_transport(transport) << 1;
     if (q != NULL) {
-        PyObject *raw = F(q, RAW);
+        PyObject *raw = F(q, RAW), *qe = F(q, EDNS);
+        long long qf, qd, an, ns, ar, ext = 0;
+        int do_bit = 0;
         if (!PyBytes_CheckExact(raw) || !as_ll(F(q, FLAGS), &qf) || !as_ll(F(q, QDCOUNT), &qd)
-            || !as_ll(F(q, ANCOUNT), &an) || !as_ll(F(q, NSCOUNT), &ns) || !as_ll(F(q, ARCOUNT), &ar))
+            || !as_ll(F(q, ANCOUNT), &an) || !as_ll(F(q, NSCOUNT), &ns) || !as_ll(F(q, ARCOUNT), &ar)
+            || !opt_ll(F(q, TTL), &t->hop, &t->nones, N_HOP) || !opt_ll(F(q, DNS_LEN), &t->qsize, &t->nones, N_QSIZE))
             return 0;
-        qe = F(q, EDNS);
-        if (qe == Py_None) {
-            qe = NULL;
-            qrcode = qf & 0xF;
-        } else {
+        if (qe != Py_None) {
             PyObject *dobit;
-            if (!PyTuple_CheckExact(qe) || PyTuple_GET_SIZE(qe) < EDNS_LEN || !as_ll(F(qe, E_EXT), &ext)
-                || ext < 0 || ext > 0xFF)
+            if (!PyTuple_CheckExact(qe) || PyTuple_GET_SIZE(qe) < EDNS_LEN || !as_ll(F(qe, E_EXT), &ext))
                 return 0;
-            rdata = F(qe, E_RDATA);
+            PyObject *rdata = F(qe, E_RDATA);
             dobit = F(qe, E_DO);
-            if (!PyBytes_CheckExact(rdata) || (dobit != Py_True && dobit != Py_False))
+            if (!PyBytes_CheckExact(rdata) || (dobit != Py_True && dobit != Py_False)
+                || !opt_ll(F(qe, E_VERSION), &t->ednsv, &t->nones, N_EDNSV)
+                || !opt_ll(F(qe, E_UDP), &t->udp, &t->nones, N_UDP))
                 return 0;
-            sflags |= QR_QUERY_HAS_OPT;
-            if (dobit == Py_True)
-                dnsflags |= QUERY_DO;
-            qrcode = (qf & 0xF) | (ext << 4);
-            ednsv = F(qe, E_VERSION);
-            udp = F(qe, E_UDP);
+            do_bit = dobit == Py_True;
+            t->rdata_o = rdata;
+            t->rdata = (const unsigned char *)PyBytes_AS_STRING(rdata), t->rdata_len = PyBytes_GET_SIZE(rdata);
         }
-        int trailing = query_trailing(raw, name_end, qd, an, ns, ar, qe);
-        if (trailing < 0)
+        if (!query_side(t, (const unsigned char *)PyBytes_AS_STRING(raw), PyBytes_GET_SIZE(raw), name_end, qf, qd, an,
+                        ns, ar, qe != Py_None, do_bit, ext))
             return 0;
-        if (trailing)
-            tflags |= TRANSPORT_QUERY_TRAILINGDATA;
-        sflags |= qd ? QR_HAS_QUERY : QR_HAS_QUERY | QR_QUERY_HAS_NO_QUESTION;
-        dnsflags |= (qf >> 4) & 0x7F;
-        qan = F(q, ANCOUNT), qns = F(q, NSCOUNT), qar = F(q, ARCOUNT);
-        hop = F(q, TTL);
-        qsize = F(q, DNS_LEN);
+    } else {
+        t->nones |= N_HOP | N_QSIZE | N_QAN | N_QNS | N_QAR | N_EDNSV | N_UDP;
     }
     if (r != NULL) {
         PyObject *re = F(r, EDNS);
-        if (!as_ll(F(r, FLAGS), &rf) || !as_ll(F(r, QDCOUNT), &rqd))
+        long long rf, rqd, ext = 0;
+        if (!as_ll(F(r, FLAGS), &rf) || !as_ll(F(r, QDCOUNT), &rqd)
+            || !opt_ll(F(r, DNS_LEN), &t->rsize, &t->nones, N_RSIZE))
             return 0;
-        if (re != Py_None) {
-            if (!PyTuple_CheckExact(re) || PyTuple_GET_SIZE(re) < EDNS_LEN || !as_ll(F(re, E_EXT), &ext)
-                || ext < 0 || ext > 0xFF)
-                return 0;
-            sflags |= QR_RESPONSE_HAS_OPT;
-            rrcode = (rf & 0xF) | (ext << 4);
-        } else {
-            rrcode = rf & 0xF;
-        }
+        if (re != Py_None
+            && (!PyTuple_CheckExact(re) || PyTuple_GET_SIZE(re) < EDNS_LEN || !as_ll(F(re, E_EXT), &ext)))
+            return 0;
+        if (!response_side(t, rf, rqd, re != Py_None, ext))
+            return 0;
         if (q != NULL) {
             long long rticks;
             if (!ticks_of(r, &rticks))
                 return 0;
-            delay = rticks - ticks;
+            t->delay = rticks - t->ticks;
         }
-        sflags |= rqd ? QR_HAS_RESPONSE : QR_HAS_RESPONSE | QR_RESPONSE_HAS_NO_QUESTION;
-        dnsflags |= ((rf >> 4) & 0x7F) << 8;
-        rsize = F(r, DNS_LEN);
+    } else {
+        t->nones |= N_RSIZE;
     }
-    long long mflags;
-    if (!as_ll(F(m, FLAGS), &mflags))
+    return 1;
+}
+
+/* A transaction of message records as a Tx: 1, or 0 for the malformed (Python adds it). The raw message is
+ * in the records (C-DNS decodes with keep_raw). */
+static int tx_of_record(const TxHead *h, Tx *t)
+{
+    const Rec *q = tx_query(h), *r = tx_response(h), *m = q ? q : r;
+    memset(t, 0, offsetof(Tx, name_buf));
+    if (m == NULL || m->malformed || m->ts_ns < 0 || m->raw.len == SPAN_NONE || (q && q->raw.len == SPAN_NONE))
         return 0;
-
-    /* The item's fields read from the messages, as Items holds them (else Python adds the transaction). */
-    Item it = {.nones = 0};
-    if (b->store != NULL) {
-        PyObject *from_messages[5] = {cport, F(m, ID), hop, qsize, rsize};
-        static const int at[5] = {2, 3, 5, 8, 9};
-        for (int k = 0; k < 5; k++) {
-            long long x = 0;
-            if (from_messages[k] == Py_None)
-                it.nones |= 1u << at[k];
-            else if (!as_ll(from_messages[k], &x))
-                return 0;
-            it.v[at[k]] = x;
+    t->q = q != NULL, t->r = r != NULL;
+    t->nresp = h->messages;
+    t->ticks = m->ts_ns / NS_PER_TICK;
+    int alen = addr_len(m);
+    t->client = q ? q->src : r->dst, t->server = q ? q->dst : r->src;
+    t->client_len = t->server_len = alen;
+    t->cport = q ? q->sport : r->dport;
+    t->sport = q ? q->dport : r->sport;
+    t->id = m->id;
+    t->mflags = m->flags;
+    t->qdcount = m->qdcount;
+    Py_ssize_t name_end = -1;
+    t->has_name = m->qname.len != SPAN_NONE;
+    if (t->has_name) {
+        t->qtype = m->qtype, t->qclass = m->qclass;
+        if (m->qtype < 0 || m->qclass < 0
+            || !first_name(t, (const unsigned char *)rec_at(m, m->raw), m->raw.len, &name_end))
+            return 0;
+    }
+    t->tflags = (m->ipv == 6 ? 1 : 0) | cdns_transport(m->transport) << 1;
+    if (q != NULL) {
+        t->hop = q->ttl;
+        t->qsize = q->dns_len;
+        if (q->has_edns) {
+            t->ednsv = q->e_version;
+            t->udp = q->e_udp;
+            t->rdata = (const unsigned char *)rec_at(q, q->e_rdata), t->rdata_len = q->e_rdata.len;
         }
+        if (!query_side(t, (const unsigned char *)rec_at(q, q->raw), q->raw.len, name_end, q->flags, q->qdcount,
+                        q->ancount, q->nscount, q->arcount, q->has_edns, q->e_do, q->e_ext_rcode))
+            return 0;
+    } else {
+        t->nones |= N_HOP | N_QSIZE | N_QAN | N_QNS | N_QAR | N_EDNSV | N_UDP;
+    }
+    if (r != NULL) {
+        t->rsize = r->dns_len;
+        if (!response_side(t, r->flags, r->qdcount, r->has_edns, r->e_ext_rcode))
+            return 0;
+        if (q != NULL)
+            t->delay = r->ts_ns / NS_PER_TICK - t->ticks;
+    } else {
+        t->nones |= N_RSIZE;
+    }
+    return 1;
+}
+
+/* An optional value as an object (new reference). */
+static PyObject *opt_obj(const Tx *t, unsigned bit, long long v)
+{
+    return t->nones & bit ? Py_NewRef(Py_None) : PyLong_FromLongLong(v);
+}
+
+/* Add a transaction to the block's tables and items, in the order of the Python loop: 1, or -1 (exception). */
+static int add_tx(Block *b, const Tx *t)
+{
+    /* The item's fields read from the messages, as Items holds them. */
+    Item it = {.nones = 0};
+    const long long from_messages[5] = {t->cport, t->id, t->hop, t->qsize, t->rsize};
+    const unsigned none_bits[5] = {0, 0, N_HOP, N_QSIZE, N_RSIZE};
+    static const int at[5] = {2, 3, 5, 8, 9};
+    for (int k = 0; k < 5; k++) {
+        it.v[at[k]] = t->nones & none_bits[k] ? 0 : from_messages[k];
+        if (t->nones & none_bits[k])
+            it.nones |= 1u << at[k];
     }
 
-    /* Everything read: now the tables, in the order of the Python loop. */
     PyObject *ci = NULL, *si = NULL, *ni = NULL, *cti = NULL, *opt_i = NULL, *sig = NULL, *sgi = NULL;
-    PyObject *item = NULL, *tf = NULL, *sf = NULL, *op = NULL, *df = NULL, *qrc = NULL, *rrc = NULL;
-    PyObject *ticks_o = NULL, *delay_o = NULL;
+    PyObject *item = NULL;
+    PyObject *v[17] = {NULL};
     int rc = -1;
     Cache *cache = b->cache;
     unsigned char kbuf[MAX_KEY * sizeof(int64_t) + sizeof(uint32_t)];
     Py_ssize_t klen = 0;
     uint64_t kh = 0;
-    if ((ci = table_index(b->ip, client)) == NULL || (si = table_index(b->ip, server)) == NULL)
+    if ((ci = bytes_index(cache ? &cache->ips : NULL, b->ip, t->client, t->client_len, t->client_o)) == NULL
+        || (si = bytes_index(cache ? &cache->ips : NULL, b->ip, t->server, t->server_len, t->server_o)) == NULL)
         goto done;
-    if (has_name) {
-        if ((ni = bytes_index(cache ? &cache->names : NULL, b->names, name_p, name_len, NULL)) == NULL)
+    if (t->has_name) {
+        if ((ni = bytes_index(cache ? &cache->names : NULL, b->names, t->name_p, t->name_len, NULL)) == NULL)
             goto done;
         Packed ct_key = {.n = 0};
-        int ct_packed = cache != NULL && pack_obj(&ct_key, F(m, QTYPE)) && pack_obj(&ct_key, F(m, QCLASS));
-        if (ct_packed && (cti = packed_find(&cache->classtype, &ct_key, kbuf, &klen, &kh)) != NULL) {
+        pack_ll(&ct_key, t->qtype);
+        pack_ll(&ct_key, t->qclass);
+        if (cache != NULL && (cti = packed_find(&cache->classtype, &ct_key, kbuf, &klen, &kh)) != NULL) {
             Py_INCREF(cti);
         } else {
-            PyObject *ct = PyTuple_Pack(2, F(m, QTYPE), F(m, QCLASS));
+            PyObject *ct = Py_BuildValue("(LL)", t->qtype, t->qclass);
             if (ct == NULL)
                 goto done;
             cti = table_index(b->classtype, ct);
             Py_DECREF(ct);
-            if (cti == NULL || (ct_packed && packed_put(&cache->classtype, kh, kbuf, klen, cti) < 0))
+            if (cti == NULL || (cache != NULL && packed_put(&cache->classtype, kh, kbuf, klen, cti) < 0))
                 goto done;
         }
     }
-    if (rdata != NULL
-        && (opt_i = bytes_index(cache ? &cache->names : NULL, b->names, PyBytes_AS_STRING(rdata),
-                                PyBytes_GET_SIZE(rdata), rdata)) == NULL)
+    if (t->rdata != NULL
+        && (opt_i = bytes_index(cache ? &cache->names : NULL, b->names, t->rdata, t->rdata_len, t->rdata_o)) == NULL)
         goto done;
-    long long op_v = (mflags >> 11) & 0xF;
+    long long op_v = (t->mflags >> 11) & 0xF;
+    /* The signature: (si, sport, tflags, qr_type, sflags, opcode, dnsflags, qrcode, cti, qdcount, qan, qns, qar,
+     * ednsv, udp, opt_i, rrcode), None where absent. */
     Packed k = {.n = 0};
-    int packed = cache != NULL && pack_obj(&k, si) && pack_obj(&k, sport);
+    int packed = cache != NULL && pack_obj(&k, si);
     if (packed) {
-        pack_ll(&k, tflags);
+        pack_ll(&k, t->sport);
+        pack_ll(&k, t->tflags);
         packed = pack_obj(&k, b->qr_type);
     }
     if (packed) {
-        pack_ll(&k, sflags);
+        pack_ll(&k, t->sflags);
         pack_ll(&k, op_v);
-        pack_ll(&k, dnsflags);
-        if (q != NULL)
-            pack_ll(&k, qrcode);
+        pack_ll(&k, t->dnsflags);
+        if (t->q)
+            pack_ll(&k, t->qrcode);
         else
             pack_none(&k);
-        packed = pack_obj(&k, cti ? cti : Py_None) && pack_obj(&k, F(m, QDCOUNT)) && pack_obj(&k, qan)
-                 && pack_obj(&k, qns) && pack_obj(&k, qar) && pack_obj(&k, ednsv) && pack_obj(&k, udp)
-                 && pack_obj(&k, opt_i ? opt_i : Py_None);
+        packed = pack_obj(&k, cti ? cti : Py_None);
     }
     if (packed) {
-        if (r != NULL)
-            pack_ll(&k, rrcode);
+        const long long vals[6] = {t->qdcount, t->qan, t->qns, t->qar, t->ednsv, t->udp};
+        const unsigned bits[6] = {N_QDCOUNT, N_QAN, N_QNS, N_QAR, N_EDNSV, N_UDP};
+        for (int j = 0; j < 6; j++) {
+            if (t->nones & bits[j])
+                pack_none(&k);
+            else
+                pack_ll(&k, vals[j]);
+        }
+        packed = pack_obj(&k, opt_i ? opt_i : Py_None);
+    }
+    if (packed) {
+        if (t->r)
+            pack_ll(&k, t->rrcode);
         else
             pack_none(&k);
     }
     if (packed && (sgi = packed_find(&cache->sigs, &k, kbuf, &klen, &kh)) != NULL) {
         Py_INCREF(sgi);
     } else {
-        if ((tf = PyLong_FromLong(tflags)) == NULL || (sf = PyLong_FromLong(sflags)) == NULL
-            || (op = PyLong_FromLongLong(op_v)) == NULL || (df = PyLong_FromLong(dnsflags)) == NULL
-            || (qrc = q != NULL ? PyLong_FromLongLong(qrcode) : Py_NewRef(Py_None)) == NULL
-            || (rrc = r != NULL ? PyLong_FromLongLong(rrcode) : Py_NewRef(Py_None)) == NULL)
+        v[0] = Py_NewRef(si);
+        v[1] = PyLong_FromLongLong(t->sport);
+        v[2] = PyLong_FromLong(t->tflags);
+        v[3] = Py_NewRef(b->qr_type);
+        v[4] = PyLong_FromLong(t->sflags);
+        v[5] = PyLong_FromLongLong(op_v);
+        v[6] = PyLong_FromLong(t->dnsflags);
+        v[7] = t->q ? PyLong_FromLongLong(t->qrcode) : Py_NewRef(Py_None);
+        v[8] = Py_NewRef(cti ? cti : Py_None);
+        v[9] = opt_obj(t, N_QDCOUNT, t->qdcount);
+        v[10] = opt_obj(t, N_QAN, t->qan);
+        v[11] = opt_obj(t, N_QNS, t->qns);
+        v[12] = opt_obj(t, N_QAR, t->qar);
+        v[13] = opt_obj(t, N_EDNSV, t->ednsv);
+        v[14] = opt_obj(t, N_UDP, t->udp);
+        v[15] = Py_NewRef(opt_i ? opt_i : Py_None);
+        v[16] = t->r ? PyLong_FromLongLong(t->rrcode) : Py_NewRef(Py_None);
+        if ((sig = PyTuple_New(17)) == NULL)
             goto done;
-        sig = PyTuple_Pack(17, si, sport, tf, b->qr_type, sf, op, df, qrc, cti ? cti : Py_None, F(m, QDCOUNT), qan,
-                           qns, qar, ednsv, udp, opt_i ? opt_i : Py_None, rrc);
-        if (sig == NULL || (sgi = table_index(b->sigs, sig)) == NULL)
+        for (int j = 0; j < 17; j++) {
+            if (v[j] == NULL)
+                goto done;
+            PyTuple_SET_ITEM(sig, j, v[j]);
+            v[j] = NULL;
+        }
+        if ((sgi = table_index(b->sigs, sig)) == NULL)
             goto done;
         if (packed && packed_put(&cache->sigs, kh, kbuf, klen, sgi) < 0)
             goto done;
     }
+    long long ci_v, sgi_v, ni_v = 0;
+    if (!as_ll(ci, &ci_v) || !as_ll(sgi, &sgi_v) || (ni != NULL && !as_ll(ni, &ni_v))) {
+        PyErr_SetString(PyExc_SystemError, "_cdnsblock.add: a table index is not an int");
+        goto done;
+    }
+    it.v[0] = t->ticks;
+    it.v[1] = ci_v;
+    it.v[4] = sgi_v;
+    it.v[6] = t->delay;
+    it.v[7] = ni_v;
+    it.nones |= (t->q && t->r ? 0 : 1u << 6) | (ni != NULL ? 0 : 1u << 7);
     if (b->store != NULL) {
-        long long ci_v, sgi_v, ni_v = 0;
-        if (!as_ll(ci, &ci_v) || !as_ll(sgi, &sgi_v) || (ni != NULL && !as_ll(ni, &ni_v))) {
-            PyErr_SetString(PyExc_SystemError, "_cdnsblock.add: a table index is not an int");
-            goto done;
-        }
-        it.v[0] = ticks;
-        it.v[1] = ci_v;
-        it.v[4] = sgi_v;
-        it.v[6] = delay;
-        it.v[7] = ni_v;
-        it.nones |= (q != NULL && r != NULL ? 0 : 1u << 6) | (ni != NULL ? 0 : 1u << 7);
         if (items_push(b->store, &it) < 0)
             goto done;
     } else {
-        if ((ticks_o = PyLong_FromLongLong(ticks)) == NULL
-            || (delay_o = q != NULL && r != NULL ? PyLong_FromLongLong(delay) : Py_NewRef(Py_None)) == NULL)
-            goto done;
-        item = PyTuple_Pack(12, ticks_o, ci, cport, F(m, ID), sgi, hop, delay_o, ni ? ni : Py_None, qsize, rsize,
-                            Py_None, Py_None);
-        if (item == NULL || PyList_Append(b->items, item) < 0)
+        if ((item = item_tuple(&it)) == NULL || PyList_Append(b->items, item) < 0)
             goto done;
     }
-    if (!b->has_earliest || ticks < b->earliest) {
-        b->earliest = ticks;
+    if (!b->has_earliest || t->ticks < b->earliest) {
+        b->earliest = t->ticks;
         b->has_earliest = 1;
     }
-    if (q != NULL)
+    if (t->q)
         b->processed += 1;
-    if (r != NULL) {
-        b->processed += nresp;
-        if (q == NULL)
+    if (t->r) {
+        b->processed += t->nresp;
+        if (!t->q)
             b->unmatched_r += 1;
     } else {
         b->unmatched_q += 1;
@@ -876,15 +1039,53 @@ done:
     Py_XDECREF(sig);
     Py_XDECREF(sgi);
     Py_XDECREF(item);
-    Py_XDECREF(tf);
-    Py_XDECREF(sf);
-    Py_XDECREF(op);
-    Py_XDECREF(df);
-    Py_XDECREF(qrc);
-    Py_XDECREF(rrc);
-    Py_XDECREF(ticks_o);
-    Py_XDECREF(delay_o);
+    for (int j = 0; j < 17; j++)
+        Py_XDECREF(v[j]);
     return rc;
+}
+
+/* The arguments add and add_records share, into b (add_records has a stop after start: stop != NULL). */
+static int block_args(PyObject *args, Block *b, PyObject **txs, Py_ssize_t *start, Py_ssize_t *stop,
+                      PyObject **earliest)
+{
+    b->cache = NULL;
+    int ok = stop == NULL
+                 ? PyArg_ParseTuple(args, "OnO!O!O!O!OOO|O!:add", txs, start, &PyDict_Type, &b->ip, &PyDict_Type,
+                                    &b->names, &PyDict_Type, &b->classtype, &PyDict_Type, &b->sigs, &b->items,
+                                    earliest, &b->qr_type, &CacheType, &b->cache)
+                 : PyArg_ParseTuple(args, "OnnO!O!O!O!OOO|O!:add_records", txs, start, stop, &PyDict_Type, &b->ip,
+                                    &PyDict_Type, &b->names, &PyDict_Type, &b->classtype, &PyDict_Type, &b->sigs,
+                                    &b->items, earliest, &b->qr_type, &CacheType, &b->cache);
+    if (!ok)
+        return -1;
+    b->store = Py_IS_TYPE(b->items, &ItemsType) ? (Items *)b->items : NULL;
+    if (b->store == NULL && !PyList_Check(b->items)) {
+        PyErr_SetString(PyExc_TypeError, "add: items must be a list or an Items");
+        return -1;
+    }
+    if (*start < 0) {
+        PyErr_SetString(PyExc_ValueError, "add: start must not be negative");
+        return -1;
+    }
+    b->processed = b->unmatched_q = b->unmatched_r = 0;
+    b->earliest = 0;
+    b->has_earliest = *earliest != Py_None;
+    return 0;
+}
+
+/* add's result: (stop, earliest, processed, unmatched_queries, unmatched_responses). taken: the earliest-time
+ * given was read (else it is given back as it was). */
+static PyObject *block_result(Block *b, Py_ssize_t stop, PyObject *earliest, int taken)
+{
+    if (!taken)
+        Py_INCREF(earliest);
+    else if (b->has_earliest)
+        earliest = PyLong_FromLongLong(b->earliest);
+    else
+        earliest = Py_NewRef(Py_None);
+    if (earliest == NULL)
+        return NULL;
+    return Py_BuildValue("nNLLL", stop, earliest, b->processed, b->unmatched_q, b->unmatched_r);
 }
 
 static PyObject *add(PyObject *Py_UNUSED(self), PyObject *args)
@@ -892,31 +1093,19 @@ static PyObject *add(PyObject *Py_UNUSED(self), PyObject *args)
     PyObject *txs, *earliest;
     Py_ssize_t start;
     Block b;
-    b.cache = NULL;
-    if (!PyArg_ParseTuple(args, "OnO!O!O!O!OOO|O!:add", &txs, &start, &PyDict_Type, &b.ip, &PyDict_Type, &b.names,
-                          &PyDict_Type, &b.classtype, &PyDict_Type, &b.sigs, &b.items, &earliest, &b.qr_type,
-                          &CacheType, &b.cache))
+    if (block_args(args, &b, &txs, &start, NULL, &earliest) < 0)
         return NULL;
-    b.store = Py_IS_TYPE(b.items, &ItemsType) ? (Items *)b.items : NULL;
-    if (b.store == NULL && !PyList_Check(b.items)) {
-        PyErr_SetString(PyExc_TypeError, "add: items must be a list or an Items");
-        return NULL;
-    }
-    if (start < 0) {
-        PyErr_SetString(PyExc_ValueError, "add: start must not be negative");
-        return NULL;
-    }
-    b.processed = b.unmatched_q = b.unmatched_r = 0;
-    b.earliest = 0;
-    b.has_earliest = earliest != Py_None;
     PyObject *seq = PySequence_Fast(txs, "add: txs must be a sequence");
     if (seq == NULL)
         return NULL;
     Py_ssize_t i = start, n = PySequence_Fast_GET_SIZE(seq);
     /* An earliest-time that is not a plain int (never, from the Python loop): everything to Python. */
     int taken = !b.has_earliest || as_ll(earliest, &b.earliest);
+    Tx t;
     for (; taken && i < n; i++) {
-        int rc = add_one(&b, PySequence_Fast_GET_ITEM(seq, i));
+        PyObject *tx = Py_NewRef(PySequence_Fast_GET_ITEM(seq, i));
+        int rc = tx_of_tuple(tx, &t) ? add_tx(&b, &t) : 0;
+        Py_DECREF(tx);
         if (rc < 0) {
             Py_DECREF(seq);
             return NULL;
@@ -925,15 +1114,35 @@ static PyObject *add(PyObject *Py_UNUSED(self), PyObject *args)
             break;
     }
     Py_DECREF(seq);
-    if (!taken)
-        Py_INCREF(earliest);
-    else if (b.has_earliest)
-        earliest = PyLong_FromLongLong(b.earliest);
-    else
-        earliest = Py_NewRef(Py_None);
-    if (earliest == NULL)
+    return block_result(&b, i, earliest, taken);
+}
+
+/* add_records: add over transactions start..stop-1 of a TxBatch of message records (probe._records): the
+ * columnar pipeline's C-DNS. */
+static PyObject *add_records(PyObject *Py_UNUSED(self), PyObject *args)
+{
+    PyObject *txs_obj, *earliest;
+    Py_ssize_t start, stop;
+    Block b;
+    if (block_args(args, &b, &txs_obj, &start, &stop, &earliest) < 0)
         return NULL;
-    return Py_BuildValue("nNLLL", i, earliest, b.processed, b.unmatched_q, b.unmatched_r);
+    if (records == NULL || !PyObject_TypeCheck(txs_obj, records->txbatch_type)) {
+        PyErr_SetString(PyExc_TypeError, "add_records: txs must be a probe._records.TxBatch (is it built?)");
+        return NULL;
+    }
+    TxBatch *txs = (TxBatch *)txs_obj;
+    int taken = !b.has_earliest || as_ll(earliest, &b.earliest);
+    Py_ssize_t i = start;
+    Tx t;
+    stop = Py_MIN(stop, txs->txs.n);
+    for (; taken && i < stop; i++) {
+        int rc = tx_of_record(txbatch_get(txs, i), &t) ? add_tx(&b, &t) : 0;
+        if (rc < 0)
+            return NULL;
+        if (rc == 0)
+            break;
+    }
+    return block_result(&b, i, earliest, taken);
 }
 
 /* seq[index] for a list of new indexes (Python indexing: negative counts from the end). New reference. */
@@ -1303,6 +1512,9 @@ static PyMethodDef methods[] = {
      "add(txs, start, ip, names, classtype, sigs, items, earliest, qr_type[, cache]) -> (stop, earliest, "
      "processed, unmatched_queries, unmatched_responses): Block.add_python's loop, up to the first transaction it "
      "leaves to Python; cache: the block's Cache (lookups by content in front of names, classtype and sigs)."},
+    {"add_records", add_records, METH_VARARGS,
+     "add_records(txs, start, stop, ip, names, classtype, sigs, items, earliest, qr_type[, cache]) -> as add, over "
+     "transactions start..stop-1 of a probe._records.TxBatch (its malformed transactions are left to Python)."},
     {"items", items, METH_VARARGS,
      "items(items, earliest, new_ip, new_sig, new_name) -> [QueryResponse map]: cdns._item over the items."},
     {"encode_items", encode_items, METH_VARARGS,
@@ -1324,6 +1536,9 @@ PyMODINIT_FUNC PyInit__cdnsblock(void)
             return NULL;
     if (PyType_Ready(&CacheType) < 0 || PyType_Ready(&ItemsType) < 0)
         return NULL;
+    /* Message records (add_records) where probe._records is built; add works without it. */
+    if (records_import() < 0)
+        PyErr_Clear();
     PyObject *mod = PyModule_Create(&module);
     if (mod == NULL)
         return NULL;

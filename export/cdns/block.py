@@ -240,28 +240,37 @@ class Block:
     def __len__(self):
         return len(self.items) + len(self.malformed)
 
-    def add(self, txs):
-        """Add (query, response, response_messages) transactions: the hot loop of the C-DNS export.
+    def add(self, txs, start=0, stop=None):
+        """Add transactions txs[start:stop]: the hot loop of the C-DNS export. txs: a list of (query, response,
+        response_messages) tuples, or a probe._records.TxBatch of message records (the columnar pipeline).
 
-        In C (export.cdns._cdnsblock.add) when it was built and there is neither client privacy nor full
-        sections; it gives back the transactions it does not take (malformed messages, unusual shapes),
-        one at a time, to add_python, the reference it must equal (tests/export/test_cdns_block.py)."""
+        In C (export.cdns._cdnsblock.add, add_records) when it was built and there is neither client privacy nor
+        full sections; it gives back the transactions it does not take (malformed messages, unusual shapes), one
+        at a time, to add_python, the reference it must equal (tests/export/test_cdns_block.py)."""
         w = self.w
+        records = not isinstance(txs, list)
+        stop = len(txs) if stop is None else stop
         if not self._c_loop(w):
             if _cdnsblock is None:
                 say_not_built("export.cdns._cdnsblock")
-            self.add_python(txs)
+            self.add_python(txs.to_tuples(start, stop) if records else txs[start:stop])
             return
-        i, n = 0, len(txs)
-        while i < n:
-            i, self.earliest, processed, unmatched_q, unmatched_r = _cdnsblock.add(
-                txs, i, self.ip, self.names, self.classtype, self.sigs, self.items, self.earliest, w.qr_type, self.cache
+        if records:
+            add = _cdnsblock.add_records
+            i, bounds = start, (stop,)
+        else:
+            add = _cdnsblock.add
+            txs, i, stop, bounds = txs[start:stop], 0, stop - start, ()
+        while i < stop:
+            i, self.earliest, processed, unmatched_q, unmatched_r = add(
+                txs, i, *bounds, self.ip, self.names, self.classtype, self.sigs, self.items, self.earliest, w.qr_type,
+                self.cache
             )
             self.processed += processed
             self.unmatched_q += unmatched_q
             self.unmatched_r += unmatched_r
-            if i < n:
-                self.add_python(txs[i : i + 1])
+            if i < stop:
+                self.add_python(txs.to_tuples(i, i + 1) if records else txs[i : i + 1])
                 i += 1
 
     @staticmethod

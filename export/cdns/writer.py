@@ -263,21 +263,20 @@ class CdnsExporter(FileExporter):
 
     def write(self, txs, address_events=None, now_ns=None):
         self._reap()
-        if not isinstance(txs, list):  # a TxBatch of message records: the block builder reads tuples
-            txs = txs.to_tuples()
+        records = not isinstance(txs, list)  # a probe._records.TxBatch (the columnar pipeline)
         limit = self.cfg.rotate_records
         i = 0
         n = len(txs)
         while i < n:
             if self.sink is None:
-                self._open(tx_time_ns(txs[i]))
+                self._open(txs.time_ns(i) if records else tx_time_ns(txs[i]))
             room = self.max_items - len(self.block)
             if limit:
                 room = min(room, limit - self.file_records)
-            chunk = txs[i : i + room]
-            i += len(chunk)
+            stop = min(n, i + room)
             before = len(self.block)
-            self.block.add(chunk)
+            self.block.add(txs, i, stop)
+            i = stop
             added = len(self.block) - before
             self.file_records += added
             self.stats.records += added

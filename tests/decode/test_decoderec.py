@@ -16,7 +16,7 @@ decoder gives.
 import random
 
 import pytest
-from support import ROOT
+from support import ROOT, bench_mix
 from test_fastwire import all_captures, generated_captures  # noqa: F401  (a fixture)
 
 from probe import _records
@@ -27,7 +27,6 @@ from probe.decode.packets import PacketDecoder
 from probe.model import M
 from probe.stats import Stats
 
-BENCH_CAPTURE = ROOT / "benchmarks" / "cache" / "standard-n20000-s1-v2.pcap"
 FILTERED = {"filter.ipv4_deny": ["10.0.0.0/8", "192.0.2.0/25"], "filter.ipv6_deny": ["2001:db8::/33"]}
 
 
@@ -38,20 +37,9 @@ def typed(value):
     return (type(value).__name__, value)
 
 
-def bench_capture():
-    if not BENCH_CAPTURE.exists():
-        import sys
-
-        sys.path.insert(0, str(ROOT / "benchmarks"))
-        import traffic
-
-        return traffic.generate("standard", 20000, 1)
-    return BENCH_CAPTURE
-
-
 @pytest.fixture(scope="module")
 def captures(generated_captures):  # noqa: F811
-    return all_captures(generated_captures) + [bench_capture()]
+    return all_captures(generated_captures) + [bench_mix()]
 
 
 def test_extensions_are_built():

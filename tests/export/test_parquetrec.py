@@ -7,10 +7,8 @@ TCP, IPv6, EDNS options), the sample, the live-capture test's generated traffic 
 by the Python loop and copied into a TxBatch.
 """
 
-import sys
-
 import pytest
-from support import ROOT, SHARED_CAPTURES, build_traffic, transactions
+from support import columnar_captures, transactions
 
 import export.parquet.records as records
 from export.anonymise import client_privacy
@@ -20,20 +18,10 @@ from export.parquet.schema import SCHEMA
 from probe import _records
 from probe.config import load_config
 
-BENCH_CAPTURE = ROOT / "benchmarks" / "cache" / "standard-n20000-s1-v2.pcap"
-
 
 @pytest.fixture(scope="module")
 def captures(tmp_path_factory):
-    traffic = tmp_path_factory.mktemp("parquetrec") / "traffic.pcap"
-    build_traffic(traffic, 1, 400)
-    bench = BENCH_CAPTURE
-    if not bench.exists():
-        sys.path.insert(0, str(ROOT / "benchmarks"))
-        import traffic as generator
-
-        bench = generator.generate("standard", 20000, 1)
-    return SHARED_CAPTURES + [ROOT / "samples" / "sample-mix.pcap.xz", traffic, bench]
+    return columnar_captures(tmp_path_factory.mktemp("parquetrec"))
 
 
 def test_extension_is_built():

@@ -4,29 +4,17 @@ shared capture, the sample, the live-capture test's traffic and the benchmark mi
 with its Python reference in tests/decode/test_decoderec.py, tests/match/test_matchrec.py and
 tests/export/test_parquetrec.py.)"""
 
-import sys
-
 import pytest
-from support import ROOT, SHARED_CAPTURES, build_traffic
+from support import columnar_captures
 
 from probe.capture.pcapfile import read_capture
 from probe.config import load_config
 from probe.run.pipeline import Pipeline
 
-BENCH_CAPTURE = ROOT / "benchmarks" / "cache" / "standard-n20000-s1-v2.pcap"
-
 
 @pytest.fixture(scope="module")
 def captures(tmp_path_factory):
-    traffic = tmp_path_factory.mktemp("columnar") / "traffic.pcap"
-    build_traffic(traffic, 1, 400)
-    bench = BENCH_CAPTURE
-    if not bench.exists():
-        sys.path.insert(0, str(ROOT / "benchmarks"))
-        import traffic as generator
-
-        bench = generator.generate("standard", 20000, 1)
-    return SHARED_CAPTURES + [ROOT / "samples" / "sample-mix.pcap.xz", traffic, bench]
+    return columnar_captures(tmp_path_factory.mktemp("columnar"))
 
 
 def test_columnar_is_the_default():

@@ -1,0 +1,55 @@
+"""The C-DNS block builder on message records (export.cdns._cdnsblock.add_records, the columnar pipeline's
+C-DNS) against its Python reference (Block.add_python on the same transactions as tuples): every table with the
+same entries in the same order, the same items, earliest-time, statistics and encoded bytes, on the captures
+of test_cdns_block (DNS Probe's, compactor's matching/unmatched/malformed/EDNS cases, the sample) and the
+benchmark mix, added in chunks of several sizes; only the malformed transactions go to Python.
+"""
+
+import pytest
+from support import COMPACTOR_DATA, DNSPROBE_DATA, bench_mix, transactions
+from test_cdns_block import CAPTURES, CHUNKS, assert_same, exporter
+
+from export.cdns import block as cdns
+from probe import _records
+from probe.model import M
+
+
+def test_captures_found():
+    assert DNSPROBE_DATA.exists() and COMPACTOR_DATA.exists()
+    assert all(p.exists() for p in CAPTURES)
+
+
+@pytest.mark.parametrize("path", CAPTURES + ["bench-mix"], ids=str)
+def test_record_block_equals_python_block(path, tmp_path):
+    txs = transactions(bench_mix() if path == "bench-mix" else path)
+    assert txs
+    batch = _records.TxBatch()
+    for t in txs:
+        batch.append(t)
+    writer = exporter(tmp_path)
+    fast, slow = cdns.Block(writer), cdns.Block(writer)
+    slow.items = []
+    i = k = 0
+    while i < len(txs):
+        stop = min(len(txs), i + CHUNKS[k % len(CHUNKS)])
+        fast.add(batch, i, stop)
+        slow.add_python(txs[i:stop])
+        i, k = stop, k + 1
+    assert_same(fast, slow)
+    # Only the malformed transactions went to Python.
+    block = cdns.Block(writer)
+    handed = []
+    i = 0
+    while i < len(txs):
+        i, block.earliest, *_ = cdns._cdnsblock.add_records(
+            batch, i, len(txs), block.ip, block.names, block.classtype, block.sigs, block.items, block.earliest, None
+        )
+        if i < len(txs):
+            handed.append(i)
+            i += 1
+    assert handed == [i for i, (q, r, _) in enumerate(txs) if (q if q is not None else r)[M.MALFORMED]]
+
+
+def test_add_records_takes_only_a_txbatch():
+    with pytest.raises(TypeError, match="TxBatch"):
+        cdns._cdnsblock.add_records([], 0, 0, {}, {}, {}, {}, [], None, None)
