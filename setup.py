@@ -13,7 +13,7 @@ from setuptools import Extension, setup
 INCLUDE = "include"  # C headers shared by several extensions
 # (module, source, shared headers it includes: a change to one rebuilds it)
 CORE = (
-    ("probe.capture._pcaprecords", "probe/capture/_pcaprecords.c", ()),
+    ("probe.capture._pcaprecords", "probe/capture/_pcaprecords.c", ("records.h",)),
     ("probe.decode._fastwire", "probe/decode/_fastwire.c", ("fastwire_api.h", "wire.h")),
     ("probe.decode._dnstap", "probe/decode/_dnstap.c", ("fastwire_api.h",)),
     ("probe.match._match", "probe/match/_match.c", ("fastint.h",)),

@@ -103,9 +103,26 @@ static inline const Rec *msgbatch_get(const MsgBatch *b, Py_ssize_t i)
     return (const Rec *)(b->recs.buf + b->recs.at[i]);
 }
 
+/* Frames: a FrameBatch's frames without a Python object per frame (FrameBatch.packed). Each frame points into
+ * memory that one of `owners` holds (a pcap file buffer, a copied ring block). A tag other than 0 is an
+ * 802.1Q/802.1ad tag the kernel took off the frame (VLAN offload): TPID << 16 | TCI; the frame is read as if
+ * the tag were back at offset 12 (and 4 bytes longer on the wire), as the Python ring reader rebuilds it. */
+typedef struct {
+    PyObject_HEAD PyObject *owners; /* a list */
+    const unsigned char **ptr;
+    uint32_t *caplen, *wirelen, *tag;
+    int64_t *ts;
+    Py_ssize_t n, cap;
+} Frames;
+
 /* What probe._records gives the other extensions (its capsule RECORDS_CAPSULE). */
 typedef struct {
-    PyTypeObject *msgbatch_type, *txbatch_type;
+    PyTypeObject *msgbatch_type, *txbatch_type, *frames_type;
+    /* a frame of `caplen` bytes at ptr (memory an owner holds: see frames_own) */
+    int (*frames_add)(Frames *f, const unsigned char *ptr, uint32_t caplen, uint32_t wirelen, int64_t ts,
+                      uint32_t tag);
+    /* keep obj alive as long as the frames (once: when it is not already the last owner) */
+    int (*frames_own)(Frames *f, PyObject *obj);
     /* room for `bytes` more at b->buf + b->len (-1 with an exception) */
     int (*reserve)(RecBuf *b, size_t bytes);
     /* an item (record or transaction) that starts at `start` */

@@ -12,6 +12,8 @@
  *                            b.last_ts().
  * TxBatch()                  an empty batch; len(b); b.clear(); b.to_tuples(start, stop) -> [(q, r, messages),
  *                            ...] with q and r message tuples or None; b.append((q, r, messages)); b.time_ns(i).
+ * Frames()                   a FrameBatch's frames packed (FrameBatch.packed): len(f); f.lists(start, stop) ->
+ *                            (ts_ns, wirelen, data); f.add(data, ts_ns, wirelen, tag=0); f.clear(); f.last_ts().
  * utf8_backslashreplace(b)   bytes.decode("utf-8", "backslashreplace"), as UTF-8 bytes, computed here.
  */
 #define PY_SSIZE_T_CLEAN
@@ -700,6 +702,190 @@ static PyTypeObject TxBatch_Type = {
 };
 
 /* ---------------------------------------------------------------------------------------------
+ * Frames */
+
+static int frames_add(Frames *f, const unsigned char *ptr, uint32_t caplen, uint32_t wirelen, int64_t ts,
+                      uint32_t tag)
+{
+    if (f->n == f->cap) {
+        Py_ssize_t cap = f->cap ? 2 * f->cap : 1024;
+        const unsigned char **p = PyMem_Realloc(f->ptr, cap * sizeof *p);
+        if (p != NULL)
+            f->ptr = p;
+        uint32_t *c = p ? PyMem_Realloc(f->caplen, cap * sizeof *c) : NULL;
+        if (c != NULL)
+            f->caplen = c;
+        uint32_t *w = c ? PyMem_Realloc(f->wirelen, cap * sizeof *w) : NULL;
+        if (w != NULL)
+            f->wirelen = w;
+        uint32_t *g = w ? PyMem_Realloc(f->tag, cap * sizeof *g) : NULL;
+        if (g != NULL)
+            f->tag = g;
+        int64_t *t = g ? PyMem_Realloc(f->ts, cap * sizeof *t) : NULL;
+        if (t == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        f->ts = t;
+        f->cap = cap;
+    }
+    Py_ssize_t i = f->n++;
+    f->ptr[i] = ptr;
+    f->caplen[i] = caplen;
+    f->wirelen[i] = wirelen;
+    f->ts[i] = ts;
+    f->tag[i] = tag;
+    return 0;
+}
+
+static int frames_own(Frames *f, PyObject *obj)
+{
+    Py_ssize_t k = PyList_GET_SIZE(f->owners);
+    if (k && PyList_GET_ITEM(f->owners, k - 1) == obj)
+        return 0;
+    return PyList_Append(f->owners, obj);
+}
+
+static PyObject *frames_new(PyTypeObject *type, PyObject *args, PyObject *kw)
+{
+    if (PyTuple_GET_SIZE(args) || (kw != NULL && PyDict_GET_SIZE(kw))) {
+        PyErr_Format(PyExc_TypeError, "%s() takes no arguments", type->tp_name);
+        return NULL;
+    }
+    Frames *f = (Frames *)type->tp_alloc(type, 0);
+    if (f != NULL && (f->owners = PyList_New(0)) == NULL)
+        Py_CLEAR(f);
+    return (PyObject *)f;
+}
+
+static void frames_dealloc(PyObject *self)
+{
+    Frames *f = (Frames *)self;
+    Py_XDECREF(f->owners);
+    PyMem_Free(f->ptr);
+    PyMem_Free(f->caplen);
+    PyMem_Free(f->wirelen);
+    PyMem_Free(f->tag);
+    PyMem_Free(f->ts);
+    Py_TYPE(self)->tp_free(self);
+}
+
+static Py_ssize_t frames_len(PyObject *self)
+{
+    return ((Frames *)self)->n;
+}
+
+/* The frame's bytes as a bytes object, with a taken-off VLAN tag put back at offset 12. */
+static PyObject *frame_bytes(const Frames *f, Py_ssize_t i)
+{
+    const char *p = (const char *)f->ptr[i];
+    uint32_t n = f->caplen[i], tag = f->tag[i];
+    if (tag == 0 || n < 12)
+        return PyBytes_FromStringAndSize(p, n);
+    PyObject *b = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)n + 4);
+    if (b == NULL)
+        return NULL;
+    char *d = PyBytes_AS_STRING(b);
+    unsigned char t[4] = {(unsigned char)(tag >> 24), (unsigned char)(tag >> 16), (unsigned char)(tag >> 8),
+                          (unsigned char)tag};
+    memcpy(d, p, 12);
+    memcpy(d + 12, t, 4);
+    memcpy(d + 16, p + 12, n - 12);
+    return b;
+}
+
+/* lists(start=0, stop=len) -> (ts_ns, wirelen, data): frames start..stop-1 as FrameBatch's three lists. */
+static PyObject *frames_lists(PyObject *self, PyObject *args)
+{
+    Frames *f = (Frames *)self;
+    Py_ssize_t start = 0, stop = PY_SSIZE_T_MAX;
+    if (!PyArg_ParseTuple(args, "|nn:lists", &start, &stop))
+        return NULL;
+    start = start < 0 ? 0 : Py_MIN(start, f->n);
+    stop = Py_MAX(start, Py_MIN(stop, f->n));
+    PyObject *ts = PyList_New(stop - start), *wl = PyList_New(stop - start), *data = PyList_New(stop - start);
+    if (ts == NULL || wl == NULL || data == NULL)
+        goto fail;
+    for (Py_ssize_t i = start; i < stop; i++) {
+        int tagged = f->tag[i] != 0 && f->caplen[i] >= 12;
+        PyObject *t = PyLong_FromLongLong(f->ts[i]), *w = PyLong_FromUnsignedLong(f->wirelen[i] + (tagged ? 4 : 0));
+        PyObject *d = frame_bytes(f, i);
+        if (t != NULL)
+            PyList_SET_ITEM(ts, i - start, t);
+        if (w != NULL)
+            PyList_SET_ITEM(wl, i - start, w);
+        if (d != NULL)
+            PyList_SET_ITEM(data, i - start, d);
+        if (t == NULL || w == NULL || d == NULL)
+            goto fail;
+    }
+    return Py_BuildValue("(NNN)", ts, wl, data);
+fail:
+    Py_XDECREF(ts);
+    Py_XDECREF(wl);
+    Py_XDECREF(data);
+    return NULL;
+}
+
+static PyObject *frames_clear(PyObject *self, PyObject *unused)
+{
+    Frames *f = (Frames *)self;
+    f->n = 0;
+    if (PyList_SetSlice(f->owners, 0, PyList_GET_SIZE(f->owners), NULL) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+/* add(data, ts_ns, wirelen, tag=0): a frame held by the bytes object data (for tests and Python sources). */
+static PyObject *frames_py_add(PyObject *self, PyObject *args)
+{
+    Frames *f = (Frames *)self;
+    PyObject *data;
+    long long ts;
+    unsigned long wirelen, tag = 0;
+    if (!PyArg_ParseTuple(args, "O!Lk|k:add", &PyBytes_Type, &data, &ts, &wirelen, &tag))
+        return NULL;
+    if (PyBytes_GET_SIZE(data) > UINT32_MAX || wirelen > UINT32_MAX || tag > UINT32_MAX) {
+        PyErr_SetString(PyExc_OverflowError, "frame length or tag over 32 bits");
+        return NULL;
+    }
+    if (frames_own(f, data) < 0
+        || frames_add(f, (const unsigned char *)PyBytes_AS_STRING(data), (uint32_t)PyBytes_GET_SIZE(data),
+                      (uint32_t)wirelen, ts, (uint32_t)tag) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *frames_last_ts(PyObject *self, PyObject *unused)
+{
+    Frames *f = (Frames *)self;
+    if (f->n == 0)
+        Py_RETURN_NONE;
+    return PyLong_FromLongLong(f->ts[f->n - 1]);
+}
+
+static PyMethodDef frames_methods[] = {
+    {"lists", frames_lists, METH_VARARGS, "lists(start=0, stop=len) -> (ts_ns, wirelen, data) of those frames."},
+    {"clear", frames_clear, METH_NOARGS, "Remove every frame (and let go of what they point into)."},
+    {"add", frames_py_add, METH_VARARGS, "add(data, ts_ns, wirelen, tag=0): a frame held by a bytes object."},
+    {"last_ts", frames_last_ts, METH_NOARGS, "Capture time of the last frame, or None."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PySequenceMethods frames_sequence = {.sq_length = frames_len};
+
+static PyTypeObject Frames_Type = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "probe._records.Frames",
+    .tp_basicsize = sizeof(Frames),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Frames(): a batch's frames packed (probe.model.FrameBatch.packed), pointing into their buffers.",
+    .tp_new = frames_new,
+    .tp_dealloc = frames_dealloc,
+    .tp_as_sequence = &frames_sequence,
+    .tp_methods = frames_methods,
+};
+
+/* ---------------------------------------------------------------------------------------------
  * The module */
 
 static PyMethodDef methods[] = {
@@ -709,14 +895,15 @@ static PyMethodDef methods[] = {
 };
 
 static const RecordsApi api = {
-    &MsgBatch_Type, &TxBatch_Type, recbuf_reserve, recbuf_push, txbatch_add, utf8_backslashreplace,
+    &MsgBatch_Type, &TxBatch_Type, &Frames_Type, frames_add, frames_own,
+    recbuf_reserve, recbuf_push, txbatch_add, utf8_backslashreplace,
 };
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "probe._records", NULL, -1, methods};
 
 PyMODINIT_FUNC PyInit__records(void)
 {
-    if (PyType_Ready(&MsgBatch_Type) < 0 || PyType_Ready(&TxBatch_Type) < 0)
+    if (PyType_Ready(&MsgBatch_Type) < 0 || PyType_Ready(&TxBatch_Type) < 0 || PyType_Ready(&Frames_Type) < 0)
         return NULL;
     PyObject *mod = PyModule_Create(&module);
     if (mod == NULL)
@@ -729,6 +916,7 @@ PyMODINIT_FUNC PyInit__records(void)
     }
     if (PyModule_AddObjectRef(mod, "MsgBatch", (PyObject *)&MsgBatch_Type) < 0
         || PyModule_AddObjectRef(mod, "TxBatch", (PyObject *)&TxBatch_Type) < 0
+        || PyModule_AddObjectRef(mod, "Frames", (PyObject *)&Frames_Type) < 0
         || PyModule_AddIntConstant(mod, "RECORD_SIZE", sizeof(Rec)) < 0) {
         Py_DECREF(mod);
         return NULL;

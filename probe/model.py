@@ -27,22 +27,60 @@ LINKTYPE_RAW_ALIASES = (12, 14)
 SNAPLEN = 262144
 
 
-@dataclass(slots=True)
 class FrameBatch:
     """Frames that share one link type. Three parallel lists, one entry per frame.
 
     ts_ns: capture timestamp, integer nanoseconds since the epoch (never the wall clock)
     wirelen: original frame length on the wire
     data: captured bytes (possibly shorter than wirelen when a snaplen cut it)
+
+    packed: the same frames without an object per frame (a probe._records.Frames, made by the C sources: the
+    pcap splitter, the ring reader), or None. With it, the three lists are made from it when first read; the
+    columnar decoder reads it directly.
     """
 
-    linktype: int
-    ts_ns: list = field(default_factory=list)
-    wirelen: list = field(default_factory=list)
-    data: list = field(default_factory=list)
+    __slots__ = ("linktype", "_ts_ns", "_wirelen", "_data", "packed")
+
+    def __init__(self, linktype, ts_ns=None, wirelen=None, data=None, packed=None):
+        self.linktype = linktype
+        self.packed = packed
+        if packed is None:
+            self._ts_ns = [] if ts_ns is None else ts_ns
+            self._wirelen = [] if wirelen is None else wirelen
+            self._data = [] if data is None else data
+        else:
+            self._ts_ns = self._wirelen = self._data = None
+
+    def _unpack(self):
+        self._ts_ns, self._wirelen, self._data = self.packed.lists()
+
+    @property
+    def ts_ns(self):
+        if self._ts_ns is None:
+            self._unpack()
+        return self._ts_ns
+
+    @property
+    def wirelen(self):
+        if self._wirelen is None:
+            self._unpack()
+        return self._wirelen
+
+    @property
+    def data(self):
+        if self._data is None:
+            self._unpack()
+        return self._data
+
+    def last_ts(self):
+        """Capture time of the last frame (the batch is not empty)."""
+        return self.packed.last_ts() if self._ts_ns is None else self._ts_ns[-1]
 
     def __len__(self):
-        return len(self.data)
+        return len(self.packed) if self._data is None else len(self._data)
+
+    def __repr__(self):
+        return f"FrameBatch(linktype={self.linktype}, {len(self)} frames{', packed' if self._data is None else ''})"
 
 
 @dataclass(slots=True)

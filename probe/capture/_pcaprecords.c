@@ -10,10 +10,16 @@
  *   seconds * 1e9 + fraction * ts_mult; original length; captured bytes), and returns the position
  *   after them with status 0 (stopped: limit reached or the next record is not complete in buf) or
  *   1 (the record header at the returned position announces an impossible captured or original length).
+ *
+ * split_packed(buf, pos, big_endian, ts_mult, limit, frames) -> (pos, status)
+ *   The same into a probe._records.Frames (FrameBatch.packed): the frames point into buf (a bytes object the
+ *   Frames then keeps), so no object is made per record. Available where probe._records is built.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
+
+#include "records.h"
 
 /* Largest captured length accepted, as the Python reader (and libpcap's 256 KiB maximum snaplen). */
 #define MAX_CAPLEN 0x40000u
@@ -36,6 +42,19 @@ static int append_new(PyObject *list, PyObject *item)
     return rc;
 }
 
+/* One record header at h (16 bytes): 0 and its fields, or 1 when it announces impossible lengths. */
+static int record_header(const unsigned char *h, int big, long long ts_mult, long long *ts, uint32_t *caplen,
+                         uint32_t *wirelen)
+{
+    uint32_t sec = get32(h, big), frac = get32(h + 4, big);
+    *caplen = get32(h + 8, big);
+    *wirelen = get32(h + 12, big);
+    if (*caplen > MAX_CAPLEN || (uint64_t)*caplen > (uint64_t)*wirelen + MAX_CAPLEN || *wirelen > MAX_WIRELEN)
+        return 1;
+    *ts = (long long)sec * 1000000000LL + (long long)frac * ts_mult;
+    return 0;
+}
+
 static PyObject *split(PyObject *Py_UNUSED(self), PyObject *args)
 {
     Py_buffer view;
@@ -56,15 +75,15 @@ static PyObject *split(PyObject *Py_UNUSED(self), PyObject *args)
     }
     for (Py_ssize_t done = 0; done < limit && pos + 16 <= end; done++) {
         const unsigned char *h = buf + pos;
-        uint32_t sec = get32(h, big), frac = get32(h + 4, big), caplen = get32(h + 8, big),
-                 wirelen = get32(h + 12, big);
-        if (caplen > MAX_CAPLEN || (uint64_t)caplen > (uint64_t)wirelen + MAX_CAPLEN || wirelen > MAX_WIRELEN) {
+        long long ts;
+        uint32_t caplen, wirelen;
+        if (record_header(h, big, ts_mult, &ts, &caplen, &wirelen)) {
             status = 1;
             break;
         }
         if (pos + 16 + (Py_ssize_t)caplen > end)
             break;
-        if (append_new(ts_list, PyLong_FromLongLong((long long)sec * 1000000000LL + (long long)frac * ts_mult)) < 0 ||
+        if (append_new(ts_list, PyLong_FromLongLong(ts)) < 0 ||
             append_new(wl_list, PyLong_FromUnsignedLong(wirelen)) < 0 ||
             append_new(data_list, PyBytes_FromStringAndSize((const char *)h + 16, caplen)) < 0) {
             PyBuffer_Release(&view);
@@ -76,9 +95,50 @@ static PyObject *split(PyObject *Py_UNUSED(self), PyObject *args)
     return Py_BuildValue("(ni)", pos, status);
 }
 
+static PyObject *split_packed(PyObject *self, PyObject *args)
+{
+    PyObject *buf_obj;
+    Frames *frames;
+    Py_ssize_t pos, limit;
+    int big;
+    long long ts_mult;
+    if (records == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "split_packed needs probe._records, which is not built");
+        return NULL;
+    }
+    if (!PyArg_ParseTuple(args, "O!npLnO!:split_packed", &PyBytes_Type, &buf_obj, &pos, &big, &ts_mult, &limit,
+                          records->frames_type, &frames))
+        return NULL;
+    const unsigned char *buf = (const unsigned char *)PyBytes_AS_STRING(buf_obj);
+    Py_ssize_t end = PyBytes_GET_SIZE(buf_obj);
+    int status = 0;
+    if (pos < 0 || pos > end) {
+        PyErr_SetString(PyExc_ValueError, "position outside the buffer");
+        return NULL;
+    }
+    if (limit > 0 && pos + 16 <= end && records->frames_own(frames, buf_obj) < 0)
+        return NULL;
+    for (Py_ssize_t done = 0; done < limit && pos + 16 <= end; done++) {
+        long long ts;
+        uint32_t caplen, wirelen;
+        if (record_header(buf + pos, big, ts_mult, &ts, &caplen, &wirelen)) {
+            status = 1;
+            break;
+        }
+        if (pos + 16 + (Py_ssize_t)caplen > end)
+            break;
+        if (records->frames_add(frames, buf + pos + 16, caplen, wirelen, ts, 0) < 0)
+            return NULL;
+        pos += 16 + caplen;
+    }
+    return Py_BuildValue("(ni)", pos, status);
+}
+
 static PyMethodDef methods[] = {
     {"split", split, METH_VARARGS,
      "split(buf, pos, big_endian, ts_mult, limit, ts_list, wirelen_list, data_list) -> (pos, status)"},
+    {"split_packed", split_packed, METH_VARARGS,
+     "split_packed(buf, pos, big_endian, ts_mult, limit, frames) -> (pos, status): split into a probe._records.Frames"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -88,5 +148,8 @@ static struct PyModuleDef module = {
 
 PyMODINIT_FUNC PyInit__pcaprecords(void)
 {
+    /* split_packed needs probe._records; split does not. */
+    if (records_import() < 0)
+        PyErr_Clear();
     return PyModule_Create(&module);
 }

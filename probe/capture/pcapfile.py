@@ -172,6 +172,7 @@ def split_records(buf, pos, big_endian, ts_mult, limit, ts_list, wl_list, data_l
 _REC_LE = struct.Struct("<IIII").unpack_from
 _REC_BE = struct.Struct(">IIII").unpack_from
 _pcaprecords = load("probe.capture._pcaprecords")
+_records = load("probe._records")
 
 
 def _read_pcap(r, endian, ts_mult, batch_size):
@@ -183,9 +184,16 @@ def _read_pcap(r, endian, ts_mult, batch_size):
     big = endian == ">"
     if _pcaprecords is None:
         say_not_built("probe.capture._pcaprecords")
+    # Packed batches (FrameBatch.packed: the frames point into the read buffer, no object per frame) where the
+    # C splitter and probe._records are built; else the three lists.
+    packed = _pcaprecords is not None and _records is not None
+
+    def new_batch():
+        return FrameBatch(linktype, packed=_records.Frames()) if packed else FrameBatch(linktype)
+
     split = split_records if _pcaprecords is None else _pcaprecords.split
     unpack = _REC_BE if big else _REC_LE
-    batch = r.batch = FrameBatch(linktype)
+    batch = r.batch = new_batch()
     while True:
         if not r.fill(16):
             if len(r.buf) - r.pos:
@@ -194,26 +202,26 @@ def _read_pcap(r, endian, ts_mult, batch_size):
         buf = r.buf
         # Records fully present in the buffer are split in one call: no per-record read() calls.
         while True:
-            data_list = batch.data
-            r.pos, status = split(
-                buf, r.pos, big, ts_mult, batch_size - len(data_list), batch.ts_ns, batch.wirelen, data_list
-            )
+            room = batch_size - len(batch)
+            if packed:
+                r.pos, status = _pcaprecords.split_packed(buf, r.pos, big, ts_mult, room, batch.packed)
+            else:
+                r.pos, status = split(buf, r.pos, big, ts_mult, room, batch.ts_ns, batch.wirelen, batch.data)
             if status:
                 caplen, wirelen = unpack(buf, r.pos)[2:]
                 why = _bad_lengths(caplen, wirelen)
                 raise CaptureFileError(r.path, f"corrupt record at byte {r.offset()}: {why}")
-            if len(data_list) < batch_size:
+            if len(batch) < batch_size:
                 break
             yield batch
-            batch = r.batch = FrameBatch(linktype)
-        data_list = batch.data
+            batch = r.batch = new_batch()
         if r.pos + 16 <= len(buf):
             caplen = unpack(buf, r.pos)[2]
             if not r.fill(16 + caplen):
                 raise CaptureFileError(
                     r.path, f"truncated record at byte {r.offset()} ({caplen} bytes announced)"
                 )
-    if batch.data:  # (a file of only its header, as tcpdump leaves when it captured nothing: no batch)
+    if len(batch):  # (a file of only its header, as tcpdump leaves when it captured nothing: no batch)
         yield batch
 
 

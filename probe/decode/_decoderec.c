@@ -9,10 +9,12 @@
  * into the record's tail here.
  *
  * decode_frames(ts, wirelen, data, start, out, portmap, keep4, keep6, counts, tcp, keep_raw) -> (i, j)
+ * decode_packed(frames, start, out, portmap, keep4, keep6, counts, tcp, keep_raw) -> (i, j)
  *   ts, wirelen, data: the FrameBatch lists; out: the MsgBatch; portmap: 8192 bytes, bit p for a DNS port;
  *   keep4/keep6: the IP lists' callables (src, dst) -> keep?, or None; counts: the list [bytes, messages,
  *   responses, malformed, ip_filtered] added to; tcp: PacketDecoder._tcp_step or None (TCP frames then stop
- *   the loop); keep_raw: fill the raw field (C-DNS).
+ *   the loop); keep_raw: fill the raw field (C-DNS). decode_packed reads the frames of a probe._records.Frames
+ *   (FrameBatch.packed) instead of the three lists, with no object per frame.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -250,17 +252,22 @@ static int step_int(PyObject *v, long long max, int64_t *out)
 }
 
 /* A TCP segment: the Python stream step (PacketDecoder._tcp_step) with the arguments _fastwire gives it, then a
- * record for each message it completes. */
-static int tcp_segment(PyObject *ts, PyObject *wl, const unsigned char *f, const Fast *x, PyObject *src,
-                       PyObject *dst, PyObject *tcp, int keep_raw, MsgBatch *out, long long *counts)
+ * record for each message it completes. ts and wl: the frame's time and length objects (NULL: made here from
+ * ts_ns and wirelen). */
+static int tcp_segment(PyObject *ts, PyObject *wl, long long ts_ns, long long wirelen, const unsigned char *f,
+                       const Fast *x, PyObject *src, PyObject *dst, PyObject *tcp, int keep_raw, MsgBatch *out,
+                       long long *counts)
 {
     PyObject *res = NULL, *seq_list = NULL, *key = NULL;
+    ts = ts != NULL ? Py_NewRef(ts) : PyLong_FromLongLong(ts_ns);
+    wl = wl != NULL ? Py_NewRef(wl) : PyLong_FromLongLong(wirelen);
     PyObject *ipv = PyLong_FromLong(x->ipv), *sport = PyLong_FromLong(x->sport), *dport = PyLong_FromLong(x->dport);
     PyObject *ttl = PyLong_FromLong(x->ttl), *flags = PyLong_FromLong(x->flags);
     PyObject *seq = PyLong_FromUnsignedLong(x->seq);
     PyObject *payload = PyBytes_FromStringAndSize((const char *)f + x->dns, x->dns_len);
     int r = -1;
-    if (ipv == NULL || sport == NULL || dport == NULL || ttl == NULL || flags == NULL || seq == NULL || payload == NULL)
+    if (ipv == NULL || sport == NULL || dport == NULL || ttl == NULL || flags == NULL || seq == NULL || payload == NULL
+        || ts == NULL || wl == NULL)
         goto done;
     key = PyTuple_Pack(4, src, sport, dst, dport);
     if (key == NULL)
@@ -312,6 +319,8 @@ done:
     Py_XDECREF(key);
     Py_XDECREF(res);
     Py_XDECREF(seq_list);
+    Py_XDECREF(ts);
+    Py_XDECREF(wl);
     return r;
 }
 
@@ -326,12 +335,12 @@ static int keep_frame(PyObject *keep, PyObject *src, PyObject *dst)
     return yes;
 }
 
-/* One frame that classify accepted: its message records appended to out, or counted as filtered. ts and wl are
- * the frame's time and length objects (the TCP step takes them as they are). */
-static int fast_frame(PyObject *ts, PyObject *wl, long long ts_ns, long long wirelen, PyObject *frame, const Fast *x,
-                      PyObject *keep, PyObject *tcp, int keep_raw, MsgBatch *out, long long *counts)
+/* One frame f that classify accepted: its message records appended to out, or counted as filtered. ts and wl are
+ * the frame's time and length objects where the caller has them (the TCP step takes them as they are), else
+ * NULL. */
+static int fast_frame(PyObject *ts, PyObject *wl, long long ts_ns, long long wirelen, const unsigned char *f,
+                      const Fast *x, PyObject *keep, PyObject *tcp, int keep_raw, MsgBatch *out, long long *counts)
 {
-    const unsigned char *f = (const unsigned char *)PyBytes_AS_STRING(frame);
     PyObject *src = NULL, *dst = NULL;
     int r = -1;
     if (keep != Py_None || x->proto == PROTO_TCP) {
@@ -351,7 +360,7 @@ static int fast_frame(PyObject *ts, PyObject *wl, long long ts_ns, long long wir
         }
     }
     if (x->proto == PROTO_TCP) {
-        r = tcp_segment(ts, wl, f, x, src, dst, tcp, keep_raw, out, counts);
+        r = tcp_segment(ts, wl, ts_ns, wirelen, f, x, src, dst, tcp, keep_raw, out, counts);
         goto done;
     }
     Net net = {.ts = ts_ns, .wirelen = wirelen, .ipv = x->ipv, .proto = PROTO_UDP, .src = f + x->addr,
@@ -392,6 +401,20 @@ static int frame_int(PyObject *v, long long *out)
     return *out == -1 && PyErr_Occurred() ? -1 : 0;
 }
 
+/* The checks of the arguments decode_frames and decode_packed share. */
+static int check_args(Py_ssize_t portmap_len, PyObject *counts, PyObject *tcp)
+{
+    if (portmap_len != 8192 || PyList_GET_SIZE(counts) != N_COUNTS) {
+        PyErr_SetString(PyExc_ValueError, "portmap must have 8192 bytes and counts 5 items");
+        return -1;
+    }
+    if (tcp != Py_None && !PyCallable_Check(tcp)) {
+        PyErr_SetString(PyExc_TypeError, "tcp must be callable or None");
+        return -1;
+    }
+    return 0;
+}
+
 static PyObject *decode_frames(PyObject *self, PyObject *args)
 {
     PyObject *ts_obj, *wl_obj, *data_obj, *keep4, *keep6, *counts_obj, *tcp;
@@ -400,17 +423,11 @@ static PyObject *decode_frames(PyObject *self, PyObject *args)
     const unsigned char *portmap;
     Py_ssize_t portmap_len;
     int keep_raw;
-    if (!PyArg_ParseTuple(args, "OOOnO!y#OOO!Op:decode_frames", &ts_obj, &wl_obj, &data_obj, &start, records->msgbatch_type,
-                          &out, &portmap, &portmap_len, &keep4, &keep6, &PyList_Type, &counts_obj, &tcp, &keep_raw))
+    if (!PyArg_ParseTuple(args, "OOOnO!y#OOO!Op:decode_frames", &ts_obj, &wl_obj, &data_obj, &start,
+                          records->msgbatch_type, &out, &portmap, &portmap_len, &keep4, &keep6, &PyList_Type,
+                          &counts_obj, &tcp, &keep_raw)
+        || check_args(portmap_len, counts_obj, tcp) < 0)
         return NULL;
-    if (portmap_len != 8192 || PyList_GET_SIZE(counts_obj) != N_COUNTS) {
-        PyErr_SetString(PyExc_ValueError, "portmap must have 8192 bytes and counts 5 items");
-        return NULL;
-    }
-    if (tcp != Py_None && !PyCallable_Check(tcp)) {
-        PyErr_SetString(PyExc_TypeError, "tcp must be callable or None");
-        return NULL;
-    }
     int do_tcp = tcp != Py_None;
     PyObject *ts = NULL, *wl = NULL, *data = NULL, *result = NULL;
     long long counts[N_COUNTS] = {0};
@@ -440,7 +457,8 @@ static PyObject *decode_frames(PyObject *self, PyObject *args)
         Py_INCREF(frame);
         Py_INCREF(w);
         Py_INCREF(t);
-        int bad = fast_frame(t, w, ts_ns, wirelen, frame, &x, x.ipv == 4 ? keep4 : keep6, tcp, keep_raw, out, counts);
+        int bad = fast_frame(t, w, ts_ns, wirelen, (const unsigned char *)PyBytes_AS_STRING(frame), &x,
+                             x.ipv == 4 ? keep4 : keep6, tcp, keep_raw, out, counts);
         Py_DECREF(frame);
         Py_DECREF(w);
         Py_DECREF(t);
@@ -461,10 +479,94 @@ done:
     return result;
 }
 
+
+/* A frame of f as its reader sees it: its bytes, with a tag the kernel took off put back (into *scratch,
+ * grown as needed), and its wire length then 4 bytes more. NULL on no memory. */
+static const unsigned char *frame_at(const Frames *f, Py_ssize_t i, unsigned char **scratch, size_t *scratch_len,
+                                     Py_ssize_t *len, long long *wirelen)
+{
+    uint32_t n = f->caplen[i], tag = f->tag[i];
+    *len = n;
+    *wirelen = f->wirelen[i];
+    if (tag == 0 || n < 12)
+        return f->ptr[i];
+    if (*scratch_len < (size_t)n + 4) {
+        unsigned char *p = PyMem_Realloc(*scratch, (size_t)n + 4);
+        if (p == NULL) {
+            PyErr_NoMemory();
+            return NULL;
+        }
+        *scratch = p;
+        *scratch_len = (size_t)n + 4;
+    }
+    unsigned char *d = *scratch;
+    memcpy(d, f->ptr[i], 12);
+    d[12] = (unsigned char)(tag >> 24), d[13] = (unsigned char)(tag >> 16);
+    d[14] = (unsigned char)(tag >> 8), d[15] = (unsigned char)tag;
+    memcpy(d + 16, f->ptr[i] + 12, n - 12);
+    *len = (Py_ssize_t)n + 4;
+    *wirelen += 4;
+    return d;
+}
+
+/* decode_frames over a packed batch (FrameBatch.packed, a probe._records.Frames): no object per frame. */
+static PyObject *decode_packed(PyObject *self, PyObject *args)
+{
+    PyObject *keep4, *keep6, *counts_obj, *tcp, *result = NULL;
+    Frames *frames;
+    MsgBatch *out;
+    Py_ssize_t start;
+    const unsigned char *portmap;
+    Py_ssize_t portmap_len;
+    int keep_raw;
+    if (!PyArg_ParseTuple(args, "O!nO!y#OOO!Op:decode_packed", records->frames_type, &frames, &start,
+                          records->msgbatch_type, &out, &portmap, &portmap_len, &keep4, &keep6, &PyList_Type,
+                          &counts_obj, &tcp, &keep_raw)
+        || check_args(portmap_len, counts_obj, tcp) < 0)
+        return NULL;
+    int do_tcp = tcp != Py_None;
+    long long counts[N_COUNTS] = {0};
+    unsigned char *scratch = NULL;
+    size_t scratch_len = 0;
+    Py_INCREF(frames); /* (keep4/keep6 and tcp are Python code) */
+    Py_ssize_t i = start < 0 ? 0 : start, len;
+    long long wirelen;
+    Fast x;
+    for (; i < frames->n; i++) {
+        const unsigned char *f = frame_at(frames, i, &scratch, &scratch_len, &len, &wirelen);
+        if (f == NULL)
+            goto done;
+        if (!classify(f, len, portmap, do_tcp, &x))
+            break;
+        if (fast_frame(NULL, NULL, frames->ts[i], wirelen, f, &x, x.ipv == 4 ? keep4 : keep6, tcp, keep_raw, out,
+                       counts) < 0)
+            goto done;
+        counts[C_BYTES] += wirelen;
+    }
+    Py_ssize_t j = i;
+    for (; j < frames->n; j++) {
+        const unsigned char *f = frame_at(frames, j, &scratch, &scratch_len, &len, &wirelen);
+        if (f == NULL)
+            goto done;
+        if (classify(f, len, portmap, do_tcp, &x))
+            break;
+    }
+    result = Py_BuildValue("(nn)", i, j);
+done:
+    if (result != NULL && add_counts(counts_obj, counts) < 0)
+        Py_CLEAR(result);
+    PyMem_Free(scratch);
+    Py_DECREF(frames);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"decode_frames", decode_frames, METH_VARARGS,
      "decode_frames(ts, wirelen, data, start, out, portmap, keep4, keep6, counts, tcp, keep_raw) -> (i, j): "
      "probe.decode._fastwire.decode_frames with records appended to the MsgBatch out."},
+    {"decode_packed", decode_packed, METH_VARARGS,
+     "decode_packed(frames, start, out, portmap, keep4, keep6, counts, tcp, keep_raw) -> (i, j): decode_frames over "
+     "a probe._records.Frames (FrameBatch.packed)."},
     {NULL, NULL, 0, NULL},
 };
 

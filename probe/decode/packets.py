@@ -119,7 +119,10 @@ class PacketDecoder:
         link = self._link(batch, source_name)
         counts = [0, 0, 0, 0, 0]
         if batch.linktype == LINKTYPE_ETHERNET:
-            self._decode_records(batch, link, out, counts)
+            if batch.packed is not None:
+                self._decode_packed(batch.packed, link, out, counts)
+            else:
+                self._decode_records(batch, link, out, counts)
         else:
             msgs = []
             self._frames(link, False, batch.ts_ns, batch.wirelen, batch.data, msgs, counts)
@@ -141,7 +144,7 @@ class PacketDecoder:
     def _account(self, batch, counts):
         """Add a batch's counts to the statistics; advance the capture clock (expiry of fragments and TCP)."""
         stats = self.stats
-        n = len(batch.data)
+        n = len(batch)
         stats.packets += n
         stats.bytes += counts[0]
         stats.non_ip += counts[1]
@@ -149,7 +152,7 @@ class PacketDecoder:
         stats.truncated_frames += counts[3]
         stats.ip_filtered += counts[4]
         if n:
-            last = batch.ts_ns[-1]
+            last = batch.last_ts()
             if last > self.now_ns:
                 self.now_ns = last
             if self.now_ns >= self._next_sweep:
@@ -171,6 +174,24 @@ class PacketDecoder:
                 break
             msgs = []
             self._frames(link, True, ts[i:j], wl[i:j], data[i:j], msgs, counts)
+            self._count(msgs)
+            out.extend(msgs)
+            i = j
+        self._add_c_counts(counts, c_counts)
+
+    def _decode_packed(self, frames, link, out, counts):
+        """_decode_records over a packed batch (FrameBatch.packed): the frames the C loop leaves are made objects
+        for the Python code, and only they."""
+        c_counts = [0, 0, 0, 0, 0]
+        i, n = 0, len(frames)
+        args = (out, self._portmap, self.keep4, self.keep6, c_counts, self._tcp_step, self.keep_raw)
+        decode = _decoderec.decode_packed
+        while True:
+            i, j = decode(frames, i, *args)
+            if i >= n:
+                break
+            msgs = []
+            self._frames(link, True, *frames.lists(i, j), msgs, counts)
             self._count(msgs)
             out.extend(msgs)
             i = j

@@ -79,7 +79,7 @@ class LiveWorker:
         for src in self.sources:
             if src.ready():
                 batch = src.read(self.batch_size)
-                if batch.data:
+                if len(batch):
                     self.pipeline.feed(batch, src.ifname)
                 got = True
         if self.dnstap is not None:

@@ -24,7 +24,7 @@ from probe.capture.pcapfile import read_capture
 from probe.config import load_config
 from probe.decode.ipfilter import IpFilter
 from probe.decode.packets import PacketDecoder
-from probe.model import M
+from probe.model import FrameBatch, M
 from probe.stats import Stats
 
 FILTERED = {"filter.ipv4_deny": ["10.0.0.0/8", "192.0.2.0/25"], "filter.ipv6_deny": ["2001:db8::/33"]}
@@ -141,3 +141,39 @@ def test_values_the_decoders_do_not_give_are_refused(bad):
     with pytest.raises((TypeError, OverflowError)):
         batch.append(bad(msg))
     assert batch.to_tuples() == [msg]
+
+
+def test_packed_frames_decode_as_their_lists(captures):
+    """decode_into on packed frames (FrameBatch.packed) and on the same frames as lists: the same records and
+    counters; also with the outer VLAN tag taken off the frames and given beside them, as the kernel's VLAN
+    offload hands them to the ring reader."""
+    cfg = load_config(overrides={"decode.parser": "fast"})
+    tagged = 0
+    for path in captures:
+        results = []
+        for form in ("lists", "packed", "offloaded"):
+            stats = Stats()
+            decoder = PacketDecoder(cfg.decode, cfg.decode.dns_ports, stats, IpFilter(cfg.filter))
+            batch = _records.MsgBatch()
+            got = []
+            for frames in read_capture(path, 300):
+                if form == "lists":
+                    frames = FrameBatch(frames.linktype, frames.ts_ns, frames.wirelen, frames.data)
+                else:
+                    packed = _records.Frames()
+                    for ts, wl, data in zip(frames.ts_ns, frames.wirelen, frames.data):
+                        tpid = data[12:14]
+                        if form == "offloaded" and frames.linktype == 1 and tpid in (b"\x81\x00", b"\x88\xa8"):
+                            tagged += 1
+                            tag = int.from_bytes(data[12:16], "big")
+                            packed.add(data[:12] + data[16:], ts, wl - 4, tag)
+                        else:
+                            packed.add(data, ts, wl)
+                    frames = FrameBatch(frames.linktype, packed=packed)
+                batch.clear()
+                decoder.decode_into(frames, batch, str(path))
+                got += batch.to_tuples()
+            decoder.flush()
+            results.append(([typed(m) for m in got], stats.as_dict(), decoder.address_events))
+        assert results[0] == results[1] == results[2], path.name
+    assert tagged > 100

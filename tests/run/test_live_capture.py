@@ -226,7 +226,7 @@ def test_stopping_worker_reads_a_block_handed_over_after_its_deadline(monkeypatc
 
         def read(self, max_frames):
             frames, self.left = self.left, 0
-            return type("Batch", (), {"data": [b"frame"] * frames})()
+            return type("Batch", (), {"data": [b"frame"] * frames, "__len__": lambda self: len(self.data)})()
 
         def unread(self):
             return self.left

@@ -1,0 +1,79 @@
+"""Packed frames (FrameBatch.packed, a probe._records.Frames: no object per frame) against the frame lists.
+
+- The C pcap splitter's split_packed gives the frames, timestamps, lengths, positions and errors of split (and
+  so of the Python reference split_records), at every record limit, both byte orders, on damaged headers.
+- read_capture yields packed batches whose lists are those of a reader without them.
+- A frame whose VLAN tag the kernel took off (tag given beside it) reads back with the tag at offset 12 and 4
+  bytes more on the wire, as the Python ring reader rebuilds it.
+"""
+
+import random
+import struct
+
+import pytest
+from test_pcap_records import CAPTURES, load, to_big_endian
+
+from probe import _records
+from probe.capture import _pcaprecords, pcapfile
+from probe.model import FrameBatch
+
+
+def packed_split(buf, pos, big, ts_mult, limit):
+    frames = _records.Frames()
+    res = _pcaprecords.split_packed(buf, pos, big, ts_mult, limit, frames)
+    return res, frames.lists()
+
+
+def list_split(buf, pos, big, ts_mult, limit):
+    lists = ([], [], [])
+    return _pcaprecords.split(buf, pos, big, ts_mult, limit, *lists), lists
+
+
+@pytest.mark.parametrize("path", CAPTURES, ids=lambda p: p.name)
+def test_split_packed_equals_split(path):
+    raw = load(path)
+    ts_mult = 1000 if raw[:4] == b"\xd4\xc3\xb2\xa1" else 1
+    body = raw[24:]
+    for buf, big in ((body, False), (to_big_endian(body), True)):
+        for limit in (0, 1, 3, 10**9):
+            got, want = packed_split(buf, 0, big, ts_mult, limit), list_split(buf, 0, big, ts_mult, limit)
+            assert got[0] == want[0] and list(got[1]) == list(want[1])
+        # A cut anywhere: the records wholly before it, and the position of the first cut one.
+        for cut in random.Random(path.name).sample(range(len(buf)), 40):
+            assert packed_split(buf[:cut], 0, big, ts_mult, 10**9) == list_split(buf[:cut], 0, big, ts_mult, 10**9)
+
+
+def test_split_packed_refuses_what_split_refuses():
+    good = struct.pack("<IIII", 1, 2, 3, 3) + b"abc"
+    for bad in (struct.pack("<IIII", 1, 2, 0x40001, 0x40001), struct.pack("<IIII", 1, 2, 10, 0x80000000)):
+        buf = good + bad + b"x" * 20
+        assert packed_split(buf, 0, False, 1000, 10) == list_split(buf, 0, False, 1000, 10)
+        assert packed_split(buf, 0, False, 1000, 10)[0] == (len(good), 1)
+    with pytest.raises(ValueError):
+        packed_split(good, len(good) + 1, False, 1000, 10)
+
+
+@pytest.mark.parametrize("path", CAPTURES, ids=lambda p: p.name)
+def test_read_capture_packed_equals_lists(path, monkeypatch):
+    packed = list(pcapfile.read_capture(path, 7))
+    assert packed and all(b.packed is not None for b in packed)
+    monkeypatch.setattr(pcapfile, "_records", None)
+    lists = list(pcapfile.read_capture(path, 7))
+    assert all(b.packed is None for b in lists)
+    assert [(b.linktype, b.ts_ns, b.wirelen, b.data) for b in packed] == [
+        (b.linktype, b.ts_ns, b.wirelen, b.data) for b in lists
+    ]
+    assert [len(b) for b in packed] == [len(b) for b in lists]
+
+
+def test_taken_off_tag_is_put_back():
+    frame = bytes(range(12)) + b"\x08\x00" + b"payload"
+    frames = _records.Frames()
+    frames.add(frame, 5, 100, 0x8100_2064)  # TPID 0x8100, PCP 1, VID 100
+    frames.add(frame, 6, 100)
+    frames.add(b"short", 7, 5, 0x8100_0001)  # under 12 bytes: left as it is
+    ts, wl, data = frames.lists()
+    assert ts == [5, 6, 7] and wl == [104, 100, 5]
+    assert data == [frame[:12] + b"\x81\x00\x20\x64" + frame[12:], frame, b"short"]
+    batch = FrameBatch(1, packed=frames)
+    assert len(batch) == 3 and batch.last_ts() == 7 and batch.data == data
