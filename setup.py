@@ -14,6 +14,7 @@ INCLUDE = "include"  # C headers shared by several extensions
 # (module, source, shared headers it includes: a change to one rebuilds it)
 CORE = (
     ("probe.capture._pcaprecords", "probe/capture/_pcaprecords.c", ("records.h",)),
+    ("probe.capture._ring", "probe/capture/_ring.c", ("records.h",)),
     ("probe.decode._fastwire", "probe/decode/_fastwire.c", ("fastwire_api.h", "wire.h")),
     ("probe.decode._dnstap", "probe/decode/_dnstap.c", ("fastwire_api.h",)),
     ("probe.match._match", "probe/match/_match.c", ("fastint.h",)),

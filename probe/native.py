@@ -17,6 +17,7 @@ from pathlib import Path
 # module → what its Python twin does instead when it is missing
 EXTENSIONS = {
     "probe.capture._pcaprecords": "splitting pcap records",
+    "probe.capture._ring": "reading the frames of AF_PACKET ring blocks",
     "probe.decode._fastwire": "decoding frames and walking DNS messages",
     "probe.decode._dnstap": "decoding dnstap messages",
     "probe.match._match": "matching queries with responses",

@@ -35,6 +35,12 @@ from pathlib import Path
 from probe.capture.bpf import dns_filter, reject_all_filter
 from probe.errors import ConfigError, DnsprobeError
 from probe.model import LINKTYPE_ETHERNET, FrameBatch
+from probe.native import load
+
+_ring = load("probe.capture._ring")
+_records = load("probe._records")
+if _records is None:
+    _ring = None  # (it could not be imported without it anyway)
 
 # <linux/if_packet.h>, <linux/if_ether.h>, <asm-generic/socket.h>
 SOL_PACKET = 263
@@ -298,7 +304,21 @@ class AfPacketSource:
             raise DnsprobeError(f"interface {self.ifname!r}: capture socket error: {os.strerror(err)}")
 
     def read(self, max_frames=4096):
-        """The frames of the blocks ready now, up to about max_frames (whole blocks), as one FrameBatch."""
+        """The frames of the blocks ready now, up to about max_frames (whole blocks), as one FrameBatch: packed
+        (FrameBatch.packed, walked in C by probe.capture._ring) where built, else by read_python."""
+        if _ring is None:
+            return self.read_python(max_frames)
+        frames = _records.Frames()
+        self.next_block, seq, n = _ring.read_blocks(
+            self.ring, self.next_block, self.block_size, self.block_count, max_frames, frames
+        )
+        if seq:
+            self.last_seq = seq
+        self.frames += n
+        return FrameBatch(LINKTYPE_ETHERNET, packed=frames)
+
+    def read_python(self, max_frames=4096):
+        """read() in Python: the reference of probe.capture._ring (and the path where it is not built)."""
         batch = FrameBatch(LINKTYPE_ETHERNET)
         ts_list, wl_list, data_list = batch.ts_ns, batch.wirelen, batch.data
         ring = self.ring
