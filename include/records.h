@@ -3,7 +3,7 @@
  * _parquetrec), made by probe._records (probe/_records.c), whose functions the others reach through a capsule
  * (records_import below).
  *
- * Why: a message as a tuple of 27 Python objects cost more to allocate, free and read back than to decode;
+ * Why: a message as a tuple of 30 Python objects cost more to allocate, free and read back than to decode;
  * a record is one contiguous struct with its strings in a tail behind it, so a batch of them is one buffer,
  * a pending query one allocation, and a transaction two memcpy's. Every field of MESSAGE_FIELDS has its
  * slot: rec_to_tuple gives exactly the tuple the Python decoder makes, and rec_from_tuple takes one (the
@@ -19,6 +19,14 @@
 
 #define SPAN_NONE 0xFFFFFFFFu
 
+/* probe.model MESSAGE_FIELDS: how many, and where the fields a record does not store sit. A record is a
+ * packet's message: its scope is its proto and its origin None (dnstap messages stay tuples). */
+/* probe.model TRANSPORTS codes of packets' messages */
+#define TRANSPORT_UDP 1
+#define TRANSPORT_TCP 2
+
+enum { F_TRANSPORT = 12, F_SCOPE = 13, F_ORIGIN = 14, F_DNS = 15, N_FIELDS = 30 };
+
 /* A string or bytes value in the record's tail: offset from the record's start, length (SPAN_NONE: None). */
 typedef struct {
     uint32_t off, len;
@@ -27,7 +35,7 @@ typedef struct {
 typedef struct {
     uint32_t size; /* bytes of the record and its tail, a multiple of 8 */
     uint8_t ipv, proto, malformed, has_edns;
-    uint8_t has_rtt, e_do, e_cookie, spare;
+    uint8_t has_rtt, e_do, e_cookie, transport; /* transport: probe.model TRANSPORTS code, 0: None */
     int32_t vlan; /* -1: None */
     int64_t ts_ns, wirelen, dns_len;
     double rtt_ms;
@@ -131,6 +139,8 @@ typedef struct {
     int (*txbatch_add)(TxBatch *b, const Rec *q, const Rec *r, int32_t messages);
     /* bytes.decode("utf-8", "backslashreplace") as UTF-8 at out (room for 4 * n bytes); its length */
     size_t (*utf8_backslashreplace)(const unsigned char *s, size_t n, char *out);
+    /* the message tuple of a record (probe.model MESSAGE_FIELDS) */
+    PyObject *(*rec_to_tuple)(const Rec *r);
 } RecordsApi;
 
 #define RECORDS_CAPSULE "probe._records.api"

@@ -1,6 +1,6 @@
 /* probe._records: DNS messages as C records (include/records.h) and the batches the C stages pass each other.
  *
- * Why: a message as a tuple of 27 Python objects cost more to allocate, free and read back than to decode. In
+ * Why: a message as a tuple of 30 Python objects cost more to allocate, free and read back than to decode. In
  * the columnar pipeline, frames are decoded into records in a MsgBatch (probe.decode._decoderec), matched into
  * a TxBatch (probe.match._matchrec) and written to Parquet from it (export.parquet._parquetrec), with no Python
  * object per message or transaction. This module makes the two batch types, converts between records and the
@@ -215,7 +215,7 @@ static PyObject *edns_tuple(const Rec *r)
 static PyObject *rec_to_tuple(const Rec *r)
 {
     int alen = addr_len(r);
-    PyObject *v[27] = {
+    PyObject *v[N_FIELDS] = {
         PyLong_FromLongLong(r->ts_ns),
         PyLong_FromLongLong(r->wirelen),
         PyLong_FromLong(r->ipv),
@@ -228,6 +228,9 @@ static PyObject *rec_to_tuple(const Rec *r)
         PyLong_FromLong(r->udp_sum),
         int_or_none(r->vlan),
         r->has_rtt ? PyFloat_FromDouble(r->rtt_ms) : Py_NewRef(Py_None),
+        r->transport ? PyLong_FromLong(r->transport) : Py_NewRef(Py_None),
+        PyLong_FromLong(r->proto), /* scope: a packet's is its IP protocol */
+        Py_NewRef(Py_None),        /* origin: None for packets */
         PyLong_FromLongLong(r->dns_len),
         int_or_none(r->id),
         int_or_none(r->flags),
@@ -244,7 +247,7 @@ static PyObject *rec_to_tuple(const Rec *r)
         int_or_none(r->last_an),
         span_bytes(r, r->raw),
     };
-    return tuple_of(v, 27);
+    return tuple_of(v, N_FIELDS);
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -325,7 +328,7 @@ enum { S_QNAME, S_RAW, S_NSID, S_DAU, S_DHU, S_N3U, S_ECS, S_OTHER, S_RDATA, S_E
 static int msgbatch_append_tuple(MsgBatch *b, PyObject *t)
 {
     static const char *names[] = {"qname", "raw", "nsid", "dau", "dhu", "n3u", "client_subnet", "other", "rdata"};
-    if (!PyTuple_CheckExact(t) || PyTuple_GET_SIZE(t) != 27)
+    if (!PyTuple_CheckExact(t) || PyTuple_GET_SIZE(t) != N_FIELDS)
         return bad_value("(the message)", t);
     PyObject **m = &PyTuple_GET_ITEM(t, 0);
     Rec r;
@@ -361,21 +364,31 @@ static int msgbatch_append_tuple(MsgBatch *b, PyObject *t)
         r.has_rtt = 1;
         r.rtt_ms = PyFloat_AS_DOUBLE(m[11]);
     }
-    if (get_i64(m[12], "dns_len", &r.dns_len) < 0)
+    if (get_i32(m[F_TRANSPORT], "transport", 255, 1, &v32) < 0)
+        return -1;
+    r.transport = v32 < 0 ? 0 : (uint8_t)v32;
+    /* A packet's: its scope is its IP protocol and it has no origin (dnstap messages have other ones and are
+     * not records). */
+    if (!PyLong_CheckExact(m[F_SCOPE]) || PyLong_AsLong(m[F_SCOPE]) != r.proto)
+        return bad_value("scope", m[F_SCOPE]);
+    if (m[F_ORIGIN] != Py_None)
+        return bad_value("origin", m[F_ORIGIN]);
+    m += F_DNS; /* the DNS fields, numbered from 0 */
+    if (get_i64(m[0], "dns_len", &r.dns_len) < 0)
         return -1;
     int32_t *hdr[] = {&r.id, &r.flags, &r.qdcount, &r.ancount, &r.nscount, &r.arcount};
     static const char *hdr_names[] = {"id", "flags", "qdcount", "ancount", "nscount", "arcount"};
     for (int k = 0; k < 6; k++) {
-        if (get_i32(m[13 + k], hdr_names[k], 65535, 1, hdr[k]) < 0)
+        if (get_i32(m[1 + k], hdr_names[k], 65535, 1, hdr[k]) < 0)
             return -1;
     }
-    if (get_data(m[19], "qname", 1, 1, &data[S_QNAME], &len[S_QNAME]) < 0
-        || get_i32(m[20], "qtype", 65535, 1, &r.qtype) < 0 || get_i32(m[21], "qclass", 65535, 1, &r.qclass) < 0
-        || get_i32(m[22], "labels", 255, 1, &r.labels) < 0 || get_bool(m[24], "malformed", &r.malformed) < 0
-        || get_i32(m[25], "last_an_type", 65535, 1, &r.last_an) < 0
-        || get_data(m[26], "raw", 0, 1, &data[S_RAW], &len[S_RAW]) < 0)
+    if (get_data(m[7], "qname", 1, 1, &data[S_QNAME], &len[S_QNAME]) < 0
+        || get_i32(m[8], "qtype", 65535, 1, &r.qtype) < 0 || get_i32(m[9], "qclass", 65535, 1, &r.qclass) < 0
+        || get_i32(m[10], "labels", 255, 1, &r.labels) < 0 || get_bool(m[12], "malformed", &r.malformed) < 0
+        || get_i32(m[13], "last_an_type", 65535, 1, &r.last_an) < 0
+        || get_data(m[14], "raw", 0, 1, &data[S_RAW], &len[S_RAW]) < 0)
         return -1;
-    PyObject *e = m[23];
+    PyObject *e = m[11];
     if (e != Py_None) {
         if (!PyTuple_CheckExact(e) || PyTuple_GET_SIZE(e) != 13)
             return bad_value("edns", e);
@@ -896,7 +909,7 @@ static PyMethodDef methods[] = {
 
 static const RecordsApi api = {
     &MsgBatch_Type, &TxBatch_Type, &Frames_Type, frames_add, frames_own,
-    recbuf_reserve, recbuf_push, txbatch_add, utf8_backslashreplace,
+    recbuf_reserve, recbuf_push, txbatch_add, utf8_backslashreplace, rec_to_tuple,
 };
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "probe._records", NULL, -1, methods};

@@ -33,6 +33,7 @@ typedef enum {
     C_QDCOUNT, C_OPCODE, C_RCODE, C_QTYPE, C_QCLASS, C_EMPTY, C_EDNS_UDP, C_EDNS_VERSION, C_EDNS_DO, C_FALSE,
     C_EDNS_NSID, C_DAU, C_DHU, C_N3U, C_ECS, C_OTHER, C_LABELS, C_RES_LEN, C_TIME_MICRO, C_DNS_RES_LEN, C_RTT,
     C_Q_PRESENT, C_R_PRESENT, C_DELAY, C_Q_TIME, C_R_TIME, C_VLAN, C_EDE, C_MALFORMED, C_MESSAGES, C_RES_EDNS_UDP,
+    C_TRANSPORT, C_NULL,
 } Source;
 
 static const struct {
@@ -59,8 +60,13 @@ static const struct {
     {"response_present", C_R_PRESENT, K_BOOL}, {"response_delay_us", C_DELAY, K_I64},
     {"query_time", C_Q_TIME, K_I64}, {"response_time", C_R_TIME, K_I64}, {"vlan", C_VLAN, K_I32},
     {"edns_ede", C_EDE, K_LIST}, {"malformed", C_MALFORMED, K_BOOL}, {"response_messages", C_MESSAGES, K_I32},
-    {"res_edns_udp", C_RES_EDNS_UDP, K_I32},
+    {"res_edns_udp", C_RES_EDNS_UDP, K_I32}, {"transport", C_TRANSPORT, K_STR}, {"dnstap_type", C_NULL, K_STR},
+    {"server_identity", C_NULL, K_STR}, /* (dnstap only: records are packets') */
 };
+
+/* The transport column's text by transport code (probe.model TRANSPORTS); 0: None (null). */
+static const char *const TRANSPORT_NAMES[] = {NULL, "udp", "tcp", "dot", "doh", "dnscrypt-udp", "dnscrypt-tcp", "doq"};
+#define N_TRANSPORT_NAMES ((int)(sizeof TRANSPORT_NAMES / sizeof TRANSPORT_NAMES[0]))
 #define N_KNOWN ((int)(sizeof COLUMNS / sizeof COLUMNS[0]))
 
 typedef struct {
@@ -145,6 +151,8 @@ static inline int close_value(Col *c, Py_ssize_t i)
 
 static inline int put_text(Col *c, Py_ssize_t i, const char *s, size_t n)
 {
+    if (n == 0)
+        return close_value(c, i); /* (c->var may still be NULL: no memcpy to it) */
     if (var_room(c, n) < 0)
         return -1;
     memcpy(c->var + c->var_len, s, n);
@@ -231,6 +239,10 @@ static int fill(Col *c, const Rows *w, int client_binary)
             CHECK(put_null_var(c, i));
             continue;
         }
+        if (n->qname.len == 0) {
+            CHECK(close_value(c, i));
+            continue;
+        }
         CHECK(var_room(c, n->qname.len));
         c->var_len += domain_name(rec_at(n, n->qname), n->qname.len, c->var + c->var_len);
         CHECK(close_value(c, i));
@@ -293,14 +305,18 @@ static int fill(Col *c, const Rows *w, int client_binary)
     case C_DELAY:
         ROWS put_i64(c, i, q && r ? div_trunc((int64_t)((uint64_t)r->ts_ns - (uint64_t)q->ts_ns), 1000) : 0, q && r);
         END_ROWS break;
-    case C_Q_TIME: ROWS put_i64(c, i, q ? q->ts_ns : 0, q != NULL); END_ROWS break;
-    case C_R_TIME: ROWS put_i64(c, i, r ? r->ts_ns : 0, r != NULL); END_ROWS break;
+    case C_Q_TIME: ROWS put_i64(c, i, q ? div_trunc(q->ts_ns, 1000) : 0, q != NULL); END_ROWS break; /* µs */
+    case C_R_TIME: ROWS put_i64(c, i, r ? div_trunc(r->ts_ns, 1000) : 0, r != NULL); END_ROWS break;
     case C_EDE:
         ROWS if (r == NULL) {
             CHECK(put_null_var(c, i));
             continue;
         }
         uint32_t n = r->has_edns ? r->e_ede.len : 0;
+        if (n == 0) {
+            CHECK(close_value(c, i));
+            continue;
+        }
         CHECK(var_room(c, 4 * (size_t)n));
         for (uint32_t j = 0; j < n; j++) {
             uint16_t code;
@@ -313,6 +329,19 @@ static int fill(Col *c, const Rows *w, int client_binary)
         END_ROWS break;
     case C_MALFORMED: ROWS put_bool(c, i, m->malformed, 1); END_ROWS break;
     case C_MESSAGES: ROWS put_i32(c, i, w->t[k]->messages, r != NULL); END_ROWS break;
+    case C_TRANSPORT:
+        ROWS int code = q && q->transport ? q->transport : r ? r->transport : 0;
+        if (code == 0) {
+            CHECK(put_null_var(c, i));
+            continue;
+        }
+        if (code >= N_TRANSPORT_NAMES) {
+            PyErr_Format(PyExc_ValueError, "transport code %d is not in probe.model TRANSPORTS", code);
+            return -1;
+        }
+        CHECK(put_text(c, i, TRANSPORT_NAMES[code], strlen(TRANSPORT_NAMES[code])));
+        END_ROWS break;
+    case C_NULL: ROWS CHECK(put_null_var(c, i)); END_ROWS break;
     }
     return 0;
 }

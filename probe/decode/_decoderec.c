@@ -183,6 +183,7 @@ static int put_message(MsgBatch *out, const Net *net, const unsigned char *p, Py
     r->wirelen = net->wirelen;
     r->ipv = (uint8_t)net->ipv;
     r->proto = (uint8_t)net->proto;
+    r->transport = net->proto == PROTO_TCP ? TRANSPORT_TCP : TRANSPORT_UDP;
     int alen = net->ipv == 6 ? 16 : 4;
     memcpy(r->src, net->src, alen);
     memcpy(r->dst, net->dst, alen);
@@ -302,9 +303,12 @@ static int tcp_segment(PyObject *ts, PyObject *wl, long long ts_ns, long long wi
             net.has_rtt = 1;
             net.rtt = PyFloat_AS_DOUBLE(rtt);
         }
-        PyObject *data = PyTuple_GET_ITEM(m, 0);
-        if (put_message(out, &net, (const unsigned char *)PyBytes_AS_STRING(data), PyBytes_GET_SIZE(data), keep_raw,
-                        counts) < 0)
+        /* (put_message may run Python code, ipaddress for an IPv6 client subnet: the message is held) */
+        PyObject *data = Py_NewRef(PyTuple_GET_ITEM(m, 0));
+        int bad = put_message(out, &net, (const unsigned char *)PyBytes_AS_STRING(data), PyBytes_GET_SIZE(data),
+                              keep_raw, counts) < 0;
+        Py_DECREF(data);
+        if (bad)
             goto done;
     }
     r = 0;

@@ -8,11 +8,12 @@
  * re-inserted at the young end), zone transfers (summed counts capped to int32), and the flush order.
  * TransactionTable.add_python stays the reference; tests/match/test_matchrec.py compares the two on every capture.
  *
- * Matcher(timeout_ns, max_pending, seed)
+ * Matcher(timeout_ns, max_pending, max_pending_per_key, seed)
  *   m.add(msgs, out) -> counts   match the MsgBatch msgs (capture order), append completed transactions to the
  *                                TxBatch out, then expire on the capture time of the batch's last message
  *   m.flush(out) -> counts       end of input: open transfers, then every pending query (query-only)
- *   len(m)                       pending keys
+ *   len(m)                       pending keys; m.held(): pending queries (max_pending bounds them)
+ *   m.state()                    (now_ns, held, pending, transfers) as tuples, for RecordTable.hand_over
  *   counts: (matched, response_only, duplicate_queries, query_only, match_evicted, zone_transfer_messages,
  *            lengths_capped) of that call.
  */
@@ -79,6 +80,7 @@ typedef struct {
 typedef struct {
     Node node;
     Held *first, *last;
+    Py_ssize_t count;
     int is_list;
 } Pending;
 
@@ -172,7 +174,7 @@ static void omap_unlink(OMap *m, Node *n)
 typedef struct {
     PyObject_HEAD OMap pending, transfers;
     int64_t timeout, now;
-    Py_ssize_t max_pending;
+    Py_ssize_t max_pending, per_key, held; /* held: queries in pending */
     uint64_t seed;
     long long matched, response_only, duplicates, query_only, evicted, xfr_messages, capped;
 } Matcher;
@@ -365,6 +367,8 @@ static int response(Matcher *m, const Rec *r, TxBatch *out)
             if (p->last == q)
                 p->last = prev;
             q->next = NULL;
+            p->count--;
+            m->held--;
             if (p->first == NULL) {
                 omap_unlink(&m->pending, &p->node);
                 PyMem_Free(p);
@@ -395,7 +399,24 @@ static int response(Matcher *m, const Rec *r, TxBatch *out)
     return records->txbatch_add(out, NULL, r, 1);
 }
 
-static int query(Matcher *m, const Rec *r)
+/* One query more than max_pending_per_key under a key: the oldest is exported as query-only. */
+static int evict_oldest(Matcher *m, Pending *p, TxBatch *out)
+{
+    Held *old = p->first;
+    p->first = old->next;
+    if (p->last == old)
+        p->last = NULL;
+    old->next = NULL;
+    p->count--;
+    m->held--;
+    m->query_only++;
+    m->evicted++;
+    int rc = records->txbatch_add(out, &old->rec, NULL, 1);
+    free_chain(old);
+    return rc;
+}
+
+static int query(Matcher *m, const Rec *r, TxBatch *out)
 {
     Key k;
     make_key(r, 0, &k);
@@ -406,9 +427,21 @@ static int query(Matcher *m, const Rec *r)
     Pending *p = (Pending *)omap_find(&m->pending, &k, h);
     if (p != NULL) {
         m->duplicates++;
-        p->last->next = q;
+        if ((p->is_list && p->count >= m->per_key) || (!p->is_list && m->per_key <= 1)) {
+            if (evict_oldest(m, p, out) < 0) {
+                free_chain(q);
+                return -1;
+            }
+        } else {
+            p->is_list = 1;
+        }
+        if (p->last != NULL)
+            p->last->next = q;
+        else
+            p->first = q;
         p->last = q;
-        p->is_list = 1;
+        p->count++;
+        m->held++;
         return 0;
     }
     p = PyMem_Malloc(sizeof *p);
@@ -420,12 +453,14 @@ static int query(Matcher *m, const Rec *r)
     p->node.key = k;
     p->node.hash = h;
     p->first = p->last = q;
+    p->count = 1;
     p->is_list = 0;
     if (omap_insert(&m->pending, &p->node) < 0) {
         free_chain(q);
         PyMem_Free(p);
         return -1;
     }
+    m->held++;
     return 0;
 }
 
@@ -444,19 +479,24 @@ static int emit_queries(Matcher *m, Held *chain, TxBatch *out, __int128 cutoff)
 static int expire(Matcher *m, TxBatch *out)
 {
     __int128 cutoff = (__int128)m->now - m->timeout;
-    Py_ssize_t excess = m->pending.count - m->max_pending, due = 0;
+    Py_ssize_t excess = m->held - m->max_pending, due = 0;
     for (Node *n = m->pending.oldest; n != NULL; n = n->younger) {
         if (((Pending *)n)->first->rec.ts_ns >= cutoff && excess <= 0)
             break;
         due++;
-        excess--;
+        excess -= ((Pending *)n)->count;
     }
     /* Keys re-inserted below go to the young end, behind every key that was due. */
     for (Py_ssize_t i = 0; i < due; i++) {
         Pending *p = (Pending *)m->pending.oldest;
         omap_unlink(&m->pending, &p->node);
         Held *waiting = p->first;
-        if (p->is_list && p->last->rec.ts_ns >= cutoff && m->pending.count < m->max_pending) {
+        Py_ssize_t young = 0;
+        if (p->is_list && p->last->rec.ts_ns >= cutoff) {
+            for (Held *q = waiting; q != NULL; q = q->next)
+                young += q->rec.ts_ns >= cutoff;
+        }
+        if (p->is_list && p->last->rec.ts_ns >= cutoff && m->held - p->count + young <= m->max_pending) {
             /* Retries still within the timeout stay pending, now at the young end. */
             Held *keep = NULL, **keep_end = &keep, *old = NULL, **old_end = &old, *keep_last = NULL;
             Py_ssize_t kept = 0;
@@ -475,6 +515,8 @@ static int expire(Matcher *m, TxBatch *out)
             }
             p->first = keep;
             p->last = keep_last;
+            m->held -= p->count - kept;
+            p->count = kept;
             p->is_list = kept > 1;
             if (omap_insert(&m->pending, &p->node) < 0) {
                 free_chain(keep);
@@ -484,6 +526,7 @@ static int expire(Matcher *m, TxBatch *out)
             }
             waiting = old;
         } else {
+            m->held -= p->count;
             PyMem_Free(p);
         }
         int rc = emit_queries(m, waiting, out, cutoff);
@@ -530,7 +573,7 @@ static PyObject *matcher_add(PyObject *self, PyObject *args)
         if (r->malformed) /* exported alone: on the query side unless the header says response */
             rc = r->flags >= 0 && (r->flags & FLAG_QR) ? records->txbatch_add(out, NULL, r, 1) : records->txbatch_add(out, r, NULL, 1);
         else
-            rc = r->flags & FLAG_QR ? response(m, r, out) : query(m, r);
+            rc = r->flags & FLAG_QR ? response(m, r, out) : query(m, r, out);
         if (rc < 0)
             return NULL;
     }
@@ -598,6 +641,7 @@ static PyObject *matcher_flush(PyObject *self, PyObject *args)
     }
     PyMem_Free(all);
     m->query_only += total;
+    m->held = 0;
     clear_maps(m);
     return counts_since(m, before);
 }
@@ -610,15 +654,16 @@ static Py_ssize_t matcher_len(PyObject *self)
 static PyObject *matcher_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 {
     long long timeout, seed;
-    Py_ssize_t max_pending;
-    static char *kwlist[] = {"timeout_ns", "max_pending", "seed", NULL};
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "LnL:Matcher", kwlist, &timeout, &max_pending, &seed))
+    Py_ssize_t max_pending, per_key;
+    static char *kwlist[] = {"timeout_ns", "max_pending", "max_pending_per_key", "seed", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "LnnL:Matcher", kwlist, &timeout, &max_pending, &per_key, &seed))
         return NULL;
     Matcher *m = (Matcher *)type->tp_alloc(type, 0);
     if (m == NULL)
         return NULL;
     m->timeout = timeout;
     m->max_pending = max_pending;
+    m->per_key = per_key;
     m->seed = (uint64_t)seed;
     return (PyObject *)m;
 }
@@ -629,7 +674,72 @@ static void matcher_dealloc(PyObject *self)
     Py_TYPE(self)->tp_free(self);
 }
 
+static PyObject *matcher_held(PyObject *self, PyObject *unused)
+{
+    return PyLong_FromSsize_t(((Matcher *)self)->held);
+}
+
+/* A key as TransactionTable's: (scope, client, client port, server, server port, id). */
+static PyObject *key_tuple(const Key *k)
+{
+    int alen = k->ipv == 6 ? 16 : 4;
+    return Py_BuildValue("(iy#iy#ii)", k->proto, (const char *)k->client, (Py_ssize_t)alen, k->cport,
+                         (const char *)k->server, (Py_ssize_t)alen, k->sport, k->id);
+}
+
+/* state() -> (now_ns, held, pending, transfers), for a TransactionTable to carry on from (RecordTable.hand_over):
+ * pending [(key, [query tuple, ...], is_list)] and transfers [(key, query, first response, ancount, wirelen,
+ * dns_len, messages, last_ts)], both oldest key first. */
+static PyObject *matcher_state(PyObject *self, PyObject *unused)
+{
+    Matcher *m = (Matcher *)self;
+    PyObject *pending = PyList_New(0), *transfers = PyList_New(0);
+    if (pending == NULL || transfers == NULL)
+        goto fail;
+    for (Node *n = m->pending.oldest; n != NULL; n = n->younger) {
+        Pending *p = (Pending *)n;
+        PyObject *queries = PyList_New(0);
+        if (queries == NULL)
+            goto fail;
+        for (Held *h = p->first; h != NULL; h = h->next) {
+            PyObject *t = records->rec_to_tuple(&h->rec);
+            if (t == NULL || PyList_Append(queries, t) < 0) {
+                Py_XDECREF(t);
+                Py_DECREF(queries);
+                goto fail;
+            }
+            Py_DECREF(t);
+        }
+        PyObject *item = Py_BuildValue("(NNO)", key_tuple(&n->key), queries, p->is_list ? Py_True : Py_False);
+        if (item == NULL || PyList_Append(pending, item) < 0) {
+            Py_XDECREF(item);
+            goto fail;
+        }
+        Py_DECREF(item);
+    }
+    for (Node *n = m->transfers.oldest; n != NULL; n = n->younger) {
+        Transfer *x = (Transfer *)n;
+        PyObject *item = Py_BuildValue("(NNNLLLLL)", key_tuple(&n->key), records->rec_to_tuple(&x->query->rec),
+                                       records->rec_to_tuple(&x->first->rec), (long long)x->ancount,
+                                       (long long)x->wirelen, (long long)x->dns_len, (long long)x->messages,
+                                       (long long)x->last_ts);
+        if (item == NULL || PyList_Append(transfers, item) < 0) {
+            Py_XDECREF(item);
+            goto fail;
+        }
+        Py_DECREF(item);
+    }
+    return Py_BuildValue("(LnNN)", (long long)m->now, m->held, pending, transfers);
+fail:
+    Py_XDECREF(pending);
+    Py_XDECREF(transfers);
+    return NULL;
+}
+
 static PyMethodDef matcher_methods[] = {
+    {"held", matcher_held, METH_NOARGS, "held() -> the pending queries (TransactionTable.held)."},
+    {"state", matcher_state, METH_NOARGS,
+     "state() -> (now_ns, held, pending, transfers): what a TransactionTable needs to carry on."},
     {"add", matcher_add, METH_VARARGS, "add(msgs, out) -> counts: match a MsgBatch into a TxBatch, then expire."},
     {"flush", matcher_flush, METH_VARARGS, "flush(out) -> counts: end of input, everything pending into out."},
     {NULL, NULL, 0, NULL},

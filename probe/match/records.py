@@ -5,6 +5,7 @@ stays the reference (tests/match/test_matchrec.py compares the two).
 
 import os
 
+from probe.match.table import _Transfer
 from probe.native import load
 
 _matchrec = load("probe.match._matchrec")
@@ -24,7 +25,9 @@ class RecordTable:
         self.stats = stats
         # The key hash is seeded per process, so that crafted traffic cannot aim at one hash chain.
         seed = int.from_bytes(os.urandom(8), "little", signed=True)
-        self.matcher = _matchrec.Matcher(int(match_cfg.query_timeout * 1e9), match_cfg.max_pending, seed)
+        self.matcher = _matchrec.Matcher(
+            int(match_cfg.query_timeout * 1e9), match_cfg.max_pending, match_cfg.max_pending_per_key, seed
+        )
 
     @staticmethod
     def supports(match_cfg):
@@ -41,6 +44,27 @@ class RecordTable:
     def __len__(self):
         """Pending keys."""
         return len(self.matcher)
+
+    def hand_over(self, table):
+        """Give the pending queries and open zone transfers, as tuples, to the empty TransactionTable `table`,
+        which carries on as this table would have (same order, same clock); this table is left empty."""
+        now_ns, held, pending, transfers = self.matcher.state()
+        table.now_ns = max(table.now_ns, now_ns)
+        table.held = held
+        for key, queries, is_list in pending:
+            table.pending[key] = queries if is_list else queries[0]
+        for key, query, first, ancount, wirelen, dns_len, messages, last_ts in transfers:
+            xfr = _Transfer(query, first)
+            xfr.ancount, xfr.wirelen, xfr.dns_len, xfr.messages, xfr.last_ts = (
+                ancount, wirelen, dns_len, messages, last_ts
+            )
+            table.transfers[key] = xfr
+        self.matcher = _matchrec.Matcher(table.timeout_ns, table.max_pending, table.per_key, 0)
+
+    @property
+    def held(self):
+        """Pending queries (TransactionTable.held)."""
+        return self.matcher.held()
 
     def _count(self, counts):
         stats = self.stats

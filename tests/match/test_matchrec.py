@@ -62,7 +62,7 @@ def assert_same_matching(batches, match_cfg, label):
         assert len(got) == len(want), f"{label} batch {k}: {len(got)} transactions in C, {len(want)} in Python"
         for i, (a, b) in enumerate(zip(got, want)):
             assert typed(a) == typed(b), f"{label} batch {k} transaction {i}:\n C  {a}\n Py {b}"
-        assert len(c) == len(py.pending), f"{label} batch {k}: pending keys"
+        assert (len(c), c.held) == (len(py.pending), py.held), f"{label} batch {k}: pending keys and queries"
         everything += want
     c.flush(out)
     got, want = out.to_tuples(), py.flush()
@@ -111,3 +111,41 @@ def test_names_equal_only_through_str_lower():
         rr = tuple(r[: M.QNAME]) + (rname,) + tuple(r[M.QNAME + 1 :])
         txs, _ = assert_same_matching([[qq, rr]], CONFIGS["default"], f"{qname} / {rname}")
         assert len(txs) == (1 if qname.lower() == rname.lower() else 2)
+
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=str)
+def test_hand_over_carries_on_as_python(generated_capture, config):  # noqa: F811
+    """RecordTable.hand_over (a columnar pipeline meeting dnstap) after every batch: the TransactionTable it
+    fills holds what the Python table holds at that point (keys in the same order, lists as lists, open
+    transfers), and carries on to the same transactions and counters."""
+    batches = python_batches(generated_capture, 32)
+    match_cfg = CONFIGS[config]
+    seen_lists = seen_transfers = False
+    for split in range(1, len(batches)):
+        sc, sp = Stats(), Stats()
+        c, py = RecordTable(match_cfg, sc), TransactionTable(match_cfg, sp, python=True)
+        msgs, out = _records.MsgBatch(), _records.TxBatch()
+        for batch in batches[:split]:
+            msgs.clear()
+            msgs.extend(batch)
+            c.add(msgs, out)
+            py.add(batch)
+        taken = TransactionTable(match_cfg, sc, python=True)
+        c.hand_over(taken)
+        assert len(c) == 0 and c.held == 0
+        label = f"{config} split {split}"
+        assert list(taken.pending) == list(py.pending), label
+        assert [typed(v) for v in taken.pending.values()] == [typed(v) for v in py.pending.values()], label
+        assert (taken.held, taken.now_ns) == (py.held, py.now_ns), label
+        assert [(k, typed(x.query), typed(x.first), x.ancount, x.wirelen, x.dns_len, x.messages, x.last_ts)
+                for k, x in taken.transfers.items()] == [
+                (k, typed(x.query), typed(x.first), x.ancount, x.wirelen, x.dns_len, x.messages, x.last_ts)
+                for k, x in py.transfers.items()], label
+        seen_lists |= any(type(v) is list for v in py.pending.values())
+        seen_transfers |= bool(py.transfers)
+        for batch in batches[split:]:
+            assert [typed(t) for t in taken.add(batch)] == [typed(t) for t in py.add(batch)], label
+        assert [typed(t) for t in taken.flush()] == [typed(t) for t in py.flush()], label
+        assert sc.as_dict() == sp.as_dict(), label
+    assert seen_transfers and (seen_lists or match_cfg.max_pending_per_key <= 1)

@@ -5,7 +5,7 @@ with its Python reference in tests/decode/test_decoderec.py, tests/match/test_ma
 tests/export/test_parquetrec.py.)"""
 
 import pytest
-from support import columnar_captures
+from support import ROOT, columnar_captures
 
 from probe.capture.pcapfile import read_capture
 from probe.config import load_config
@@ -38,3 +38,37 @@ def test_same_files_and_counters(captures, fmt, tmp_path):
             outputs.append(([(p.name, p.read_bytes()) for p in sorted(out.iterdir())], stats.as_dict()))
         assert outputs[0][0], path.name
         assert outputs[0] == outputs[1], path.name
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "cdns"])
+def test_dnstap_midway_hands_over(fmt, tmp_path):
+    """A dnstap batch in the middle of packets turns the columnar pipeline into a tuple one (RecordTable.hand_over,
+    the TxBatch not yet written as tuples): the files and counters are still those of the tuple pipeline."""
+    from support import dnstap_frame, q_dns, r_dns
+
+    from probe.model import DnstapBatch
+
+    path = ROOT / "samples" / "sample-mix.pcap.xz"
+    batches = list(read_capture(path, 256))
+    t0 = batches[len(batches) // 2].ts_ns[0]
+    dnstap = DnstapBatch([("test", [
+        dnstap_frame("CLIENT_QUERY", dns=q_dns(7), ts=t0),
+        dnstap_frame("CLIENT_RESPONSE", dns=r_dns(7), ts=t0 + 1000),
+        dnstap_frame("CLIENT_QUERY", dns=q_dns(8), ts=t0 + 2000),  # pending at the end
+    ])])
+    outputs = []
+    for columnar in (True, False):
+        out = tmp_path / f"{columnar}"
+        out.mkdir()
+        cfg = load_config(overrides={"export.format": fmt, "export.directory": str(out)})
+        pipeline = Pipeline(cfg, out, columnar=columnar)
+        for k, frames in enumerate(read_capture(path, 256)):
+            if k == len(batches) // 2:
+                assert pipeline.table.held > 0  # queries pending when the table is handed over
+                pipeline.feed(dnstap, "test")
+                assert not pipeline.columnar
+            pipeline.feed(frames, str(path))
+        stats = pipeline.finish()
+        assert stats.matched > 0
+        outputs.append(([(p.name, p.read_bytes()) for p in sorted(out.iterdir())], stats.as_dict()))
+    assert outputs[0] == outputs[1]
