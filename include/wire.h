@@ -208,6 +208,75 @@ static inline int classify(const unsigned char *f, Py_ssize_t len, const unsigne
 }
 
 /* ---------------------------------------------------------------------------------------------
+ * The flow hash: which worker a frame goes to when several share the traffic */
+
+/* A symmetric hash of the frame's IP address pair, the one thing every packet of a flow has in common: both
+ * directions, every fragment of a datagram (no ports after the first), every segment of a TCP connection.
+ * `dnsprobe read --workers N` keeps the frames whose hash % N is its worker's number, and live capture's fanout
+ * program (probe/capture/bpf.py fanout_program, run by the kernel, which takes it modulo the group's size)
+ * computes exactly this, instruction for instruction: the XOR of the 32-bit words of source and destination
+ * address, times 0x9E3779B1, xor its upper half. Ethernet (linktype 1) with up to two VLAN tags (0x8100,
+ * 0x88A8, 0x9100), as the kernel filter reads it; raw IP (101, 228, 229, 12, 14), BSD loopback (0, 108: after
+ * its 4-byte header) and Linux cooked captures (113: after 16 bytes, 276: after 20) find the IP header by its
+ * version nibble. 0 for anything else, or a frame too short to hold the addresses (the kernel's program stops
+ * there with 0). */
+static inline uint32_t flow_hash(const unsigned char *f, Py_ssize_t len, int linktype)
+{
+    Py_ssize_t base;
+    int v6;
+    if (linktype == 1) {
+        Py_ssize_t at = 12;
+        unsigned etype;
+        for (int tags = 0;; tags++) {
+            if (at + 2 > len)
+                return 0;
+            etype = rd16(f + at);
+            if (tags < 2 && (etype == 0x8100 || etype == 0x88A8 || etype == 0x9100)) {
+                at += 4;
+                continue;
+            }
+            break;
+        }
+        if (etype != 0x0800 && etype != 0x86DD)
+            return 0;
+        base = at + 2;
+        v6 = etype == 0x86DD;
+    } else {
+        switch (linktype) {
+        case 0:
+        case 108: base = 4; break;
+        case 113: base = 16; break;
+        case 276: base = 20; break;
+        case 12:
+        case 14:
+        case 101:
+        case 228:
+        case 229: base = 0; break;
+        default: return 0;
+        }
+        if (base >= len)
+            return 0;
+        unsigned version = f[base] >> 4;
+        if (version != 4 && version != 6)
+            return 0;
+        v6 = version == 6;
+    }
+    uint32_t x = 0;
+    if (v6) {
+        if (base + 40 > len)
+            return 0;
+        for (int k = 0; k < 8; k++)
+            x ^= rd32(f + base + 8 + 4 * k);
+    } else {
+        if (base + 20 > len)
+            return 0;
+        x = rd32(f + base + 12) ^ rd32(f + base + 16);
+    }
+    x *= 0x9E3779B1u;
+    return x ^ (x >> 16);
+}
+
+/* ---------------------------------------------------------------------------------------------
  * The message walk as positions: what dnswire.parse_message reads, without making any object */
 
 /* dnswire.read_name: a possibly compressed name at *poff, its labels joined by '.' into `joined` (room

@@ -154,6 +154,14 @@ class RunConfig:
         "auto", "progress bar: auto (on a terminal), always, never", choices=("auto", "always", "never")
     )
     stats_json: bool = opt(True, "write the run statistics as JSON next to the data")
+    workers: int = opt(
+        1, "`dnsprobe read`: worker processes; each reads every input and keeps the flows whose IP address pair"
+        " hashes to it (docs/usage.md)", min=1, max=1024,
+    )
+    coremask: typing.Optional[str] = opt(  # noqa: UP045
+        None, "`dnsprobe read`: cores to run the read workers on, one worker per core (a hex mask, quoted, e.g."
+        " '0x3'); replaces run.workers"
+    )
 
 
 @dataclass(frozen=True)

@@ -844,3 +844,85 @@ def columnar_captures(tmp_path):
     traffic = tmp_path / "traffic.pcap"
     build_traffic(traffic, 1, 400)
     return SHARED_CAPTURES + [ROOT / "samples" / "sample-mix.pcap.xz", traffic, bench_mix()]
+
+
+# ---------------------------------------------------------------------------------------------
+# Traffic that splits across workers only if the split keeps flows whole
+
+
+def edge_traffic(path, count=240):
+    """A pcap of `count` DNS transactions between many clients (IPv4 and IPv6) and two servers, cycling through
+    the shapes a flow split must keep together: IPv6 queries and responses behind hop-by-hop, routing,
+    destination-options and AH headers; responses and queries fragmented (IPv4 and IPv6, both directions, IPv6
+    fragments behind a destination-options header too); TCP. Returns the number of frames."""
+    from scapy.layers.inet import fragment
+    from scapy.layers.inet6 import (
+        IPv6ExtHdrDestOpt,
+        IPv6ExtHdrFragment,
+        IPv6ExtHdrHopByHop,
+        IPv6ExtHdrRouting,
+        fragment6,
+    )
+    from scapy.layers.ipsec import AH
+
+    def pad_query(qid, qname, size):
+        """A query made `size` bytes long by an EDNS padding option (needs fragments over UDP)."""
+        from scapy.layers.dns import DNSRROPT, EDNS0TLV
+
+        opt = DNSRROPT(rclass=4096, rdata=[EDNS0TLV(optcode=12, optdata=b"\0" * size)])
+        return bytes(DNS(id=qid, rd=1, qd=[DNSQR(qname=qname, qtype="A")], ar=[opt]))
+
+    frames = []
+    t = 1_700_000_000 * NS
+    for i in range(count):
+        shape = i % 8
+        v6 = shape in (0, 1, 2, 3, 4, 5)
+        client = f"2001:db8:{i % 97:x}::{i % 251 + 1:x}" if v6 else f"10.{i % 7}.{i % 89}.{i % 251 + 1}"
+        server = S6 if v6 else S4
+        cport, qid = 30000 + i, 1000 + i
+        qname = f"e{i}.example.com"
+
+        query = bytes(DNS(id=qid, rd=1, qd=[DNSQR(qname=qname, qtype="A")]))
+        answer = bytes(DNS(id=qid, qr=1, rd=1, ra=1, qd=[DNSQR(qname=qname, qtype="A")],
+                           an=[DNSRR(rrname=qname, rdata="192.0.2.7")]))
+        q_ext = r_ext = None
+        q_frag = r_frag = False
+        if shape == 0:
+            q_ext = IPv6ExtHdrHopByHop()
+        elif shape == 1:
+            q_ext, r_ext = IPv6ExtHdrDestOpt() / IPv6ExtHdrRouting(addresses=[server]), IPv6ExtHdrHopByHop()
+        elif shape == 2:
+            q_ext = AH(nh=17, payloadlen=4, spi=7, seq=i, icv=b"\0" * 12)  # (scapy fills neither in)
+        elif shape in (3, 6):
+            answer, r_frag = big_response(qid, qname), True
+            query = bytes(DNS(id=qid, rd=1, qd=[DNSQR(qname=qname, qtype="TXT")]))
+        elif shape in (4, 7):
+            query, q_frag = pad_query(qid, qname, 2600), True
+        elif shape == 5:
+            answer, r_frag, r_ext = big_response(qid, qname), True, IPv6ExtHdrDestOpt()
+            query = bytes(DNS(id=qid, rd=1, qd=[DNSQR(qname=qname, qtype="TXT")]))
+        sides = ((client, server, TTL_C, q_ext, (cport, 53), query, q_frag),
+                 (server, client, TTL_S, r_ext, (53, cport), answer, r_frag))
+        for src, dst, ttl, ext, ports, dns, fragmented in sides:
+            ip = IPv6(src=src, dst=dst, hlim=ttl) if v6 else IP(src=src, dst=dst, ttl=ttl, id=i & 0xFFFF)
+            ip = ip if ext is None else ip / ext
+            l4 = UDP(sport=ports[0], dport=ports[1]) / Raw(dns)
+            if not fragmented:
+                pieces = [ip / l4]
+            elif v6:
+                pieces = fragment6(ip / IPv6ExtHdrFragment(id=i) / l4, 1280)
+            else:
+                pieces = fragment(ip / l4, fragsize=1000)
+            for f in pieces:
+                frames.append((t, ether(bytes(f))))
+                t += 10_000
+            t += 200_000
+        t += 100_000
+        if shape == 7:  # and a TCP exchange on the same address pair
+            conn = TcpConn(cport + 20000, v6=False)
+            for ts, f in conn.handshake(t, t + 1000, t + 2000):
+                frames.append((ts, f))
+            frames += [(t + 3000, conn.data("c", framed(query))), (t + 9000, conn.data("s", framed(answer)))]
+            t += 20_000
+    write_pcap(path, frames)
+    return len(frames)

@@ -26,7 +26,15 @@ examples:
   dnsprobe read capture.pcapng -o out/ --set export.rotate_records=1000000
   xzcat day.pcap.xz | dnsprobe read /dev/stdin -o out/
   dnsprobe read knot.dnstap resolver.dnstap.zst -o out/ --set 'dnstap.message_types=[CLIENT_QUERY,CLIENT_RESPONSE]'
+  dnsprobe read day.pcap -o out/ --workers 2          # two processes, each its share of the flows
+  dnsprobe read day.pcap -o out/ --coremask 0x3       # the same, pinned to cores 0 and 1
 """
+
+# Flags of read only: parallel reading.
+READ_FLAGS = (
+    (("--workers",), "run.workers", int, "worker processes, each reading its share of the flows (default 1)"),
+    (("--coremask",), "run.coremask", str, "hex mask of the cores to run one read worker on each, e.g. 0x3"),
+)
 
 
 def add_parser(sub):
@@ -40,13 +48,16 @@ def add_parser(sub):
     read.add_argument("files", nargs="+", metavar="FILE",
                       help="pcap, pcapng or dnstap file (.gz, .xz, .zst accepted), or a pipe such as /dev/stdin")
     add_pipeline_options(read, CONFIG_FLAGS, "decode.tcp_idle_timeout=30", "a progress bar", "the statistics table")
+    for flags, key, typ, help_ in READ_FLAGS:
+        read.add_argument(*flags, dest=key, type=typ, metavar=key.split(".")[1].upper(), help=help_)
 
 
 def run(args):
-    cfg = load_config(args.config, overrides(args))
+    cfg = load_config(args.config, overrides(args, READ_FLAGS))
     for f in args.files:
         need_file(f, "input file ")
-    bar = _progress_bar() if show_progress(cfg) else None
+    parallel = cfg.run.workers > 1 or cfg.run.coremask
+    bar = _progress_bar() if show_progress(cfg) and not parallel else None  # (workers: no bar)
 
     def progress(path, size):
         task = bar.add_task(Path(path).name, total=size)

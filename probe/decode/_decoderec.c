@@ -564,7 +564,73 @@ done:
     return result;
 }
 
+/* select_share(frames, linktype, k, n) -> Frames: the frames whose flow_hash % n is k (pointers only: the new
+ * Frames keeps the owners of the memory they point into). */
+static PyObject *select_share(PyObject *self, PyObject *args)
+{
+    Frames *frames;
+    int linktype;
+    Py_ssize_t k, n;
+    if (!PyArg_ParseTuple(args, "O!inn:select_share", records->frames_type, &frames, &linktype, &k, &n))
+        return NULL;
+    if (n < 1 || k < 0 || k >= n) {
+        PyErr_SetString(PyExc_ValueError, "select_share: worker k of n with 0 <= k < n");
+        return NULL;
+    }
+    Frames *out = (Frames *)PyObject_CallNoArgs((PyObject *)records->frames_type);
+    if (out == NULL)
+        return NULL;
+    for (Py_ssize_t j = 0; j < PyList_GET_SIZE(frames->owners); j++) {
+        if (PyList_Append(out->owners, PyList_GET_ITEM(frames->owners, j)) < 0)
+            goto fail;
+    }
+    for (Py_ssize_t i = 0; i < frames->n; i++) {
+        /* (a frame with a tag the kernel took off: the tag would sit before the IP header, read it whole) */
+        const unsigned char *f = frames->ptr[i];
+        Py_ssize_t len = frames->caplen[i];
+        uint32_t h;
+        if (frames->tag[i] && len >= 12) {
+            unsigned char *tmp = PyMem_Malloc((size_t)len + 4);
+            if (tmp == NULL) {
+                PyErr_NoMemory();
+                goto fail;
+            }
+            memcpy(tmp, f, 12);
+            tmp[12] = (unsigned char)(frames->tag[i] >> 24), tmp[13] = (unsigned char)(frames->tag[i] >> 16);
+            tmp[14] = (unsigned char)(frames->tag[i] >> 8), tmp[15] = (unsigned char)frames->tag[i];
+            memcpy(tmp + 16, f + 12, len - 12);
+            h = flow_hash(tmp, len + 4, linktype);
+            PyMem_Free(tmp);
+        } else {
+            h = flow_hash(f, len, linktype);
+        }
+        if ((Py_ssize_t)(h % (uint32_t)n) == k
+            && records->frames_add(out, f, frames->caplen[i], frames->wirelen[i], frames->ts[i], frames->tag[i]) < 0)
+            goto fail;
+    }
+    return (PyObject *)out;
+fail:
+    Py_DECREF(out);
+    return NULL;
+}
+
+/* flow_hash(frame, linktype) -> int: wire.h's flow_hash (for the tests and the BPF fanout program's check). */
+static PyObject *py_flow_hash(PyObject *self, PyObject *args)
+{
+    Py_buffer frame;
+    int linktype;
+    if (!PyArg_ParseTuple(args, "y*i:flow_hash", &frame, &linktype))
+        return NULL;
+    uint32_t h = flow_hash(frame.buf, frame.len, linktype);
+    PyBuffer_Release(&frame);
+    return PyLong_FromUnsignedLong(h);
+}
+
 static PyMethodDef methods[] = {
+    {"select_share", select_share, METH_VARARGS,
+     "select_share(frames, linktype, k, n) -> Frames: the frames of worker k of n (flow_hash % n == k)."},
+    {"flow_hash", py_flow_hash, METH_VARARGS,
+     "flow_hash(frame, linktype) -> int: the symmetric hash of the frame's IP address pair (include/wire.h)."},
     {"decode_frames", decode_frames, METH_VARARGS,
      "decode_frames(ts, wirelen, data, start, out, portmap, keep4, keep6, counts, tcp, keep_raw) -> (i, j): "
      "probe.decode._fastwire.decode_frames with records appended to the MsgBatch out."},

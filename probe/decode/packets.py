@@ -16,10 +16,11 @@ from probe.decode.link import ETH_IPV4, ETH_IPV6, LINK_DECODERS, LINK_NAMES
 from probe.decode.parsers import _fastwire, make_parser, resolve
 from probe.decode.tcpstream import TcpReassembler
 from probe.errors import CaptureFileError
-from probe.model import LINKTYPE_ETHERNET, TRANSPORT_TCP, TRANSPORT_UDP, M
+from probe.model import LINKTYPE_ETHERNET, TRANSPORT_TCP, TRANSPORT_UDP, FrameBatch, M
 from probe.native import load
 
 _decoderec = load("probe.decode._decoderec")
+_records = load("probe._records")
 
 _IP4 = struct.Struct("!BxHHHBBH").unpack_from  # vihl, total length, id, flags/frag, ttl, proto, csum
 _IP6 = struct.Struct("!HBB").unpack_from  # payload length, next header, hop limit (from offset 4)
@@ -91,6 +92,8 @@ class PacketDecoder:
                     portmap[port >> 3] |= 1 << (port & 7)
             self._portmap = bytes(portmap)
         self.keep_raw = keep_raw
+        # (k, n): this decoder is worker k of n and decodes only the flows that hash to k (_share_of); None: all.
+        self.share = None
         # decode_into (message records) can run: the C decoder and its record twin are built.
         self.records = self._c_frames is not None and _decoderec is not None
         self.now_ns = 0
@@ -101,6 +104,7 @@ class PacketDecoder:
     def decode(self, batch, source_name="input"):
         """The messages of the batch's frames, as a list of message tuples (probe.model MESSAGE_FIELDS)."""
         link = self._link(batch, source_name)
+        whole, batch = batch, self._share_of(batch)
         out = []
         counts = [0, 0, 0, 0, 0]  # bytes, non_ip, non_dns, truncated_frames, ip_filtered
         fast = batch.linktype == LINKTYPE_ETHERNET
@@ -109,7 +113,7 @@ class PacketDecoder:
         else:
             self._frames(link, fast, batch.ts_ns, batch.wirelen, batch.data, out, counts)
             self._count(out)
-        self._account(batch, counts)
+        self._account(whole, len(batch), counts)
         return out
 
     def decode_into(self, batch, out, source_name="input"):
@@ -117,6 +121,7 @@ class PacketDecoder:
         columnar pipeline (decode.parser fast only; probe/decode/_decoderec.c). The frames its C loop does not
         handle take the Python code below, whose tuples join the batch in capture order."""
         link = self._link(batch, source_name)
+        whole, batch = batch, self._share_of(batch)
         counts = [0, 0, 0, 0, 0]
         if batch.linktype == LINKTYPE_ETHERNET:
             if batch.packed is not None:
@@ -128,7 +133,20 @@ class PacketDecoder:
             self._frames(link, False, batch.ts_ns, batch.wirelen, batch.data, msgs, counts)
             self._count(msgs)
             out.extend(msgs)
-        self._account(batch, counts)
+        self._account(whole, len(batch), counts)
+
+    def _share_of(self, batch):
+        """The frames of the batch that are this worker's (share: (k, n), `dnsprobe read --workers n`): those whose
+        IP address pair hashes to k (include/wire.h flow_hash); the whole batch when there is no share."""
+        if self.share is None or not len(batch):
+            return batch
+        frames = batch.packed
+        if frames is None or batch._data is not None:
+            frames = _records.Frames()
+            for ts, wirelen, data in zip(batch.ts_ns, batch.wirelen, batch.data):
+                frames.add(data, ts, wirelen)
+        k, n = self.share
+        return FrameBatch(batch.linktype, packed=_decoderec.select_share(frames, batch.linktype, k, n))
 
     def _link(self, batch, source_name):
         link = LINK_DECODERS.get(batch.linktype)
@@ -141,11 +159,12 @@ class PacketDecoder:
             )
         return link
 
-    def _account(self, batch, counts):
-        """Add a batch's counts to the statistics; advance the capture clock (expiry of fragments and TCP)."""
+    def _account(self, batch, kept, counts):
+        """Add a batch's counts to the statistics (its `kept` frames: all but those of other workers); advance the
+        capture clock (expiry of fragments and TCP) with every frame of it, so that it runs as in one worker."""
         stats = self.stats
         n = len(batch)
-        stats.packets += n
+        stats.packets += kept
         stats.bytes += counts[0]
         stats.non_ip += counts[1]
         stats.non_dns += counts[2]

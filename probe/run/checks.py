@@ -7,21 +7,21 @@ import socket
 from probe.errors import ConfigError
 
 
-def parse_coremask(text):
-    """'0x3' → [0, 1]; ConfigError naming capture.coremask for a bad mask or a core this machine lacks."""
+def parse_coremask(text, key="capture.coremask"):
+    """'0x3' → [0, 1]; ConfigError naming the config key for a bad mask or a core this machine lacks."""
     raw = str(text).strip()
     try:
         mask = int(raw, 16)
     except ValueError:
-        raise ConfigError(f"config key 'capture.coremask': {text!r} is not a hexadecimal mask (e.g. 0x3)") from None
+        raise ConfigError(f"config key '{key}': {text!r} is not a hexadecimal mask (e.g. 0x3)") from None
     if mask <= 0:
-        raise ConfigError(f"config key 'capture.coremask': {text!r} names no core")
+        raise ConfigError(f"config key '{key}': {text!r} names no core")
     cores = [i for i in range(mask.bit_length()) if mask >> i & 1]
     available = sorted(os.sched_getaffinity(0))
     missing = [c for c in cores if c not in available]
     if missing:
         raise ConfigError(
-            f"config key 'capture.coremask': {text!r} names core(s) {', '.join(map(str, missing))}, which this "
+            f"config key '{key}': {text!r} names core(s) {', '.join(map(str, missing))}, which this "
             f"machine does not have (available: {', '.join(map(str, available))})"
         )
     return cores

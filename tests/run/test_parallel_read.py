@@ -1,0 +1,133 @@
+"""`dnsprobe read --workers N` / `--coremask`: the union of the workers' transactions is exactly the one-worker
+output (order aside) and the counters add up to its counters (output files aside), on every shared capture, the
+sample, the live-capture traffic, the benchmark mix and traffic that only a flow-keeping split reads right
+(IPv6 extension headers, fragments of both families in both directions, TCP).
+
+The split: each frame goes to the worker its IP address pair hashes to (include/wire.h flow_hash): every worker
+gets its share and no frame is in two shares; the hash is the same both ways and for every fragment."""
+
+import json
+import struct
+
+import pytest
+from scapy.layers.inet import IP, UDP, fragment
+from scapy.layers.inet6 import IPv6, IPv6ExtHdrFragment, fragment6
+from scapy.layers.l2 import Ether
+from scapy.packet import Raw
+from support import SHARED_CAPTURES, bench_mix, build_traffic, edge_traffic, probe_run, run_dnsprobe
+
+from probe import _records
+from probe.capture.pcapfile import read_capture
+from probe.decode import _decoderec
+
+
+@pytest.fixture(scope="module")
+def captures(tmp_path_factory):
+    d = tmp_path_factory.mktemp("parallel")
+    build_traffic(d / "traffic.pcap", 1, 400)
+    edge_traffic(d / "edge.pcap")
+    return SHARED_CAPTURES + [d / "traffic.pcap", d / "edge.pcap", bench_mix()]
+
+
+def rows_and_counters(pcap, out, *extra):
+    rows, counters = probe_run(pcap, out, *extra)
+    return sorted(map(repr, (sorted(r.items()) for r in rows))), {k: v for k, v in counters.items() if k != "files"}
+
+
+@pytest.mark.parametrize("workers", [2, 3])
+def test_union_equals_one_worker(captures, workers, tmp_path):
+    for path in captures:
+        label = f"{path.name} x{workers}"
+        one = rows_and_counters(path, tmp_path / f"{path.name}-1")
+        many = rows_and_counters(path, tmp_path / f"{path.name}-{workers}", "--workers", str(workers))
+        assert many[0] == one[0], label
+        assert many[1] == one[1], label
+
+
+def test_edge_traffic_splits_and_still_matches(tmp_path):
+    pcap = tmp_path / "edge.pcap"
+    edge_traffic(pcap)
+    out = tmp_path / "out"
+    rows, counters = probe_run(pcap, out, "--workers", "2")
+    assert counters["matched"] == len(rows) == 270 and counters["fragments_reassembled"] == 150
+    written = {p.name.split(".w")[1][0] for p in out.glob("*.parquet")}
+    assert written == {"0", "1"}  # both workers had flows
+    doc = json.loads(next(out.glob("*.stats.json")).read_text())
+    assert doc["workers"] == 2 and len(doc["files_written"]) == 2
+
+
+def test_coremask_pins_one_worker_per_core(tmp_path):
+    pcap = tmp_path / "t.pcap"
+    build_traffic(pcap, 1, 50)
+    rows, _ = probe_run(pcap, tmp_path / "out", "--coremask", "0x1")
+    assert len(rows) == 50
+    proc = run_dnsprobe("read", pcap, "-o", tmp_path / "out", "--coremask", "0x0", check=False)
+    assert proc.returncode == 2 and "run.coremask" in proc.stderr
+
+
+def test_a_pipe_is_refused_with_workers(tmp_path):
+    proc = run_dnsprobe("read", "/dev/stdin", "-o", tmp_path, "--workers", "2", check=False)
+    assert proc.returncode == 2 and "regular file" in proc.stderr
+
+
+def test_shares_partition_every_batch(captures):
+    for path in captures:
+        for batch in read_capture(path, 1000):
+            frames = batch.packed
+            if frames is None:
+                frames = _records.Frames()
+                for ts, wl, data in zip(batch.ts_ns, batch.wirelen, batch.data):
+                    frames.add(data, ts, wl)
+            for n in (2, 3):
+                shares = [_decoderec.select_share(frames, batch.linktype, k, n).lists() for k in range(n)]
+                assert sum(len(s[0]) for s in shares) == len(frames)
+                got = sorted((t, d) for s in shares for t, d in zip(s[0], s[2]))
+                assert got == sorted(zip(*frames.lists()[::2]))
+
+
+def test_hash_is_symmetric_and_fragments_share_it():
+    def h(pkt):
+        return _decoderec.flow_hash(bytes(Ether() / pkt), 1)
+
+    for a, b, ip in (("10.0.0.1", "192.0.2.9", IP), ("2001:db8::1", "2001:db8:53::53", IPv6)):
+        there, back = h(ip(src=a, dst=b) / UDP(sport=5353, dport=53)), h(ip(src=b, dst=a) / UDP(sport=53, dport=5353))
+        assert there == back != 0
+        big = ip(src=b, dst=a) / UDP(sport=53, dport=5353) / Raw(b"x" * 3000)
+        frags = fragment(big, 1000) if ip is IP else fragment6(IPv6(src=b, dst=a) / IPv6ExtHdrFragment() / big[1], 1280)
+        assert len(frags) > 1 and {h(f) for f in frags} == {there}
+    assert _decoderec.flow_hash(bytes(Ether(type=0x0806) / Raw(b"\0" * 28)), 1) == 0  # not IP
+    assert _decoderec.flow_hash(b"\0" * 12 + struct.pack("!H", 0x0800) + b"\x45" + b"\0" * 10, 1) == 0  # cut
+
+
+def test_dnstap_files_go_to_one_worker_each(tmp_path):
+    """pcap and dnstap files mixed: each dnstap file is read by one worker (the hash of its name), so its queries
+    and responses meet; the union is the one-worker output and a dnstap file's error is reported once."""
+    from support import NS, T0, as_rows, dnstap_frame, fstrm_file, q_dns, r_dns, read_output
+
+    from probe.run.offline import dnstap_worker
+
+    pcap = tmp_path / "t.pcap"
+    build_traffic(pcap, 1, 60)
+    names = []
+    for k in range(4):
+        frames = []
+        for i in range(20):
+            qid, ts = 100 * k + i, T0 + i * NS // 10
+            client = f"192.0.2.{10 + i}"
+            frames += [dnstap_frame("CLIENT_QUERY", dns=q_dns(qid), ts=ts, qaddr=client),
+                       dnstap_frame("CLIENT_RESPONSE", dns=r_dns(qid), ts=ts + 500_000, qaddr=client)]
+        path = tmp_path / f"server{k}.dnstap"
+        path.write_bytes(fstrm_file(frames, stop=k != 3)[: -3 if k == 3 else None])  # the last one cut
+        names.append(path)
+    assert len({dnstap_worker(str(p), 2) for p in names}) == 2  # both workers have some
+    results = []
+    for out, extra in ((tmp_path / "one", ()), (tmp_path / "two", ("--workers", "2"))):
+        out.mkdir()
+        proc = run_dnsprobe("read", pcap, *names, "-o", out, "-q", "--no-progress", *extra, check=False)
+        assert proc.returncode == 1 and proc.stderr.count("server3.dnstap: truncated") == 1, proc.stderr
+        doc = json.loads(next(out.glob("*.stats.json")).read_text())
+        assert len(doc["errors"]) == 1 and "server3.dnstap" in doc["errors"][0]
+        rows = sorted(map(repr, (sorted(r.items()) for r in as_rows(read_output(out)))))
+        results.append((rows, {k: v for k, v in doc["counters"].items() if k != "files"}))
+    assert results[1] == results[0]
+    assert results[0][1]["matched"] == 60 + 80 - 1  # (the cut file loses its last response)
