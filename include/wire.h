@@ -214,10 +214,12 @@ static inline int classify(const unsigned char *f, Py_ssize_t len, const unsigne
  * directions, every fragment of a datagram (no ports after the first), every segment of a TCP connection.
  * `dnsprobe read --workers N` keeps the frames whose hash % N is its worker's number, and live capture's fanout
  * program (probe/capture/bpf.py fanout_program, run by the kernel, which takes it modulo the group's size)
- * computes exactly this, instruction for instruction: the XOR of the 32-bit words of source and destination
- * address, times 0x9E3779B1, xor its upper half. Ethernet (linktype 1) with up to two VLAN tags (0x8100,
- * 0x88A8, 0x9100), as the kernel filter reads it; raw IP (101, 228, 229, 12, 14), BSD loopback (0, 108: after
- * its 4-byte header) and Linux cooked captures (113: after 16 bytes, 276: after 20) find the IP header by its
+ * computes exactly this: the XOR of the 32-bit words of source and destination address, times 0x9E3779B1, xor
+ * its upper half. The kernel runs that program on the frame as its receive path holds it: an outer 802.1Q or
+ * 802.1ad tag already taken off (into the packet's metadata), the IP header found from the network header
+ * and skb->protocol; so here too an outer 0x8100/0x88A8 tag is passed, and then up to two more tags (0x8100,
+ * 0x88A8, 0x9100) as the program reads them. Raw IP (101, 228, 229, 12, 14), BSD loopback (0, 108: after its
+ * 4-byte header) and Linux cooked captures (113: after 16 bytes, 276: after 20) find the IP header by its
  * version nibble. 0 for anything else, or a frame too short to hold the addresses (the kernel's program stops
  * there with 0). */
 static inline uint32_t flow_hash(const unsigned char *f, Py_ssize_t len, int linktype)
@@ -226,16 +228,20 @@ static inline uint32_t flow_hash(const unsigned char *f, Py_ssize_t len, int lin
     int v6;
     if (linktype == 1) {
         Py_ssize_t at = 12;
-        unsigned etype;
-        for (int tags = 0;; tags++) {
+        if (at + 2 > len)
+            return 0;
+        unsigned etype = rd16(f + at);
+        if (etype == 0x8100 || etype == 0x88A8) { /* the tag the kernel's receive path takes off */
+            at += 4;
             if (at + 2 > len)
                 return 0;
             etype = rd16(f + at);
-            if (tags < 2 && (etype == 0x8100 || etype == 0x88A8 || etype == 0x9100)) {
-                at += 4;
-                continue;
-            }
-            break;
+        }
+        for (int tags = 0; tags < 2 && (etype == 0x8100 || etype == 0x88A8 || etype == 0x9100); tags++) {
+            at += 4;
+            if (at + 2 > len)
+                return 0;
+            etype = rd16(f + at);
         }
         if (etype != 0x0800 && etype != 0x86DD)
             return 0;

@@ -2,6 +2,7 @@
 back what it wrote, transactions of a capture, the veth testbed and the capture probe under test."""
 
 import json
+import operator
 import os
 import shutil
 import signal
@@ -177,8 +178,8 @@ def build_traffic(path, first, count):
     """A scapy-written pcap of `count` DNS transactions numbered from `first` (qname q<N>.example.com):
     many clients and ports, IPv4 and IPv6, some behind a VLAN tag, some over TCP, some IPv4 responses
     fragmented, and non-DNS frames in between that the kernel filter must drop.
-    Returns the number of frames the filter should pass (a fragmented datagram counts once: the
-    fanout group's defragmentation hands it over whole)."""
+    Returns the number of frames the filter should pass (every fragment of a fragmented datagram: the
+    capture sockets get the frames as they were on the wire)."""
     from scapy.all import ARP, DNS, DNSQR, DNSRR, ICMP, IP, TCP, UDP, Dot1Q, Ether, IPv6, fragment, wrpcap
 
     frames = []
@@ -226,11 +227,9 @@ def build_traffic(path, first, count):
         else:
             frames.append(c2s / ip(client, server) / UDP(sport=sport, dport=53) / query)
             resp = ip(server, client) / UDP(sport=53, dport=sport) / response
-            if frag:
-                frames += [s2c / f for f in fragment(resp, fragsize=600)]
-            else:
-                frames.append(s2c / resp)
-            passed += 2
+            pieces = fragment(resp, fragsize=600) if frag else [resp]
+            frames += [s2c / f for f in pieces]
+            passed += 1 + len(pieces)
         if i % 10 == 0:  # not DNS: the kernel filter drops these
             frames += [
                 Ether(src=cmac, dst=smac) / IP(src=client if not v6 else "10.9.9.9", dst="192.0.2.123")
@@ -922,7 +921,100 @@ def edge_traffic(path, count=240):
             conn = TcpConn(cport + 20000, v6=False)
             for ts, f in conn.handshake(t, t + 1000, t + 2000):
                 frames.append((ts, f))
-            frames += [(t + 3000, conn.data("c", framed(query))), (t + 9000, conn.data("s", framed(answer)))]
+            small = bytes(DNS(id=qid, rd=1, qd=[DNSQR(qname=qname, qtype="A")]))  # (a segment within the MTU)
+            frames += [(t + 3000, conn.data("c", framed(small))), (t + 9000, conn.data("s", framed(answer)))]
             t += 20_000
     write_pcap(path, frames)
     return len(frames)
+
+
+# ---------------------------------------------------------------------------------------------
+# A classic BPF interpreter: what the kernel does with the programs of probe.capture.bpf
+
+
+_CBPF_ALU = {0x00: operator.add, 0x10: operator.sub, 0x20: operator.mul, 0x30: operator.floordiv, 0x40: operator.or_,
+             0x50: operator.and_, 0x60: operator.lshift, 0x70: operator.rshift, 0x90: operator.mod, 0xA0: operator.xor}
+
+
+def received(frame):
+    """An Ethernet frame as the kernel's receive path holds it when AF_PACKET's fanout runs: an outer 802.1Q or
+    802.1ad tag taken off (VLAN untagging), skb->protocol the ethertype after it, the network header just after
+    the Ethernet header. Returns (frame without that tag, protocol, network header offset)."""
+    etype = int.from_bytes(frame[12:14], "big")
+    if etype in (0x8100, 0x88A8) and len(frame) >= 18:
+        frame = frame[:12] + frame[16:]
+        etype = int.from_bytes(frame[12:14], "big")
+    return frame, etype, 14
+
+
+def run_cbpf(program, packet, protocol=0, net=0, pkttype=0):
+    """The return value of the classic BPF program (a list of (code, jt, jf, k)) on the packet bytes, as the
+    kernel's interpreter computes it: a load outside the packet ends the program with 0. pkttype, protocol: the
+    SKF_AD_PKTTYPE and SKF_AD_PROTOCOL ancillary loads; net: where loads relative to SKF_NET_OFF start."""
+    a = x = 0
+    mem = [0] * 16
+    pc = 0
+    mask = 0xFFFFFFFF
+
+    def load(size, at):
+        signed = at - (1 << 32) if at & 0x80000000 else at
+        if -0x1000 <= signed < 0:  # ancillary data
+            return {0: protocol, 4: pkttype}[signed + 0x1000]
+        if -0x100000 <= signed < -0x1000:  # SKF_NET_OFF: from the network header
+            at = net + signed + 0x100000
+        if at < 0 or at + size > len(packet):
+            raise IndexError
+        return int.from_bytes(packet[at : at + size], "big")
+
+    try:
+        while True:
+            code, jt, jf, k = program[pc]
+            pc += 1
+            cls = code & 0x07
+            if cls == 0x00:  # BPF_LD
+                size = {0x00: 4, 0x08: 2, 0x10: 1}[code & 0x18]
+                mode = code & 0xE0
+                if mode == 0x20:  # ABS
+                    a = load(size, k)
+                elif mode == 0x40:  # IND
+                    a = load(size, (x + k) & mask)
+                elif mode == 0x60:  # MEM
+                    a = mem[k]
+                elif mode == 0x00:  # IMM
+                    a = k
+                else:
+                    raise ValueError(f"unknown load {code:#x}")
+            elif cls == 0x01:  # BPF_LDX
+                mode = code & 0xE0
+                if mode == 0xA0:  # MSH
+                    x = 4 * (load(1, k) & 0x0F)
+                elif mode == 0x00:
+                    x = k
+                elif mode == 0x60:
+                    x = mem[k]
+                else:
+                    raise ValueError(f"unknown ldx {code:#x}")
+            elif cls == 0x02:  # BPF_ST
+                mem[k] = a
+            elif cls == 0x03:  # BPF_STX
+                mem[k] = x
+            elif cls == 0x04:  # BPF_ALU
+                op, src = code & 0xF0, (x if code & 0x08 else k)
+                a = (-a if op == 0x80 else _CBPF_ALU[op](a, src)) & mask
+            elif cls == 0x05:  # BPF_JMP
+                op = code & 0xF0
+                src = x if code & 0x08 else k
+                if op == 0x00:
+                    pc += k
+                    continue
+                cond = {0x10: a == src, 0x20: a > src, 0x30: a >= src, 0x40: bool(a & src)}[op]
+                pc += jt if cond else jf
+            elif cls == 0x06:  # BPF_RET
+                return a if (code & 0x18) == 0x10 else k
+            elif cls == 0x07:  # BPF_MISC
+                if (code & 0xF8) == 0x00:  # TAX
+                    x = a
+                else:
+                    a = x
+    except IndexError:
+        return 0

@@ -5,15 +5,19 @@ One `AfPacketSource` is one socket on one interface, owned by one worker process
 - PACKET_VERSION TPACKET_V3 and PACKET_RX_RING: the kernel writes frames into blocks of a ring shared
   with us by mmap. A block is handed to user space when it is full or `block_timeout_ms` after its
   first frame. We copy a ready block out in one piece, hand it straight back to the kernel and walk its
-  tpacket3_hdr entries with struct: no system call per packet, and the ring is free again as early as
-  possible. Timestamps (tp_sec, tp_nsec) and wire lengths (tp_len) come from the ring.
-- PACKET_FANOUT with PACKET_FANOUT_HASH | PACKET_FANOUT_FLAG_DEFRAG: the sockets of all workers on one
-  interface form a group; the kernel spreads flows over them by a symmetric flow hash, so a query and
-  its response reach the same worker, and reassembles IPv4 fragments before hashing so a fragmented
-  datagram arrives whole at one worker. (IPv6 fragments are hashed on their addresses only, so a
-  fragmented IPv6 response can reach another worker than its query: it is then exported unmatched.)
-- SO_ATTACH_FILTER: a classic BPF program, assembled below, keeps in the kernel only UDP and TCP on the
-  DNS ports (also behind one or two VLAN tags) and fragments of UDP/TCP datagrams. Everything else
+  tpacket3_hdr entries (in C, probe/capture/_ring.c, into packed frames): no system call per packet, and the
+  ring is free again as early as possible. Timestamps (tp_sec, tp_nsec) and wire lengths (tp_len) come from
+  the ring.
+- PACKET_FANOUT with PACKET_FANOUT_CBPF: the sockets of all workers on one interface form a group, and the
+  kernel runs a classic BPF program (probe.capture.bpf.fanout_program) that hashes a frame's IP address pair,
+  the one thing every packet of a flow has in common: a query and its response, every fragment of a
+  datagram (IPv4 and IPv6: no ports after the first) and a whole TCP connection reach the same worker, which
+  reassembles fragments itself, as `dnsprobe read` does (no PACKET_FANOUT_FLAG_DEFRAG: the frames stay as on
+  the wire). It is the hash `dnsprobe read --workers` splits by. The price: all traffic between one client
+  and one server goes to one worker (even at a resolver with many clients, uneven behind one forwarder).
+- SO_ATTACH_FILTER: a classic BPF program (probe.capture.bpf.dns_filter) keeps in the kernel only UDP and
+  TCP on the DNS ports (also behind one or two VLAN tags and IPv6 extension headers) and fragments of UDP/TCP
+  datagrams. Everything else
   never reaches the ring, so it is not counted anywhere: the filter is the definition of what is
   captured. The IP allow/deny lists (filter.*) can be compiled into it too; what they reject is then
   counted by a RejectedCounter socket whose filter keeps exactly that.
@@ -32,7 +36,7 @@ import socket
 import struct
 from pathlib import Path
 
-from probe.capture.bpf import dns_filter, reject_all_filter
+from probe.capture.bpf import dns_filter, fanout_program, reject_all_filter
 from probe.errors import ConfigError, DnsprobeError
 from probe.model import LINKTYPE_ETHERNET, FrameBatch
 from probe.native import load
@@ -51,8 +55,8 @@ PACKET_VERSION = 10
 PACKET_FANOUT = 18
 TPACKET_V3 = 2
 PACKET_MR_PROMISC = 1
-PACKET_FANOUT_HASH = 0
-PACKET_FANOUT_FLAG_DEFRAG = 0x8000
+PACKET_FANOUT_CBPF = 6
+PACKET_FANOUT_DATA = 22
 ETH_P_ALL = 0x0003
 SO_ATTACH_FILTER = 26
 
@@ -75,12 +79,13 @@ _TPACKET_REQ3 = struct.Struct("IIIIIII")
 _STATS_V3 = struct.Struct("III")
 _FRAME_SIZE = 2048  # only a sanity unit for the kernel in V3: frames are packed, not slotted
 
-def attach_filter(sock, program):
-    """SO_ATTACH_FILTER with a struct sock_fprog pointing at the program's instructions."""
+def attach_filter(sock, program, level=socket.SOL_SOCKET, option=SO_ATTACH_FILTER):
+    """SO_ATTACH_FILTER (or another option taking a program) with a struct sock_fprog pointing at the program's
+    instructions."""
     raw = b"".join(struct.pack("HBBI", code, jt, jf, k) for code, jt, jf, k in program)
     buf = ctypes.create_string_buffer(raw, len(raw))
     fprog = struct.pack("HxxxxxxP" if struct.calcsize("P") == 8 else "HxxP", len(program), ctypes.addressof(buf))
-    sock.setsockopt(socket.SOL_SOCKET, SO_ATTACH_FILTER, fprog)
+    sock.setsockopt(level, option, fprog)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -98,10 +103,12 @@ def _bind(sock, name):
 
 
 def _join_fanout(sock, name, fanout_id):
-    """PACKET_FANOUT_HASH with defragmentation: IPv4 fragments are reassembled before the filter runs."""
-    arg = (fanout_id & 0xFFFF) | ((PACKET_FANOUT_HASH | PACKET_FANOUT_FLAG_DEFRAG) << 16)
+    """PACKET_FANOUT_CBPF with the address-pair hash (bpf.fanout_program; each member sets the group's program,
+    the same one)."""
+    arg = (fanout_id & 0xFFFF) | (PACKET_FANOUT_CBPF << 16)
     try:
         sock.setsockopt(SOL_PACKET, PACKET_FANOUT, struct.pack("I", arg))
+        attach_filter(sock, fanout_program(), SOL_PACKET, PACKET_FANOUT_DATA)
     except OSError as exc:
         raise ConfigError(
             f"interface {name!r}: cannot join packet fanout group {fanout_id} ({exc.strerror}); another "
@@ -124,10 +131,8 @@ class RejectedCounter:
 
     A packet socket that is never read: its filter keeps exactly the DNS frames the lists reject (the
     capture sockets' filter minus the lists), its receive buffer is the kernel's minimum, and
-    PACKET_STATISTICS counts every frame the filter passed, queued or dropped. A fragmented IPv4 datagram
-    counts once, by its first fragment, as the capture sockets (whose fanout group reassembles it) see it
-    once. It is in no fanout group: a second defragmenting group on the interface would share the kernel's
-    reassembly queues with the capture sockets' group and take datagrams from it. So it sees every frame
+    PACKET_STATISTICS counts every frame the filter passed, queued or dropped: every fragment of a datagram,
+    as the worker's own lists count the fragments they drop. It is in no fanout group, so it sees every frame
     of the interface, and one worker only has it.
     """
 

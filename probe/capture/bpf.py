@@ -1,21 +1,26 @@
-"""The kernel filter of live capture: a classic BPF program that keeps only DNS, assembled here.
+"""The classic BPF programs of live capture, assembled here: the kernel filter and the fanout program.
 
-It keeps UDP and TCP on the DNS ports (also behind one or two VLAN tags) and fragments of UDP/TCP datagrams;
-the IP allow/deny lists (filter.*) can be compiled into it too. Opcodes are those of <linux/filter.h>;
-BpfAssembler resolves symbolic forward jumps.
+The filter keeps UDP and TCP on the DNS ports (also behind one or two VLAN tags, and behind IPv6 extension
+headers) and fragments of UDP/TCP datagrams; the IP allow/deny lists (filter.*) can be compiled into it too.
+The fanout program (PACKET_FANOUT_CBPF) sends a frame to the worker its IP address pair hashes to, as
+`dnsprobe read --workers` splits files. Opcodes are those of <linux/filter.h>; BpfAssembler resolves symbolic
+forward jumps.
 """
 
 from probe.model import SNAPLEN
 
 PACKET_OUTGOING = 4  # <linux/if_packet.h>: the packet type of a frame this host sends
-BPF_LD, BPF_LDX, BPF_ALU, BPF_JMP, BPF_RET = 0x00, 0x01, 0x04, 0x05, 0x06
-BPF_AND = 0x50
+BPF_LD, BPF_LDX, BPF_ST, BPF_ALU, BPF_JMP, BPF_RET, BPF_MISC = 0x00, 0x01, 0x02, 0x04, 0x05, 0x06, 0x07
+BPF_ADD, BPF_MUL, BPF_AND, BPF_LSH, BPF_RSH, BPF_XOR = 0x00, 0x20, 0x50, 0x60, 0x70, 0xA0
 BPF_W, BPF_H, BPF_B = 0x00, 0x08, 0x10
-BPF_IMM, BPF_ABS, BPF_IND, BPF_MSH = 0x00, 0x20, 0x40, 0xA0
+BPF_IMM, BPF_ABS, BPF_IND, BPF_MEM, BPF_MSH = 0x00, 0x20, 0x40, 0x60, 0xA0
 BPF_JA, BPF_JEQ, BPF_JSET = 0x00, 0x10, 0x40
-BPF_K = 0x00
+BPF_K, BPF_X, BPF_A = 0x00, 0x08, 0x10
+BPF_TAX = 0x00
 SKF_AD_OFF = -0x1000
+SKF_AD_PROTOCOL = 0
 SKF_AD_PKTTYPE = 4
+SKF_NET_OFF = -0x100000  # loads relative to the network header
 BPF_MAXINSNS = 4096
 MAX_FILTER_PORTS = 100  # keeps every conditional jump of the program within its 255 reach
 
@@ -25,6 +30,16 @@ OPCODES = {
     "ldh": (BPF_LD | BPF_H | BPF_ABS, False),  # A = u16 at [k]
     "ldb": (BPF_LD | BPF_B | BPF_ABS, False),  # A = u8 at [k]
     "ldh_x": (BPF_LD | BPF_H | BPF_IND, False),  # A = u16 at [X + k]
+    "ldb_x": (BPF_LD | BPF_B | BPF_IND, False),  # A = u8 at [X + k]
+    "ld_mem": (BPF_LD | BPF_MEM, False),  # A = M[k]
+    "st": (BPF_ST, False),  # M[k] = A
+    "tax": (BPF_MISC | BPF_TAX, False),  # X = A
+    "add": (BPF_ALU | BPF_ADD | BPF_K, False),  # A += k
+    "add_x": (BPF_ALU | BPF_ADD | BPF_X, False),  # A += X
+    "lsh": (BPF_ALU | BPF_LSH | BPF_K, False),  # A <<= k
+    "rsh": (BPF_ALU | BPF_RSH | BPF_K, False),  # A >>= k
+    "mul": (BPF_ALU | BPF_MUL | BPF_K, False),  # A *= k
+    "xor_x": (BPF_ALU | BPF_XOR | BPF_X, False),  # A ^= X
     "ldxb_msh": (BPF_LDX | BPF_B | BPF_MSH, False),  # X = 4 * ([k] & 0xf): IPv4 header length
     "ldx_imm": (BPF_LDX | BPF_W | BPF_IMM, False),
     "and": (BPF_ALU | BPF_AND | BPF_K, False),  # A &= k
@@ -32,6 +47,7 @@ OPCODES = {
     "jset": (BPF_JMP | BPF_JSET | BPF_K, True),
     "ja": (BPF_JMP | BPF_JA, False),  # k = label, 32-bit forward jump
     "ret": (BPF_RET | BPF_K, False),
+    "ret_a": (BPF_RET | BPF_A, False),  # return A
 }
 
 
@@ -148,31 +164,68 @@ def _ipv4_block(a, base, ports, snaplen, lists=None, invert=False):
     a.op("jeq", 6, p + "l4", p + "no")
     a.label(p + "l4")
     a.op("ldh", base + 6)  # flags and fragment offset
-    if invert:
-        # The counting socket is in no fanout group, so nothing reassembles fragments for it: count a
-        # fragmented datagram once, by its first fragment, whose ports are there to check.
-        a.op("jset", 0x1FFF, p + "no", None)
-    else:
-        a.op("jset", 0x3FFF, p + "dns", None)  # a fragment (MF set or offset > 0): keep
+    a.op("jset", 0x3FFF, p + "dns", None)  # a fragment (MF set or offset > 0): keep
     a.op("ldxb_msh", base)  # X = IPv4 header length
     _ports_check(a, ports, True, base, p + "dns", None)  # source port
     _ports_check(a, ports, True, base + 2, p + "dns", p + "no")  # destination port
     _verdicts(a, p, snaplen, lists, 4, base, invert)
 
 
+# IPv6 extension headers walked to the transport header, as the decoder walks them (probe/decode/packets.py):
+# those whose length is (hdr ext len + 1) * 8 octets, and AH with (payload len + 2) * 4.
+IPV6_EXT = (0, 43, 60, 135, 139, 140)
+IPV6_AH = 51
+IPV6_FRAGMENT = 44
+MAX_IPV6_EXT = 8  # headers walked; a packet with more is kept (the decoder judges it)
+
+
 def _ipv6_block(a, base, ports, snaplen, lists=None, invert=False):
+    """IPv6 at base: the extension headers are walked with X at the current header and the next-header value in
+    A (scratch M[0], M[1] while the length is added), unrolled MAX_IPV6_EXT times. UDP or TCP: its ports, relative
+    to X. A fragment header: kept when what follows it is UDP, TCP or another extension header (the decoder
+    reassembles and judges the datagram)."""
     p = f"ip6_{base}_"
     a.label(p + "start")
+    a.op("ldx_imm", base + 40)
     a.op("ldb", base + 6)  # next header
-    a.op("jeq", 17, p + "ports", None)
-    a.op("jeq", 6, p + "ports", None)
-    a.op("jeq", 44, None, p + "no")  # fragment header: keep fragments of UDP and TCP
-    a.op("ldb", base + 40)
-    a.op("jeq", 17, p + "dns", None)
-    a.op("jeq", 6, p + "dns", p + "no")
+    for i in range(MAX_IPV6_EXT):
+        q = f"{p}{i}_"
+        a.op("jeq", 17, q + "l4", None)
+        a.op("jeq", 6, q + "l4", None)
+        a.op("jeq", IPV6_FRAGMENT, q + "frag", None)
+        a.op("jeq", IPV6_AH, q + "ah", None)
+        for nh in IPV6_EXT:
+            a.op("jeq", nh, q + "ext", None)
+        a.op("ja", p + "no")
+        a.label(q + "l4")
+        a.op("ja", p + "ports")
+        a.label(q + "frag")
+        a.op("ldb_x", 0)  # the fragment header's next header
+        for nh in (17, 6, IPV6_AH) + IPV6_EXT:
+            a.op("jeq", nh, q + "keep", None)
+        a.op("ja", p + "no")
+        a.label(q + "keep")
+        a.op("ja", p + "dns")
+        for kind, add, shift in (("ah", 2, 2), ("ext", 1, 3)):
+            a.label(q + kind)
+            a.op("ldb_x", 1)  # the header's length field
+            a.op("add", add)
+            a.op("lsh", shift)
+            a.op("st", 1)
+            a.op("ldb_x", 0)  # its next header
+            a.op("st", 0)
+            a.op("ld_mem", 1)
+            a.op("add_x")
+            a.op("tax")  # X: the next header's offset
+            a.op("ld_mem", 0)
+            a.op("ja", f"{p}{i + 1}_loop" if i + 1 < MAX_IPV6_EXT else p + "deep")
+        if i + 1 < MAX_IPV6_EXT:
+            a.label(f"{p}{i + 1}_loop")
+    a.label(p + "deep")
+    a.op("ja", p + "dns")
     a.label(p + "ports")
-    _ports_check(a, ports, False, base + 40, p + "dns", None)
-    _ports_check(a, ports, False, base + 42, p + "dns", p + "no")
+    _ports_check(a, ports, True, 0, p + "dns", None)
+    _ports_check(a, ports, True, 2, p + "dns", p + "no")
     _verdicts(a, p, snaplen, lists, 6, base, invert)
 
 
@@ -180,8 +233,9 @@ def dns_filter(ports, skip_outgoing=False, snaplen=SNAPLEN, ip_filter=None, inve
     """The classic BPF program (list of (code, jt, jf, k)) that keeps DNS and IP fragments on Ethernet.
 
     Kept: IPv4/IPv6 UDP or TCP with a source or destination port in `ports`, and fragments of
-    IPv4/IPv6 UDP or TCP datagrams; untagged or behind one or two VLAN tags (802.1Q, 802.1ad, 0x9100).
-    IPv6 extension headers other than a fragment header are not walked (as tcpdump's `port 53`).
+    IPv4/IPv6 UDP or TCP datagrams; untagged or behind one or two VLAN tags (802.1Q, 802.1ad, 0x9100);
+    IPv6 behind extension headers (hop-by-hop, routing, destination options, mobility, HIP, shim6, AH), as
+    the decoder walks them.
     skip_outgoing drops frames this host sends (used on loopback, where every frame is seen twice).
     ip_filter (probe.decode.ipfilter.IpFilter): of those, keep only what its allow/deny lists keep, or with
     invert_ip_filter only what they reject (the program of the socket that counts them). ValueError when
@@ -220,3 +274,49 @@ def dns_filter(ports, skip_outgoing=False, snaplen=SNAPLEN, ip_filter=None, inve
 
 def reject_all_filter():
     return [(BPF_RET | BPF_K, 0, 0, 0)]
+
+
+def fanout_program():
+    """The PACKET_FANOUT_CBPF program: the symmetric hash of the frame's IP address pair, which the kernel takes
+    modulo the number of sockets in the group. It computes include/wire.h's flow_hash (the XOR of the address
+    words, times 0x9E3779B1, xor its upper half; 0 for a frame that is not IP or too short): every packet of a
+    flow, both directions and every fragment, goes to one worker, as `dnsprobe read --workers` splits files.
+    The kernel runs it where the receive path holds the packet: the outer VLAN tag already taken off, the data
+    possibly starting at the IP header; so it reads skb->protocol and loads relative to the network header
+    (SKF_NET_OFF), passing at most two tags still in the data."""
+    a = BpfAssembler()
+    tags = (0x8100, 0x88A8, 0x9100)
+    a.op("ld", SKF_AD_OFF + SKF_AD_PROTOCOL)  # the ethertype, after the tag the kernel took off
+    for depth, etype_at in enumerate((None, 2, 6)):
+        ip_at = 0 if etype_at is None else etype_at + 2
+        if etype_at is not None:
+            a.label(f"tag_{depth}")
+            a.op("ldh", SKF_NET_OFF + etype_at)
+        a.jeq_far(0x0800, f"v4_{ip_at}")
+        a.jeq_far(0x86DD, f"v6_{ip_at}")
+        if depth < 2:
+            for tag in tags:
+                a.jeq_far(tag, f"tag_{depth + 1}")
+        a.op("ret", 0)
+    for ip_at in (0, 4, 8):
+        net = SKF_NET_OFF + ip_at
+        a.label(f"v4_{ip_at}")
+        a.op("ld", net + 12)
+        a.op("tax")
+        a.op("ld", net + 16)
+        a.op("xor_x")
+        a.op("ja", "mix")
+        a.label(f"v6_{ip_at}")
+        a.op("ld", net + 8)
+        for word in range(1, 8):
+            a.op("tax")
+            a.op("ld", net + 8 + 4 * word)
+            a.op("xor_x")
+        a.op("ja", "mix")
+    a.label("mix")
+    a.op("mul", 0x9E3779B1)
+    a.op("tax")
+    a.op("rsh", 16)
+    a.op("xor_x")
+    a.op("ret_a")
+    return a.assemble()
