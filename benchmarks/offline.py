@@ -4,6 +4,7 @@
     python benchmarks/offline.py --quick         # 100,000 packets
     python benchmarks/offline.py --packets 500000 --mix large --repeat 5
     python benchmarks/offline.py --profile       # also cProfile one dnsprobe run, print the hotspots
+    python benchmarks/offline.py --workers 1,2   # also `read --coremask` with 1 and 2 workers: wall-clock speed-up
 
 The capture comes from benchmarks/traffic.py (generated once, then cached under benchmarks/cache/).
 Each contender runs as a child process pinned to one CPU (os.sched_setaffinity) and is charged the
@@ -316,6 +317,51 @@ def measure_dnsprobe(pcap, core, tmp_root, fmt="parquet", sizes=False):
     return m
 
 
+def measure_workers(pcap, cores, tmp_root, fmt="parquet"):
+    """`dnsprobe read --coremask` with one worker per core of `cores`: wall seconds and the CPU of every process
+    (the command and its workers), and the records written."""
+    out = Path(tempfile.mkdtemp(prefix="dnsprobe-", dir=tmp_root))
+    mask = hex(sum(1 << c for c in cores))
+    try:
+        cmd = [*dnsprobe_command(), "read", str(pcap), "-o", str(out), "-q", "--no-progress", "--format", fmt,
+               "--coremask", mask]
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        t0 = time.perf_counter()
+        subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True)
+        wall = time.perf_counter() - t0
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        stats = json.loads(next(out.glob("*.stats.json")).read_text())
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return {"workers": len(cores), "cores": list(cores), "wall_seconds": round(wall, 4), "cpu_seconds": round(cpu, 4),
+            "records": stats["counters"]["records"]}
+
+
+def parallel_table(pcap, packets, worker_counts, tmp_root, repeat):
+    """Wall-clock pkts/s of `read` for each worker count (median of `repeat` interleaved runs), with the speed-up
+    over one worker; counts beyond the usable cores are "not measured"."""
+    usable = sorted(os.sched_getaffinity(0))
+    rows = []
+    samples = {n: [] for n in worker_counts if n <= len(usable)}
+    for _ in range(repeat):
+        for n in samples:
+            samples[n].append(measure_workers(pcap, usable[:n], tmp_root))
+    for n in worker_counts:
+        if n not in samples:
+            rows.append({"workers": n, "not_measured": f"needs {n} cores (this machine has {len(usable)})"})
+            continue
+        wall = statistics.median(s["wall_seconds"] for s in samples[n])
+        rows.append({"workers": n, "wall_seconds_median": wall, "pkts_per_wall_second": round(packets / wall),
+                     "cpu_seconds_median": statistics.median(s["cpu_seconds"] for s in samples[n]),
+                     "records": samples[n][-1]["records"], "samples": samples[n]})
+    one = next((r for r in rows if r["workers"] == 1 and "wall_seconds_median" in r), None)
+    for r in rows:
+        if one and "wall_seconds_median" in r:
+            r["speedup"] = round(one["wall_seconds_median"] / r["wall_seconds_median"], 3)
+    return rows
+
+
 def measure_baseline(pcap, core, tmp_root):
     out = Path(tempfile.mkdtemp(prefix="baseline-", dir=tmp_root))
     try:
@@ -505,6 +551,8 @@ def markdown(res):
         bc = b["samples"][-1]["counts"]
         lines.append(f"- baseline: dpkt could not parse {bc['dpkt_failures']:,} of {bc['dns_messages']:,} DNS messages "
                      "(RR types it lacks: HTTPS, RRSIG, DS, NSEC, DNSKEY); they were kept as header-only rows.")
+    if res.get("parallel"):
+        lines += ["", "## Several workers (`read --coremask`, wall clock)", "", *parallel_lines(res["parallel"])]
     c = res["code"]
     lines += [
         "",
@@ -557,6 +605,22 @@ def print_table(res):
     if b is not None:
         print(f"ratio dnsprobe/baseline: {res['ratio']:.2f}x (target >= {TARGET_RATIO:g}x: "
               f"{'met' if t['ratio_met'] else 'NOT met'})")
+    if res.get("parallel"):
+        print()
+        for line in parallel_lines(res["parallel"]):
+            print(line)
+
+
+def parallel_lines(rows):
+    """The table of `read` with several workers (Markdown)."""
+    out = ["| workers | wall s | pkts/s (wall) | speed-up | CPU s (all processes) |", "|---|---|---|---|---|"]
+    for r in rows:
+        if "not_measured" in r:
+            out.append(f"| {r['workers']} | not measured: {r['not_measured']} | | | |")
+        else:
+            out.append(f"| {r['workers']} | {r['wall_seconds_median']:.3f} | {r['pkts_per_wall_second']:,} | "
+                       f"{r.get('speedup', 1):.2f}x | {r['cpu_seconds_median']:.3f} |")
+    return out
 
 
 # ----------------------------------------------------------------------------------------------
@@ -576,6 +640,8 @@ def main(argv=None):
     ap.add_argument("--profile", action="store_true", help="also run dnsprobe once under cProfile")
     ap.add_argument("--core", type=int, help="CPU to pin the runs to (default: the last usable one)")
     ap.add_argument("--no-save", action="store_true", help="do not write benchmarks/results/offline.*")
+    ap.add_argument("--workers", help="also measure `read --coremask` with these worker counts, comma-separated (the "
+                    "wall-clock speed-up; counts beyond the usable cores are reported as not measured)")
     ap.add_argument("--baseline-worker", nargs=2, metavar=("PCAP", "DIR"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
 
@@ -624,6 +690,10 @@ def main(argv=None):
             baseline = ("baseline", lambda i: measure_baseline(pcap, core, tmp))
             bsamples = _interleaved_runs([baseline], args.baseline_repeat, packets)[0]
             bres = summarise(bsamples, packets, startup_b)
+        parallel = None
+        if args.workers:
+            counts = [int(w) for w in args.workers.split(",")]
+            parallel = parallel_table(pcap, packets, counts, tmp, args.repeat)
         prof = None
         if args.profile:
             RESULTS.mkdir(parents=True, exist_ok=True)
@@ -644,6 +714,7 @@ def main(argv=None):
         "cdns": cres,
         "sizes": sizes_per_transaction(dres, cres),
         "baseline": bres,
+        "parallel": parallel,
         "ratio": round(ratio, 3) if ratio else None,
         "targets": {"pkts_per_cpu_second": TARGET_PPS, "ratio": TARGET_RATIO,
                     "pps_met": dres["pkts_per_cpu_second"] >= TARGET_PPS,
