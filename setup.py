@@ -26,7 +26,7 @@ CORE = (
     ("probe.match._matchrec", "probe/match/_matchrec.c", ("records.h",)),
     ("export.parquet._parquetrec", "export/parquet/_parquetrec.c", ("records.h", "coltext.h")),
 )
-DPDK = ("probe.capture._dpdk", "probe/capture/_dpdk.c")
+DPDK = ("probe.capture._dpdk", "probe/capture/_dpdk.c", ("records.h",))
 # The extensions build without a warning at these (tests/run/test_native_build.py fails on a new one)
 WARNINGS = ("-Wall", "-Wextra")
 

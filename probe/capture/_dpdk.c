@@ -11,6 +11,9 @@
  *                                         configure `queues` RX queues (no TX), symmetric RSS on IP/UDP/TCP
  *                                         where the device hashes, one mbuf pool, start; returns the RSS
  *                                         hash functions in use (0: no RSS)
+ *   rx_burst_packed(port, queue, max, timeout_us, frames)
+ *                                         the same into a probe._records.Frames (FrameBatch.packed): one copy of
+ *                                         the burst's frames into one buffer, no object per frame; returns n
  *   rx_burst(port, queue, max, timeout_us)
  *                                         poll the queue, GIL released, until it has frames and the queue is
  *                                         empty again, or `max` frames, or timeout_us passed without any;
@@ -41,6 +44,8 @@
 #include <rte_mempool.h>
 #include <rte_pause.h>
 #include <rte_version.h>
+
+#include "records.h"
 
 #define MAX_QUEUES 128
 #define RX_CHUNK 64 /* frames asked of one rte_eth_rx_burst call */
@@ -277,33 +282,24 @@ py_port_setup(PyObject *Py_UNUSED(self), PyObject *args)
 	return PyLong_FromUnsignedLongLong(rss_hf);
 }
 
-static PyObject *
-py_rx_burst(PyObject *Py_UNUSED(self), PyObject *args)
+/* Poll the queue, GIL released, until it has frames and is empty again, or `max` frames, or timeout_us without
+ * any: rx_burst's loop, for both of its forms. The caller frees the mbufs[0..*got). -1 with an exception. */
+static int
+poll_queue(unsigned int port, unsigned int queue, unsigned int max, unsigned long long timeout_us,
+	   struct rte_mbuf **mbufs, uint64_t *stamps, unsigned int *got_out, uint64_t *b_tsc, uint64_t *b_ns)
 {
-	unsigned int port, queue, max;
-	unsigned long long timeout_us;
-	if (!PyArg_ParseTuple(args, "IIIK", &port, &queue, &max, &timeout_us))
-		return NULL;
 	if (check_port(port) < 0)
-		return NULL;
+		return -1;
 	if (queue >= rx_queues[port]) { /* DPDK itself does not check (only in its debug builds) */
 		PyErr_Format(DpdkError, "RX queue %u of port %u is not set up (%u queue(s) are)", queue, port,
 			     rx_queues[port]);
-		return NULL;
-	}
-	if (max == 0)
-		max = 1;
-	struct rte_mbuf **mbufs = PyMem_Malloc(sizeof(*mbufs) * max);
-	uint64_t *stamps = PyMem_Malloc(sizeof(*stamps) * max);
-	if (mbufs == NULL || stamps == NULL) {
-		PyMem_Free(mbufs);
-		PyMem_Free(stamps);
-		return PyErr_NoMemory();
+		return -1;
 	}
 	uint64_t now = rte_get_tsc_cycles();
 	if (now - base_tsc > tsc_hz)
 		clock_rebase();
-	uint64_t b_tsc = base_tsc, b_ns = base_ns;
+	*b_tsc = base_tsc;
+	*b_ns = base_ns;
 	unsigned int got = 0;
 
 	Py_BEGIN_ALLOW_THREADS;
@@ -332,6 +328,33 @@ py_rx_burst(PyObject *Py_UNUSED(self), PyObject *args)
 		}
 	}
 	Py_END_ALLOW_THREADS;
+	*got_out = got;
+	return 0;
+}
+
+static PyObject *
+py_rx_burst(PyObject *Py_UNUSED(self), PyObject *args)
+{
+	unsigned int port, queue, max;
+	unsigned long long timeout_us;
+	if (!PyArg_ParseTuple(args, "IIIK", &port, &queue, &max, &timeout_us))
+		return NULL;
+	if (max == 0)
+		max = 1;
+	struct rte_mbuf **mbufs = PyMem_Malloc(sizeof(*mbufs) * max);
+	uint64_t *stamps = PyMem_Malloc(sizeof(*stamps) * max);
+	if (mbufs == NULL || stamps == NULL) {
+		PyMem_Free(mbufs);
+		PyMem_Free(stamps);
+		return PyErr_NoMemory();
+	}
+	uint64_t b_tsc, b_ns;
+	unsigned int got = 0;
+	if (poll_queue(port, queue, max, timeout_us, mbufs, stamps, &got, &b_tsc, &b_ns) < 0) {
+		PyMem_Free(mbufs);
+		PyMem_Free(stamps);
+		return NULL;
+	}
 
 	PyObject *data = PyList_New(got);
 	PyObject *ts = PyList_New(got);
@@ -378,6 +401,72 @@ py_rx_burst(PyObject *Py_UNUSED(self), PyObject *args)
 		return NULL;
 	}
 	return Py_BuildValue("(NNN)", data, ts, wirelen);
+}
+
+/* rx_burst_packed(port, queue, max, timeout_us, frames) -> n: rx_burst into a probe._records.Frames
+ * (FrameBatch.packed): the frames are copied once, one after the other, into one bytes object the Frames keeps,
+ * and every mbuf is freed before the call returns; no object per frame. A VLAN tag the device took off
+ * (RTE_MBUF_F_RX_VLAN_STRIPPED) is given beside its frame, as the ring reader gives the kernel's. */
+static PyObject *
+py_rx_burst_packed(PyObject *Py_UNUSED(self), PyObject *args)
+{
+	unsigned int port, queue, max;
+	unsigned long long timeout_us;
+	Frames *frames;
+	if (records == NULL) {
+		PyErr_SetString(PyExc_RuntimeError, "rx_burst_packed needs probe._records, which is not built");
+		return NULL;
+	}
+	if (!PyArg_ParseTuple(args, "IIIKO!", &port, &queue, &max, &timeout_us, records->frames_type, &frames))
+		return NULL;
+	if (max == 0)
+		max = 1;
+	struct rte_mbuf **mbufs = PyMem_Malloc(sizeof(*mbufs) * max);
+	uint64_t *stamps = PyMem_Malloc(sizeof(*stamps) * max);
+	if (mbufs == NULL || stamps == NULL) {
+		PyMem_Free(mbufs);
+		PyMem_Free(stamps);
+		return PyErr_NoMemory();
+	}
+	uint64_t b_tsc, b_ns;
+	unsigned int got = 0;
+	if (poll_queue(port, queue, max, timeout_us, mbufs, stamps, &got, &b_tsc, &b_ns) < 0) {
+		PyMem_Free(mbufs);
+		PyMem_Free(stamps);
+		return NULL;
+	}
+	size_t total = 0;
+	for (unsigned int k = 0; k < got; k++)
+		total += rte_pktmbuf_pkt_len(mbufs[k]);
+	PyObject *buf = got ? PyBytes_FromStringAndSize(NULL, (Py_ssize_t)total) : NULL;
+	int failed = got && (buf == NULL || records->frames_own(frames, buf) < 0);
+	size_t off = 0;
+	for (unsigned int k = 0; k < got; k++) {
+		struct rte_mbuf *m = mbufs[k];
+		if (!failed) {
+			uint32_t len = rte_pktmbuf_pkt_len(m);
+			unsigned char *d = (unsigned char *)PyBytes_AS_STRING(buf) + off;
+			/* As rx_burst: an mbuf whose segments hold less than its length gives a frame of no bytes. */
+			const void *p = rte_pktmbuf_read(m, 0, len, d);
+			uint32_t caplen = p == NULL ? 0 : len;
+			if (p != NULL && p != d)
+				memcpy(d, p, len);
+			uint32_t tag = m->ol_flags & RTE_MBUF_F_RX_VLAN_STRIPPED ? (0x8100u << 16) | m->vlan_tci : 0;
+			if (records->frames_add(frames, d, caplen, len, (int64_t)tsc_to_ns(stamps[k], b_tsc, b_ns), tag) < 0)
+				failed = 1;
+			off += len;
+		}
+		rte_pktmbuf_free(m);
+	}
+	Py_XDECREF(buf);
+	PyMem_Free(mbufs);
+	PyMem_Free(stamps);
+	if (failed) {
+		if (!PyErr_Occurred())
+			PyErr_NoMemory();
+		return NULL;
+	}
+	return PyLong_FromUnsignedLong(got);
 }
 
 static PyObject *
@@ -444,6 +533,8 @@ static PyMethodDef methods[] = {
 	{"port_setup", py_port_setup, METH_VARARGS,
 	 "port_setup(port, queues, ring_size, mempool_size, mbuf_size, promiscuous): configure and start; returns the RSS hash "
 	 "functions in use"},
+	{"rx_burst_packed", py_rx_burst_packed, METH_VARARGS,
+	 "rx_burst_packed(port, queue, max, timeout_us, frames) -> n: rx_burst into a probe._records.Frames"},
 	{"rx_burst", py_rx_burst, METH_VARARGS,
 	 "rx_burst(port, queue, max, timeout_us): (data, ts_ns, wirelen) lists; polls with the GIL released"},
 	{"port_stats", py_port_stats, METH_VARARGS, "port_stats(port): dict ipackets, imissed, ierrors, rx_nombuf"},
@@ -460,6 +551,9 @@ static struct PyModuleDef module = {
 PyMODINIT_FUNC
 PyInit__dpdk(void)
 {
+	/* rx_burst_packed needs probe._records; rx_burst does not. */
+	if (records_import() < 0)
+		PyErr_Clear();
 	PyObject *m = PyModule_Create(&module);
 	if (m == NULL)
 		return NULL;

@@ -22,6 +22,8 @@ from probe import native
 from probe.errors import ConfigError
 from probe.model import LINKTYPE_ETHERNET, FrameBatch
 
+_records = native.load("probe._records")
+
 NOT_BUILT = (
     "DPDK support was not built into this dnsprobe: install DPDK's development files "
     "(apt-get install libdpdk-dev pkg-config), then reinstall dnsprobe (pip install -e .); see docs/dpdk.md"
@@ -212,9 +214,16 @@ class DpdkQueueSource:
         self.queue = queue
         self.name = f"{port.name}/q{queue}"
         self._rx = port.lib.rx_burst
+        # Packed batches (FrameBatch.packed: one copy of a burst's frames, no object per frame) where
+        # probe._records is built.
+        self._rx_packed = getattr(port.lib, "rx_burst_packed", None) if _records is not None else None
         self.frames = 0
 
     def read(self, max_frames, timeout_us=0):
+        if self._rx_packed is not None:
+            frames = _records.Frames()
+            self.frames += self._rx_packed(self.port_id, self.queue, max_frames, timeout_us, frames)
+            return FrameBatch(LINKTYPE_ETHERNET, packed=frames)
         data, ts_ns, wirelen = self._rx(self.port_id, self.queue, max_frames, timeout_us)
         self.frames += len(data)
         return FrameBatch(LINKTYPE_ETHERNET, ts_ns, wirelen, data)

@@ -51,9 +51,9 @@ class _QueueThread(threading.Thread):
 
     def _feed(self, timeout_us):
         batch = self.source.read(self.batch_size, timeout_us)
-        if batch.data:
+        if len(batch):
             self.pipeline.feed(batch, self.source.name)
-        return len(batch.data)
+        return len(batch)
 
     def run(self):
         try:
