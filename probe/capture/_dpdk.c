@@ -51,6 +51,7 @@
 #define RX_CHUNK 64 /* frames asked of one rte_eth_rx_burst call */
 #define IDLE_SPINS 64 /* empty polls before the poller starts sleeping between polls */
 #define IDLE_SLEEP_NS 20000 /* sleep between polls of an idle queue */
+#define HOLD_US 1000 /* how long frames already received wait for more while the queue is empty */
 
 static PyObject *DpdkError;
 static int eal_ready = 0;
@@ -282,8 +283,11 @@ py_port_setup(PyObject *Py_UNUSED(self), PyObject *args)
 	return PyLong_FromUnsignedLongLong(rss_hf);
 }
 
-/* Poll the queue, GIL released, until it has frames and is empty again, or `max` frames, or timeout_us without
- * any: rx_burst's loop, for both of its forms. The caller frees the mbufs[0..*got). -1 with an exception. */
+/* Poll the queue, GIL released, until it has `max` frames, or has had frames for HOLD_US and is empty, or
+ * timeout_us passed without any: rx_burst's loop, for both of its forms. Holding on to a few frames for a moment
+ * (sleeping while the queue is empty) makes batches of tens or hundreds of frames at moderate rates instead of a
+ * handful: the work per batch (a Python call, the pipeline's steps) is then spread over many frames. The caller
+ * frees the mbufs[0..*got). -1 with an exception. */
 static int
 poll_queue(unsigned int port, unsigned int queue, unsigned int max, unsigned long long timeout_us,
 	   struct rte_mbuf **mbufs, uint64_t *stamps, unsigned int *got_out, uint64_t *b_tsc, uint64_t *b_ns)
@@ -304,6 +308,7 @@ poll_queue(unsigned int port, unsigned int queue, unsigned int max, unsigned lon
 
 	Py_BEGIN_ALLOW_THREADS;
 	uint64_t deadline = now + (uint64_t)((unsigned __int128)timeout_us * tsc_hz / 1000000ULL);
+	uint64_t hold = (uint64_t)((unsigned __int128)HOLD_US * tsc_hz / 1000000ULL), first = 0;
 	unsigned int idle = 0;
 	while (got < max) {
 		unsigned int want = max - got < RX_CHUNK ? max - got : RX_CHUNK;
@@ -312,12 +317,20 @@ poll_queue(unsigned int port, unsigned int queue, unsigned int max, unsigned lon
 			uint64_t t = rte_get_tsc_cycles();
 			for (uint16_t k = 0; k < n; k++)
 				stamps[got + k] = t;
+			if (!got)
+				first = t;
 			got += n;
 			idle = 0;
 			continue;
 		}
-		if (got)
-			break; /* the queue is empty again: hand over what we have */
+		if (got) {
+			/* the queue is empty again: hand over what we have once it has waited HOLD_US */
+			if (rte_get_tsc_cycles() - first >= hold)
+				break;
+			struct timespec ts = {0, IDLE_SLEEP_NS};
+			nanosleep(&ts, NULL);
+			continue;
+		}
 		if (rte_get_tsc_cycles() >= deadline)
 			break;
 		if (++idle < IDLE_SPINS) {
