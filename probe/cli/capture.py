@@ -5,7 +5,6 @@ import sys
 from probe.cli.flags import CONFIG_FLAGS, FORMATTER, add_pipeline_options, overrides
 from probe.cli.output import show_progress
 from probe.config import load_config
-from probe.run.capture import capture
 
 CAPTURE_EPILOG = """\
 Captures on one or more interfaces with one worker process per core of the coremask. Each worker
@@ -80,6 +79,8 @@ def add_parser(sub):
 
 
 def run(args):
+    from probe.run.capture import capture  # (here: `read` and the other commands do not load the live code)
+
     cfg = load_config(args.config, overrides(args, CAPTURE_FLAGS))
     status, supervisor = capture(cfg, show_status=show_progress(cfg))
     if not args.quiet:

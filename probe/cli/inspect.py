@@ -3,8 +3,6 @@
 import json
 import sys
 
-from export.cdns.pcap import rebuild_pcap
-from export.cdns.reader import file_head, read_table, sniff_cdns
 from probe.cli.flags import FORMATTER
 from probe.cli.output import error, need_file
 from probe.errors import ConfigError, DnsprobeError
@@ -54,6 +52,8 @@ def _inspect_files(files, limit):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    from export.cdns.reader import file_head, read_table, sniff_cdns
+
     tables, errors = [], []
     for f in files:
         need_file(f)
@@ -76,6 +76,9 @@ def _inspect_files(files, limit):
 
 
 def _inspect_pcap(args):
+    from export.cdns.pcap import rebuild_pcap
+    from export.cdns.reader import file_head, sniff_cdns
+
     for f in args.files:
         need_file(f)
         if not sniff_cdns(file_head(f)):

@@ -2,7 +2,6 @@
 
 import sys
 
-from export.anonymise import new_key, write_key_file
 from probe.cli.flags import FORMATTER
 
 
@@ -22,6 +21,8 @@ def add_parser(sub):
 
 
 def run(args):
+    from export.anonymise import new_key, write_key_file
+
     write_key_file(args.file, new_key(args.algorithm), force=args.force)
     print(f"dnsprobe: wrote a new {args.algorithm} key to {args.file} (mode 0600); keep it secret and keep a copy: "
           "without it the anonymised addresses cannot be matched with new data", file=sys.stderr)
