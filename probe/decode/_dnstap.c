@@ -510,7 +510,7 @@ static int add_counts(PyObject *counts, const long long *add, Py_ssize_t n)
     return 0;
 }
 
-static PyObject *decode(PyObject *self, PyObject *args)
+static PyObject *decode(PyObject *Py_UNUSED(self), PyObject *args)
 {
     PyObject *frames, *counts, *type_counts;
     Py_ssize_t start;
@@ -571,7 +571,8 @@ static PyMethodDef methods[] = {
 };
 
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "_dnstap", "The dnstap decoder's loop, in C.", -1, methods,
+    .m_base = PyModuleDef_HEAD_INIT, .m_name = "_dnstap", .m_doc = "The dnstap decoder's loop, in C.", .m_size = -1,
+    .m_methods = methods,
 };
 
 PyMODINIT_FUNC PyInit__dnstap(void)
