@@ -129,7 +129,7 @@ static size_t utf8_backslashreplace(const unsigned char *s, size_t n, char *out)
     return o;
 }
 
-static PyObject *py_utf8_backslashreplace(PyObject *self, PyObject *arg)
+static PyObject *py_utf8_backslashreplace(PyObject *Py_UNUSED(self), PyObject *arg)
 {
     Py_buffer v;
     if (PyObject_GetBuffer(arg, &v, PyBUF_SIMPLE) < 0)
@@ -476,13 +476,13 @@ static Py_ssize_t msgbatch_len(PyObject *self)
     return ((MsgBatch *)self)->recs.n;
 }
 
-static PyObject *msgbatch_clear(PyObject *self, PyObject *unused)
+static PyObject *msgbatch_clear(PyObject *self, PyObject *Py_UNUSED(unused))
 {
     recbuf_clear(&((MsgBatch *)self)->recs);
     Py_RETURN_NONE;
 }
 
-static PyObject *msgbatch_to_tuples(PyObject *self, PyObject *unused)
+static PyObject *msgbatch_to_tuples(PyObject *self, PyObject *Py_UNUSED(unused))
 {
     MsgBatch *b = (MsgBatch *)self;
     PyObject *list = PyList_New(b->recs.n);
@@ -537,7 +537,7 @@ static PyObject *msgbatch_counts(PyObject *self, PyObject *args)
 }
 
 /* last_ts(): the capture time of the last message (None when empty). */
-static PyObject *msgbatch_last_ts(PyObject *self, PyObject *unused)
+static PyObject *msgbatch_last_ts(PyObject *self, PyObject *Py_UNUSED(unused))
 {
     MsgBatch *b = (MsgBatch *)self;
     if (b->recs.n == 0)
@@ -573,6 +573,10 @@ static PyTypeObject MsgBatch_Type = {
 
 static int txbatch_add(TxBatch *b, const Rec *q, const Rec *r, int32_t messages)
 {
+    if (q == NULL && r == NULL) { /* every reader of a transaction takes one of its sides */
+        PyErr_SetString(PyExc_ValueError, "a transaction has a query, a response or both");
+        return -1;
+    }
     size_t size = sizeof(TxHead) + (q ? q->size : 0) + (r ? r->size : 0);
     if (size > UINT32_MAX) {
         PyErr_SetString(PyExc_OverflowError, "transaction over 4 GiB");
@@ -606,7 +610,7 @@ static Py_ssize_t txbatch_len(PyObject *self)
     return ((TxBatch *)self)->txs.n;
 }
 
-static PyObject *txbatch_clear(PyObject *self, PyObject *unused)
+static PyObject *txbatch_clear(PyObject *self, PyObject *Py_UNUSED(unused))
 {
     recbuf_clear(&((TxBatch *)self)->txs);
     Py_RETURN_NONE;
@@ -688,6 +692,7 @@ static PyObject *txbatch_time_ns(PyObject *self, PyObject *arg)
         return NULL;
     }
     const TxHead *t = txbatch_get(b, i);
+    /* never NULL: txbatch_add makes no transaction without either side (gcc -fanalyzer cannot see it) */
     const Rec *m = tx_query(t) ? tx_query(t) : tx_response(t);
     return PyLong_FromLongLong(m->ts_ns);
 }
@@ -840,7 +845,7 @@ fail:
     return NULL;
 }
 
-static PyObject *frames_clear(PyObject *self, PyObject *unused)
+static PyObject *frames_clear(PyObject *self, PyObject *Py_UNUSED(unused))
 {
     Frames *f = (Frames *)self;
     f->n = 0;
@@ -869,7 +874,7 @@ static PyObject *frames_py_add(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
-static PyObject *frames_last_ts(PyObject *self, PyObject *unused)
+static PyObject *frames_last_ts(PyObject *self, PyObject *Py_UNUSED(unused))
 {
     Frames *f = (Frames *)self;
     if (f->n == 0)
@@ -912,7 +917,9 @@ static const RecordsApi api = {
     recbuf_reserve, recbuf_push, txbatch_add, utf8_backslashreplace, rec_to_tuple,
 };
 
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "probe._records", NULL, -1, methods};
+static struct PyModuleDef module = {
+    .m_base = PyModuleDef_HEAD_INIT, .m_name = "probe._records", .m_size = -1, .m_methods = methods,
+};
 
 PyMODINIT_FUNC PyInit__records(void)
 {

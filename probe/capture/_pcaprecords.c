@@ -95,7 +95,7 @@ static PyObject *split(PyObject *Py_UNUSED(self), PyObject *args)
     return Py_BuildValue("(ni)", pos, status);
 }
 
-static PyObject *split_packed(PyObject *self, PyObject *args)
+static PyObject *split_packed(PyObject *Py_UNUSED(self), PyObject *args)
 {
     PyObject *buf_obj;
     Frames *frames;

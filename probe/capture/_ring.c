@@ -76,7 +76,7 @@ static int add_block(Frames *f, PyObject *copy, uint32_t num, uint32_t first, Py
     return 0;
 }
 
-static PyObject *read_blocks(PyObject *self, PyObject *args)
+static PyObject *read_blocks(PyObject *Py_UNUSED(self), PyObject *args)
 {
     PyObject *ring_obj;
     Frames *frames;
@@ -127,7 +127,9 @@ static PyMethodDef methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "probe.capture._ring", NULL, -1, methods};
+static struct PyModuleDef module = {
+    .m_base = PyModuleDef_HEAD_INIT, .m_name = "probe.capture._ring", .m_size = -1, .m_methods = methods,
+};
 
 PyMODINIT_FUNC PyInit__ring(void)
 {

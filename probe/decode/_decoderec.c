@@ -419,7 +419,7 @@ static int check_args(Py_ssize_t portmap_len, PyObject *counts, PyObject *tcp)
     return 0;
 }
 
-static PyObject *decode_frames(PyObject *self, PyObject *args)
+static PyObject *decode_frames(PyObject *Py_UNUSED(self), PyObject *args)
 {
     PyObject *ts_obj, *wl_obj, *data_obj, *keep4, *keep6, *counts_obj, *tcp;
     MsgBatch *out;
@@ -514,7 +514,7 @@ static const unsigned char *frame_at(const Frames *f, Py_ssize_t i, unsigned cha
 }
 
 /* decode_frames over a packed batch (FrameBatch.packed, a probe._records.Frames): no object per frame. */
-static PyObject *decode_packed(PyObject *self, PyObject *args)
+static PyObject *decode_packed(PyObject *Py_UNUSED(self), PyObject *args)
 {
     PyObject *keep4, *keep6, *counts_obj, *tcp, *result = NULL;
     Frames *frames;
@@ -566,7 +566,7 @@ done:
 
 /* select_share(frames, linktype, k, n) -> Frames: the frames whose flow_hash % n is k (pointers only: the new
  * Frames keeps the owners of the memory they point into). */
-static PyObject *select_share(PyObject *self, PyObject *args)
+static PyObject *select_share(PyObject *Py_UNUSED(self), PyObject *args)
 {
     Frames *frames;
     int linktype;
@@ -615,7 +615,7 @@ fail:
 }
 
 /* flow_hash(frame, linktype) -> int: wire.h's flow_hash (for the tests and the BPF fanout program's check). */
-static PyObject *py_flow_hash(PyObject *self, PyObject *args)
+static PyObject *py_flow_hash(PyObject *Py_UNUSED(self), PyObject *args)
 {
     Py_buffer frame;
     int linktype;
@@ -640,7 +640,9 @@ static PyMethodDef methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "probe.decode._decoderec", NULL, -1, methods};
+static struct PyModuleDef module = {
+    .m_base = PyModuleDef_HEAD_INIT, .m_name = "probe.decode._decoderec", .m_size = -1, .m_methods = methods,
+};
 
 PyMODINIT_FUNC PyInit__decoderec(void)
 {

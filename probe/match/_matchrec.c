@@ -289,6 +289,7 @@ static int emit_transfer(Matcher *m, Transfer *x, TxBatch *out)
 {
     if (records->txbatch_add(out, &x->query->rec, &x->first->rec, (int32_t)Py_MIN(x->messages, INT32_CAP)) < 0)
         return -1;
+    /* the response just added, not NULL (gcc -fanalyzer does not follow txbatch_add through the capsule) */
     Rec *r = (Rec *)tx_response(txbatch_get(out, out->txs.n - 1));
     r->ancount = (int32_t)cap32(m, x->ancount);
     r->wirelen = cap32(m, x->wirelen);
@@ -674,7 +675,7 @@ static void matcher_dealloc(PyObject *self)
     Py_TYPE(self)->tp_free(self);
 }
 
-static PyObject *matcher_held(PyObject *self, PyObject *unused)
+static PyObject *matcher_held(PyObject *self, PyObject *Py_UNUSED(unused))
 {
     return PyLong_FromSsize_t(((Matcher *)self)->held);
 }
@@ -690,7 +691,7 @@ static PyObject *key_tuple(const Key *k)
 /* state() -> (now_ns, held, pending, transfers), for a TransactionTable to carry on from (RecordTable.hand_over):
  * pending [(key, [query tuple, ...], is_list)] and transfers [(key, query, first response, ancount, wirelen,
  * dns_len, messages, last_ts)], both oldest key first. */
-static PyObject *matcher_state(PyObject *self, PyObject *unused)
+static PyObject *matcher_state(PyObject *self, PyObject *Py_UNUSED(unused))
 {
     Matcher *m = (Matcher *)self;
     PyObject *pending = PyList_New(0), *transfers = PyList_New(0);
@@ -758,7 +759,9 @@ static PyTypeObject Matcher_Type = {
     .tp_methods = matcher_methods,
 };
 
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "probe.match._matchrec", NULL, -1, NULL};
+static struct PyModuleDef module = {
+    .m_base = PyModuleDef_HEAD_INIT, .m_name = "probe.match._matchrec", .m_size = -1,
+};
 
 PyMODINIT_FUNC PyInit__matchrec(void)
 {

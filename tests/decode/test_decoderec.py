@@ -117,6 +117,8 @@ def test_tuples_survive_records(captures):
         for q, r in pairs:
             txs.append((q, r, 3))
         assert txs.to_tuples() == [(q, r, 3) for q, r in pairs], path.name
+    with pytest.raises(ValueError, match="a query, a response or both"):
+        _records.TxBatch().append((None, None, 1))
 
 
 @pytest.mark.parametrize(
