@@ -121,8 +121,9 @@ def assert_rows_equal_dnsprobe(expected_file, rows, label):
 # Transactions of a capture, through the stages in-process
 
 
-def transactions(path):
-    """The transactions of a capture file, decoded and matched with the default configuration."""
+def transactions(path, keep_raw=True):
+    """The transactions of a capture file, decoded and matched with the default configuration (keep_raw: with the
+    DNS messages' bytes, as C-DNS and the answers column read them)."""
     skip_without_shared(path)
     from probe.capture.pcapfile import read_capture
     from probe.config import load_config
@@ -133,7 +134,7 @@ def transactions(path):
 
     cfg = load_config()
     stats = Stats()
-    decoder = PacketDecoder(cfg.decode, cfg.decode.dns_ports, stats, IpFilter(cfg.filter))
+    decoder = PacketDecoder(cfg.decode, cfg.decode.dns_ports, stats, IpFilter(cfg.filter), keep_raw=keep_raw)
     table = TransactionTable(cfg.match, stats)
     txs = []
     for batch in read_capture(path, 4096):

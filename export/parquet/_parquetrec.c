@@ -7,11 +7,11 @@
  * domain name, address text), is written here from them. RecordBuilder.build over the transaction tuples stays
  * the reference; tests/export/test_parquetrec.py checks that both give equal tables.
  *
- * parquet_columns(txs, names, client_binary) -> [(null_count, validity or None, buffers...), ...]
- *   One result per name in `names` (probe.records SCHEMA names; ValueError for another), with the buffers of
- *   Arrow's layout as probe/_columns.c gives them (fixed width and bool: (data,); strings and binary: (offsets,
- *   data); list<int32>: (offsets, values)). client_binary: the client column ("src") as the packed address
- *   bytes (binary), for the client privacy transformation done in Python; else as text.
+ * parquet_columns(txs, names) -> [(null_count, validity or None, buffers...), ...]
+ *   One result per name in `names` (export/parquet/schema.py SCHEMA names but the enrichment ones and answers,
+ *   and r_raw: the response's DNS bytes as binary, for the answers column; ValueError for another), with the
+ *   buffers of Arrow's layout as probe/_columns.c gives them (fixed width and bool: (data,); strings and binary:
+ *   (offsets, data); list<int32>: (offsets, values)).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -33,7 +33,7 @@ typedef enum {
     C_QDCOUNT, C_OPCODE, C_RCODE, C_QTYPE, C_QCLASS, C_EMPTY, C_EDNS_UDP, C_EDNS_VERSION, C_EDNS_DO, C_FALSE,
     C_EDNS_NSID, C_DAU, C_DHU, C_N3U, C_ECS, C_OTHER, C_LABELS, C_RES_LEN, C_TIME_MICRO, C_DNS_RES_LEN, C_RTT,
     C_Q_PRESENT, C_R_PRESENT, C_DELAY, C_Q_TIME, C_R_TIME, C_VLAN, C_EDE, C_MALFORMED, C_MESSAGES, C_RES_EDNS_UDP,
-    C_TRANSPORT, C_NULL,
+    C_TRANSPORT, C_NULL, C_R_RAW,
 } Source;
 
 static const struct {
@@ -62,6 +62,7 @@ static const struct {
     {"edns_ede", C_EDE, K_LIST}, {"malformed", C_MALFORMED, K_BOOL}, {"response_messages", C_MESSAGES, K_I32},
     {"res_edns_udp", C_RES_EDNS_UDP, K_I32}, {"transport", C_TRANSPORT, K_STR}, {"dnstap_type", C_NULL, K_STR},
     {"server_identity", C_NULL, K_STR}, /* (dnstap only: records are packets') */
+    {"r_raw", C_R_RAW, K_STR},          /* (binary: not a column, what the answers column is made of) */
 };
 
 /* The transport column's text by transport code (probe.model TRANSPORTS); 0: None (null). */
@@ -178,13 +179,10 @@ static inline int put_edns_text(Col *c, Py_ssize_t i, const Rec *m, size_t field
     return put_text(c, i, rec_at(m, *s), s->len);
 }
 
-static inline int put_address(Col *c, Py_ssize_t i, const uint8_t *a, int ipv, int binary)
+static inline int put_address(Col *c, Py_ssize_t i, const uint8_t *a, int ipv)
 {
     char text[64];
-    Py_ssize_t len;
-    if (binary)
-        return put_text(c, i, (const char *)a, ipv == 6 ? 16 : 4);
-    len = ipv == 6 ? ipv6_text(a, text) : ipv4_text(a, text);
+    Py_ssize_t len = ipv == 6 ? ipv6_text(a, text) : ipv4_text(a, text);
     return put_text(c, i, text, (size_t)len);
 }
 
@@ -215,7 +213,7 @@ typedef struct {
         return -1;
 
 /* Column c for the rows of w. One loop per source, so that the choice is made once per column and chunk. */
-static int fill(Col *c, const Rows *w, int client_binary)
+static int fill(Col *c, const Rows *w)
 {
     switch (c->source) {
     case C_ID: ROWS int32_t v = COALESCE(q, r, id); put_i32(c, i, v, v >= 0); END_ROWS break;
@@ -259,10 +257,9 @@ static int fill(Col *c, const Rows *w, int client_binary)
     case C_SRCP: ROWS put_i32(c, i, q ? q->sport : r->dport, 1); END_ROWS break;
     case C_DSTP: ROWS put_i32(c, i, q ? q->dport : r->sport, 1); END_ROWS break;
     case C_SRC:
-        ROWS CHECK(q ? put_address(c, i, q->src, q->ipv, client_binary) : put_address(c, i, r->dst, r->ipv, client_binary));
-        END_ROWS break;
+        ROWS CHECK(q ? put_address(c, i, q->src, q->ipv) : put_address(c, i, r->dst, r->ipv)); END_ROWS break;
     case C_DST:
-        ROWS CHECK(q ? put_address(c, i, q->dst, q->ipv, 0) : put_address(c, i, r->src, r->ipv, 0)); END_ROWS break;
+        ROWS CHECK(q ? put_address(c, i, q->dst, q->ipv) : put_address(c, i, r->src, r->ipv)); END_ROWS break;
     case C_AA: ROWS int32_t f = r ? r->flags : -1; put_bool(c, i, f & FLAG_AA, f >= 0); END_ROWS break;
     case C_TC: ROWS int32_t f = r ? r->flags : -1; put_bool(c, i, f & FLAG_TC, f >= 0); END_ROWS break;
     case C_RD: ROWS int32_t f = q ? q->flags : -1; put_bool(c, i, f & FLAG_RD, f >= 0); END_ROWS break;
@@ -342,6 +339,13 @@ static int fill(Col *c, const Rows *w, int client_binary)
         CHECK(put_text(c, i, TRANSPORT_NAMES[code], strlen(TRANSPORT_NAMES[code])));
         END_ROWS break;
     case C_NULL: ROWS CHECK(put_null_var(c, i)); END_ROWS break;
+    case C_R_RAW:
+        ROWS if (r == NULL || r->raw.len == SPAN_NONE) {
+            CHECK(put_null_var(c, i));
+            continue;
+        }
+        CHECK(put_text(c, i, rec_at(r, r->raw), r->raw.len));
+        END_ROWS break;
     }
     return 0;
 }
@@ -357,12 +361,11 @@ static void free_cols(Col *cols, Py_ssize_t n)
 }
 
 
-static PyObject *parquet_columns(PyObject *self, PyObject *args)
+static PyObject *parquet_columns(PyObject *Py_UNUSED(self), PyObject *args)
 {
     TxBatch *txs;
     PyObject *names;
-    int client_binary;
-    if (!PyArg_ParseTuple(args, "O!Op:parquet_columns", records->txbatch_type, &txs, &names, &client_binary))
+    if (!PyArg_ParseTuple(args, "O!O:parquet_columns", records->txbatch_type, &txs, &names))
         return NULL;
     PyObject *seq = PySequence_Fast(names, "names must be a sequence");
     if (seq == NULL)
@@ -419,7 +422,7 @@ static PyObject *parquet_columns(PyObject *self, PyObject *args)
             w->m[k] = w->q[k] ? w->q[k] : w->r[k];
         }
         for (Py_ssize_t k = 0; k < ncols; k++) {
-            if (fill(&cols[k], w, client_binary) < 0) {
+            if (fill(&cols[k], w) < 0) {
                 PyMem_Free(w);
                 goto done;
             }
@@ -452,12 +455,14 @@ done:
 
 static PyMethodDef methods[] = {
     {"parquet_columns", parquet_columns, METH_VARARGS,
-     "parquet_columns(txs, names, client_binary) -> [(nulls, validity, buffers...)]: the Arrow buffers of the "
+     "parquet_columns(txs, names) -> [(nulls, validity, buffers...)]: the Arrow buffers of the "
      "named Parquet columns of the TxBatch."},
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "export.parquet._parquetrec", NULL, -1, methods};
+static struct PyModuleDef module = {
+    .m_base = PyModuleDef_HEAD_INIT, .m_name = "export.parquet._parquetrec", .m_size = -1, .m_methods = methods,
+};
 
 PyMODINIT_FUNC PyInit__parquetrec(void)
 {

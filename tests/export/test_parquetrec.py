@@ -1,6 +1,6 @@
 """The record column pass (export.parquet._parquetrec, RecordBuilder.build on a TxBatch) must give the table the
 Python reference builds from the same transactions as tuples (columns.extract_python, then RecordBuilder's
-Arrow kernels), column for column, types and nulls included; with client privacy too.
+Arrow kernels), column for column, types and nulls included; with the answers column too.
 
 Transactions: those of every shared capture (DNS Probe's, compactor's: malformed messages, zone transfers,
 TCP, IPv6, EDNS options), the sample, the live-capture test's generated traffic and the benchmark mix, matched
@@ -11,12 +11,10 @@ import pytest
 from support import columnar_captures, transactions
 
 import export.parquet.records as records
-from export.anonymise import client_privacy
 from export.parquet import columns
 from export.parquet.records import RecordBuilder
 from export.parquet.schema import SCHEMA
 from probe import _records
-from probe.config import load_config
 
 
 @pytest.fixture(scope="module")
@@ -33,27 +31,28 @@ def test_extension_is_built():
 def test_every_schema_column_and_no_other():
     from export.parquet import _parquetrec
 
-    assert len(_parquetrec.parquet_columns(_records.TxBatch(), SCHEMA.names, False)) == len(SCHEMA)
+    assert len(_parquetrec.parquet_columns(_records.TxBatch(), records._C_NAMES + ["r_raw"])) == len(SCHEMA) - 3
     with pytest.raises(ValueError, match="no Parquet column"):
-        _parquetrec.parquet_columns(_records.TxBatch(), ["id", "nope"], False)
+        _parquetrec.parquet_columns(_records.TxBatch(), ["id", "nope"])
+    with pytest.raises(ValueError, match="no Parquet column"):
+        _parquetrec.parquet_columns(_records.TxBatch(), ["answers"])
 
 
-@pytest.mark.parametrize("private", [False, True], ids=["clear", "private"])
-def test_tables_equal_python_builder(captures, private, monkeypatch):
-    overrides = {"privacy.client_ipv4_prefix": 24, "privacy.client_ipv6_prefix": 48} if private else {}
-    cfg = load_config(overrides=overrides)
+@pytest.mark.parametrize("answers", [False, True], ids=["plain", "answers"])
+def test_tables_equal_python_builder(captures, answers, monkeypatch):
     monkeypatch.setattr(records, "extract", columns.extract_python)  # the tuple path's pure-Python reference
-    rows = 0
+    rows = with_answers = 0
     for path in captures:
-        txs = transactions(path)
+        txs = transactions(path, keep_raw=answers)
         batch = _records.TxBatch()
         for t in txs:
             batch.append(t)
-        got = RecordBuilder(client=client_privacy(cfg.privacy)).build(batch)
-        want = RecordBuilder(client=client_privacy(cfg.privacy)).build(txs)
+        got = RecordBuilder(answers=answers).build(batch)
+        want = RecordBuilder(answers=answers).build(txs)
         got.validate(full=True)
         assert got.schema == want.schema
         for name in want.column_names:
             assert got.column(name).equals(want.column(name)), f"{path.name}: column {name}"
         rows += got.num_rows
-    assert rows > 10000
+        with_answers += got.num_rows - got.column("answers").null_count
+    assert rows > 10000 and (with_answers > 5000 if answers else with_answers == 0)

@@ -22,14 +22,24 @@ def test_columnar_is_the_default():
     assert not Pipeline(load_config(overrides={"decode.parser": "wire"}), "/nonexistent").columnar
 
 
-@pytest.mark.parametrize("fmt", ["parquet", "cdns"])
-def test_same_files_and_counters(captures, fmt, tmp_path):
+# Parquet options that change what the builder is given or what happens to its table afterwards.
+OPTIONS = {
+    "plain": {},
+    "answers-privacy-enrich": {"export.answers": True, "privacy.client_ipv4_prefix": 24,
+                               "privacy.client_ipv6_prefix": 48, "enrich.public_resolvers": True,
+                               "enrich.public_suffix": True, "export.server_name": "probe1"},
+}
+
+
+@pytest.mark.parametrize("fmt, options", [("parquet", "plain"), ("parquet", "answers-privacy-enrich"),
+                                          ("cdns", "plain")])
+def test_same_files_and_counters(captures, fmt, options, tmp_path):
     for path in captures:
         outputs = []
         for columnar in (True, False):
             out = tmp_path / f"{path.name}-{columnar}"
             out.mkdir()
-            cfg = load_config(overrides={"export.format": fmt, "export.directory": str(out)})
+            cfg = load_config(overrides={"export.format": fmt, "export.directory": str(out), **OPTIONS[options]})
             pipeline = Pipeline(cfg, out, columnar=columnar)
             assert pipeline.columnar == columnar
             for frames in read_capture(path, 512):
