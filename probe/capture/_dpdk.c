@@ -345,6 +345,42 @@ poll_queue(unsigned int port, unsigned int queue, unsigned int max, unsigned lon
 	return 0;
 }
 
+/* A burst: the mbufs a poll took (the caller frees them, then burst_free), their receive times and the clock pair
+ * that converts those to ns. */
+typedef struct {
+	struct rte_mbuf **mbufs;
+	uint64_t *stamps, b_tsc, b_ns;
+	unsigned int got;
+} Burst;
+
+static void
+burst_free(Burst *b)
+{
+	PyMem_Free(b->mbufs);
+	PyMem_Free(b->stamps);
+}
+
+/* poll_queue into a new Burst of room `max` (at least 1). -1 with an exception (nothing to free). */
+static int
+poll_burst(unsigned int port, unsigned int queue, unsigned int max, unsigned long long timeout_us, Burst *b)
+{
+	if (max == 0)
+		max = 1;
+	b->mbufs = PyMem_Malloc(sizeof(*b->mbufs) * max);
+	b->stamps = PyMem_Malloc(sizeof(*b->stamps) * max);
+	b->got = 0;
+	if (b->mbufs == NULL || b->stamps == NULL) {
+		burst_free(b);
+		PyErr_NoMemory();
+		return -1;
+	}
+	if (poll_queue(port, queue, max, timeout_us, b->mbufs, b->stamps, &b->got, &b->b_tsc, &b->b_ns) < 0) {
+		burst_free(b);
+		return -1;
+	}
+	return 0;
+}
+
 static PyObject *
 py_rx_burst(PyObject *Py_UNUSED(self), PyObject *args)
 {
@@ -352,22 +388,12 @@ py_rx_burst(PyObject *Py_UNUSED(self), PyObject *args)
 	unsigned long long timeout_us;
 	if (!PyArg_ParseTuple(args, "IIIK", &port, &queue, &max, &timeout_us))
 		return NULL;
-	if (max == 0)
-		max = 1;
-	struct rte_mbuf **mbufs = PyMem_Malloc(sizeof(*mbufs) * max);
-	uint64_t *stamps = PyMem_Malloc(sizeof(*stamps) * max);
-	if (mbufs == NULL || stamps == NULL) {
-		PyMem_Free(mbufs);
-		PyMem_Free(stamps);
-		return PyErr_NoMemory();
-	}
-	uint64_t b_tsc, b_ns;
-	unsigned int got = 0;
-	if (poll_queue(port, queue, max, timeout_us, mbufs, stamps, &got, &b_tsc, &b_ns) < 0) {
-		PyMem_Free(mbufs);
-		PyMem_Free(stamps);
+	Burst burst;
+	if (poll_burst(port, queue, max, timeout_us, &burst) < 0)
 		return NULL;
-	}
+	struct rte_mbuf **mbufs = burst.mbufs;
+	uint64_t *stamps = burst.stamps, b_tsc = burst.b_tsc, b_ns = burst.b_ns;
+	unsigned int got = burst.got;
 
 	PyObject *data = PyList_New(got);
 	PyObject *ts = PyList_New(got);
@@ -403,8 +429,7 @@ py_rx_burst(PyObject *Py_UNUSED(self), PyObject *args)
 		}
 		rte_pktmbuf_free(m);
 	}
-	PyMem_Free(mbufs);
-	PyMem_Free(stamps);
+	burst_free(&burst);
 	if (failed) {
 		Py_XDECREF(data);
 		Py_XDECREF(ts);
@@ -432,22 +457,12 @@ py_rx_burst_packed(PyObject *Py_UNUSED(self), PyObject *args)
 	}
 	if (!PyArg_ParseTuple(args, "IIIKO!", &port, &queue, &max, &timeout_us, records->frames_type, &frames))
 		return NULL;
-	if (max == 0)
-		max = 1;
-	struct rte_mbuf **mbufs = PyMem_Malloc(sizeof(*mbufs) * max);
-	uint64_t *stamps = PyMem_Malloc(sizeof(*stamps) * max);
-	if (mbufs == NULL || stamps == NULL) {
-		PyMem_Free(mbufs);
-		PyMem_Free(stamps);
-		return PyErr_NoMemory();
-	}
-	uint64_t b_tsc, b_ns;
-	unsigned int got = 0;
-	if (poll_queue(port, queue, max, timeout_us, mbufs, stamps, &got, &b_tsc, &b_ns) < 0) {
-		PyMem_Free(mbufs);
-		PyMem_Free(stamps);
+	Burst burst;
+	if (poll_burst(port, queue, max, timeout_us, &burst) < 0)
 		return NULL;
-	}
+	struct rte_mbuf **mbufs = burst.mbufs;
+	uint64_t *stamps = burst.stamps, b_tsc = burst.b_tsc, b_ns = burst.b_ns;
+	unsigned int got = burst.got;
 	size_t total = 0;
 	for (unsigned int k = 0; k < got; k++)
 		total += rte_pktmbuf_pkt_len(mbufs[k]);
@@ -472,8 +487,7 @@ py_rx_burst_packed(PyObject *Py_UNUSED(self), PyObject *args)
 		rte_pktmbuf_free(m);
 	}
 	Py_XDECREF(buf);
-	PyMem_Free(mbufs);
-	PyMem_Free(stamps);
+	burst_free(&burst);
 	if (failed) {
 		if (!PyErr_Occurred())
 			PyErr_NoMemory();
