@@ -119,6 +119,10 @@ class ExportConfig:
         False, "Parquet: the answers column, every resource record of the response in presentation format"
         " (the decoder then keeps each response's bytes)",
     )
+    flush_seconds: float = opt(
+        2.0, "live capture: every completed transaction is in a readable file within this many seconds, whatever"
+        " happens to the worker afterwards (0: only once its file is closed)", min=0,
+    )
     row_group_size: int = opt(100000, "Parquet rows per row group", min=1)
     compression: str = opt(
         "zstd", "Parquet compression codec", choices=("zstd", "snappy", "gzip", "brotli", "lz4", "none")
