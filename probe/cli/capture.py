@@ -68,15 +68,20 @@ def add_parser(sub):
         epilog=CAPTURE_EPILOG,
         formatter_class=FORMATTER,
     )
-    for flags, key, typ, help_ in CAPTURE_FLAGS:
-        if typ is None:
-            cap.add_argument(*flags, dest=key, action="store_const", const=True, help=help_)
-        elif key == "capture.interfaces":
-            cap.add_argument(*flags, dest=key, action="append", metavar="IFACE", help=help_)
-        else:
-            cap.add_argument(*flags, dest=key, type=typ, metavar=key.split(".")[1].upper(), help=help_)
+    add_capture_flags(cap)
     add_pipeline_options(cap, CONFIG_FLAGS, "capture.block_count=64", "the status line", "the statistics table")
     return cap
+
+
+def add_capture_flags(parser):
+    """The flags of CAPTURE_FLAGS (also taken by `dnsprobe config`)."""
+    for flags, key, typ, help_ in CAPTURE_FLAGS:
+        if typ is None:
+            parser.add_argument(*flags, dest=key, action="store_const", const=True, help=help_)
+        elif key == "capture.interfaces":
+            parser.add_argument(*flags, dest=key, action="append", metavar="IFACE", help=help_)
+        else:
+            parser.add_argument(*flags, dest=key, type=typ, metavar=key.split(".")[1].upper(), help=help_)
 
 
 def run(args):
