@@ -345,6 +345,8 @@ def test_reads_pipes_and_fifos(tmp_path):
 
 
 def test_a_directory_is_not_an_input(tmp_path, out_dir):
-    for command in (["read", tmp_path, "-o", out_dir], ["inspect", tmp_path]):
-        proc = run_dnsprobe(*command, check=False)
-        assert proc.returncode == 2 and f"{tmp_path}: is a directory, not a file" in proc.stderr, proc.stderr
+    proc = run_dnsprobe("read", tmp_path, "-o", out_dir, check=False)
+    assert proc.returncode == 2 and f"{tmp_path}: is a directory, not a file" in proc.stderr, proc.stderr
+    # inspect reads every output file of a directory: an empty one is an error naming it.
+    proc = run_dnsprobe("inspect", out_dir, check=False)
+    assert proc.returncode == 2 and f"{out_dir}: no dnsprobe output files in it" in proc.stderr, proc.stderr
