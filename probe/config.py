@@ -192,8 +192,17 @@ class CaptureConfig:
         100, "milliseconds after which the kernel hands over a partly filled block", min=1, max=60000
     )
     fanout_group: typing.Optional[int] = opt(  # noqa: UP045 (check_value reads typing.Optional)
-        None, "PACKET_FANOUT group id of the first interface, next ones +1 (null: derived from the process id)",
+        None, "PACKET_FANOUT group id of the first interface, next ones +1 (null: one no other capture uses there,"
+        " derived from the process id); a group another capture uses on the interface is refused",
         min=0, max=65535,
+    )
+    fanout_shared: bool = opt(
+        False, "join capture.fanout_group even when another capture uses it on the interface (the two then split"
+        " the traffic between them)"
+    )
+    wait_for_interface: bool = opt(
+        True, "an interface that does not exist or is down at start is waited for (logged), not an error (false:"
+        " exit status 2); one that goes down or away later is always waited for"
     )
     stats_interval: float = opt(
         10.0, "seconds between writes of the statistics JSON file, also written at start and exit (0: only then)", min=0
