@@ -68,8 +68,9 @@ def add_parser(sub):
 
 
 def record_files(directory):
-    """The files of records in a directory, in name order: finished ones, and those a capture is writing."""
-    names = sorted(p for p in Path(directory).iterdir() if p.is_file() and (
+    """The files of records in a directory and below it (a hive layout's partitions), in path order: finished
+    ones, and those a capture is writing."""
+    names = sorted(p for p in Path(directory).rglob("*") if p.is_file() and (
         p.name.endswith(RECORD_FILES) or (".cdns" in p.name and p.name.endswith(".part"))))
     if not names:
         raise ConfigError(f"{directory}: no dnsprobe output files in it (.parquet, .cdns[.gz|.xz|.zst], or a "
