@@ -6,8 +6,8 @@ from export.recovery import recover
 from probe.run.log import log
 
 
-def _recover_main(directories, export_cfg, conn):
-    done, errors = recover(directories, export_cfg)
+def _recover_main(directories, export_cfg, recursive, conn):
+    done, errors = recover(directories, export_cfg, recursive)
     conn.send(([(str(path), records) for path, records in done], errors))
     conn.close()
 
@@ -22,9 +22,11 @@ class Recoveries:
         self.files = []  # (path, records) of the files finished
         self.errors = []
 
-    def start(self, directories, why):
+    def start(self, directories, why, recursive=False):
+        """Finish the orphaned live files of the directories (recursive: and below them) in a new process."""
         parent, child = self.ctx.Pipe(duplex=False)
-        proc = self.ctx.Process(target=_recover_main, args=(sorted(set(map(str, directories))), self.cfg, child),
+        args = (sorted(set(map(str, directories))), self.cfg, recursive, child)
+        proc = self.ctx.Process(target=_recover_main, args=args,
                                 name="dnsprobe-recovery", daemon=True)
         proc.start()
         child.close()

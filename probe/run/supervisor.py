@@ -401,7 +401,7 @@ class Supervisor:
 
     def _run(self):
         # Files an earlier run left unfinished here (it was killed, or the machine stopped) are finished first.
-        self.recoveries.start([self.out_dir], "left by an earlier run")
+        self.recoveries.start([self.out_dir], "left by an earlier run", recursive=True)  # (hive: partitions)
         self._startup()
         try:
             serve_prometheus(self)

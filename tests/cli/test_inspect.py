@@ -56,3 +56,14 @@ def test_a_directory_means_every_output_file_in_it(outputs):
                               "id,qname,qtype,rcode").stdout.splitlines()
     assert from_dir == from_files and len(from_dir) == 2 * records
     assert from_dir[:records] == from_dir[records:]  # C-DNS and Parquet of the same capture: the same records
+
+
+def test_a_hive_dataset_is_read_from_its_top_directory(tmp_path):
+    out = tmp_path / "hive"
+    out.mkdir()
+    run_dnsprobe("read", SAMPLE, "-o", out, "-q", "--no-progress", "--set", "export.layout=hive",
+                 "--set", "export.server_name=probe1")
+    files = list(out.rglob("*.parquet"))
+    assert files and all("server=probe1" in str(f.parent) for f in files)
+    records = sum(pq.read_metadata(f).num_rows for f in files)
+    assert len(run_dnsprobe("inspect", out, "--json").stdout.splitlines()) == records
