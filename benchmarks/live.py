@@ -291,7 +291,7 @@ def start_probe(bed, out_dir, log, cores=(WORKER_CORE,), source=None, extra=(), 
     base = [sys.executable, "-m", "probe"] if code_dir else offline.dnsprobe_command()
     mask = sum(1 << c for c in cores)
     cmd = [*base, "capture", *(source or ("-i", bed.iface)), "--coremask", hex(mask), "-o", str(out_dir),
-           "--no-progress", "-q", *extra]
+           "--no-progress", "-q", *extra, *(a for kv in OPTIONS.get("set", ()) for a in ("--set", kv))]
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=code_dir or ROOT,
                             preexec_fn=lambda: os.sched_setaffinity(0, {cores[0]}))
     deadline = time.monotonic() + 60
@@ -779,6 +779,8 @@ def main(argv=None):
     ap.add_argument("--quiet-wait", type=float, help="before a trial, wait up to this many seconds for the machine "
                     f"to be quiet (< {QUIET_BUSY} CPUs busy; default 30; --quick 5)")
     ap.add_argument("--no-save", action="store_true", help="do not write benchmarks/results/live.*")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="a configuration key of the capture under test (repeatable), e.g. export.flush_seconds=0")
     args = ap.parse_args(argv)
 
     if os.geteuid() != 0:
@@ -794,7 +796,7 @@ def main(argv=None):
               f"this process may use {sorted(cpus)}", file=sys.stderr)
         return 2
 
-    OPTIONS.update(timer=args.timer, code_dir=str(Path(args.code).resolve()) if args.code else None)
+    OPTIONS.update(timer=args.timer, code_dir=str(Path(args.code).resolve()) if args.code else None, set=args.set)
     if args.retries is None:
         args.retries = 1 if args.quick else 2
     if args.quiet_wait is None:

@@ -9,11 +9,13 @@
 import probe.native  # noqa: F401 (first: a DNSPROBE_NATIVE_DIR build of the extensions is found by every import)
 
 
-def make_exporter(cfg, directory, worker_id, stats, client=None, live=False):
+def make_exporter(cfg, directory, worker_id, stats, client=None, live=False, metrics=None):
     """The exporter for cfg.export.format; a new format is one new module and one entry here.
 
     client: the export.anonymise.ClientPrivacy applied to client addresses (None: written as they are);
-    live: the records come from live capture (C-DNS collection parameters say so)."""
+    live: the records come from live capture (C-DNS collection parameters say so; Parquet is written as a
+    journal first, export.parquet.journal, when export.flush_seconds asks for it); metrics: an
+    export.metrics.DnsMetrics counting what is written (None: not counted)."""
     fmt = cfg.export.format
     if fmt == "parquet":
         from export.enrich import make_enricher
@@ -25,15 +27,21 @@ def make_exporter(cfg, directory, worker_id, stats, client=None, live=False):
         steps = [make_enricher(cfg)]
         if client is not None:
             steps.append(TablePrivacy(client, cfg.enrich.cache_size))
-        return ParquetExporter(
+        cls = ParquetExporter
+        if live and cfg.export.flush_seconds:
+            from export.parquet.journal import JournalingParquetExporter as cls
+        exporter = cls(
             cfg.export, directory, worker_id, stats, RecordBuilder(answers=cfg.export.answers),
             steps=[s for s in steps if s is not None], late_ns=int(cfg.match.query_timeout * 1e9),
         )
-    if fmt == "cdns":
+    elif fmt == "cdns":
         from export.cdns.writer import CdnsExporter
 
-        return CdnsExporter(cfg, directory, worker_id, stats, client=client, live=live)
-    raise ValueError(f"unknown export format {fmt!r}")
+        exporter = CdnsExporter(cfg, directory, worker_id, stats, client=client, live=live)
+    else:
+        raise ValueError(f"unknown export format {fmt!r}")
+    exporter.metrics = metrics
+    return exporter
 
 
 def reads_raw(cfg):

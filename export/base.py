@@ -1,12 +1,15 @@
 """What the exporters share: the Exporter interface, file names, .part files, rotation on time, output errors.
 
-Files are written as NAME.part and renamed to NAME when complete; NAME is
-<prefix><UTC start YYYYmmdd.HHMMSS.ffffff>.w<worker><suffix>, the start being the capture time of the
-file's first record.
+Files are written as NAME.part (live Parquet: the journal NAME.journal, export.parquet.journal; in the hive
+layout .NAME.part and .NAME.journal, names engines skip) and renamed to NAME when complete; NAME is
+<prefix><UTC start YYYYmmdd.HHMMSS.ffffff>.w<worker><suffix>, the start being the capture time of the file's
+first record. Every name is taken by creating its file exclusively, so two runs writing into one directory
+never replace each other's files, even when they start at the same moment.
 """
 
 import datetime
 import errno
+import fcntl
 import os
 import time
 from pathlib import Path
@@ -35,43 +38,92 @@ class Exporter(Protocol):
     def close(self):
         """End of output: close, and wait for anything still finishing the files."""
 
+    def flush(self):
+        """Put every record handed over so far into the file being written, readable (live capture)."""
+
+    def unwritten(self) -> int:
+        """Records handed over and not yet in the file (flush() writes them)."""
+
+    def live_files(self) -> list:
+        """Files still being written or finished (NAME.part, NAME.journal)."""
+
+
+# What a file being written is called until it is complete: NAME + one of these.
+LIVE_SUFFIXES = (".part", ".journal")
+
 
 def file_stamp(ts_ns):
     t = datetime.datetime.fromtimestamp(ts_ns // 1_000_000_000, datetime.timezone.utc)
     return t.strftime("%Y%m%d.%H%M%S") + f".{(ts_ns // 1000) % 1_000_000:06d}"
 
 
-def free_path(directory, base, suffix):
-    """DIR/BASE+SUFFIX, or DIR/BASE.N+SUFFIX with the first N that is free, counting NAME.part as taken.
-
-    Output names carry a time to the second (statistics) or microsecond (data); two runs writing to one
-    directory can still meet on a name, and neither may replace the other's file."""
-    directory = Path(directory)
-    path = directory / f"{base}{suffix}"
-    seq = 1
-    while path.exists() or Path(f"{path}.part").exists() or hidden_part(path).exists():
-        path = directory / f"{base}.{seq}{suffix}"
-        seq += 1
-    return path
+def live_path(final, suffix, hidden=False):
+    """The name of the file being written that becomes final: NAME+suffix, or .NAME+suffix when hidden (the hive
+    layout: Spark, Hive, Trino and pyarrow ignore names starting with '.' or '_')."""
+    return final.with_name(f".{final.name}{suffix}") if hidden else Path(f"{final}{suffix}")
 
 
 def hidden_part(path):
-    """The name of a file being written in the hive layout: .NAME.part, which engines reading the dataset skip
-    (Spark, Hive, Trino and pyarrow ignore names starting with '.' or '_')."""
-    return path.with_name(f".{path.name}.part")
+    """The name of a file being written in the hive layout: .NAME.part, which engines reading the dataset skip."""
+    return live_path(path, ".part", hidden=True)
+
+
+def free_path(directory, base, suffix, take=None):
+    """DIR/BASE+SUFFIX, or DIR/BASE.N+SUFFIX with the first N that is free, counting the live names of a file
+    (NAME.part, NAME.journal, .NAME.part, .NAME.journal) as taken. The name is taken by creating a file
+    exclusively: take(path) names it (default: path itself); take=False returns the free name without taking it.
+
+    Output names carry a time to the second (statistics) or microsecond (data); two runs writing to one
+    directory can still meet on a name, even at the same moment, and neither may replace the other's file."""
+    directory = Path(directory)
+    seq = 0
+    while True:
+        path = directory / (f"{base}{suffix}" if not seq else f"{base}.{seq}{suffix}")
+        seq += 1
+        if path.exists() or any(live_path(path, s, h).exists() for s in LIVE_SUFFIXES for h in (False, True)):
+            continue
+        if take is False:
+            return path
+        try:
+            os.close(os.open(take(path) if take else path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+        except FileExistsError:  # another run took it since we looked
+            continue
+        return path
 
 
 STATS_DIR = "_stats"  # the hive layout's directory of statistics JSON files, skipped by engines as hidden
 
 
 def stats_json_path(export_cfg, directory, started):
-    """Where a run's statistics JSON goes: PREFIX<UTC start to the second>.stats.json, made unique; in the hive
-    layout under _stats/, so that the output directory holds nothing but the dataset."""
+    """Where a run's statistics JSON goes: PREFIX<UTC start to the second>.stats.json, made unique and taken
+    (created empty) at once: call it when the file is about to be written. In the hive layout under _stats/, so
+    that the output directory holds nothing but the dataset."""
     stamp = time.strftime("%Y%m%d.%H%M%S", time.gmtime(started))
     if export_cfg.layout == "hive":
         directory = Path(directory) / STATS_DIR
         directory.mkdir(exist_ok=True)
     return free_path(directory, f"{export_cfg.file_prefix}{stamp}", ".stats.json")
+
+
+def lock_live_file(path):
+    """An exclusive lock on a file being written, held by the returned descriptor until it is closed (or the
+    process ends): a file whose lock can be taken is no one's, and can be recovered (export.recovery)."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        raise
+    return fd
+
+
+def off_capture_cores():
+    """Let the calling thread (one that compresses or converts a file) run on any core: a live-capture worker
+    is pinned to its core, and such work should not take that core's time (Linux affinity is per thread)."""
+    try:
+        os.sched_setaffinity(0, range(os.cpu_count() or 1))
+    except (OSError, AttributeError, ValueError):
+        pass
 
 
 def check_output_dir(directory):
@@ -95,6 +147,7 @@ class FileExporter:
     """What the exporters share: names, .part paths, rotation on time, output errors."""
 
     suffix = ""
+    live_suffix = ".part"  # what the file is called while it is written: NAME + this
 
     def __init__(self, export_cfg, directory, worker_id, stats):
         self.cfg = export_cfg
@@ -105,6 +158,7 @@ class FileExporter:
         self.final_path = None
         self.file_start_ns = None
         self.completed = []  # final paths of closed files
+        self.metrics = None  # export.metrics.DnsMetrics of what is written, when asked for (Prometheus)
 
     def is_open(self):
         raise NotImplementedError
@@ -123,11 +177,25 @@ class FileExporter:
     def close(self):
         self.rotate()
 
+    def flush(self):
+        pass
+
+    def unwritten(self):
+        return 0
+
+    def live_files(self):
+        return [self.part_path] if self.is_open() else []
+
     def _name(self, ts_ns):
-        """Choose the paths of a new file starting at ts_ns (a .N is added if the name is taken)."""
-        final = free_path(self.dir, f"{self.cfg.file_prefix}{file_stamp(ts_ns)}.w{self.worker_id}", self.suffix)
+        """Choose and take the paths of a new file starting at ts_ns (a .N is added if the name is taken): the file
+        being written (part_path) is created here, empty."""
+        base = f"{self.cfg.file_prefix}{file_stamp(ts_ns)}.w{self.worker_id}"
+        try:
+            final = free_path(self.dir, base, self.suffix, take=lambda p: live_path(p, self.live_suffix))
+        except OSError as exc:
+            raise self._output_error(exc, self.dir) from None
         self.final_path = final
-        self.part_path = Path(f"{final}.part")
+        self.part_path = Path(f"{final}{self.live_suffix}")
         self.file_start_ns = ts_ns
 
     def _output_error(self, exc, where=None):

@@ -1,13 +1,17 @@
 """Configuration: parsed once into frozen dataclasses and passed down.
 
-Sources, later ones winning: the defaults below (part of the installed package), `-c FILE`, then
-command-line flags. Every option is declared once here with its type, bounds and one-line help; the YAML
-loader, the flag overrides, `dnsprobe config --defaults` (of which config/dnsprobe.yml in the source tree
-is a copy, checked by a test) and the documentation all follow this table. An unknown
-key, a wrong type or an impossible value raises ConfigError naming the key (exit status 2).
+Sources, later ones winning: the defaults below (part of the installed package; no configuration file is
+read unless given), `-c FILE`, then command-line flags. Every option is declared once here with its type,
+bounds and one-line help; the YAML loader, the flag overrides, `dnsprobe config` (whose output `-c` reads
+back to the same configuration) and `dnsprobe config --defaults` (of which config/dnsprobe.yml in the source
+tree is a copy, checked by a test) and the documentation all follow this table. Values are read by their
+key's type: a text option takes the YAML scalar as written (a coremask 0x3, an address ::1), a number option
+the number. An unknown key (with the nearest known one), a wrong type or an impossible value raises
+ConfigError naming the key (exit status 2).
 """
 
 import dataclasses
+import difflib
 import ipaddress
 import math
 import typing
@@ -15,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
+from yaml.constructor import ConstructorError, SafeConstructor
 
 from probe.decode.dnstap_types import DEFAULT_TYPES as DNSTAP_DEFAULT_TYPES
 from probe.decode.dnstap_types import TYPE_NAMES as DNSTAP_TYPE_NAMES
@@ -41,10 +46,16 @@ def _server_name(value):
     return value
 
 
-def opt(default, help, *, min=None, max=None, choices=None, check=None, allow_empty=False):
+def _hex_mask(value):
+    """A coremask as text: an integer given where the text was expected (a program's override) is written in hex."""
+    return hex(value) if isinstance(value, int) and not isinstance(value, bool) else value
+
+
+def opt(default, help, *, min=None, max=None, choices=None, check=None, allow_empty=False, from_int=None):
     """check: a function of each value returning it (or raising ValueError with the problem);
-    allow_empty: a list option may be empty."""
-    meta = {"help": help, "min": min, "max": max, "choices": choices, "check": check, "allow_empty": allow_empty}
+    allow_empty: a list option may be empty; from_int: a text option takes an integer through this."""
+    meta = {"help": help, "min": min, "max": max, "choices": choices, "check": check, "allow_empty": allow_empty,
+            "from_int": from_int}
     if isinstance(default, (list, tuple)):
         return field(default=tuple(default), metadata=meta)
     return field(default=default, metadata=meta)
@@ -119,6 +130,10 @@ class ExportConfig:
         False, "Parquet: the answers column, every resource record of the response in presentation format"
         " (the decoder then keeps each response's bytes)",
     )
+    flush_seconds: float = opt(
+        2.0, "live capture: every completed transaction is in a readable file within this many seconds, whatever"
+        " happens to the worker afterwards (0: only once its file is closed)", min=0,
+    )
     row_group_size: int = opt(100000, "Parquet rows per row group", min=1)
     compression: str = opt(
         "zstd", "Parquet compression codec", choices=("zstd", "snappy", "gzip", "brotli", "lz4", "none")
@@ -170,7 +185,8 @@ class CaptureConfig:
         None, "network interfaces to capture on (the -i flag, repeatable); needed by `dnsprobe capture`"
     )
     coremask: str = opt(
-        "0x1", "CPU cores to run capture workers on, one worker process per core: a hex mask, quoted ('0x3')"
+        "0x1", "CPU cores to run capture workers on, one worker process per core: a hex mask (0x3, or 3)",
+        from_int=_hex_mask,
     )
     promiscuous: bool = opt(False, "put the interfaces in promiscuous mode (PACKET_ADD_MEMBERSHIP)")
     block_size: int = opt(
@@ -184,8 +200,17 @@ class CaptureConfig:
         100, "milliseconds after which the kernel hands over a partly filled block", min=1, max=60000
     )
     fanout_group: typing.Optional[int] = opt(  # noqa: UP045 (check_value reads typing.Optional)
-        None, "PACKET_FANOUT group id of the first interface, next ones +1 (null: derived from the process id)",
+        None, "PACKET_FANOUT group id of the first interface, next ones +1 (null: one no other capture uses there,"
+        " derived from the process id); a group another capture uses on the interface is refused",
         min=0, max=65535,
+    )
+    fanout_shared: bool = opt(
+        False, "join capture.fanout_group even when another capture uses it on the interface (the two then split"
+        " the traffic between them)"
+    )
+    wait_for_interface: bool = opt(
+        True, "an interface that does not exist or is down at start is waited for (logged), not an error (false:"
+        " exit status 2); one that goes down or away later is always waited for"
     )
     stats_interval: float = opt(
         10.0, "seconds between writes of the statistics JSON file, also written at start and exit (0: only then)", min=0
@@ -256,7 +281,7 @@ class DnstapConfig:
         None, "group of the Unix socket, a group name or id (null: dnsprobe's group)"
     )
     socket_mode: str = opt(
-        "0660", "permissions of the Unix socket, octal and quoted: the server's user or group needs write access",
+        "0660", "permissions of the Unix socket, octal (0660): the server's user or group needs write access",
         check=_octal_mode,
     )
     listen: typing.Optional[str] = opt(  # noqa: UP045
@@ -372,6 +397,8 @@ def _check_scalar(key, value, typ, meta):
         if not math.isfinite(value):
             raise ConfigError(f"config key '{key}': expected a finite number, got {value}")
     elif typ is str:
+        if meta.get("from_int"):
+            value = meta["from_int"](value)
         if not isinstance(value, str):
             raise ConfigError(f"config key '{key}': expected a string, got {value!r}")
     if meta.get("choices") and value not in meta["choices"]:
@@ -407,7 +434,67 @@ def check_value(key, value, typ, meta):
     return _check_scalar(key, value, typ, meta)
 
 
+class Text(str):
+    """A value given as text (--set KEY=VALUE): read by the key's type, as a scalar of a YAML file is."""
+
+
+def _unwrap(typ):
+    """(the type of one value, whether the option takes a list, whether it may be null)."""
+    optional = typing.get_origin(typ) is typing.Union
+    if optional:
+        typ = next(a for a in typing.get_args(typ) if a is not type(None))
+    if typing.get_origin(typ) is tuple:
+        return typing.get_args(typ)[0], True, optional
+    return typ, False, optional
+
+
+def _from_node(key, node, typ):
+    """The value of a YAML node for an option of type typ: text options take scalars as written."""
+    item, many, optional = _unwrap(typ)
+    if optional and isinstance(node, yaml.ScalarNode) and node.tag == "tag:yaml.org,2002:null":
+        return None
+    nodes = node.value if many and isinstance(node, yaml.SequenceNode) else None
+    if item is str:
+        if nodes is not None and all(isinstance(n, yaml.ScalarNode) for n in nodes):
+            return [n.value for n in nodes]
+        if isinstance(node, yaml.ScalarNode):
+            return node.value
+    try:
+        return SafeConstructor().construct_object(node, deep=True)
+    except ConstructorError as exc:
+        raise ConfigError(f"config key '{key}': {exc.problem}") from None
+
+
+def _from_text(key, text, typ):
+    """The value of --set KEY=TEXT for an option of type typ."""
+    item, many, _ = _unwrap(typ)
+    stripped = text.strip()
+    if item is str and not many and not stripped.startswith(("'", '"')) and stripped not in ("null", "~"):
+        return stripped  # as written: 0x3, ::1, yes
+    try:
+        node = yaml.compose(text)
+    except yaml.YAMLError as exc:
+        if item is str and many:  # a list of texts YAML cannot read as written ([::1, 2001:db8::1]): split it
+            return [part.strip() for part in stripped.strip("[]").split(",") if part.strip()]
+        raise ConfigError(f"--set {key}: value is not valid YAML: {exc}") from None
+    if node is None:
+        return None
+    return _from_node(key, node, typ)
+
+
+def _suggest(name, known):
+    close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+    return f" (did you mean '{close[0]}'?)" if close else ""
+
+
+def _unknown_key(key, origin=None):
+    known = [k for k, _, _ in options()]
+    where = f"{origin}: " if origin else ""
+    return ConfigError(f"{where}unknown config key '{key}'{_suggest(key, known)}")
+
+
 def _read_yaml(path):
+    """The YAML document of a configuration file, composed (not constructed: values are read by type)."""
     try:
         text = Path(path).read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
@@ -417,42 +504,50 @@ def _read_yaml(path):
     except OSError as exc:
         raise ConfigError(f"config file {path}: {exc.strerror}") from None
     try:
-        doc = yaml.safe_load(text)
+        doc = yaml.compose(text)
     except yaml.YAMLError as exc:
         raise ConfigError(f"config file {path}: not valid YAML: {exc}") from None
-    if doc is None:
-        return {}
-    if not isinstance(doc, dict):
-        raise ConfigError(f"config file {path}: expected a mapping of sections, got {type(doc).__name__}")
+    if doc is None or (isinstance(doc, yaml.ScalarNode) and doc.tag == "tag:yaml.org,2002:null"):
+        return None
+    if not isinstance(doc, yaml.MappingNode):
+        what = {yaml.SequenceNode: "list", yaml.ScalarNode: "str"}.get(type(doc), "other")
+        raise ConfigError(f"config file {path}: expected a mapping of sections, got {what}")
     return doc
 
 
 def flatten(doc, origin):
-    """{'match': {'query_timeout': 3}} → {'match.query_timeout': 3}, rejecting unknown keys."""
-    known = {key for key, _, _ in options()}
+    """A composed YAML mapping {section: {name: value}} → {'section.name': value read by its type}, rejecting
+    unknown sections and keys (naming the nearest known one)."""
+    types = {key: typ for key, _, typ in options()}
     flat = {}
-    for section, body in doc.items():
+    for section_node, body in (doc.value if doc is not None else ()):
+        section = section_node.value
         if section not in SECTIONS:
-            raise ConfigError(f"{origin}: unknown config section '{section}' (known: {', '.join(SECTIONS)})")
-        if body is None:
+            raise ConfigError(
+                f"{origin}: unknown config section '{section}'{_suggest(section, list(SECTIONS))} "
+                f"(known: {', '.join(SECTIONS)})"
+            )
+        if isinstance(body, yaml.ScalarNode) and body.tag == "tag:yaml.org,2002:null":
             continue
-        if not isinstance(body, dict):
+        if not isinstance(body, yaml.MappingNode):
             raise ConfigError(f"{origin}: config section '{section}' must be a mapping")
-        for name, value in body.items():
-            key = f"{section}.{name}"
-            if key not in known:
-                raise ConfigError(f"{origin}: unknown config key '{key}'")
-            flat[key] = value
+        for name_node, value in body.value:
+            key = f"{section}.{name_node.value}"
+            if key not in types:
+                raise _unknown_key(key, origin)
+            flat[key] = _from_node(key, value, types[key])
     return flat
 
 
 def load_config(path=None, overrides=None):
-    """Build the Config: defaults ← YAML file (None: none) ← overrides ({'section.key': value})."""
+    """Build the Config: defaults ← YAML file (None: none) ← overrides ({'section.key': value}; a Text value is
+    read by the key's type)."""
     values = {} if path is None else flatten(_read_yaml(path), f"config file {path}")
+    types = {key: typ for key, _, typ in options()}
     for key, value in (overrides or {}).items():
-        if key not in {k for k, _, _ in options()}:
-            raise ConfigError(f"unknown config key '{key}'")
-        values[key] = value
+        if key not in types:
+            raise _unknown_key(key)
+        values[key] = _from_text(key, value, types[key]) if isinstance(value, Text) else value
     sections = {}
     for key, f, typ in options():
         section, name = key.split(".")
@@ -466,18 +561,31 @@ def load_config(path=None, overrides=None):
 
 def render_default_yaml():
     """The text of config/dnsprobe.yml: every option, its default and a one-line comment."""
-    lines = [
-        "# dnsprobe default configuration. Every option is listed with its default value.",
-        "# Override with `-c FILE` (same layout, any subset of keys) and command-line flags.",
-        "# Generated from probe/config.py by `dnsprobe config --defaults`; tests check they agree.",
-    ]
+    return render_yaml(None)
+
+
+def render_yaml(cfg):
+    """A configuration as YAML that `-c` reads back to the same configuration: every option with a one-line
+    comment; cfg None: the built-in defaults (the text of config/dnsprobe.yml)."""
+    if cfg is None:
+        lines = [
+            "# dnsprobe default configuration. Every option is listed with its default value.",
+            "# Override with `-c FILE` (same layout, any subset of keys) and command-line flags.",
+            "# Generated from probe/config.py by `dnsprobe config --defaults`; tests check they agree.",
+        ]
+    else:
+        lines = [
+            "# dnsprobe configuration: every option with its effective value (built-in defaults, -c FILE, flags).",
+            "# `dnsprobe config ... > FILE` then `-c FILE` gives the same configuration.",
+        ]
     current = None
     for key, f, _ in options():
         section, name = key.split(".")
         if section != current:
             lines += ["", f"{section}:"]
             current = section
-        default = list(f.default) if isinstance(f.default, tuple) else f.default
+        default = f.default if cfg is None else getattr(getattr(cfg, section), name)
+        default = list(default) if isinstance(default, tuple) else default
         value = yaml.safe_dump(default, default_flow_style=True).strip()
         if value.endswith("\n...") or value.endswith("..."):
             value = value.split("\n")[0]

@@ -84,7 +84,12 @@ COUNTERS = (
      " or match.max_pending_per_key under one key)"),
     ("records", "records (rows) written"),
     ("files", "output files completed"),
-    ("worker_restarts", "live capture: workers that died and were restarted (their open file is left as .part)"),
+    ("worker_restarts", "live capture: workers that died and were restarted (what their files hold is recovered)"),
+    ("lost_in_dead_worker", "live capture: transactions a worker that died had completed but not yet put in its"
+     " file, and queries it held waiting for a response, as of its last report (once a second); nonzero: exit"
+     " status 1"),
+    ("capture_interruptions", "live capture: capture socket errors (interface down or removed): the worker"
+     " closed its files and waited for the interface"),
 )
 
 COUNTER_NAMES = tuple(name for name, _ in COUNTERS)
@@ -102,6 +107,8 @@ ONLY = {
     "dpdk_ierrors": ("dpdk",),
     "dpdk_rx_nombuf": ("dpdk",),
     "worker_restarts": _LIVE,
+    "lost_in_dead_worker": _LIVE,
+    "capture_interruptions": ("af_packet",),
 }
 
 

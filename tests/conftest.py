@@ -32,6 +32,23 @@ def out_dir(tmp_path):
     return d
 
 
+@pytest.fixture
+def nobody_dir():
+    """(uid of the user nobody, a directory under /tmp anyone may write, removed after): for runs as nobody."""
+    import pwd
+    import shutil
+    import tempfile
+
+    try:
+        uid = pwd.getpwnam("nobody").pw_uid
+    except KeyError:
+        pytest.skip("no user 'nobody'")
+    path = Path(tempfile.mkdtemp(prefix="dnsprobe-nobody-", dir="/tmp"))
+    path.chmod(0o777)
+    yield uid, path
+    shutil.rmtree(path, ignore_errors=True)
+
+
 @pytest.fixture(scope="module")
 def testbed():
     bed = VethBed()

@@ -248,15 +248,30 @@ def keys(rows):
     return Counter(tuple(r[c] for c in KEY_COLUMNS) for r in rows)
 
 
+def traffic_parts(directory, count, names):
+    """Parts of live traffic (build_traffic), `count` transactions each, numbered one part after the other:
+    {name: (pcap, frames the kernel filter passes, the expected keys from `dnsprobe read`)}."""
+    parts = {}
+    for i, name in enumerate(names):
+        pcap = directory / f"part{name}.pcap"
+        passed = build_traffic(pcap, i * count, count)
+        out = directory / f"ref{name}"
+        out.mkdir()
+        run_dnsprobe("read", pcap, "-o", out, "-q", "--no-progress")
+        parts[name] = (pcap, passed, keys(rows_of(out)))
+    return parts
+
+
 class Probe:
-    def __init__(self, testbed, out_dir, *args, coremask="0x1", config=None, netns=None):
+    def __init__(self, testbed, out_dir, *args, coremask="0x1", config=None, netns=None, command=None):
         """config: a YAML file naming the interfaces and the coremask instead of the flags; testbed None: no
-        interface (dnstap sockets only, in args); netns: run it in this network namespace."""
+        interface (dnstap sockets only, in args); netns: run it in this network namespace; command: what runs
+        `dnsprobe capture` (default: this Python's `-m probe capture`)."""
         self.out_dir = Path(out_dir)
         where = ["-c", str(config)] if config else ["--coremask", coremask]
         if testbed is not None and not config:
             where += ["-i", testbed.iface]
-        cmd = [sys.executable, "-m", "probe", "capture", *where,
+        cmd = [*(command or [sys.executable, "-m", "probe", "capture"]), *where,
                "-o", str(out_dir), "--stats-interval", "0.3", "--no-progress", "-q", *map(str, args)]
         if netns:
             cmd = ["ip", "netns", "exec", netns, *cmd]
@@ -282,10 +297,15 @@ class Probe:
         assert self.proc.poll() is None, f"probe exited ({self.proc.returncode}):\n{self.stderr}"
 
     def stats(self):
-        files = list(self.out_dir.glob("*.stats.json"))
-        if not files:
-            return None
-        return json.loads(files[0].read_text())
+        """This capture's statistics JSON (the one naming its pid, when captures share the directory)."""
+        for f in sorted(self.out_dir.glob("*.stats.json")):
+            try:
+                doc = json.loads(f.read_text())
+            except ValueError:  # taken (created empty), not written yet
+                continue
+            if doc.get("pid", self.proc.pid) == self.proc.pid:
+                return doc
+        return None
 
     def wait_for(self, predicate, what):
         deadline = time.monotonic() + WAIT_S

@@ -44,7 +44,7 @@ import zlib
 
 import cbor2
 
-from export.base import FileExporter, tx_time_ns
+from export.base import FileExporter, lock_live_file, off_capture_cores, tx_time_ns
 from export.cdns import format as F
 from export.cdns.block import QR_FIELDS, SECTION_FIELDS, TICKS_PER_SECOND, Block, Clients
 from probe import __version__
@@ -158,6 +158,20 @@ def compressor(codec, level):
     return zstandard.ZstdCompressor(level=3 if level is None else level).compressobj()
 
 
+def sync_flush(codec, comp, level):
+    """(bytes that make everything compressed so far decodable from the file, the compressor to go on with).
+    xz has no such flush: its stream is ended and a new one follows (xz readers read concatenated streams)."""
+    if codec == "gzip":
+        return comp.flush(zlib.Z_SYNC_FLUSH), comp
+    if codec == "zstd":
+        import zstandard
+
+        return comp.flush(zstandard.COMPRESSOBJ_FLUSH_BLOCK), comp
+    if codec == "xz":
+        return comp.flush(), compressor(codec, level)
+    return b"", comp
+
+
 def check_level(codec, level):
     """A ConfigError naming export.compression_level when the level does not suit the codec."""
     from probe.errors import ConfigError
@@ -171,23 +185,41 @@ def check_level(codec, level):
         )
 
 
+_FLUSH = object()  # queued by flush(): what was queued before it goes into the file, decodable
+
+
 class FileSink:
     """One output file: bytes queued by write() are compressed and written by a thread of the sink's own,
-    which also closes the file and renames NAME.part to NAME after finish()."""
+    which also closes the file and renames NAME.part to NAME after finish(). The file is locked
+    (export.base.lock_live_file) until it has its final name. `durable` counts the records of the blocks in the
+    file (decodable there whatever happens to the process: after a flush() or the file's end), `handed` those
+    queued."""
 
     def __init__(self, part_path, final_path, codec, level):
         self.part_path = part_path
         self.final_path = final_path
         self.fh = open(part_path, "wb")  # closed by the thread
+        try:
+            self.lock = lock_live_file(part_path)
+        except OSError:
+            self.fh.close()
+            raise
         self.comp = compressor(codec, level)
         self.codec = codec
+        self.level = level
         self.queue = queue.SimpleQueue()
         self.error = None
+        self.handed = self.durable = self.counted = 0  # records: queued, in the file, counted by the exporter
         self.thread = threading.Thread(target=self._run, name=f"cdns-writer {final_path.name}", daemon=True)
         self.thread.start()
 
-    def write(self, data):
-        self.queue.put(data)
+    def write(self, data, records=0):
+        self.handed += records
+        self.queue.put((data, records))
+
+    def flush(self):
+        """What was queued so far goes into the file, decodable (the compressor flushed, the file written)."""
+        self.queue.put(_FLUSH)
 
     def finish(self):
         """No more data: the thread flushes, closes and renames (see done())."""
@@ -201,18 +233,29 @@ class FileSink:
 
     def _run(self):
         if self.codec != "none":
-            _off_capture_cores()
+            off_capture_cores()
         fh, comp, get = self.fh, self.comp, self.queue.get
+        pending = 0  # records written since the last flush
         try:
             while True:
-                data = get()
-                if data is None:
+                item = get()
+                if item is None:
                     break
+                if item is _FLUSH:
+                    out, comp = sync_flush(self.codec, comp, self.level)
+                    fh.write(out)
+                    fh.flush()
+                    self.durable += pending
+                    pending = 0
+                    continue
+                data, records = item
                 out = comp.compress(data)
                 if out:
                     fh.write(out)
+                pending += records
             fh.write(comp.flush())
             fh.close()
+            self.durable += pending
             os.replace(self.part_path, self.final_path)
         except OSError as exc:
             self.error = exc
@@ -222,15 +265,8 @@ class FileSink:
                 pass
             while get() is not None:  # let the capture thread go on; what follows is not written
                 pass
-
-
-def _off_capture_cores():
-    """Let a compressor thread run on any core: a live-capture worker is pinned to its core, and the
-    compressor should not take that core's time (Linux affinity is per thread)."""
-    try:
-        os.sched_setaffinity(0, range(os.cpu_count() or 1))
-    except (OSError, AttributeError, ValueError):
-        pass
+        finally:
+            os.close(self.lock)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -264,6 +300,8 @@ class CdnsExporter(FileExporter):
     def write(self, txs, address_events=None, now_ns=None):
         self._reap()
         records = not isinstance(txs, list)  # a probe._records.TxBatch (the columnar pipeline)
+        if self.metrics is not None:  # (Prometheus on: the tuples of records are made for it only)
+            self.metrics.add_transactions(txs.to_tuples() if records else txs)
         limit = self.cfg.rotate_records
         i = 0
         n = len(txs)
@@ -279,7 +317,6 @@ class CdnsExporter(FileExporter):
             i = stop
             added = len(self.block) - before
             self.file_records += added
-            self.stats.records += added
             if len(self.block) >= self.max_items:
                 self._flush_block()
             if limit and self.file_records >= limit:
@@ -310,6 +347,27 @@ class CdnsExporter(FileExporter):
             sink.join()
         self._reap()
 
+    def flush(self):
+        """Close the block on time (it may hold fewer than max-block-items) and have it written, decodable."""
+        self._reap()
+        if self.sink is None:
+            return
+        if len(self.block) or self.block.events:
+            self._flush_block()
+        if self.sink is not None:  # (the block may have completed the file)
+            self.sink.flush()
+
+    def unwritten(self):
+        self._reap()
+        return len(self.block) + sum(s.handed - s.durable for s in self._sinks())
+
+    def _sinks(self):
+        return self.finishing + ([self.sink] if self.sink is not None else [])
+
+    def live_files(self):
+        self._reap()  # (a file may have been finished since: it is then completed, not live)
+        return [s.part_path for s in self.finishing] + ([self.part_path] if self.sink is not None else [])
+
     # -- internals --
 
     def _open(self, ts_ns):
@@ -323,21 +381,28 @@ class CdnsExporter(FileExporter):
         self.file_records = 0
 
     def _flush_block(self, rotating=False):
-        self.sink.write(self.block.encode())
+        self.sink.write(self.block.encode(), len(self.block))  # counted in `records` once in the file (_reap)
         self.block = Block(self)
         self.file_blocks += 1
         if not rotating and self.cfg.rotate_blocks and self.file_blocks >= self.cfg.rotate_blocks:
             self.rotate()
 
     def _reap(self):
-        """Account for the files whose thread has finished (in order); raise the first write error."""
+        """Count the records now in the files, account for the files whose thread has finished (in order); raise
+        the first write error."""
+        for sink in self._sinks():
+            durable = sink.durable
+            self.stats.records += durable - sink.counted
+            sink.counted = durable
         while self.finishing and self.finishing[0].done():
             sink = self.finishing.pop(0)
             if sink.error is not None:
                 raise self._output_error(sink.error, sink.part_path)
+            self.stats.records += sink.durable - sink.counted  # (the last ones, written as the thread ended)
+            sink.counted = sink.durable
             self.completed.append(sink.final_path)
             self.stats.files += 1
-        for sink in self.finishing + ([self.sink] if self.sink else []):
+        for sink in self._sinks():
             if sink.error is not None:
                 raise self._output_error(sink.error, sink.part_path)
 

@@ -13,6 +13,8 @@ its records' partition, year=Y/month=M/day=D[/hour=H]/server=NAME (unpadded numb
 the transaction), as ENTRADA writes them. A file never holds two partitions: the rows of a batch are split
 by partition, one file is open per partition, and a partition's file is closed once the capture clock has
 passed the partition's end by the query timeout (the latest a transaction of it can still complete).
+
+Live capture writes each file first as a journal and converts it when it closes: export.parquet.journal.
 """
 
 import datetime
@@ -23,7 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from export.base import FileExporter, file_stamp, free_path, hidden_part
+from export.base import FileExporter, file_stamp, free_path, live_path
 from export.parquet.schema import SCHEMA, UNIQUE_VALUED
 
 DAY_US = 86_400_000_000
@@ -42,6 +44,50 @@ def _first_time_ns(table):
     return table.column("time")[0].as_py() * 1000
 
 
+def open_parquet(path, export_cfg):
+    """(ParquetWriter, its file) of an output file: export.compression and its level, dictionaries but for the
+    columns whose values rarely repeat, the page index, and the sorting columns of export.sort."""
+    sort_keys = SORT_KEYS.get(export_cfg.sort)
+    sink = pa.OSFile(str(path), "wb")
+    try:
+        writer = pq.ParquetWriter(
+            sink,
+            SCHEMA,
+            compression=None if export_cfg.compression == "none" else export_cfg.compression,
+            compression_level=export_cfg.compression_level,
+            use_dictionary=[name for name in SCHEMA.names if name not in UNIQUE_VALUED],
+            write_page_index=True,  # column and offset indexes: engines skip pages by time, name, ...
+            sorting_columns=pq.SortingColumn.from_ordering(SCHEMA, sort_keys) if sort_keys else None,
+        )
+    except BaseException:
+        sink.close()
+        raise
+    return writer, sink
+
+
+def write_row_groups(f, export_cfg, force, full=lambda f: False):
+    """Write the rows f holds as row groups of export.row_group_size rows (each sorted by export.sort), the last
+    one shorter only with force; stop early once full(f) (export.rotate_bytes). The rest stays pending."""
+    size = export_cfg.row_group_size
+    sort_keys = SORT_KEYS.get(export_cfg.sort)
+    if not f.pending or (f.pending_rows < size and not force):
+        return
+    table = pa.concat_tables(f.pending) if len(f.pending) > 1 else f.pending[0]
+    f.pending = []
+    f.pending_rows = 0
+    while table.num_rows >= size or (force and table.num_rows):
+        chunk = table.slice(0, size)
+        if sort_keys:
+            chunk = chunk.sort_by(sort_keys)
+        f.writer.write_table(chunk, row_group_size=size)
+        table = table.slice(chunk.num_rows)
+        if full(f) and not force:
+            break
+    if table.num_rows:
+        f.pending = [table]
+        f.pending_rows = table.num_rows
+
+
 class _File:
     """One open Parquet file: its paths, writer, and the rows buffered for its next row group."""
 
@@ -58,6 +104,7 @@ class _File:
 
 class ParquetExporter(FileExporter):
     suffix = ".parquet"
+    live_suffix = ".part"  # (hidden in the hive layout: .NAME.parquet.part)
 
     def __init__(self, export_cfg, directory, worker_id, stats, builder=None, steps=(), late_ns=0):
         """steps: table → table functions applied to every batch of records before it is written, in order
@@ -72,16 +119,9 @@ class ParquetExporter(FileExporter):
         self.steps = tuple(steps)
         self.files = {}  # partition (None in the flat layout, else its bucket number) → _File
         self.late_ns = late_ns
-        compression = export_cfg.compression
-        self.compression = None if compression == "none" else compression
         self.hive = export_cfg.layout == "hive"
         self.bucket_us = HOUR_US if export_cfg.partition_hour else DAY_US
         self.server = server_name(export_cfg) or DEFAULT_SERVER
-        self.sort_keys = SORT_KEYS.get(export_cfg.sort)
-        self._dictionary = [name for name in SCHEMA.names if name not in UNIQUE_VALUED]
-        self._sorting = (
-            pq.SortingColumn.from_ordering(SCHEMA, self.sort_keys) if self.sort_keys else None
-        )
 
     # -- the exporter interface (see export/__init__.py) --
 
@@ -98,6 +138,8 @@ class ParquetExporter(FileExporter):
 
     def write_table(self, table):
         """Append records; a file opened for them is named after its first record's time."""
+        if self.metrics is not None:
+            self.metrics.add_table(table)
         if not self.hive:
             self._append(None, table)
             return
@@ -153,43 +195,47 @@ class ParquetExporter(FileExporter):
             f.pending.append(table.slice(0, take))
             f.pending_rows += take
             f.records += take
-            self.stats.records += take
+            self._count(take)
             table = table.slice(take)
             self._flush_row_groups(f, force=False)
             if self._full(f):
                 # The rows not written yet belong to the next file.
                 rest, f.pending = f.pending, []
                 f.records -= f.pending_rows
-                self.stats.records -= f.pending_rows
+                self._count(-f.pending_rows)
                 f.pending_rows = 0
                 self._close(bucket)
                 table = pa.concat_tables(rest + [table])
             elif limit and f.records >= limit:
                 self._close(bucket)
 
+    def _count(self, records):
+        """Records handed to the file (ParquetExporter: in `records` at once; the journal counts them in its file)."""
+        self.stats.records += records
+
     def _full(self, f):
         return self.cfg.rotate_bytes > 0 and f.sink.tell() >= self.cfg.rotate_bytes
 
-    def _open(self, bucket, ts_ns):
+    def _take_name(self, bucket, ts_ns):
+        """(final path, live path) of a new file of the partition starting at ts_ns; the live one is created here
+        (export.base.free_path), so no other run can take the name."""
         directory = self.dir if bucket is None else self.partition_dir(bucket)
+        directory.mkdir(parents=True, exist_ok=True)
+        base = f"{self.cfg.file_prefix}{file_stamp(ts_ns)}.w{self.worker_id}"
+        final = free_path(directory, base, self.suffix, take=lambda p: live_path(p, self.live_suffix, self.hive))
+        return final, live_path(final, self.live_suffix, self.hive)
+
+    def _open(self, bucket, ts_ns):
         try:
-            directory.mkdir(parents=True, exist_ok=True)
-            final = free_path(directory, f"{self.cfg.file_prefix}{file_stamp(ts_ns)}.w{self.worker_id}", self.suffix)
-            part = hidden_part(final) if self.hive else final.with_name(final.name + ".part")
-            sink = pa.OSFile(str(part), "wb")
-            writer = pq.ParquetWriter(
-                sink,
-                SCHEMA,
-                compression=self.compression,
-                compression_level=self.cfg.compression_level,
-                use_dictionary=self._dictionary,
-                write_page_index=True,  # column and offset indexes: engines skip pages by time, name, ...
-                sorting_columns=self._sorting,
-            )
+            final, part = self._take_name(bucket, ts_ns)
+            writer, sink = open_parquet(part, self.cfg)
         except OSError as exc:
-            raise self._output_error(exc, directory) from None
-        f = self.files[bucket] = _File(final, part, ts_ns, writer, sink)
-        self.part_path, self.final_path, self.file_start_ns = f.part_path, f.final_path, ts_ns
+            raise self._output_error(exc, self.dir) from None
+        return self._opened(bucket, _File(final, part, ts_ns, writer, sink))
+
+    def _opened(self, bucket, f):
+        self.files[bucket] = f
+        self.part_path, self.final_path, self.file_start_ns = f.part_path, f.final_path, f.start_ns
         return f
 
     def _close(self, bucket):
@@ -207,23 +253,7 @@ class ParquetExporter(FileExporter):
             self.part_path = None
 
     def _flush_row_groups(self, f, force):
-        size = self.cfg.row_group_size
-        if not f.pending or (f.pending_rows < size and not force):
-            return
-        table = pa.concat_tables(f.pending) if len(f.pending) > 1 else f.pending[0]
-        f.pending = []
-        f.pending_rows = 0
         try:
-            while table.num_rows >= size or (force and table.num_rows):
-                chunk = table.slice(0, size)
-                if self.sort_keys:
-                    chunk = chunk.sort_by(self.sort_keys)
-                f.writer.write_table(chunk, row_group_size=size)
-                table = table.slice(chunk.num_rows)
-                if self._full(f) and not force:
-                    break
+            write_row_groups(f, self.cfg, force, self._full)
         except OSError as exc:
             raise self._output_error(exc, f.part_path) from None
-        if table.num_rows:
-            f.pending = [table]
-            f.pending_rows = table.num_rows

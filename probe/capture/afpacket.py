@@ -79,6 +79,20 @@ _TPACKET_REQ3 = struct.Struct("IIIIIII")
 _STATS_V3 = struct.Struct("III")
 _FRAME_SIZE = 2048  # only a sanity unit for the kernel in V3: frames are packed, not slotted
 
+# How to give dnsprobe the capability it needs without root. dnsprobe runs in the Python interpreter, and file
+# capabilities (setcap) would have to be set on the interpreter, giving them to every Python program.
+NET_RAW_HINT = (
+    "run as root, or give the process CAP_NET_RAW as an ambient capability: under systemd "
+    "AmbientCapabilities=CAP_NET_RAW (contrib/dnsprobe@.service), by hand as root `setpriv --reuid USER --regid "
+    "GROUP --init-groups --inh-caps +net_raw --ambient-caps +net_raw dnsprobe capture ...` (not setcap on the "
+    "Python interpreter, which would give it to every Python program)"
+)
+
+
+class InterfaceUnavailable(ConfigError):
+    """The interface does not exist or is down: a capture may wait for it (capture.wait_for_interface)."""
+
+
 def attach_filter(sock, program, level=socket.SOL_SOCKET, option=SO_ATTACH_FILTER):
     """SO_ATTACH_FILTER (or another option taking a program) with a struct sock_fprog pointing at the program's
     instructions."""
@@ -96,9 +110,9 @@ def _bind(sock, name):
         sock.bind((name, ETH_P_ALL))
     except OSError as exc:
         if exc.errno == errno.ENODEV:
-            raise ConfigError(f"interface {name!r} does not exist") from None
+            raise InterfaceUnavailable(f"interface {name!r} does not exist") from None
         if exc.errno == errno.ENETDOWN:
-            raise ConfigError(f"interface {name!r} is down") from None
+            raise InterfaceUnavailable(f"interface {name!r} is down") from None
         raise ConfigError(f"cannot bind a packet socket to {name!r}: {exc.strerror}") from None
 
 
@@ -177,14 +191,14 @@ def interface_link_type(ifname):
         socket.if_nametoindex(ifname)
     except OSError:
         known = ", ".join(sorted(os.listdir("/sys/class/net"))) if os.path.isdir("/sys/class/net") else "?"
-        raise ConfigError(f"interface {ifname!r} does not exist (this machine has: {known})") from None
+        raise InterfaceUnavailable(f"interface {ifname!r} does not exist (this machine has: {known})") from None
     try:
         link = int(Path(f"/sys/class/net/{ifname}/type").read_text())
         flags = int(Path(f"/sys/class/net/{ifname}/flags").read_text(), 16)
     except (OSError, ValueError):
         return ARPHRD_ETHER
     if not flags & 1:  # IFF_UP
-        raise ConfigError(f"interface {ifname!r} is down (ip link set {ifname} up)")
+        raise InterfaceUnavailable(f"interface {ifname!r} is down (ip link set {ifname} up)")
     return link
 
 
@@ -229,10 +243,7 @@ class AfPacketSource:
         try:
             self.sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)  # protocol 0: nothing yet
         except PermissionError:
-            raise ConfigError(
-                f"cannot open a packet socket on {name!r}: permission denied "
-                "(run as root or give the program CAP_NET_RAW)"
-            ) from None
+            raise ConfigError(f"cannot open a packet socket on {name!r}: permission denied; {NET_RAW_HINT}") from None
         sock = self.sock
         sock.setsockopt(SOL_PACKET, PACKET_VERSION, TPACKET_V3)
         # Nothing passes until the socket is in its fanout group, so no frame is seen twice.

@@ -10,10 +10,13 @@ CAPTURE_EPILOG = """\
 Captures on one or more interfaces with one worker process per core of the coremask. Each worker
 reads every interface through its own AF_PACKET TPACKET_V3 ring, in a fanout group that sends both
 directions of a flow to the same worker; a kernel filter keeps only DNS (and IP fragments). Each
-worker writes its own files (NAME.w<worker>.parquet, .part while open). Files rotate on the wall clock
-every export.rotate_seconds for all workers together, after export.rotate_records records, and on
-SIGHUP. SIGINT or SIGTERM stops: pending transactions are written, files closed, exit status 0.
-A worker that dies is restarted (logged; counted as worker_restarts). Statistics: a JSON file in the
+worker writes its own files (NAME.w<worker>.parquet; while open a journal, NAME.parquet.journal, that
+`dnsprobe inspect` reads). Every completed transaction is in a readable file within export.flush_seconds.
+Files rotate on the wall clock every export.rotate_seconds for all workers together, after
+export.rotate_records records, and on SIGHUP. SIGINT or SIGTERM stops: pending transactions are written,
+files closed, a one-line summary printed. A worker that dies is restarted (logged; counted as
+worker_restarts); what it had put in its file is kept, what it had not is counted as lost_in_dead_worker.
+An interface that is down or absent (at start or later) is waited for. Statistics: a JSON file in the
 output directory (at start, every capture.stats_interval seconds, at exit), a Prometheus endpoint
 (capture.prometheus_port), and a status line when stderr is a terminal.
 
@@ -22,11 +25,12 @@ dnstap: --dnstap-socket PATH (Unix) and --dnstap-listen HOST:PORT (TCP) take DNS
 workers share the producers' connections and write their messages into the same files (column
 dnstap_type; counters dnstap_*). Message types: dnstap.message_types (default AUTH_* and CLIENT_*).
 
-Needs root or CAP_NET_RAW for interfaces; --user NAME makes the workers switch to NAME once their
-sockets are open.
+Needs root or CAP_NET_RAW for interfaces (for a Python program, as an ambient capability:
+AmbientCapabilities= under systemd); --user NAME makes the workers switch to NAME once their sockets are
+open.
 
-exit status: 0 stopped cleanly by SIGINT/SIGTERM; 1 a worker failed while stopping (its files may be
-left as .part); 2 usage or configuration error (unknown interface, bad coremask, no permission, ...).
+exit status: 0 stopped cleanly by SIGINT/SIGTERM; 1 data was lost (a worker died), or a worker failed
+while stopping; 2 usage or configuration error (bad coremask, no permission, fanout group in use, ...).
 
 examples:
   dnsprobe capture -i eth0 -o /var/lib/dnsprobe
@@ -67,15 +71,20 @@ def add_parser(sub):
         epilog=CAPTURE_EPILOG,
         formatter_class=FORMATTER,
     )
-    for flags, key, typ, help_ in CAPTURE_FLAGS:
-        if typ is None:
-            cap.add_argument(*flags, dest=key, action="store_const", const=True, help=help_)
-        elif key == "capture.interfaces":
-            cap.add_argument(*flags, dest=key, action="append", metavar="IFACE", help=help_)
-        else:
-            cap.add_argument(*flags, dest=key, type=typ, metavar=key.split(".")[1].upper(), help=help_)
+    add_capture_flags(cap)
     add_pipeline_options(cap, CONFIG_FLAGS, "capture.block_count=64", "the status line", "the statistics table")
     return cap
+
+
+def add_capture_flags(parser):
+    """The flags of CAPTURE_FLAGS (also taken by `dnsprobe config`)."""
+    for flags, key, typ, help_ in CAPTURE_FLAGS:
+        if typ is None:
+            parser.add_argument(*flags, dest=key, action="store_const", const=True, help=help_)
+        elif key == "capture.interfaces":
+            parser.add_argument(*flags, dest=key, action="append", metavar="IFACE", help=help_)
+        else:
+            parser.add_argument(*flags, dest=key, type=typ, metavar=key.split(".")[1].upper(), help=help_)
 
 
 def run(args):

@@ -1,31 +1,41 @@
-"""`dnsprobe config`: print the effective configuration, or the defaults as YAML."""
+"""`dnsprobe config`: print the effective configuration, or the defaults, as YAML that `-c` reads back."""
 
 import sys
 
-from probe.cli.flags import FORMATTER
-from probe.config import load_config, options, render_default_yaml
+from probe.cli.capture import CAPTURE_FLAGS, add_capture_flags
+from probe.cli.flags import CONFIG_FLAGS, FORMATTER, add_pipeline_options, overrides
+from probe.config import load_config, render_default_yaml, render_yaml
+
+CONFIG_EPILOG = """\
+The output is YAML with every key, its value and its meaning: save it, edit it and give it back with -c.
+It takes the flags of `read` and `capture` and --set, to show what they make of the configuration.
+
+examples:
+  dnsprobe config --defaults > /etc/dnsprobe/resolver.yml     # every key with its default, then edit
+  dnsprobe config -c /etc/dnsprobe/resolver.yml               # what a capture with it would use
+  dnsprobe config -c resolver.yml -i eth1 --set capture.coremask=0x3
+  dnsprobe config | dnsprobe config -c /dev/stdin             # the same configuration again
+"""
 
 
 def add_parser(sub):
     conf = sub.add_parser(
         "config",
         help="print the effective or default configuration",
-        description="Print the configuration that `read` would use, after the file and flags.",
+        description="Print the configuration that `read` or `capture` would use, after the file and flags.",
+        epilog=CONFIG_EPILOG,
         formatter_class=FORMATTER,
     )
-    conf.add_argument("-c", "--config", metavar="FILE", help="configuration file to load")
+    add_capture_flags(conf)
+    add_pipeline_options(conf, CONFIG_FLAGS, "capture.coremask=0x3")
     conf.add_argument("--defaults", action="store_true",
                       help="print the built-in defaults as YAML (every key, its default and meaning)")
+
 
 def run(args):
     if args.defaults:
         sys.stdout.write(render_default_yaml())
         return 0
-    cfg = load_config(args.config)
-    for key, _, _ in options():
-        section, name = key.split(".")
-        value = getattr(getattr(cfg, section), name)
-        print(f"{key}: {list(value) if isinstance(value, tuple) else value}")
+    cfg = load_config(args.config, overrides(args, CAPTURE_FLAGS))
+    sys.stdout.write(render_yaml(cfg))
     return 0
-
-

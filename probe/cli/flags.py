@@ -4,8 +4,7 @@ how flags become config overrides. Also the argument parser class every command 
 import argparse
 import sys
 
-import yaml
-
+from probe.config import Text
 from probe.decode.ipfilter import check_network
 from probe.errors import ConfigError
 
@@ -62,8 +61,9 @@ CONFIG_FLAGS = (
 )
 
 
-def add_pipeline_options(parser, config_flags, set_example, progress_what, quiet_what):
-    """Options shared by the commands that run a pipeline (read, capture): output, config, overrides."""
+def add_pipeline_options(parser, config_flags, set_example, progress_what=None, quiet_what=None):
+    """Options shared by the commands that run a pipeline (read, capture) and `config`: output, config, overrides;
+    --progress and -q where the command says what they show."""
     parser.add_argument("-o", "--output", metavar="DIR", help="output directory (config export.directory)")
     parser.add_argument("-c", "--config", metavar="FILE", help="configuration file (default: the built-in defaults)")
     for flag, key, typ, help_, action in config_flags:
@@ -74,8 +74,10 @@ def add_pipeline_options(parser, config_flags, set_example, progress_what, quiet
     )
     parser.add_argument(
         "--set", action="append", default=[], metavar="KEY=VALUE",
-        help=f"set any config key, e.g. --set {set_example} (VALUE is YAML)",
+        help=f"set any config key, e.g. --set {set_example} (VALUE as in a YAML file, read by the key's type)",
     )
+    if progress_what is None:
+        return
     group = parser.add_mutually_exclusive_group()
     group.add_argument("--progress", dest="run.progress", action="store_const", const="always",
                        help=f"always show {progress_what}")
@@ -86,7 +88,7 @@ def add_pipeline_options(parser, config_flags, set_example, progress_what, quiet
 
 def overrides(args, extra_flags=()):
     """{config key: value} from the flags given: CONFIG_FLAGS, extra_flags (the same (flags, key, ...) shape), -o,
-    --anonymize-key, --set KEY=VALUE (VALUE read as YAML)."""
+    --anonymize-key, --set KEY=VALUE (VALUE read by the key's type: probe.config.Text)."""
     out = {}
     for spec in (*CONFIG_FLAGS, *extra_flags):
         value = getattr(args, spec[1], None)
@@ -103,10 +105,7 @@ def overrides(args, extra_flags=()):
         key, sep, raw = item.partition("=")
         if not sep:
             raise ConfigError(f"--set {item!r}: expected KEY=VALUE")
-        try:
-            out[key.strip()] = yaml.safe_load(raw)
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"--set {key}: value is not valid YAML: {exc}") from None
+        out[key.strip()] = Text(raw)
     return out
 
 

@@ -1,15 +1,23 @@
-"""`dnsprobe inspect`: print the records of Parquet or C-DNS files, or rebuild C-DNS files as a pcap."""
+"""`dnsprobe inspect`: print the records of Parquet or C-DNS files, or rebuild C-DNS files as a pcap.
+
+The table is for people: times in ISO 8601, QTYPE and RCODE by name, columns that fit a 120-column terminal, and
+a line saying how many records were not shown. --json is for programs: every record, numbers as stored. Files
+being written by a capture are read too, up to their last complete batch or block: a Parquet journal
+(NAME.parquet.journal) or a C-DNS NAME.cdns[...].part."""
 
 import json
 import sys
+from pathlib import Path
 
 from probe.cli.flags import FORMATTER
 from probe.cli.output import error, need_file
+from probe.decode.mnemonics import rcode_name, rr_type_name
 from probe.errors import ConfigError, DnsprobeError
 
 INSPECT_EPILOG = """\
 examples:
   dnsprobe inspect out/dnsprobe.20200819.134153.851855.w0.parquet
+  dnsprobe inspect out/                                  # every file of a directory, also a capture's live ones
   dnsprobe inspect out/*.parquet --json --limit 5
   dnsprobe inspect FILE.parquet --columns qname,qtype,rcode,response_delay_us
   dnsprobe inspect capture.cdns.xz --json                # a C-DNS file (RFC 8618), any writer: every record
@@ -21,12 +29,22 @@ are absent.
 """
 
 TABLE_LIMIT = 20  # records the table view prints unless --limit says otherwise
-DEFAULT_INSPECT_COLUMNS = (
+TABLE_WIDTH = 120  # the default columns fit a terminal this wide (long names and addresses are cut with …)
+DEFAULT_INSPECT_COLUMNS = ("time", "src", "prot", "qname", "qtype", "rcode", "response_delay_us")
+# --json's default: more columns (a program does not mind the width).
+DEFAULT_JSON_COLUMNS = (
     "time", "src", "srcp", "dst", "dstp", "prot", "id", "qname", "qtype", "rcode",
     "query_present", "response_present", "response_delay_us", "malformed",
 )
-
-
+# Columns of free-length text, cut (widest first) to fit; the others are always shown whole.
+CUTTABLE = ("qname", "domainname", "src", "dst", "edns_client_subnet", "edns_nsid", "edns_other")
+# Shorter headers in the table for people (--columns and --json use the column names).
+HEADERS = {"response_delay_us": "delay_us", "query_present": "query", "response_present": "response"}
+# The columns a person would read as numbers or names: (column, function of a value).
+TRANSPORTS = {17: "UDP", 6: "TCP"}
+# Which file names in a directory are records: finished files, and files a capture is writing.
+RECORD_FILES = (".parquet", ".parquet.journal", ".cdns", ".cdns.gz", ".cdns.xz", ".cdns.zst")
+LIVE_SUFFIXES = (".journal", ".part")
 
 
 def add_parser(sub):
@@ -37,7 +55,8 @@ def add_parser(sub):
         epilog=INSPECT_EPILOG,
         formatter_class=FORMATTER,
     )
-    insp.add_argument("files", nargs="+", metavar="FILE", help="a .parquet file written by dnsprobe, or a C-DNS file")
+    insp.add_argument("files", nargs="+", metavar="FILE",
+                      help="a .parquet file written by dnsprobe, a C-DNS file, or a directory (every file in it)")
     insp.add_argument("--pcap", metavar="OUT", help="rebuild the DNS messages of C-DNS FILEs as the pcap OUT")
     insp.add_argument("--json", action="store_true", help="one JSON object per record")
     insp.add_argument("--limit", type=int, metavar="N",
@@ -46,26 +65,50 @@ def add_parser(sub):
     insp.add_argument("--all-columns", action="store_true", help="print every column")
 
 
-def _inspect_files(files, limit):
-    """Tables of the records of Parquet and C-DNS files (told apart by content), and the errors of C-DNS
-    files that could be read only in part (their blocks before the problem are in the tables)."""
+def record_files(directory):
+    """The files of records in a directory and below it (a hive layout's partitions), in path order: finished
+    ones, and those a capture is writing."""
+    names = sorted(p for p in Path(directory).rglob("*") if p.is_file() and (
+        p.name.endswith(RECORD_FILES) or (".cdns" in p.name and p.name.endswith(".part"))))
+    if not names:
+        raise ConfigError(f"{directory}: no dnsprobe output files in it (.parquet, .cdns[.gz|.xz|.zst], or a "
+                          "capture's .journal or .part)")
+    return names
+
+
+def _expand(files):
+    out = []
+    for f in files:
+        out += record_files(f) if Path(f).is_dir() else [f]
+    return out
+
+
+def _inspect_files(files):
+    """Tables of the records of Parquet and C-DNS files (told apart by content) and of live journals, and the
+    errors of files that could be read only in part (their records before the problem are in the tables). A
+    file being written (.journal, .part) ends where its writer has got to: that is not an error."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     from export.cdns.reader import file_head, read_table, sniff_cdns
+    from export.parquet.journal import read_journal
 
     tables, errors = [], []
     for f in files:
         need_file(f)
+        live = str(f).endswith(LIVE_SUFFIXES)
+        if str(f).endswith(".parquet.journal"):
+            tables.append(read_journal(f)[0])
+            continue
         head = file_head(f)
         if head[:4] != b"PAR1" and not sniff_cdns(head) and head[:1] not in (b"\x83", b"\x9f"):
             what = f"it starts with bytes {head[:4].hex()}" if head else "it is empty"
             raise DnsprobeError(f"{f}: neither a Parquet file nor a C-DNS file ({what})")
         if head[:4] != b"PAR1":
-            table, error = read_table(f, limit)
-            if error is not None and not len(table):
+            table, error = read_table(f)
+            if error is not None and not len(table) and not live:
                 raise error
-            errors += [error] if error else []
+            errors += [error] if error and not live else []
             tables.append(table)
             continue
         try:
@@ -97,8 +140,9 @@ def run(args):
         raise ConfigError("--limit must be 0 or more")
     if args.pcap:
         return _inspect_pcap(args)
-    tables, errors = _inspect_files(args.files, args.limit)
+    tables, errors = _inspect_files(_expand(args.files))
     table = pa.concat_tables(tables, promote_options="default") if len(tables) > 1 else tables[0]
+    total = table.num_rows
     if args.limit:
         table = table.slice(0, args.limit)
     if args.all_columns:
@@ -106,28 +150,71 @@ def run(args):
     elif args.columns:
         columns = [c.strip() for c in args.columns.split(",") if c.strip()]
     else:
-        columns = [c for c in DEFAULT_INSPECT_COLUMNS if c in table.column_names]
+        default = DEFAULT_JSON_COLUMNS if args.json else DEFAULT_INSPECT_COLUMNS
+        columns = [c for c in default if c in table.column_names]
     missing = [c for c in columns if c not in table.column_names]
     if missing:
         raise ConfigError(f"unknown column(s): {', '.join(missing)}")
-    rows = _printable(table.select(columns)).to_pylist()
     if args.json:
-        for row in rows:
+        for row in _printable(table.select(columns)).to_pylist():
             print(json.dumps(row, default=str))
         return _partial(errors)
+    _print_table(_for_people(table.select(columns)), fit=not (args.all_columns or args.columns))
+    if total > table.num_rows:
+        more = total - table.num_rows
+        print(f"… {more:,} more record{'s' if more > 1 else ''} (--limit N prints N, --limit 0 all)")
+    return _partial(errors)
+
+
+def _for_people(table):
+    """Cells as text: times in ISO 8601 (UTC, to the microsecond), QTYPE and RCODE by name, the transport by
+    name, nulls as '-'."""
+    import datetime
+
+    def iso_us(us):
+        t = datetime.datetime.fromtimestamp(us // 1_000_000, datetime.timezone.utc)
+        return f"{t:%Y-%m-%dT%H:%M:%S}.{us % 1_000_000:06d}Z"
+
+    readers = {"qtype": rr_type_name, "rcode": rcode_name, "prot": lambda v: TRANSPORTS.get(v, str(v)),
+               "time": iso_us}
+    import pyarrow as pa
+
+    columns = {}
+    for field in table.schema:
+        values = table.column(field.name)
+        if pa.types.is_timestamp(field.type):
+            values = values.cast(pa.timestamp("us", tz="UTC")).cast(pa.int64())
+            show = iso_us
+        else:
+            show = readers.get(field.name, str)
+        columns[field.name] = ["-" if v is None else show(v) for v in values.to_pylist()]
+    return columns
+
+
+def _print_table(columns, fit):
+    """The cells as a table; with fit, as wide as TABLE_WIDTH at most: the widest of the CUTTABLE columns (names,
+    addresses) are cut with … first."""
     from rich.console import Console
     from rich.table import Table
 
-    cells = [["" if row[c] is None else str(row[c]) for c in columns] for row in rows]
-    widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
+    headers = {c: HEADERS.get(c, c) for c in columns}
+    widths = {c: max([len(headers[c])] + [len(v) for v in cells]) for c, cells in columns.items()}
+    room = TABLE_WIDTH - 3 * len(columns) - 1  # borders and padding
+    while fit and sum(widths.values()) > room:
+        cuttable = {c: w for c, w in widths.items() if c in CUTTABLE and w > max(len(headers[c]), 8)}
+        if not cuttable:
+            break
+        widths[max(cuttable, key=cuttable.get)] -= 1
     out = Table(show_lines=False)
     for c in columns:
-        out.add_column(c, no_wrap=True)
-    for r in cells:
-        out.add_row(*r)
-    # Wide enough that no cell is folded; a terminal wraps long lines itself.
-    Console(file=sys.stdout, width=sum(widths) + 3 * len(columns) + 1).print(out)
-    return _partial(errors)
+        out.add_column(headers[c], no_wrap=True)
+    for row in zip(*(_cut(cells, widths[c]) for c, cells in columns.items())):
+        out.add_row(*row)
+    Console(file=sys.stdout, width=sum(widths.values()) + 3 * len(columns) + 1).print(out)
+
+
+def _cut(cells, width):
+    return [v if len(v) <= width else v[: width - 1] + "…" for v in cells]
 
 
 def _partial(errors):
@@ -148,5 +235,3 @@ def _printable(table):
             text = pc.strftime(table.column(i), format="%Y-%m-%dT%H:%M:%SZ")
             table = table.set_column(i, field.name, text)
     return table
-
-

@@ -255,6 +255,10 @@ class TransactionTable:
                 self.stats.matched += 1
                 out.append(self.transfers.pop(key).merged(self.stats))
 
+    def __len__(self):
+        """Queries waiting for their response."""
+        return self.held
+
     def flush(self):
         """End of input: everything pending is exported (queries as query-only)."""
         out = []

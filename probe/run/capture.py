@@ -10,11 +10,12 @@ from pathlib import Path
 
 from export.anonymise import client_privacy
 from export.base import check_output_dir
-from probe.capture.afpacket import interface_link_type, ip_lists_fit
+from probe.capture.afpacket import InterfaceUnavailable, interface_link_type, ip_lists_fit
 from probe.capture.dnstap_listen import close_listeners, open_listeners
 from probe.decode.ipfilter import IpFilter
 from probe.errors import ConfigError
 from probe.run.checks import check_capture_permission, lookup_user, parse_coremask
+from probe.run.fanout import fanout_ids
 from probe.run.live_worker import LiveWorker
 from probe.run.log import log
 from probe.run.supervisor import Supervisor
@@ -40,13 +41,23 @@ def capture(cfg, show_status=False):
     interfaces = cap.interfaces or ()
     if len(set(interfaces)) != len(interfaces):
         raise ConfigError(f"config key 'capture.interfaces': an interface is named twice: {list(interfaces)}")
+    if "any" in interfaces:
+        raise ConfigError(
+            "config key 'capture.interfaces': 'any' is not supported: name each interface to capture on "
+            "(-i eth0 -i eth1); every worker reads each through a ring of its own"
+        )
     cores = parse_coremask(cap.coremask)
     out_dir = Path(cfg.export.directory)
     check_output_dir(out_dir)
     if cap.user:
         lookup_user(cap.user)
     for ifname in interfaces:
-        interface_link_type(ifname)
+        try:
+            interface_link_type(ifname)
+        except InterfaceUnavailable as exc:
+            if not cap.wait_for_interface:
+                raise
+            log(f"{exc}; the workers wait for it (capture.wait_for_interface)")
     if interfaces:
         check_capture_permission()
     ip_filter = IpFilter(cfg.filter)
@@ -58,7 +69,8 @@ def capture(cfg, show_status=False):
     listeners = open_listeners(cfg.dnstap)
     try:
         supervisor = Supervisor(cfg, out_dir, interfaces, cores, LiveWorker, show_status=show_status,
-                                ip_filter_where=where, dnstap_listeners=listeners, dnstap=dnstap)
+                                ip_filter_where=where, dnstap_listeners=listeners, dnstap=dnstap,
+                                fanout_ids=fanout_ids(cap, interfaces))
         return supervisor.run(), supervisor
     finally:
         close_listeners(listeners)

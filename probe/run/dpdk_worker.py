@@ -22,6 +22,7 @@ from probe.capture.dpdk import DpdkPort, DpdkQueueSource, eal_args, load
 from probe.decode.ipfilter import IpFilter
 from probe.errors import ConfigError, DnsprobeError
 from probe.run.checks import parse_coremask
+from probe.run.durability import FileReport, FlushClock
 from probe.run.log import log
 from probe.run.pipeline import Pipeline
 from probe.run.supervisor import Supervisor
@@ -48,6 +49,7 @@ class _QueueThread(threading.Thread):
         self.rotated = 0
         self.error = None
         self.done = False
+        self.flush_clock = FlushClock(pipeline.cfg.export.flush_seconds)
 
     def _feed(self, timeout_us):
         batch = self.source.read(self.batch_size, timeout_us)
@@ -63,6 +65,9 @@ class _QueueThread(threading.Thread):
                     self.rotated = self.rotations
                     self.pipeline.rotate()
                 self._feed(POLL_US)
+                if self.flush_clock.due(self.pipeline, time.monotonic()):
+                    self.pipeline.flush()
+                    self.flush_clock.flushed()
             while self._feed(DRAIN_US):  # what the queue still holds
                 pass
             self.pipeline.finish()
@@ -75,6 +80,8 @@ class _QueueThread(threading.Thread):
 
 class DpdkWorker:
     """The one worker process of a DPDK capture (probe.run.worker.worker_main runs it)."""
+
+    SOURCE = "dpdk"  # the counters that apply (probe.stats.applicable)
 
     def __init__(self, spec, conn, stop):
         self.spec, self.conn, self.stop = spec, conn, stop
@@ -94,6 +101,14 @@ class DpdkWorker:
         except BaseException:
             self.port.close()
             raise
+        self.files = FileReport([t.pipeline for t in self.threads])
+        self.dns = None
+        if spec.dns_metrics:
+            from export.metrics import DnsMetrics
+
+            self.dns = [DnsMetrics() for _ in self.threads]
+            for t, metrics in zip(self.threads, self.dns):
+                t.pipeline.count_dns(metrics)
         conn.send(("ready", os.getpid()))
 
     def _commands(self):
@@ -121,7 +136,15 @@ class DpdkWorker:
         interfaces = {self.port.name: {**port, "driver": self.port.info["driver"], "rss_hash_functions": self.port.rss,
                                        "queues": queues}}
         part = [p for p in (t.pipeline.summary()["part_file"] for t in self.threads) if p]
-        snapshot = {"counters": total.as_dict(), "interfaces": interfaces, "part_file": ", ".join(part) or None}
+        snapshot = {"counters": total.as_dict(), "interfaces": interfaces, "part_file": ", ".join(part) or None,
+                    **self.files.snapshot()}
+        if self.dns is not None:
+            from export.metrics import DnsMetrics
+
+            dns = DnsMetrics()
+            for metrics in self.dns:
+                dns.add_dict(metrics.as_dict())
+            snapshot["dns"] = dns.as_dict()
         try:
             self.conn.send(("final" if final else "stats", snapshot))
         except (BrokenPipeError, OSError):

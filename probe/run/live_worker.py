@@ -4,9 +4,11 @@ Worker (one process per core, pinned with sched_setaffinity):
   - opens one AfPacketSource (TPACKET_V3 ring, fanout group, BPF filter) per interface, and a
     DnstapSocketSource on the dnstap listening sockets the supervisor made (every worker accepts from them;
     a producer's connection stays with the worker that accepted it), then drops privileges if capture.user
-    is set;
+    is set; an interface that is absent or down is waited for (probe.run.links);
   - reads ready ring blocks and dnstap frames and feeds them to its own Pipeline, which writes its own files
-    (.w<id>): packets and dnstap messages go into the same files, with separate counters;
+    (.w<id>): packets and dnstap messages go into the same files, with separate counters; it puts its
+    completed transactions in its file within export.flush_seconds (probe.run.durability);
+  - a capture socket error (link down, interface removed) closes its files and waits for the interface;
   - on "stop": closes the kernel filter and stops accepting producers, drains what the rings and the
     connections still hold, reads the kernel's final counters, then finishes the pipeline (pending queries
     exported as query-only, files closed).
@@ -23,54 +25,94 @@ from probe.config import FilterConfig
 from probe.decode.ipfilter import IpFilter
 from probe.errors import DnsprobeError
 from probe.run.checks import drop_privileges
+from probe.run.durability import FileReport, FlushClock
+from probe.run.links import CaptureInterface, LinkEvents
 from probe.run.log import log
 from probe.run.pipeline import Pipeline
 from probe.run.worker import STATS_PUSH_S
 
 POLL_MS = 200  # longest wait of a worker for a ring block or a command
+IDLE_PUSH_S = 0.2  # an idle worker whose counters changed reports them after this long, not a second later
 DRAIN_SETTLE_S = 0.02  # a stopping worker reads its rings at least this long after closing its filter
 DRAIN_GRACE_S = 5.0  # ... and gives up on a block the kernel has not handed over 2 x block timeout + this later
 
 
 class LiveWorker:
+    SOURCE = "af_packet"  # the counters that apply (probe.stats.applicable)
+
     def __init__(self, spec, conn, stop):
         self.spec = spec
         self.conn = conn
         self.stop = stop
         cfg = spec.cfg
-        self.sources = []
+        self.sources = []  # the AfPacketSource of each interface that has one now
         self.counters = []  # RejectedCounter per interface: worker 0 only, with the IP lists in the kernel
-        in_kernel = IpFilter(cfg.filter) if spec.kernel_ip_filter else None
+        self.links = []  # CaptureInterface per interface
+        self.events = None
         self.dnstap = None
+        in_kernel = IpFilter(cfg.filter) if spec.kernel_ip_filter else None
+        fanout = dict(zip(spec.interfaces, spec.fanout_ids, strict=True))
+
+        def opener(ifname):
+            source = AfPacketSource(ifname, cfg.capture, cfg.decode.dns_ports, fanout[ifname], in_kernel)
+            try:
+                counter = None
+                if in_kernel and spec.worker_id == 0:
+                    counter = RejectedCounter(ifname, cfg.decode.dns_ports, in_kernel)
+            except BaseException:
+                source.close()
+                raise
+            return source, counter
+
         try:
             if spec.dnstap_listeners:
                 self.dnstap = DnstapSocketSource(spec.dnstap_listeners, cfg.dnstap.max_connections, log,
                                                  tag=f"w{spec.worker_id}")
-            for ifname, fanout_id in zip(spec.interfaces, spec.fanout_ids, strict=True):
-                self.sources.append(AfPacketSource(ifname, cfg.capture, cfg.decode.dns_ports, fanout_id, in_kernel))
-                if in_kernel and spec.worker_id == 0:
-                    self.counters.append(RejectedCounter(ifname, cfg.decode.dns_ports, in_kernel))
             # Time rotation is the supervisor's (wall clock, all workers together), not the pipeline's.
             live_cfg = dataclasses.replace(cfg, export=dataclasses.replace(cfg.export, rotate_seconds=0))
             if in_kernel:  # nothing that reaches the worker is rejected by the lists: no need to check again
                 live_cfg = dataclasses.replace(live_cfg, filter=FilterConfig())
             self.pipeline = Pipeline(live_cfg, spec.out_dir, spec.worker_id, live=True)
+            self.stats = self.pipeline.stats
+            if spec.dns_metrics:
+                from export.metrics import DnsMetrics
+
+                self.dns = DnsMetrics()
+                self.pipeline.count_dns(self.dns)
+            else:
+                self.dns = None
+            self.events = LinkEvents()
+            for ifname in spec.interfaces:
+                link = CaptureInterface(ifname, opener, spec.worker_id, self.stats)
+                self.links.append(link)
+                link.open(wait=cfg.capture.wait_for_interface)
             if cfg.capture.user:
                 drop_privileges(cfg.capture.user, spec.out_dir)
         except BaseException:
             self._close_sources()
             raise
-        self.stats = self.pipeline.stats
         self.batch_size = cfg.run.batch_size
         self.drain_s = 2 * cfg.capture.block_timeout_ms / 1000 + DRAIN_GRACE_S
+        self.flush_clock = FlushClock(cfg.export.flush_seconds)
+        self.files = FileReport([self.pipeline])
         self.poller = select.poll()
-        self.by_fd = {src.fileno(): src for src in self.sources}
-        for src in self.sources:
-            self.poller.register(src.fileno(), select.POLLIN | select.POLLERR)
+        self.poller.register(conn.fileno(), select.POLLIN)
+        self.poller.register(self.events.fileno(), select.POLLIN)
         if self.dnstap is not None:
             self.poller.register(self.dnstap.fileno(), select.POLLIN)
-        self.poller.register(conn.fileno(), select.POLLIN)
+        self.by_fd = {}
+        self._refresh()
         conn.send(("ready", os.getpid()))
+
+    def _refresh(self):
+        """The sources and counters of the interfaces that have a socket now, in the poll set."""
+        for fd in self.by_fd:
+            self.poller.unregister(fd)
+        self.sources = [link.source for link in self.links if link.source is not None]
+        self.counters = [link.counter for link in self.links if link.counter is not None]
+        self.by_fd = {link.source.fileno(): link for link in self.links if link.source is not None}
+        for fd in self.by_fd:
+            self.poller.register(fd, select.POLLIN | select.POLLERR)
 
     def _read_ready(self):
         """Feed every ready block of every ring, and the dnstap frames that arrived, to the pipeline; True when
@@ -105,34 +147,64 @@ class LiveWorker:
         for name in ("kernel_received", "kernel_drops", "kernel_freezes"):
             setattr(stats, name, 0)
         interfaces = {}
-        for src in self.sources:
-            counters = interfaces[src.name] = src.counters()
+        for link in self.links:
+            counters = interfaces[link.ifname] = link.counters()
             for name in ("kernel_received", "kernel_drops", "kernel_freezes"):
                 setattr(stats, name, getattr(stats, name) + counters[name])
-        if self.counters:
-            stats.ip_filtered = sum(c.read() for c in self.counters)
+        if self.spec.kernel_ip_filter and self.spec.worker_id == 0:
+            stats.ip_filtered = sum(link.rejected() for link in self.links)
         if self.dnstap is not None:
             for name, value in self.dnstap.counters().items():
                 setattr(stats, name, value)
             interfaces[self.dnstap.name] = {"producers": [c.name + ": " + c.peer for c in self.dnstap.conns.values()]}
         part = self.pipeline.summary()["part_file"]
-        snapshot = {"counters": stats.as_dict(), "interfaces": interfaces, "part_file": part}
+        snapshot = {"counters": stats.as_dict(), "interfaces": interfaces, "part_file": part, **self.files.snapshot()}
+        if self.dns is not None:
+            snapshot["dns"] = self.dns.as_dict()
+        self.pushed = self._progress()
         try:
             self.conn.send(("final" if final else "stats", snapshot))
         except (BrokenPipeError, OSError):
             self.stop.set()
 
+    def _progress(self):
+        """What changes when the worker has news for the supervisor."""
+        stats = self.stats
+        return stats.packets, stats.dnstap_frames, stats.records, stats.capture_interruptions
+
+    def _poll(self, timeout_s):
+        """Wait for a ring block, a command or a link notification; handle socket errors and link changes.
+        True when nothing came (the worker is idle)."""
+        events = self.poller.poll(timeout_s * 1000)
+        faults = [self.by_fd[fd] for fd, ev in events if ev & select.POLLERR and fd in self.by_fd]
+        woken = any(fd == self.events.fileno() for fd, _ in events)
+        if woken:
+            self.events.drain()
+        if faults:
+            self._read_ready()  # what the rings hold goes with the files being closed
+            if any([link.check_fault() for link in faults]):
+                self.pipeline.rotate()  # close the files: readable now, whatever the wait brings
+        now = time.monotonic()
+        changed = [link.retry(now, woken, self.drain_s) for link in self.links]
+        if any(changed):
+            self._refresh()
+        return not events
+
     def run(self):
         next_push = time.monotonic() + STATS_PUSH_S
+        self.pushed = None
         try:
             while not self.stop.is_set():
+                idle = False
                 if not self._read_ready():
-                    for fd, ev in self.poller.poll(POLL_MS):
-                        if ev & select.POLLERR and fd in self.by_fd:
-                            self.by_fd[fd].check_error()
+                    idle = self._poll(self.flush_clock.timeout(time.monotonic(), POLL_MS / 1000))
                 self._commands()
                 now = time.monotonic()
-                if now >= next_push:
+                if self.flush_clock.due(self.pipeline, now):
+                    self.pipeline.flush()
+                    self.flush_clock.flushed()
+                changed = self._progress() != self.pushed
+                if now >= next_push or (idle and changed and now >= next_push - STATS_PUSH_S + IDLE_PUSH_S):
                     self._push()
                     next_push = now + STATS_PUSH_S
             self._drain()
@@ -175,7 +247,12 @@ class LiveWorker:
         self._close_sources()
 
     def _close_sources(self):
-        for src in self.sources + self.counters:
+        for link in self.links:
+            link.close()
+        for src in self.sources + self.counters:  # (closing twice does nothing)
             src.close()
+        if self.events is not None:
+            self.events.close()
+            self.events = None
         if self.dnstap is not None:
             self.dnstap.close()

@@ -140,14 +140,29 @@ class Pipeline:
         self._txs = []
         self.exporter.write(txs, events, self.now_ns)
 
+    def count_dns(self, metrics):
+        """Count what is written (by RCODE, QTYPE, transport; response delays) into an export.metrics.DnsMetrics."""
+        self.exporter.metrics = metrics
+
+    def flush(self):
+        """Live capture: every transaction completed so far into the file being written, readable now."""
+        self._export()
+        self.exporter.flush()
+
+    def unwritten(self):
+        """(transactions completed and not yet in a file, queries waiting for their response)."""
+        return len(self._txs) + self.exporter.unwritten(), len(self.table)
+
     def summary(self):
         """What a run reports beside the counters: the parser that ran, files written, the file being written."""
         exporter = self.exporter
+        live = [str(p) for p in exporter.live_files()]  # being written, or being finished in a thread
         part = getattr(exporter, "part_path", None) if exporter.is_open() else None
         return {
             "decode_parser": self.decoder.parser,  # decode.parser auto resolved: fast, wire or dpkt
             "files_written": [p.name for p in exporter.completed],
             "part_file": str(part) if part else None,
+            "live_files": live,
         }
 
     def finish(self):

@@ -9,11 +9,15 @@ Supervisor (the process that runs the command):
     them to Prometheus, and shows a status line when stderr is a terminal;
   - rotates the files of all workers together on the wall clock, at multiples of export.rotate_seconds,
     and at once on SIGHUP;
-  - on SIGINT/SIGTERM tells every worker to stop, and exits 0 once all have flushed and closed their files;
+  - on SIGINT/SIGTERM tells every worker to stop, and exits 0 once all have flushed and closed their files
+    (1 if a worker failed while stopping or data was lost), after a one-line summary;
   - restarts a worker that dies (logged, counted as worker_restarts); the files it had completed are
-    untouched, the file it was writing stays NAME.parquet.part, visibly incomplete.
+    untouched, what it had not yet put in a file is counted as lost_in_dead_worker (from its last snapshot),
+    and the file it was writing is finished by a recovery process (probe.run.recovery): every transaction it
+    had put there is kept. Files that an earlier run left unfinished are recovered at start.
 """
 
+import collections
 import datetime
 import multiprocessing
 import multiprocessing.connection
@@ -26,14 +30,20 @@ from pathlib import Path
 from export.base import stats_json_path
 from probe.decode.parsers import effective as effective_parser
 from probe.errors import ConfigError, DnsprobeError
+from probe.run.durability import KEEP_FILE_NAMES
 from probe.run.log import StatusLine, log
 from probe.run.prometheus import serve_prometheus
+from probe.run.recovery import Recoveries
 from probe.run.worker import WorkerSpec, worker_main
 from probe.stats import COUNTER_NAMES, Stats
 
 STARTUP_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 120.0  # a worker still running this long after "stop" is killed (logged)
 QUICK_DEATH_S = 10.0  # a worker dying sooner than this after its start is restarted with a growing delay
+
+
+def _count(value):
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 class _Slot:
@@ -54,6 +64,10 @@ class _Slot:
         self.quick_deaths = 0
         self.restart_at = None
         self.error = None
+        self.lost = 0  # lost_in_dead_worker of the slot's dead processes
+        self.files = collections.deque(maxlen=KEEP_FILE_NAMES)  # names of the files its processes completed
+        self.retired_interfaces = {}  # interface → kernel counters of the slot's earlier processes
+        self.retired_dns = None  # DNS metrics (export.metrics.DnsMetrics.as_dict()) of its earlier processes
 
     def counters(self):
         total = Stats()
@@ -63,17 +77,49 @@ class _Slot:
                 if name in COUNTER_NAMES:
                     setattr(total, name, getattr(total, name) + value)
         total.worker_restarts = self.restarts
+        total.lost_in_dead_worker = self.lost
         return total
+
+    def interfaces(self):
+        """Per interface, its kernel counters over the slot's processes, and its state in the current one."""
+        out = {name: dict(values) for name, values in self.retired_interfaces.items()}
+        for name, values in ((self.snapshot or {}).get("interfaces") or {}).items():
+            mine = out.setdefault(name, {})
+            for key, value in values.items():
+                mine[key] = mine.get(key, 0) + value if _count(value) else value
+        return out
+
+    def retire(self):
+        """The current process is gone: keep its counters with the slot's."""
+        self.retired = self.counters()
+        self.retired.worker_restarts = self.retired.lost_in_dead_worker = 0
+        self.retired_interfaces = {
+            name: {k: v for k, v in values.items() if _count(v)} for name, values in self.interfaces().items()
+        }
+        dns = (self.snapshot or {}).get("dns")
+        if dns is not None:
+            if self.retired_dns is None:
+                self.retired_dns = dns
+            else:
+                from export.metrics import DnsMetrics
+
+                total = DnsMetrics()
+                total.add_dict(self.retired_dns)
+                total.add_dict(dns)
+                self.retired_dns = total.as_dict()
+        self.snapshot = None
 
 
 class Supervisor:
     def __init__(self, cfg, out_dir, interfaces, cores, worker_class, show_status=False, ip_filter_where=None,
-                 dnstap_listeners=(), dnstap=()):
+                 dnstap_listeners=(), dnstap=(), fanout_ids=None):
         """worker_class: what a worker process runs (probe.run.live_worker.LiveWorker,
         probe.run.dpdk_worker.DpdkWorker); ip_filter_where: where the filter.* IP lists are applied: "kernel",
         "workers" or None (no lists); dnstap_listeners: the dnstap listening sockets every worker accepts from,
-        described by the dnstap lines (for the log and the statistics)."""
+        described by the dnstap lines (for the log and the statistics); fanout_ids: the fanout group of each
+        interface (probe.run.fanout; None: derived from the process id)."""
         self.worker_class = worker_class
+        self.source = getattr(worker_class, "SOURCE", "af_packet")  # the counters that apply (stats.applicable)
         self.dnstap_listeners = tuple(dnstap_listeners)
         self.dnstap = list(dnstap)
         self.cfg = cfg
@@ -82,8 +128,10 @@ class Supervisor:
         self.interfaces = tuple(interfaces)
         self.cores = cores
         self.show_status = show_status
-        base = cfg.capture.fanout_group if cfg.capture.fanout_group is not None else os.getpid() & 0xFFFF
-        self.fanout_ids = tuple((base + i) & 0xFFFF for i in range(len(self.interfaces)))
+        if fanout_ids is None:
+            base = cfg.capture.fanout_group if cfg.capture.fanout_group is not None else os.getpid() & 0xFFFF
+            fanout_ids = tuple((base + i) & 0xFFFF for i in range(len(self.interfaces)))
+        self.fanout_ids = tuple(fanout_ids)
         self.ctx = multiprocessing.get_context("fork")
         self.slots = [_Slot(i, core) for i, core in enumerate(cores)]
         self.started = time.time()
@@ -91,14 +139,17 @@ class Supervisor:
         self.hup = False
         self.lock = threading.Lock()
         self.errors = []
-        self.stats_path = stats_json_path(cfg.export, self.out_dir, self.started)
+        self.stats_path = None  # taken at the first write (export.base.stats_json_path)
+        self.recoveries = Recoveries(self.ctx, cfg.export)
+        self.dns_metrics = bool(cfg.capture.prometheus_port)
 
     # -- workers --
 
     def _start(self, slot):
         parent, child = self.ctx.Pipe()
         spec = WorkerSpec(slot.worker_id, slot.core, self.cfg, self.out_dir, self.interfaces, self.fanout_ids,
-                          kernel_ip_filter=self.ip_filter_where == "kernel", dnstap_listeners=self.dnstap_listeners)
+                          kernel_ip_filter=self.ip_filter_where == "kernel", dnstap_listeners=self.dnstap_listeners,
+                          dns_metrics=self.dns_metrics)
         inherited = [s.conn for s in self.slots if s.conn is not None and s is not slot]
         proc = self.ctx.Process(target=worker_main, args=(spec, child, inherited, self.worker_class),
                                 name=f"dnsprobe-w{slot.worker_id}")
@@ -127,6 +178,7 @@ class Supervisor:
                 elif kind in ("stats", "final"):
                     with self.lock:
                         slot.snapshot = rest[0]
+                        slot.files.extend(Path(f).name for f in rest[0].get("new_files", ()))
                     if kind == "final":
                         slot.finished = True
                 elif kind == "error":
@@ -151,11 +203,14 @@ class Supervisor:
         if stopping and slot.finished:
             return True
         how = f"killed by signal {-code}" if code < 0 else f"exit status {code}"
-        part = (slot.snapshot or {}).get("part_file")
+        last = slot.snapshot or {}
+        lost = last.get("unwritten", 0) + last.get("pending_queries", 0)
+        live = [Path(f) for f in last.get("live_files") or ()]
         with self.lock:
-            slot.retired = slot.counters()
-            slot.retired.worker_restarts = 0
-            slot.snapshot = None
+            slot.lost += lost
+            slot.retire()
+        # What the worker had put in its files is kept: they are finished by a process of their own.
+        self.recoveries.start({self.out_dir, *(f.parent for f in live)}, f"of worker {slot.worker_id} (pid {slot.pid})")
         if stopping:
             self.errors.append(f"worker {slot.worker_id} ended with {how} while stopping")
             log(self.errors[-1])
@@ -172,8 +227,10 @@ class Supervisor:
         msg = f"worker {slot.worker_id} (pid {slot.pid}, core {slot.core}) died ({how}); restarting"
         if delay:
             msg += f" in {delay:.1f} s"
-        if part:
-            msg += f"; its unfinished file {Path(part).name} is left as it was"
+        msg += f"; lost {lost:,} transaction(s) not yet in a file (lost_in_dead_worker)" if lost else \
+            "; every transaction it had completed was in a file"
+        if live:
+            msg += f"; recovering {', '.join(f.name for f in live)}"
         log(msg)
         return True
 
@@ -184,7 +241,15 @@ class Supervisor:
         with self.lock:
             for slot in self.slots:
                 total.add(slot.counters())
+        total.files += len(self.recoveries.files)
         return total
+
+    def files_written(self):
+        """Names of the files completed (by the workers, and recovered), the last KEEP_FILE_NAMES of them."""
+        with self.lock:
+            names = [name for slot in self.slots for name in slot.files]
+        names += [Path(path).name for path, _ in self.recoveries.files]
+        return sorted(names)[-KEEP_FILE_NAMES:]
 
     def stats_doc(self, running):
         with self.lock:
@@ -195,14 +260,16 @@ class Supervisor:
                     "alive": s.proc is not None,
                     "restarts": s.restarts,
                     "counters": s.counters().as_dict(),
-                    "interfaces": (s.snapshot or {}).get("interfaces", {}),
+                    "interfaces": s.interfaces(),
                     "part_file": (s.snapshot or {}).get("part_file"),
+                    "live_files": [Path(f).name for f in (s.snapshot or {}).get("live_files") or ()],
                 }
                 for s in self.slots
             }
         now = datetime.datetime.now(datetime.timezone.utc)
         return {
             "running": running,
+            "pid": os.getpid(),
             "started": datetime.datetime.fromtimestamp(self.started, datetime.timezone.utc).isoformat(),
             "updated": now.isoformat(),
             "interfaces": list(self.interfaces),
@@ -212,16 +279,20 @@ class Supervisor:
             "ip_filter": self.ip_filter_where,
             "decode_parser": effective_parser(self.cfg.decode.parser),  # auto resolved: fast or wire
             "workers": workers,
-            "errors": list(self.errors),
+            "files_written": self.files_written(),
+            "recovered_files": [{"file": Path(path).name, "records": n} for path, n in self.recoveries.files],
+            "errors": list(self.errors) + list(self.recoveries.errors),
         }
 
     def write_stats(self, running):
         if not self.cfg.run.stats_json:
             return
         try:
+            if self.stats_path is None:
+                self.stats_path = stats_json_path(self.cfg.export, self.out_dir, self.started)
             self.totals().write_json(self.stats_path, self.stats_doc(running))
         except OSError as exc:
-            log(f"cannot write {self.stats_path}: {exc}")
+            log(f"cannot write {self.stats_path or 'the statistics file'}: {exc}")
 
     def _status(self, last):
         total = self.totals()
@@ -236,13 +307,15 @@ class Supervisor:
             producers = total.dnstap_connections - total.dnstap_disconnections
             parts.append(f"dnstap messages {total.dnstap_frames:,} from {producers} producer(s)")
         parts.append(f"({rate:,.0f}/s)")
-        parts.append(f"records {total.records:,}  files {total.files:,}")
+        parts.append(f"records in files {total.records:,}  files {total.files:,}")
         if self.interfaces:
             parts.append(f"kernel drops {total.kernel_drops:,}")
         if self.dnstap:
             errors = total.dnstap_frame_errors + total.dnstap_decode_errors + total.dnstap_truncated
             parts.append(f"dnstap errors {errors:,}")
         parts.append(f"workers {alive}/{len(self.slots)}")
+        if total.lost_in_dead_worker:
+            parts.append(f"lost {total.lost_in_dead_worker:,}")
         StatusLine.show("  ".join(parts))
         return (now, count)
 
@@ -255,7 +328,7 @@ class Supervisor:
             self.stop_requested = signal.Signals(signum).name
 
     def _wait(self, timeout):
-        waitables = []
+        waitables = self.recoveries.waitables()
         for slot in self.slots:
             if slot.conn is not None:
                 waitables.append(slot.conn)
@@ -268,6 +341,7 @@ class Supervisor:
         for slot in self.slots:
             if slot.conn is not None:
                 self._receive(slot)
+        self.recoveries.poll()
 
     def _stop_all(self, deadline_s=STOP_TIMEOUT_S):
         self._broadcast("stop")
@@ -326,6 +400,8 @@ class Supervisor:
             StatusLine.clear()
 
     def _run(self):
+        # Files an earlier run left unfinished here (it was killed, or the machine stopped) are finished first.
+        self.recoveries.start([self.out_dir], "left by an earlier run", recursive=True)  # (hive: partitions)
         self._startup()
         try:
             serve_prometheus(self)
@@ -366,5 +442,22 @@ class Supervisor:
                 next_status = now + 1.0
         log(f"{self.stop_requested}: stopping; the workers flush their pending transactions and close their files")
         self._stop_all()
+        self.recoveries.wait()
         self.write_stats(running=False)
-        return 1 if self.errors else 0
+        total = self.totals()
+        log(self.summary(total))
+        return 1 if self.errors or self.recoveries.errors or total.lost_in_dead_worker else 0
+
+    def summary(self, total):
+        """The line a stopped capture ends with (also with -q)."""
+        took = int(time.time() - self.started)
+        what = [f"{total.packets:,} packets"] if self.interfaces else []
+        what += [f"{total.dnstap_frames:,} dnstap messages"] if self.dnstap else []
+        line = (f"stopped ({self.stop_requested}) after {took // 3600}h{took // 60 % 60:02d}m{took % 60:02d}s: "
+                f"{', '.join(what)}, {total.records:,} records in {total.files:,} file(s)")
+        if self.source == "af_packet" and self.interfaces:
+            line += f", kernel drops {total.kernel_drops:,}, capture interruptions {total.capture_interruptions:,}"
+        line += f", worker restarts {total.worker_restarts:,}, lost in dead workers {total.lost_in_dead_worker:,}"
+        if self.stats_path is not None:
+            line += f"; statistics: {self.stats_path}"
+        return line

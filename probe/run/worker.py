@@ -23,6 +23,7 @@ class WorkerSpec:
     fanout_ids: tuple
     kernel_ip_filter: bool = False  # the filter.* IP lists are in the kernel filter, not applied by the worker
     dnstap_listeners: tuple = ()  # the dnstap listening sockets (probe.capture.dnstap_listen), shared by all workers
+    dns_metrics: bool = False  # count what is written by RCODE, QTYPE, transport and delay (export.metrics)
 
 
 def set_parent_death_signal():

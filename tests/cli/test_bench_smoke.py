@@ -134,6 +134,9 @@ def test_bench_smoke_trafgen(tmp_path):
 def test_bench_smoke(tmp_path):
     out, res, md = run_bench(tmp_path)
     assert "| tool × format | 1 worker |" in md and "| tool × format | 1 worker |" in out
+    # A smoke run's figures are start-up dominated: it says so, and gives no ratios.
+    assert suite.SMOKE_NOTE in out and suite.SMOKE_NOTE in md and res["smoke"] and res["ratios"] == []
+    assert "loss-free rate ×" not in out + md
     for key in ("cpu_model", "logical_cpus", "kernel"):
         assert res["machine"][key]
     ran = {s["label"]: s for s in res["series"]}

@@ -219,11 +219,85 @@ def test_read_table_lists_only_the_counters_of_a_file_run(out_dir):
         assert live_only not in text
 
 
-def test_config_command_prints_effective_values(tmp_path):
+CHANGED = ["-i", "eth0", "-i", "eth1", "--coremask", "3", "--query-timeout", "2.5", "--dns-port", "53",
+           "--dns-port", "5353", "--prefix", "yes", "--set", "capture.prometheus_address=::",
+           "--set", "export.cdns_server_addresses=[::1, 192.0.2.1]", "--set", "capture.fanout_group=7",
+           "--set", "privacy.key_file=null", "--format", "cdns", "--set", "export.flush_seconds=0.5"]
+
+
+def effective(*args):
+    """The Config the flags of `dnsprobe config ARGS` make, built in-process."""
+    from probe.cli import build_parser
+    from probe.cli.capture import CAPTURE_FLAGS
+    from probe.cli.flags import overrides
+
+    parsed = build_parser().parse_args(["config", *args])
+    return load_config(parsed.config, overrides(parsed, CAPTURE_FLAGS))
+
+
+@pytest.mark.parametrize("args", [[], CHANGED], ids=["defaults", "changed"])
+def test_config_round_trip(tmp_path, args):
+    """`dnsprobe config | dnsprobe config -c /dev/stdin` prints the same YAML, which reads back to the
+    configuration the flags made."""
+    import shlex
+    import subprocess
+    import sys
+
+    first = run_dnsprobe("config", *args).stdout
+    command = f"{sys.executable} -m probe config {shlex.join(args)} | {sys.executable} -m probe config -c /dev/stdin"
+    again = subprocess.run(command, shell=True, capture_output=True, text=True, cwd=ROOT, check=True).stdout
+    assert again == first
+    saved = tmp_path / "saved.yml"
+    saved.write_text(first)
+    assert load_config(saved) == effective(*args)
+    if args:
+        cfg = load_config(saved)
+        assert cfg.capture.prometheus_address == "::" and cfg.export.file_prefix == "yes"
+        assert cfg.export.cdns_server_addresses == ("::1", "192.0.2.1") and cfg.decode.dns_ports == (53, 5353)
+        assert cfg.capture.interfaces == ("eth0", "eth1") and cfg.privacy.key_file is None
+
+
+@pytest.mark.parametrize("yaml_text, flag", [("0x3", "0x3"), ("3", "3"), ('"0x3"', '"0x3"'), ("'3'", "0X3")])
+def test_values_are_read_by_the_type_of_their_key(tmp_path, yaml_text, flag):
+    """A coremask is text: 0x3, 3 and "0x3" all name cores 0 and 1, in a file and with --set; an address :: is
+    text too."""
+    from probe.run.checks import parse_coremask
+
     conf = tmp_path / "c.yml"
-    conf.write_text("match:\n  query_timeout: 7\n")
-    out = run_dnsprobe("config", "-c", conf).stdout
-    assert "match.query_timeout: 7.0" in out
+    conf.write_text(f"capture:\n  coremask: {yaml_text}\n  prometheus_address: '::'\n")
+    from_file = load_config(conf)
+    from_set = effective("--set", f"capture.coremask={flag}", "--set", "capture.prometheus_address=::")
+    for cfg in (from_file, from_set):
+        assert parse_coremask(cfg.capture.coremask) == [0, 1]
+        assert cfg.capture.prometheus_address == "::"
+    assert load_config(None, {"capture.coremask": 3}).capture.coremask == "0x3"  # a program's integer
+
+
+def test_unknown_keys_name_the_nearest_known_one(tmp_path):
+    conf = tmp_path / "c.yml"
+    conf.write_text("capture:\n  corremask: 0x3\n")
+    proc = run_dnsprobe("config", "-c", conf, check=False)
+    assert proc.returncode == 2 and "unknown config key 'capture.corremask' (did you mean 'capture.coremask'?)" \
+        in proc.stderr
+    proc = run_dnsprobe("config", "--set", "match.query_timeot=3", check=False)
+    assert proc.returncode == 2 and "did you mean 'match.query_timeout'?" in proc.stderr
+    conf.write_text("captrue:\n  coremask: 0x3\n")
+    proc = run_dnsprobe("config", "-c", conf, check=False)
+    assert proc.returncode == 2 and "unknown config section 'captrue' (did you mean 'capture'?)" in proc.stderr
+
+
+def test_a_config_directory_in_the_working_directory_is_not_read(tmp_path):
+    """The defaults are the installed package's: ./config/dnsprobe.yml where dnsprobe runs changes nothing."""
+    import subprocess
+    import sys
+
+    (tmp_path / "config").mkdir()
+    (tmp_path / "config" / "dnsprobe.yml").write_text("match:\n  query_timeout: 99\nexport:\n  format: cdns\n")
+    env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}
+    there = subprocess.run([sys.executable, "-m", "probe", "config"], cwd=tmp_path, env=env, capture_output=True,
+                           text=True, check=True).stdout
+    assert there == run_dnsprobe("config").stdout
+    assert "query_timeout: 5.0" in there and "format: parquet" in there
     assert run_dnsprobe("config", "--defaults").stdout == render_default_yaml()
 
 
@@ -271,6 +345,8 @@ def test_reads_pipes_and_fifos(tmp_path):
 
 
 def test_a_directory_is_not_an_input(tmp_path, out_dir):
-    for command in (["read", tmp_path, "-o", out_dir], ["inspect", tmp_path]):
-        proc = run_dnsprobe(*command, check=False)
-        assert proc.returncode == 2 and f"{tmp_path}: is a directory, not a file" in proc.stderr, proc.stderr
+    proc = run_dnsprobe("read", tmp_path, "-o", out_dir, check=False)
+    assert proc.returncode == 2 and f"{tmp_path}: is a directory, not a file" in proc.stderr, proc.stderr
+    # inspect reads every output file of a directory: an empty one is an error naming it.
+    proc = run_dnsprobe("inspect", out_dir, check=False)
+    assert proc.returncode == 2 and f"{out_dir}: no dnsprobe output files in it" in proc.stderr, proc.stderr

@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import pytest
+import yaml
 from support import ROOT, read_output, run_dnsprobe
 
 from probe.config import render_default_yaml
@@ -47,7 +48,7 @@ def test_runs_from_the_installed_package_not_the_checkout(installed):
 
 def test_default_configuration_ships_with_the_package(installed):
     assert run_installed(installed, "config", "--defaults").stdout == render_default_yaml()
-    assert "match.query_timeout: 5.0" in run_installed(installed, "config").stdout
+    assert yaml.safe_load(run_installed(installed, "config").stdout)["match"]["query_timeout"] == 5.0
 
 
 def test_read_writes_what_the_checkout_writes(installed, tmp_path):

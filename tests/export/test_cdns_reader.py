@@ -108,7 +108,7 @@ def test_inspect_cdns_like_parquet(gold_parquet, tmp_path):
     run_dnsprobe("read", GOLD_PCAP, "-o", tmp_path, "-q", "--no-progress")
     parquet = sorted(tmp_path.glob("*.parquet"))[0]
     table = run_dnsprobe("inspect", GOLD_CDNS, "--limit", "3").stdout
-    assert "www.wind-energy-the-facts.org" in table and "response_delay_us" in table
+    assert "www.wind-energy-the-facts.org" in table and "delay_us" in table and "AAAA" in table
     for args in (("--limit", "5"), ("--limit", "4", "--columns", "qname,query_time,response_time,rcode,aa,ttl")):
         ours = run_dnsprobe("inspect", GOLD_CDNS, "--json", *args).stdout
         assert ours == run_dnsprobe("inspect", parquet, "--json", *args).stdout

@@ -10,13 +10,13 @@ statistics JSON file, with a generous timeout.
 
 import hashlib
 import os
+import re
 import shutil
 import signal
 import socket
 import struct
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import urllib.request
@@ -31,10 +31,10 @@ from support import (
     ROOT,
     SERVER_MAC,
     as_rows,
-    build_traffic,
     keys,
     rows_of,
     run_dnsprobe,
+    traffic_parts,
 )
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("ip"), reason="needs root and iproute2")
@@ -72,16 +72,7 @@ def build_burst(path, count):
 def traffic(tmp_path_factory):
     """Two parts (A, B) of 300 transactions each, their filter-passing frame counts and the expected
     transactions of each part (from `dnsprobe read`)."""
-    d = tmp_path_factory.mktemp("live-traffic")
-    parts = {}
-    for name, first in (("A", 0), ("B", 300)):
-        pcap = d / f"part{name}.pcap"
-        passed = build_traffic(pcap, first, 300)
-        out = d / f"ref{name}"
-        out.mkdir()
-        run_dnsprobe("read", pcap, "-o", out, "-q", "--no-progress")
-        parts[name] = (pcap, passed, keys(rows_of(out)))
-    return parts
+    return traffic_parts(tmp_path_factory.mktemp("live-traffic"), 300, "AB")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -322,33 +313,27 @@ def test_sigkill_of_a_worker_restarts_it(testbed, traffic, probes, out_dir):
     assert probe.stats()["counters"]["worker_restarts"] == 1
 
 
-def test_workers_switch_user(testbed, traffic, probes):
-    import pwd
-
-    try:
-        nobody = pwd.getpwnam("nobody").pw_uid
-    except KeyError:
-        pytest.skip("no user 'nobody'")
+def test_workers_switch_user(testbed, traffic, probes, nobody_dir):
+    nobody, out = nobody_dir
     pcap, passed, expected = traffic["A"]
-    out = Path(tempfile.mkdtemp(prefix="dnsprobe-user-", dir="/tmp"))
-    try:
-        out.chmod(0o777)
-        probe = probes(testbed, out, "--user", "nobody")
-        probe.wait_ready()
-        testbed.send(pcap, pps=3000)
-        probe.wait_counter("packets", passed)
-        assert probe.stop() == 0, probe.stderr
-        files = list(out.glob("*.parquet"))
-        assert files and all(f.stat().st_uid == nobody for f in files)
-        assert keys(rows_of(out)) == expected
-    finally:
-        shutil.rmtree(out, ignore_errors=True)
+    probe = probes(testbed, out, "--user", "nobody")
+    probe.wait_ready()
+    testbed.send(pcap, pps=3000)
+    doc = probe.wait_counter("packets", passed)
+    # The worker keeps CAP_NET_RAW alone, to open a socket again when an interface comes back.
+    status = Path(f"/proc/{doc['workers']['0']['pid']}/status").read_text()
+    assert re.search(r"^CapEff:\s+0*2000$", status, re.M) and re.search(rf"^Uid:\s+{nobody}\s", status, re.M)
+    assert probe.stop() == 0, probe.stderr
+    files = list(out.glob("*.parquet"))
+    assert files and all(f.stat().st_uid == nobody for f in files)
+    assert keys(rows_of(out)) == expected
 
 
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["-i", "nosuchif0"], "interface 'nosuchif0' does not exist"),
+        (["-i", "nosuchif0", "--set", "capture.wait_for_interface=false"], "interface 'nosuchif0' does not exist"),
+        (["-i", "any"], "'any' is not supported: name each interface"),
         (["-i", "lo", "--coremask", "zz"], "capture.coremask"),
         (["-i", "lo", "--coremask", "0x0"], "names no core"),
         (["-i", "lo", "--coremask", hex(1 << os.cpu_count())], "does not have"),
@@ -372,3 +357,5 @@ def test_no_permission_exits_2(out_dir):
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2, proc.stderr
     assert "permission denied" in proc.stderr and "CAP_NET_RAW" in proc.stderr
+    # How to do it for a Python program: an ambient capability, not setcap on the interpreter.
+    assert "AmbientCapabilities=CAP_NET_RAW" in proc.stderr and "--ambient-caps +net_raw" in proc.stderr

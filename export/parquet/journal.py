@@ -1,0 +1,232 @@
+"""Parquet of a live capture: a journal first, the Parquet file at rotation.
+
+A Parquet file is readable only once its footer is written, at its end; a worker that dies before then would
+leave nothing readable. So live capture writes each file first as a journal, NAME.parquet.journal: an Arrow IPC
+stream (which needs no footer), whose record batches are put in the file by flush() (the worker calls it within
+export.flush_seconds of a transaction's completion); in the hive layout .NAME.parquet.journal, a name engines
+skip. The journal is readable up to its last complete batch at any moment, by `dnsprobe inspect` and by
+read_journal(). When the file closes (rotation, a partition's end, export.rotate_bytes: here the journal's
+size) the journal is converted into NAME.parquet (the row groups, sorting, codec, dictionaries and page index of
+ParquetExporter) by a thread of its own, off the capture core, and removed; a journal whose writer died is
+converted the same way by export.recovery.
+
+The journal is locked (export.base.lock_live_file) from its creation until its conversion is complete.
+"""
+
+import os
+import threading
+
+import pyarrow as pa
+import pyarrow.ipc as ipc
+
+from export.base import live_path, lock_live_file, off_capture_cores
+from export.parquet.schema import SCHEMA
+from export.parquet.writer import ParquetExporter, _File, open_parquet, write_row_groups
+
+JOURNAL_SUFFIX = ".journal"
+# Buffers compressed one by one: a journal takes about what the final file does, for little CPU.
+IPC_OPTIONS = ipc.IpcWriteOptions(compression="zstd")
+BUFFER_BYTES = 1 << 20
+
+
+class JournalWriter:
+    """An Arrow IPC stream of record batches into a locked file; flush() puts what was written in the file."""
+
+    def __init__(self, path):
+        self.lock = lock_live_file(path)
+        try:
+            self.stream = pa.BufferedOutputStream(pa.OSFile(str(path), "w"), buffer_size=BUFFER_BYTES)
+            self.writer = ipc.new_stream(self.stream, SCHEMA, options=IPC_OPTIONS)
+            self.stream.flush()  # the schema: a journal is readable (empty) from the start
+        except BaseException:
+            os.close(self.lock)
+            raise
+        self.unflushed = 0  # rows written to the stream, not yet flushed to the file
+
+    def write(self, table):
+        self.writer.write_table(table)
+        self.unflushed += table.num_rows
+
+    def flush(self):
+        """Rows now in the file (they were not before)."""
+        self.stream.flush()
+        rows, self.unflushed = self.unflushed, 0
+        return rows
+
+    def tell(self):
+        """Bytes written to the journal so far (export.rotate_bytes)."""
+        return self.stream.tell()
+
+    def close(self):
+        """End the stream (the lock stays: the journal is still the only copy of its rows)."""
+        self.writer.close()
+        self.stream.close()
+
+
+def journal_batches(path):
+    """The record batches of a journal up to its last complete one, one by one. cut() tells afterwards whether
+    the stream ended cut short (its writer is still writing, or died) rather than closed."""
+    return _Batches(path)
+
+
+class _Batches:
+    def __init__(self, path):
+        self.path = path
+        self.was_cut = False
+
+    def cut(self):
+        return self.was_cut
+
+    def __iter__(self):
+        try:
+            reader = ipc.open_stream(pa.memory_map(str(self.path)))
+        except (pa.ArrowInvalid, OSError):  # not even the schema (an empty file)
+            self.was_cut = True
+            return
+        while True:
+            try:
+                batch = reader.read_next_batch()
+            except StopIteration:
+                return
+            except (pa.ArrowInvalid, OSError):  # a batch cut short: the end of what is readable
+                self.was_cut = True
+                return
+            yield batch
+
+
+def read_journal(path):
+    """The rows of a journal as a table (its complete batches), and whether the stream was cut."""
+    batches = journal_batches(path)
+    table = pa.Table.from_batches(list(batches), schema=SCHEMA)
+    return table, batches.cut()
+
+
+def final_of(journal):
+    """The Parquet file a journal becomes: NAME.parquet.journal, or hidden .NAME.parquet.journal → NAME.parquet."""
+    name = journal.name[: -len(JOURNAL_SUFFIX)]
+    return journal.with_name(name[1:] if name.startswith(".") else name)
+
+
+def convert_journal(journal, final, export_cfg):
+    """Write the rows of a journal as the Parquet file final (through its live name NAME.parquet.part, hidden
+    when the journal is, then renamed), and remove the journal; returns the number of rows (without rows, no file
+    is written). Streamed: one row group in memory at a time, cut and sorted as ParquetExporter does."""
+    part = live_path(final, ".part", hidden=journal.name.startswith("."))
+    f = None
+    rows = 0
+    try:
+        for batch in journal_batches(journal):
+            if not batch.num_rows:
+                continue
+            if f is None:
+                f = _File(final, part, 0, *open_parquet(part, export_cfg))
+            f.pending.append(pa.Table.from_batches([batch]))
+            f.pending_rows += batch.num_rows
+            rows += batch.num_rows
+            write_row_groups(f, export_cfg, force=False)
+        if f is not None:
+            write_row_groups(f, export_cfg, force=True)
+    finally:
+        if f is not None:
+            f.writer.close()
+            f.sink.close()
+    if f is not None:
+        os.replace(part, final)
+    os.unlink(journal)
+    return rows
+
+
+class _Conversion(threading.Thread):
+    """Converts one closed journal, off the capture core; the journal's lock is released when it is done."""
+
+    def __init__(self, journal, final, export_cfg, lock):
+        super().__init__(name=f"parquet-journal {final.name}", daemon=True)
+        self.journal, self.final, self.cfg, self.lock = journal, final, export_cfg, lock
+        self.error = None
+
+    def run(self):
+        off_capture_cores()
+        try:
+            convert_journal(self.journal, self.final, self.cfg)
+        except OSError as exc:
+            self.error = exc
+        finally:
+            os.close(self.lock)
+
+
+class JournalingParquetExporter(ParquetExporter):
+    """ParquetExporter for live capture: rows go to the journal as they come (flush() puts them in the file),
+    and a closed journal becomes NAME.parquet in a thread; `records` counts the rows in the file."""
+
+    live_suffix = JOURNAL_SUFFIX
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.converting = []
+
+    def _open(self, bucket, ts_ns):
+        try:
+            final, journal = self._take_name(bucket, ts_ns)
+            writer = JournalWriter(journal)
+        except OSError as exc:
+            raise self._output_error(exc, self.dir) from None
+        return self._opened(bucket, _File(final, journal, ts_ns, writer, writer))
+
+    def _count(self, records):
+        pass  # counted once in the file: flush()
+
+    def _flush_row_groups(self, f, force):
+        """Rows go to the journal at once (the conversion cuts the row groups)."""
+        try:
+            for table in f.pending:
+                f.writer.write(table)
+        except OSError as exc:
+            raise self._output_error(exc, f.part_path) from None
+        f.pending = []
+        f.pending_rows = 0
+
+    def flush(self):
+        self._reap()
+        try:
+            for f in self.files.values():
+                self.stats.records += f.writer.flush()
+        except OSError as exc:
+            raise self._output_error(exc) from None
+
+    def unwritten(self):
+        return sum(f.writer.unflushed for f in self.files.values())
+
+    def live_files(self):
+        self._reap()  # (a conversion may have finished since: its file is then completed, not live)
+        return [c.journal for c in self.converting] + [f.part_path for f in self.files.values()]
+
+    def _close(self, bucket):
+        f = self.files.pop(bucket)
+        self._flush_row_groups(f, force=True)
+        try:
+            self.stats.records += f.writer.flush()
+            f.writer.close()
+        except OSError as exc:
+            os.close(f.writer.lock)
+            raise self._output_error(exc, f.part_path) from None
+        conversion = _Conversion(f.part_path, f.final_path, self.cfg, f.writer.lock)
+        conversion.start()
+        self.converting.append(conversion)
+        if not self.files:
+            self.part_path = None
+        self._reap()
+
+    def close(self):
+        self.rotate()
+        for conversion in self.converting:
+            conversion.join()
+        self._reap()
+
+    def _reap(self):
+        """Account for the conversions that have finished, in order; raise the first error."""
+        while self.converting and not self.converting[0].is_alive():
+            conversion = self.converting.pop(0)
+            if conversion.error is not None:
+                raise self._output_error(conversion.error, conversion.journal)
+            self.completed.append(conversion.final)
+            self.stats.files += 1
