@@ -267,7 +267,7 @@ class CdnsFile:
                 yield _Block(block, self.block_parameters).items(sections)
             except _BadIndex as exc:
                 raise CaptureFileError(self.path, f"block {n}: {exc}") from None
-            except (TypeError, ValueError, AttributeError, KeyError, struct.error) as exc:
+            except (TypeError, ValueError, AttributeError, KeyError, IndexError, struct.error) as exc:
                 problem = f"block {n}: unexpected content ({type(exc).__name__}: {exc})"
                 raise CaptureFileError(self.path, problem) from None
 
@@ -389,8 +389,12 @@ class _Block:
     def items(self, want_sections):
         out = []
         for item in self.items_:
+            if type(item) is not dict:
+                raise _BadIndex(f"a Q/R item is a {type(item).__name__}, not a map")
             out.append(self._qr(item, want_sections))
         for mm in self.malformed:
+            if type(mm) is not dict:
+                raise _BadIndex(f"a malformed-message item is a {type(mm).__name__}, not a map")
             out.append(self._malformed(mm, want_sections))
         return out
 

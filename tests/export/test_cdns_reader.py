@@ -475,6 +475,9 @@ BAD = [
     ("no block parameters", _modified("noparams.cdns", lambda p: p[1].pop(3)), 0, "block-parameters"),
     ("wrong type", _modified("type.cdns", lambda p: p[2][0][3][0].__setitem__(2, "port")), 0,
      "block 0: a field has a value of the wrong type"),
+    # found by fuzz/fuzz_cdns_reader.py: an item that is an array was indexed as a map (IndexError traceback)
+    ("item not a map", _modified("item.cdns", lambda p: p[2][0][3].__setitem__(0, [0, 1, 2])), 0,
+     "block 0: a Q/R item is a list, not a map"),
     # block-parameters[0] → storage-parameters (0) → storage-hints (2) → query-response-hints (0)
     ("hints not a map", _modified("hints.cdns", lambda p: p[1][3][0][0].__setitem__(2, 7)), 0,
      "block parameters 0: storage-hints is not a map"),
