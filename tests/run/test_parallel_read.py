@@ -14,7 +14,25 @@ from scapy.layers.inet import IP, UDP, fragment
 from scapy.layers.inet6 import IPv6, IPv6ExtHdrFragment, fragment6
 from scapy.layers.l2 import Ether
 from scapy.packet import Raw
-from support import SHARED_CAPTURES, bench_mix, build_traffic, edge_traffic, probe_run, run_dnsprobe
+from support import (
+    C4,
+    NS,
+    S4,
+    SHARED_CAPTURES,
+    T0,
+    TcpConn,
+    bench_mix,
+    build_traffic,
+    edge_traffic,
+    ether,
+    framed,
+    probe_run,
+    q_dns,
+    r_dns,
+    run_dnsprobe,
+    udp_frame,
+    write_pcap,
+)
 
 from probe import _records
 from probe.capture.pcapfile import read_capture
@@ -42,6 +60,81 @@ def test_union_equals_one_worker(captures, workers, tmp_path):
         many = rows_and_counters(path, tmp_path / f"{path.name}-{workers}", "--workers", str(workers))
         assert many[0] == one[0], label
         assert many[1] == one[1], label
+
+
+def timeout_traffic(path):
+    """Flows whose outcome hangs on when timeouts fire (with TIMEOUTS: query 5 s, fragments 5 s, TCP idle 3 s), all
+    between the client C4 and the server S4, among 14 s of other clients' transactions (one every 100 ms) whose
+    address pairs hash to other workers, with 2 and with 3: the worker of the timed flows decodes no message of its
+    own for seconds, and has only the other frames' times to fire its timeouts by.
+
+    A late response (after the query timeout); a fragmented response whose last fragments come after the fragment
+    timeout; an idle TCP stream; and a zone transfer whose second message comes just after the query timeout has
+    closed the transfer (a single worker's clock, its other flows' messages, passed that time; a worker running on
+    its own messages' time would still take the message into the transfer)."""
+    from scapy.layers.dns import DNS, DNSQR, DNSRR, DNSRRSOA
+
+    frames = []
+
+    def at(seconds, frame):
+        frames.append((T0 + int(seconds * NS), frame))
+
+    timed = _decoderec.flow_hash(udp_frame(q_dns(1)), 1)
+    others = []
+    for i in range(5000):
+        query = ether(bytes(IP(src=f"10.77.{i // 250}.{i % 250 + 1}", dst="192.0.2.53") / UDP(sport=3000, dport=53)))
+        if all(_decoderec.flow_hash(query, 1) % n != timed % n for n in (2, 3)):
+            others.append(f"10.77.{i // 250}.{i % 250 + 1}")
+    for i, client in enumerate(others[:140]):
+        at(i / 10, ether(bytes(IP(src=client, dst="192.0.2.53") / UDP(sport=3000 + i, dport=53) / Raw(q_dns(i)))))
+        at(i / 10 + 0.002, ether(bytes(IP(src="192.0.2.53", dst=client) / UDP(sport=53, dport=3000 + i)
+                                       / Raw(r_dns(i)))))
+    at(0.01, udp_frame(q_dns(1, "late.example"), cport=41000))
+    at(6.2, udp_frame(r_dns(1, "late.example"), to_server=False, cport=41000))
+    at(0.03, udp_frame(q_dns(2, "frag.example", "TXT"), cport=41001))
+    big = DNS(id=2, qr=1, rd=1, ra=1, qd=DNSQR(qname="frag.example", qtype="TXT"),
+              an=[DNSRR(rrname="frag.example", type="TXT", rdata=["x" * 200]) for _ in range(6)])
+    first, *rest = fragment(IP(src=S4, dst=C4, id=4242) / UDP(sport=53, dport=41001) / big, fragsize=600)
+    at(0.04, ether(bytes(first)))
+    for k, f in enumerate(rest):
+        at(6.005 + k / 10000, ether(bytes(f)))
+    zone = TcpConn(41002)
+    for t, f in zone.handshake(1.0, 1.001, 1.002):
+        at(t, f)
+    soa = DNSRRSOA(rrname="zone.example", mname="ns.zone.example", rname="h.zone.example", serial=1)
+    a = DNSRR(rrname="www.zone.example", type="A", rdata="192.0.2.7")
+    axfr = DNSQR(qname="zone.example", qtype="AXFR")
+    at(1.003, zone.data("c", framed(bytes(DNS(id=3, qd=axfr)))))
+    at(1.004, zone.data("s", framed(bytes(DNS(id=3, qr=1, aa=1, qd=axfr, an=[soa, a])))))
+    at(6.15, zone.data("s", framed(bytes(DNS(id=3, qr=1, aa=1, qd=axfr, an=[a, a, soa])))))
+    idle = TcpConn(41003)
+    for t, f in idle.handshake(2.0, 2.001, 2.002):
+        at(t, f)
+    at(2.003, idle.data("c", framed(q_dns(4, "idle.example"))))
+    at(6.5, idle.data("s", framed(r_dns(4, "idle.example"))))
+    frames.sort(key=lambda f: f[0])
+    write_pcap(path, frames)
+
+
+TIMEOUTS = ("--set", "run.batch_size=3", "--set", "match.query_timeout=5", "--set", "decode.fragment_timeout=5",
+            "--set", "decode.tcp_idle_timeout=3")
+
+
+def test_timeouts_fire_as_in_one_worker(tmp_path):
+    """Every worker runs its decoder's and its matcher's clock on every frame it reads, its own or not, and expires
+    on every batch (batches end where one worker's do): the timeouts fire at one worker's times, so the timed flows
+    of timeout_traffic come out as with one worker."""
+    pcap = tmp_path / "timeouts.pcap"
+    timeout_traffic(pcap)
+    rows, counters = probe_run(pcap, tmp_path / "first", *TIMEOUTS)
+    timed = sorted((r["qname"], r["query_present"], r["response_present"]) for r in rows if r["src"] == C4)
+    assert timed == [("frag.example", True, False), ("idle.example", True, True), ("late.example", False, True),
+                     ("late.example", True, False), ("zone.example", False, True), ("zone.example", True, True)]
+    assert counters["fragments_dropped"] == 3 and counters["zone_transfer_messages"] == 0
+    one = rows_and_counters(pcap, tmp_path / "one", *TIMEOUTS)
+    for workers in (2, 3):
+        many = rows_and_counters(pcap, tmp_path / f"w{workers}", "--workers", str(workers), *TIMEOUTS)
+        assert many == one, f"{workers} workers"
 
 
 def test_edge_traffic_splits_and_still_matches(tmp_path):
