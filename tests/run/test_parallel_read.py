@@ -7,7 +7,11 @@ The split: each frame goes to the worker its IP address pair hashes to (include/
 gets its share and no frame is in two shares; the hash is the same both ways and for every fragment."""
 
 import json
+import os
 import struct
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from scapy.layers.inet import IP, UDP, fragment
@@ -17,10 +21,12 @@ from scapy.packet import Raw
 from support import (
     C4,
     NS,
+    ROOT,
     S4,
     SHARED_CAPTURES,
     T0,
     TcpConn,
+    as_rows,
     bench_mix,
     build_traffic,
     edge_traffic,
@@ -29,6 +35,7 @@ from support import (
     probe_run,
     q_dns,
     r_dns,
+    read_output,
     run_dnsprobe,
     udp_frame,
     write_pcap,
@@ -48,7 +55,13 @@ def captures(tmp_path_factory):
 
 
 def rows_and_counters(pcap, out, *extra):
-    rows, counters = probe_run(pcap, out, *extra)
+    """The records of `dnsprobe read PCAP` (as a sorted list) and its counters but for the number of files; pcap
+    None: of the run already made into out."""
+    if pcap is None:
+        counters = json.loads(next(out.glob("*.stats.json")).read_text())["counters"]
+        rows = as_rows(read_output(out)) if list(out.glob("*.parquet")) else []
+    else:
+        rows, counters = probe_run(pcap, out, *extra)
     return sorted(map(repr, (sorted(r.items()) for r in rows))), {k: v for k, v in counters.items() if k != "files"}
 
 
@@ -158,9 +171,53 @@ def test_coremask_pins_one_worker_per_core(tmp_path):
     assert proc.returncode == 2 and "run.coremask" in proc.stderr
 
 
-def test_a_pipe_is_refused_with_workers(tmp_path):
-    proc = run_dnsprobe("read", "/dev/stdin", "-o", tmp_path, "--workers", "2", check=False)
-    assert proc.returncode == 2 and "regular file" in proc.stderr
+def read_with_stdin(inputs, out, stdin, *extra):
+    """`dnsprobe read INPUTS` with stdin's bytes; returns (exit status, error lines, rows and counters)."""
+    out.mkdir()
+    cmd = [sys.executable, "-m", "probe", "read", *map(str, inputs), "-o", str(out), "-q", "--no-progress", *extra]
+    proc = subprocess.run(cmd, cwd=ROOT, input=stdin, capture_output=True)
+    lines = sorted(line for line in proc.stderr.decode().splitlines() if line.strip())
+    return proc.returncode, lines, rows_and_counters(None, out)
+
+
+def test_compressed_files_and_pipes_are_read_once(tmp_path):
+    """Parts of one capture as a plain file (each worker opens it), xz, gzip and zstd files and a pipe (the parent
+    decompresses each once and copies it to the workers): 2 workers give the records and counters of one."""
+    frames = [(b.ts_ns[i], b.data[i]) for b in read_capture(bench_mix(), 2000) for i in range(len(b))]
+    assert len(frames) == 20000
+    parts = [write_pcap(tmp_path / f"part{k}.pcap", frames[k * 4000 : (k + 1) * 4000]) for k in range(5)]
+    for part, tool in zip(parts[1:4], ("xz", "gzip", "zstd")):
+        subprocess.run([tool, "-q", "-1", str(part)], check=True)
+    inputs = [parts[0], f"{parts[1]}.xz", f"{parts[2]}.gz", f"{parts[3]}.zst", "/dev/stdin"]
+    stdin = parts[4].read_bytes()
+    one = read_with_stdin(inputs, tmp_path / "one", stdin)
+    assert one[0] == 0 and one[2][1]["packets"] == 20000, one[1]
+    two = read_with_stdin(inputs, tmp_path / "two", stdin, "--workers", "2")
+    assert two == one
+
+
+def test_damaged_inputs_are_reported_once(tmp_path):
+    """A cut xz file (the parent's decompressor fails), a gzip file with a corrupt record (each worker stops there
+    and closes its pipe) and a pipe cut in a record, among good inputs: each error once, with one worker's message,
+    and the records read before each problem, as with one worker."""
+    frames = [(b.ts_ns[i], b.data[i]) for b in read_capture(bench_mix(), 2000) for i in range(len(b))]
+    parts = [write_pcap(tmp_path / f"part{k}.pcap", frames[k * 4000 : (k + 1) * 4000]) for k in range(5)]
+    subprocess.run(["xz", "-1", str(parts[1])], check=True)
+    xz = Path(f"{parts[1]}.xz")
+    xz.write_bytes(xz.read_bytes()[: xz.stat().st_size // 2])
+    data = bytearray(parts[2].read_bytes())
+    at = 24 + 2000 * 16 + sum(len(f) for _, f in frames[8000:10000]) + 8  # the 2000th record's captured length
+    data[at : at + 4] = b"\xff\xff\xff\x7f"
+    parts[2].write_bytes(bytes(data))
+    subprocess.run(["gzip", "-1", str(parts[2])], check=True)
+    inputs = [parts[0], xz, f"{parts[2]}.gz", parts[3], "/dev/stdin"]
+    stdin = parts[4].read_bytes()[:-50]
+    one = read_with_stdin(inputs, tmp_path / "one", stdin)
+    assert one[0] == 1 and len(one[1]) == 3, one[1]
+    for problem in ("pcap.xz: decompression failed", "pcap.gz: corrupt record", "/dev/stdin: truncated record"):
+        assert sum(problem in line for line in one[1]) == 1, (problem, one[1])
+    two = read_with_stdin(inputs, tmp_path / "two", stdin, "--workers", "2")
+    assert two == one
 
 
 def test_shares_partition_every_batch(captures):
@@ -224,3 +281,50 @@ def test_dnstap_files_go_to_one_worker_each(tmp_path):
         results.append((rows, {k: v for k, v in doc["counters"].items() if k != "files"}))
     assert results[1] == results[0]
     assert results[0][1]["matched"] == 60 + 80 - 1  # (the cut file loses its last response)
+
+
+@pytest.mark.parametrize("whom, piped", [("group", False), ("parent", True)])
+def test_an_interrupt_writes_what_was_read(tmp_path, whom, piped):
+    """^C from a terminal (every process of the group; the inputs files) or SIGINT to the command alone (the input a
+    pipe that would not end): each worker stops reading, writes what it read and reports it; exit status 130, no
+    .part file left, the counters add up to the records written."""
+    import signal
+    import threading
+    import time
+
+    out = tmp_path / "out"
+    out.mkdir()
+    mix = bench_mix().read_bytes()
+    inputs = ["/dev/stdin"] if piped else [bench_mix()] * 200
+    cmd = [sys.executable, "-m", "probe", "read", *map(str, inputs), "-o", str(out), "-q", "--no-progress",
+           "--workers", "2"]
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdin=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+
+    def endless():  # the mix's records again and again, until the reader closes the pipe
+        try:
+            proc.stdin.write(mix)
+            while True:
+                proc.stdin.write(mix[24:])
+        except (BrokenPipeError, ValueError):
+            pass
+
+    writer = threading.Thread(target=endless, daemon=True)
+    if piped:
+        writer.start()
+    deadline = time.monotonic() + 60
+    while len(list(out.glob("*.part"))) < 2 and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert proc.poll() is None, "finished before it could be interrupted"
+    if whom == "group":
+        os.killpg(proc.pid, signal.SIGINT)
+    else:
+        proc.send_signal(signal.SIGINT)
+    stderr = proc.stderr.read().decode()
+    assert proc.wait(timeout=60) == 130, stderr
+    if piped:
+        writer.join(timeout=10)
+    assert [line for line in stderr.splitlines() if line.strip()] == [
+        "dnsprobe: error: interrupted; writing what was decoded"], stderr
+    assert not list(out.glob("*.part")) and len(list(out.glob("*.parquet"))) == 2
+    rows, counters = rows_and_counters(None, out)
+    assert 0 < counters["packets"] < 200 * 20000 and len(rows) == counters["records"]
