@@ -22,10 +22,12 @@ workers read them.
 
 import multiprocessing
 import os
+import resource
 import signal
 import socket
 import struct
 import sys
+import time
 import zlib
 from pathlib import Path
 
@@ -62,13 +64,16 @@ def read_files(cfg, files, progress=None, on_error=None):
     return stats, errors, interrupted
 
 
-def _feed_files(pipeline, cfg, files, progress=None, on_error=None, share=None, piped=None):
+def _feed_files(pipeline, cfg, files, progress=None, on_error=None, share=None, piped=None, stop=()):
     """Every batch of every file into the pipeline; returns (errors, interrupted). share: (k, n), this is read
     worker k of n: a dnstap file is read by its worker only (dnstap_worker). piped: a callable giving, for the index
-    of an input the parent copies to the workers, the pipe to read it from (None: the parent reports it)."""
+    of an input, the file to read it from (a pipe from the parent), None (open it) or False (skip it: the parent
+    reports why). stop: a read worker's interrupt flag (not empty once interrupted), looked at between batches."""
     errors = []
     try:
         for i, f in enumerate(files):
+            if stop:
+                return errors, True
             raw = None
             if piped is not None:
                 raw = piped(i)
@@ -86,7 +91,11 @@ def _feed_files(pipeline, cfg, files, progress=None, on_error=None, share=None, 
                         continue
                 while (batch := source.read()) is not None:
                     pipeline.feed(batch, source.name)
+                    if stop:
+                        return errors, True
             except CaptureFileError as exc:
+                if stop:  # an input the parent stopped copying when it was interrupted
+                    return errors, True
                 errors.append(exc)
                 if on_error:
                     on_error(exc)
@@ -210,7 +219,13 @@ def _read_parallel(cfg, files, out_dir, workers, cores, on_error):
         summary["files_written"] = sorted(name for r in results for name in r["summary"]["files_written"])
         summary["part_file"] = None
         started = min(r["started"] for r in results)
-        _write_stats(cfg, out_dir, stats, started, summary, files, errors, {"workers": workers})
+        # Each worker's part, as live capture's statistics give it (probe/run/supervisor.py).
+        parts = {str(k): {"core": cores[k] if cores else None, "pid": procs[k].pid, "counters": r["counters"],
+                          "files_written": r["summary"]["files_written"], "cpu_seconds": r["cpu_seconds"],
+                          "seconds": r["seconds"]}
+                 for k, r in enumerate(results)}
+        _write_stats(cfg, out_dir, stats, started, summary, files, errors,
+                     {"coremask": cfg.run.coremask or None, "workers": parts})
     return stats, errors, interrupted
 
 
@@ -283,41 +298,40 @@ def _worker(cfg, files, out_dir, k, n, core, conn, commands, copied, others):
     on the socket `commands` (others: the parent's ends of the workers' sockets made before this one, closed here)."""
     for sock in others:
         sock.close()
-    interrupts = []
-    reading = []
-
-    def on_interrupt(signum, frame):
-        # A terminal's ^C reaches every process and the parent passes it on too: the first stops the reading, none
-        # may stop the writing of what was read.
-        interrupts.append(signum)
-        if len(interrupts) == 1 and reading:
-            raise KeyboardInterrupt
-
-    signal.signal(signal.SIGINT, on_interrupt)
+    # A terminal's ^C reaches every process, and the parent passes it on too. It stops the reading between two
+    # batches, not wherever the worker is (a KeyboardInterrupt in the exporter could leave its file half done).
+    stop = []
+    signal.signal(signal.SIGINT, lambda signum, frame: stop.append(signum))
     copied = set(copied)
 
     def piped(i):
-        return _receive_pipe(commands, i) if i in copied else None
+        if i not in copied:
+            return None
+        try:
+            return _receive_pipe(commands, i)
+        except DnsprobeError:
+            if stop:  # the parent, interrupted, sends no more inputs
+                return False
+            raise
 
+    began = time.monotonic()
     try:
         if core is not None:
             os.sched_setaffinity(0, {core})
         pipeline = Pipeline(cfg, out_dir, worker_id=k)
         pipeline.decoder.share = (k, n)
-        reading.append(True)
-        if interrupts:  # before the reading began
-            errors, interrupted = [], True
-        else:
-            errors, interrupted = _feed_files(pipeline, cfg, files, share=(k, n), piped=piped)
-        interrupts.append(None)  # from here on an interrupt is ignored: what was read is written
+        errors, interrupted = _feed_files(pipeline, cfg, files, share=(k, n), piped=piped, stop=stop)
         commands.close()
         stats = pipeline.finish()
+        usage = resource.getrusage(resource.RUSAGE_SELF)
         conn.send({
             "counters": stats.as_dict(),
             "errors": [(e.path, e.problem) for e in errors],
             "summary": pipeline.summary(),
             "interrupted": interrupted,
             "started": pipeline.started,
+            "cpu_seconds": round(usage.ru_utime + usage.ru_stime, 3),  # (the fork's, not the parent's before it)
+            "seconds": round(time.monotonic() - began, 3),
         })
     except Exception as exc:  # noqa: BLE001 - everything goes back to the parent, which raises it
         conn.send({"fatal": exc})

@@ -159,7 +159,10 @@ def test_edge_traffic_splits_and_still_matches(tmp_path):
     written = {p.name.split(".w")[1][0] for p in out.glob("*.parquet")}
     assert written == {"0", "1"}  # both workers had flows
     doc = json.loads(next(out.glob("*.stats.json")).read_text())
-    assert doc["workers"] == 2 and len(doc["files_written"]) == 2
+    assert len(doc["files_written"]) == 2 and sorted(doc["workers"]) == ["0", "1"]
+    for name, total in doc["counters"].items():  # each worker's part, and they add up
+        assert sum(w["counters"][name] for w in doc["workers"].values()) == total, name
+    assert all(w["cpu_seconds"] > 0 and len(w["files_written"]) == 1 for w in doc["workers"].values())
 
 
 def test_coremask_pins_one_worker_per_core(tmp_path):
@@ -167,6 +170,11 @@ def test_coremask_pins_one_worker_per_core(tmp_path):
     build_traffic(pcap, 1, 50)
     rows, _ = probe_run(pcap, tmp_path / "out", "--coremask", "0x1")
     assert len(rows) == 50
+    if len(os.sched_getaffinity(0)) >= 2:
+        rows, _ = probe_run(pcap, tmp_path / "two", "--coremask", "0x3")
+        doc = json.loads(next((tmp_path / "two").glob("*.stats.json")).read_text())
+        assert len(rows) == 50 and doc["coremask"] == "0x3"
+        assert {w["core"] for w in doc["workers"].values()} == {0, 1}
     proc = run_dnsprobe("read", pcap, "-o", tmp_path / "out", "--coremask", "0x0", check=False)
     assert proc.returncode == 2 and "run.coremask" in proc.stderr
 
