@@ -319,23 +319,14 @@ def measure_dnsprobe(pcap, core, tmp_root, fmt="parquet", sizes=False):
 
 def measure_workers(pcap, cores, tmp_root, fmt="parquet"):
     """`dnsprobe read --coremask` with one worker per core of `cores`: wall seconds and the CPU of every process
-    (the command and its workers), and the records written."""
-    out = Path(tempfile.mkdtemp(prefix="dnsprobe-", dir=tmp_root))
+    (the command and its workers), and the records written (benchmarks/parallel.py measures it)."""
+    import parallel  # (it imports this module)
+
     mask = hex(sum(1 << c for c in cores))
-    try:
-        cmd = [*dnsprobe_command(), "read", str(pcap), "-o", str(out), "-q", "--no-progress", "--format", fmt,
-               "--coremask", mask]
-        before = resource.getrusage(resource.RUSAGE_CHILDREN)
-        t0 = time.perf_counter()
-        subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True)
-        wall = time.perf_counter() - t0
-        after = resource.getrusage(resource.RUSAGE_CHILDREN)
-        stats = json.loads(next(out.glob("*.stats.json")).read_text())
-    finally:
-        shutil.rmtree(out, ignore_errors=True)
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return {"workers": len(cores), "cores": list(cores), "wall_seconds": round(wall, 4), "cpu_seconds": round(cpu, 4),
-            "records": stats["counters"]["records"]}
+    m, out = parallel.measure_read([pcap], tmp_root, "w", "--format", fmt, "--coremask", mask)
+    shutil.rmtree(out, ignore_errors=True)
+    return {"workers": len(cores), "cores": list(cores), "wall_seconds": m["wall_seconds"],
+            "cpu_seconds": m["cpu_seconds"], "records": m["records"]}
 
 
 def parallel_table(pcap, packets, worker_counts, tmp_root, repeat):

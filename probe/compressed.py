@@ -17,26 +17,36 @@ _COMPRESSORS = (
 )
 
 
-def open_stream(path):
-    """(readable stream of the decompressed bytes, the raw file object); CaptureFileError when it cannot be opened."""
+def open_stream(path, raw=None):
+    """(readable stream of the decompressed bytes, the raw file object); CaptureFileError when it cannot be opened.
+    raw: the input already open (a buffered binary reader, e.g. a pipe from `dnsprobe read --workers`' parent), read
+    instead of opening path, which still names it."""
     path = Path(path)
-    try:
-        raw = open(path, "rb")
-    except FileNotFoundError:
-        raise CaptureFileError(path, "no such file") from None
-    except IsADirectoryError:
-        raise CaptureFileError(path, "is a directory, not a capture file") from None
-    except PermissionError:
-        raise CaptureFileError(path, "permission denied") from None
+    if raw is None:
+        try:
+            raw = open(path, "rb")
+        except FileNotFoundError:
+            raise CaptureFileError(path, "no such file") from None
+        except IsADirectoryError:
+            raise CaptureFileError(path, "is a directory, not a capture file") from None
+        except PermissionError:
+            raise CaptureFileError(path, "permission denied") from None
     # peek, not read and seek back: the input may be a pipe (/dev/stdin, <(xzcat day.pcap.xz), a FIFO).
-    head = raw.peek(6)[:6]
+    kind = compression(raw.peek(6)[:6])
+    if kind == "gzip":
+        return gzip.GzipFile(fileobj=raw), raw
+    if kind == "xz":
+        return lzma.LZMAFile(raw), raw
+    if kind == "zstd":
+        import zstandard
+
+        return zstandard.ZstdDecompressor().stream_reader(raw), raw
+    return raw, raw
+
+
+def compression(head):
+    """The compression of a file that starts with the bytes `head` (its first 6 or more): gzip, xz, zstd or None."""
     for magic, kind in _COMPRESSORS:
         if head.startswith(magic):
-            if kind == "gzip":
-                return gzip.GzipFile(fileobj=raw), raw
-            if kind == "xz":
-                return lzma.LZMAFile(raw), raw
-            import zstandard
-
-            return zstandard.ZstdDecompressor().stream_reader(raw), raw
-    return raw, raw
+            return kind
+    return None

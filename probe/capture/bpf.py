@@ -31,6 +31,7 @@ OPCODES = {
     "ldb": (BPF_LD | BPF_B | BPF_ABS, False),  # A = u8 at [k]
     "ldh_x": (BPF_LD | BPF_H | BPF_IND, False),  # A = u16 at [X + k]
     "ldb_x": (BPF_LD | BPF_B | BPF_IND, False),  # A = u8 at [X + k]
+    "ld_imm": (BPF_LD | BPF_IMM, False),  # A = k
     "ld_mem": (BPF_LD | BPF_MEM, False),  # A = M[k]
     "st": (BPF_ST, False),  # M[k] = A
     "tax": (BPF_MISC | BPF_TAX, False),  # X = A
@@ -180,12 +181,15 @@ MAX_IPV6_EXT = 8  # headers walked; a packet with more is kept (the decoder judg
 
 
 def _ipv6_block(a, base, ports, snaplen, lists=None, invert=False):
-    """IPv6 at base: the extension headers are walked with X at the current header and the next-header value in
-    A (scratch M[0], M[1] while the length is added), unrolled MAX_IPV6_EXT times. UDP or TCP: its ports, relative
-    to X. A fragment header: kept when what follows it is UDP, TCP or another extension header (the decoder
-    reassembles and judges the datagram)."""
+    """IPv6 at base: the extension headers are walked as the decoder walks them (probe/decode/packets.py), with X at
+    the current header and the next-header value in A (scratch M[0], M[1] while the length is added), unrolled
+    MAX_IPV6_EXT times. A fragment header is walked as an 8-byte header and remembered (M[2]). UDP or TCP at the
+    end: a fragment is kept (the decoder reassembles and judges the datagram), else its ports are checked,
+    relative to X."""
     p = f"ip6_{base}_"
     a.label(p + "start")
+    a.op("ld_imm", 0)
+    a.op("st", 2)  # no fragment header yet
     a.op("ldx_imm", base + 40)
     a.op("ldb", base + 6)  # next header
     for i in range(MAX_IPV6_EXT):
@@ -198,32 +202,39 @@ def _ipv6_block(a, base, ports, snaplen, lists=None, invert=False):
             a.op("jeq", nh, q + "ext", None)
         a.op("ja", p + "no")
         a.label(q + "l4")
-        a.op("ja", p + "ports")
+        a.op("ja", p + "l4")
         a.label(q + "frag")
-        a.op("ldb_x", 0)  # the fragment header's next header
-        for nh in (17, 6, IPV6_AH) + IPV6_EXT:
-            a.op("jeq", nh, q + "keep", None)
-        a.op("ja", p + "no")
-        a.label(q + "keep")
-        a.op("ja", p + "dns")
+        a.op("ld_imm", 1)
+        a.op("st", 2)
+        a.op("ld_imm", 8)
+        a.op("ja", q + "length")
         for kind, add, shift in (("ah", 2, 2), ("ext", 1, 3)):
             a.label(q + kind)
             a.op("ldb_x", 1)  # the header's length field
             a.op("add", add)
             a.op("lsh", shift)
-            a.op("st", 1)
-            a.op("ldb_x", 0)  # its next header
-            a.op("st", 0)
-            a.op("ld_mem", 1)
-            a.op("add_x")
-            a.op("tax")  # X: the next header's offset
-            a.op("ld_mem", 0)
-            a.op("ja", f"{p}{i + 1}_loop" if i + 1 < MAX_IPV6_EXT else p + "deep")
+            if kind == "ah":
+                a.op("ja", q + "length")
+        a.label(q + "length")  # A: the header's length
+        a.op("st", 1)
+        a.op("ldb_x", 0)  # its next header
+        a.op("st", 0)
+        a.op("ld_mem", 1)
+        a.op("add_x")
+        a.op("tax")  # X: the next header's offset
+        a.op("ld_mem", 0)
+        a.op("ja", f"{p}{i + 1}_loop" if i + 1 < MAX_IPV6_EXT else p + "deep")
         if i + 1 < MAX_IPV6_EXT:
             a.label(f"{p}{i + 1}_loop")
-    a.label(p + "deep")
-    a.op("ja", p + "dns")
-    a.label(p + "ports")
+    a.label(p + "deep")  # MAX_IPV6_EXT headers walked: UDP or TCP next is checked, another header kept
+    a.op("jeq", 17, p + "l4", None)
+    a.op("jeq", 6, p + "l4", None)
+    for nh in (IPV6_FRAGMENT, IPV6_AH) + IPV6_EXT:
+        a.op("jeq", nh, p + "dns", None)
+    a.op("ja", p + "no")
+    a.label(p + "l4")
+    a.op("ld_mem", 2)
+    a.op("jeq", 0, None, p + "dns")  # a fragment: kept
     _ports_check(a, ports, True, 0, p + "dns", None)
     _ports_check(a, ports, True, 2, p + "dns", p + "no")
     _verdicts(a, p, snaplen, lists, 6, base, invert)
@@ -234,8 +245,8 @@ def dns_filter(ports, skip_outgoing=False, snaplen=SNAPLEN, ip_filter=None, inve
 
     Kept: IPv4/IPv6 UDP or TCP with a source or destination port in `ports`, and fragments of
     IPv4/IPv6 UDP or TCP datagrams; untagged or behind one or two VLAN tags (802.1Q, 802.1ad, 0x9100);
-    IPv6 behind extension headers (hop-by-hop, routing, destination options, mobility, HIP, shim6, AH), as
-    the decoder walks them.
+    IPv6 behind extension headers (hop-by-hop, routing, destination options, mobility, HIP, shim6, AH,
+    fragment), as the decoder walks them, up to MAX_IPV6_EXT of them (a longer chain is kept).
     skip_outgoing drops frames this host sends (used on loopback, where every frame is seen twice).
     ip_filter (probe.decode.ipfilter.IpFilter): of those, keep only what its allow/deny lists keep, or with
     invert_ip_filter only what they reject (the program of the socket that counts them). ValueError when

@@ -29,9 +29,10 @@ def _head(stream, path):
     return b"".join(chunks)
 
 
-def open_file_source(path, batch_size=4096, on_progress=None):
-    """The source for a capture file: PcapFileSource or DnstapFileSource; CaptureFileError when it is neither."""
-    stream, raw = open_stream(path)
+def open_file_source(path, batch_size=4096, on_progress=None, raw=None):
+    """The source for a capture file: PcapFileSource or DnstapFileSource; CaptureFileError when it is neither.
+    raw: the file already open (probe.compressed.open_stream), path its name."""
+    stream, raw = open_stream(path, raw)
     try:
         head = _head(stream, path)
         if is_dnstap(head):

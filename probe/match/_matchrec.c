@@ -9,8 +9,11 @@
  * TransactionTable.add_python stays the reference; tests/match/test_matchrec.py compares the two on every capture.
  *
  * Matcher(timeout_ns, max_pending, max_pending_per_key, seed)
- *   m.add(msgs, out) -> counts   match the MsgBatch msgs (capture order), append completed transactions to the
- *                                TxBatch out, then expire on the capture time of the batch's last message
+ *   m.add(msgs, out, now_ns=None) -> counts
+ *                                match the MsgBatch msgs (capture order), append completed transactions to the
+ *                                TxBatch out, then expire on the capture clock now_ns (the pipeline's: the time
+ *                                of its last frame, also one that held no message); None: the time of the batch's
+ *                                last message
  *   m.flush(out) -> counts       end of input: open transfers, then every pending query (query-only)
  *   len(m)                       pending keys; m.held(): pending queries (max_pending bounds them)
  *   m.state()                    (now_ns, held, pending, transfers) as tuples, for RecordTable.hand_over
@@ -565,7 +568,11 @@ static PyObject *matcher_add(PyObject *self, PyObject *args)
     Matcher *m = (Matcher *)self;
     MsgBatch *msgs;
     TxBatch *out;
-    if (!PyArg_ParseTuple(args, "O!O!:add", records->msgbatch_type, &msgs, records->txbatch_type, &out))
+    PyObject *clock = Py_None;
+    if (!PyArg_ParseTuple(args, "O!O!|O:add", records->msgbatch_type, &msgs, records->txbatch_type, &out, &clock))
+        return NULL;
+    long long now_ns = 0;
+    if (clock != Py_None && (now_ns = PyLong_AsLongLong(clock)) == -1 && PyErr_Occurred())
         return NULL;
     long long before[7] = SNAPSHOT(m);
     for (Py_ssize_t i = 0; i < msgs->recs.n; i++) {
@@ -578,7 +585,10 @@ static PyObject *matcher_add(PyObject *self, PyObject *args)
         if (rc < 0)
             return NULL;
     }
-    if (msgs->recs.n) {
+    if (clock != Py_None) {
+        if (now_ns > m->now)
+            m->now = now_ns;
+    } else if (msgs->recs.n) {
         int64_t last = msgbatch_get(msgs, msgs->recs.n - 1)->ts_ns;
         if (last > m->now)
             m->now = last;
@@ -741,7 +751,8 @@ static PyMethodDef matcher_methods[] = {
     {"held", matcher_held, METH_NOARGS, "held() -> the pending queries (TransactionTable.held)."},
     {"state", matcher_state, METH_NOARGS,
      "state() -> (now_ns, held, pending, transfers): what a TransactionTable needs to carry on."},
-    {"add", matcher_add, METH_VARARGS, "add(msgs, out) -> counts: match a MsgBatch into a TxBatch, then expire."},
+    {"add", matcher_add, METH_VARARGS,
+     "add(msgs, out, now_ns=None) -> counts: match a MsgBatch into a TxBatch, then expire at now_ns."},
     {"flush", matcher_flush, METH_VARARGS, "flush(out) -> counts: end of input, everything pending into out."},
     {NULL, NULL, 0, NULL},
 };

@@ -34,8 +34,9 @@ class RecordTable:
         """Whether the C table is built and takes this configuration (its time arithmetic is 64-bit)."""
         return _matchrec is not None and abs(int(match_cfg.query_timeout * 1e9)) < 2**63
 
-    def add(self, msgs, out):
-        self._count(self.matcher.add(msgs, out))
+    def add(self, msgs, out, now_ns=None):
+        """now_ns: the capture clock after these messages (TransactionTable.add)."""
+        self._count(self.matcher.add(msgs, out, now_ns))
 
     def flush(self, out):
         """End of input: open zone transfers, then every pending query (query-only), into out."""

@@ -93,16 +93,19 @@ class TransactionTable:
         # The C loop does its time arithmetic in 64 bits: an absurd timeout stays in Python.
         self._c_run = None if python or _match is None or abs(self.timeout_ns) >= 2**63 else _match.run
 
-    def add(self, msgs):
+    def add(self, msgs, now_ns=None):
+        """now_ns: the capture clock after these messages, which expiry runs on: the pipeline's, the time of its
+        last frame, also of a batch without messages, so that timeouts fire alike however the frames are split
+        between workers (`dnsprobe read --workers`); None: the time of the last message."""
         out = []
-        if self._c_run is not None:
-            self._add_c(msgs, out)
-        else:
-            self.add_python(msgs, out)
         if msgs:
-            last = msgs[-1][_TS]
-            if last > self.now_ns:
-                self.now_ns = last
+            if self._c_run is not None:
+                self._add_c(msgs, out)
+            else:
+                self.add_python(msgs, out)
+        last = now_ns if now_ns is not None else msgs[-1][_TS] if msgs else None
+        if last is not None and last > self.now_ns:
+            self.now_ns = last
         self._expire(out)
         return out
 

@@ -13,19 +13,30 @@ worker would. The union of their transactions is the one-worker output (docs/usa
 as match.max_pending can make a difference), their counters add up to its counters, and this process writes
 the one statistics file. Each worker writes its own files (.w<k>). A dnstap file is read by one worker
 (dnstap_worker, a hash of its name): its messages pair among themselves only.
+
+A worker opens a regular, uncompressed input itself. Anything else, a compressed file or a pipe, this process
+opens, decompresses once and copies into a pipe per worker (probe.run.tee), whose read end it hands to the
+worker over a socket (SCM_RIGHTS) when it comes to that input: inputs are copied one at a time, in order, as the
+workers read them.
 """
 
 import multiprocessing
 import os
+import resource
 import signal
+import socket
+import struct
 import sys
+import time
 import zlib
 from pathlib import Path
 
 from export.base import check_output_dir, stats_json_path
 from probe.capture.dnstap_file import DnstapFileSource
 from probe.capture.files import open_file_source
-from probe.errors import CaptureFileError, ConfigError, DnsprobeError
+from probe.compressed import compression, open_stream
+from probe.errors import CaptureFileError, DnsprobeError
+from probe.run import tee
 from probe.run.checks import parse_coremask
 from probe.run.pipeline import Pipeline
 from probe.stats import COUNTER_NAMES, Stats
@@ -53,17 +64,26 @@ def read_files(cfg, files, progress=None, on_error=None):
     return stats, errors, interrupted
 
 
-def _feed_files(pipeline, cfg, files, progress=None, on_error=None, share=None):
+def _feed_files(pipeline, cfg, files, progress=None, on_error=None, share=None, piped=None, stop=()):
     """Every batch of every file into the pipeline; returns (errors, interrupted). share: (k, n), this is read
-    worker k of n: a dnstap file is read by its worker only (dnstap_worker)."""
+    worker k of n: a dnstap file is read by its worker only (dnstap_worker). piped: a callable giving, for the index
+    of an input, the file to read it from (a pipe from the parent), None (open it) or False (skip it: the parent
+    reports why). stop: a read worker's interrupt flag (not empty once interrupted), looked at between batches."""
     errors = []
     try:
-        for f in files:
-            size = Path(f).stat().st_size if Path(f).is_file() else None  # a pipe: a bar without an end
+        for i, f in enumerate(files):
+            if stop:
+                return errors, True
+            raw = None
+            if piped is not None:
+                raw = piped(i)
+                if raw is False:
+                    continue
+            size = Path(f).stat().st_size if raw is None and Path(f).is_file() else None  # a pipe: a bar, no end
             on_progress = progress(f, size) if progress else None
             source = None
             try:
-                source = open_file_source(f, cfg.run.batch_size, on_progress)
+                source = open_file_source(f, cfg.run.batch_size, on_progress, raw)
                 if share is not None and type(source) is DnstapFileSource:
                     if dnstap_worker(source.name, share[1]) != share[0]:
                         source.close()
@@ -71,7 +91,11 @@ def _feed_files(pipeline, cfg, files, progress=None, on_error=None, share=None):
                         continue
                 while (batch := source.read()) is not None:
                     pipeline.feed(batch, source.name)
+                    if stop:
+                        return errors, True
             except CaptureFileError as exc:
+                if stop:  # an input the parent stopped copying when it was interrupted
+                    return errors, True
                 errors.append(exc)
                 if on_error:
                     on_error(exc)
@@ -97,40 +121,76 @@ def _write_stats(cfg, out_dir, stats, started, summary, files, errors, extra=Non
     )
 
 
+def _opens_itself(path):
+    """Whether a read worker opens the input itself: a regular file that is not compressed. The others (compressed
+    files, pipes) are read once by the parent and copied to the workers."""
+    p = Path(path)
+    if not p.is_file():
+        return False
+    try:
+        with open(p, "rb") as fh:
+            return compression(fh.read(6)) is None
+    except OSError:
+        return True  # every worker meets the same problem and says so
+
+
 def _read_parallel(cfg, files, out_dir, workers, cores, on_error):
     """read_files with `workers` processes (see the module docstring)."""
-    for f in files:
-        if not Path(f).is_file():
-            raise ConfigError(
-                f"config key 'run.workers': {workers} workers read every input themselves, and {f} is not a"
-                " regular file (a pipe can be read once: read it with one worker)"
-            )
+    copied = [i for i, f in enumerate(files) if not _opens_itself(f)]
     ctx = multiprocessing.get_context("fork")
-    procs, conns = [], []
+    procs, conns, commands = [], [], []
     for k in range(workers):
         receive, send = ctx.Pipe(duplex=False)
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         core = cores[k] if cores else None
-        proc = ctx.Process(target=_worker, args=(cfg, files, out_dir, k, workers, core, send), daemon=True)
+        proc = ctx.Process(target=_worker, args=(cfg, files, out_dir, k, workers, core, send, theirs, copied,
+                                                 commands), daemon=True)
         proc.start()
         send.close()
+        theirs.close()
         procs.append(proc)
         conns.append(receive)
+        commands.append(ours)
+    interrupts = []
+
+    def on_interrupt(signum, frame):
+        # Passed on to the workers at once, before the pipes being copied into are closed: each stops reading where
+        # it is (rather than at a cut input) and writes what it read.
+        interrupts.append(signum)
+        if len(interrupts) == 1:
+            _interrupt(procs)
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGINT, on_interrupt)
+    copy_errors = []
     results = []
-    interrupted = False
-    for k, conn in enumerate(conns):
-        while True:
-            try:
-                results.append(conn.recv())
-                break
-            except KeyboardInterrupt:  # (the workers got it too: they stop reading and write what they have)
-                interrupted = True
-            except EOFError:
-                procs[k].join()
-                raise DnsprobeError(
-                    f"read worker {k} ended without its results (exit status {procs[k].exitcode})"
-                ) from None
-    for proc in procs:
-        proc.join()
+    try:
+        try:
+            for i in copied:
+                problem = _copy_input(files[i], i, commands)
+                if problem is not None:
+                    copy_errors.append(problem)
+        except KeyboardInterrupt:
+            pass
+        for sock in commands:
+            sock.close()
+        for k, conn in enumerate(conns):
+            while True:
+                try:
+                    results.append(conn.recv())
+                    break
+                except KeyboardInterrupt:  # the workers stop reading and write what they have
+                    pass
+                except EOFError:
+                    procs[k].join()
+                    raise DnsprobeError(
+                        f"read worker {k} ended without its results (exit status {procs[k].exitcode})"
+                    ) from None
+        for proc in procs:
+            proc.join()
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    interrupted = bool(interrupts)
     for result in results:
         if "fatal" in result:
             raise result["fatal"]
@@ -140,11 +200,14 @@ def _read_parallel(cfg, files, out_dir, workers, cores, on_error):
         for name, value in result["counters"].items():
             setattr(part, name, value)
         stats.add(part)
-    # Every worker reads every pcap file and meets the same errors in it; a dnstap file's are its worker's.
-    seen = {}
+    # Every worker reads every pcap file and meets the same errors in it; a dnstap file's are its worker's. An input
+    # the parent could not read to its end ended there for the workers too: its error is the parent's.
+    seen = {(str(e.path), e.problem): None for e in copy_errors}
+    cut = {str(e.path) for e in copy_errors}
     for result in results:
         for e in result["errors"]:
-            seen.setdefault(tuple(e), None)
+            if str(e[0]) not in cut:
+                seen.setdefault(tuple(e), None)
     order = {str(f): i for i, f in enumerate(files)}
     errors = [CaptureFileError(*e) for e in sorted(seen, key=lambda e: order.get(str(e[0]), len(order)))]
     for exc in errors:
@@ -156,8 +219,70 @@ def _read_parallel(cfg, files, out_dir, workers, cores, on_error):
         summary["files_written"] = sorted(name for r in results for name in r["summary"]["files_written"])
         summary["part_file"] = None
         started = min(r["started"] for r in results)
-        _write_stats(cfg, out_dir, stats, started, summary, files, errors, {"workers": workers})
+        # Each worker's part, as live capture's statistics give it (probe/run/supervisor.py).
+        parts = {str(k): {"core": cores[k] if cores else None, "pid": procs[k].pid, "counters": r["counters"],
+                          "files_written": r["summary"]["files_written"], "cpu_seconds": r["cpu_seconds"],
+                          "seconds": r["seconds"]}
+                 for k, r in enumerate(results)}
+        _write_stats(cfg, out_dir, stats, started, summary, files, errors,
+                     {"coremask": cfg.run.coremask or None, "workers": parts})
     return stats, errors, interrupted
+
+
+def _copy_input(path, index, commands):
+    """Open the input (decompressing it), hand each worker the read end of a pipe of its own over its command socket,
+    and copy the input into the pipes; returns the CaptureFileError that stopped it, or None. A worker that is gone
+    is left out."""
+    try:
+        stream, raw = open_stream(path)
+    except CaptureFileError as exc:
+        for sock in commands:
+            _send_pipe(sock, index, None)
+        return exc
+    try:
+        fds = []
+        for sock in commands:
+            r, w = tee.pipe()
+            if _send_pipe(sock, index, r):
+                fds.append(w)
+            else:
+                os.close(w)
+            os.close(r)
+        return tee.copy(stream, path, fds)
+    finally:
+        stream.close()
+        raw.close()
+
+
+def _send_pipe(sock, index, fd):
+    """Tell a worker where to read input `index` from: the pipe fd, or nowhere (fd None: the parent reports why).
+    False when the worker is gone."""
+    try:
+        socket.send_fds(sock, [struct.pack("=i", index)], [] if fd is None else [fd])
+    except OSError:
+        return False
+    return True
+
+
+def _receive_pipe(sock, index):
+    """The worker's side of _send_pipe: a file object reading input `index`, or False (skip it)."""
+    data, fds, _, _ = socket.recv_fds(sock, 16, 1)
+    if not data:
+        raise DnsprobeError("the parent of this read worker went away")
+    if struct.unpack("=i", data)[0] != index:
+        raise DnsprobeError(f"read worker expected input {index}, got {struct.unpack('=i', data)[0]}")
+    return os.fdopen(fds[0], "rb", buffering=tee.CHUNK) if fds else False
+
+
+def _interrupt(procs):
+    """Pass an interrupt on to the workers (a terminal's ^C reached them too, a SIGINT to this process alone did
+    not)."""
+    for proc in procs:
+        if proc.is_alive():
+            try:
+                os.kill(proc.pid, signal.SIGINT)
+            except ProcessLookupError:
+                pass
 
 
 def _add_counters(stats, counters):
@@ -167,23 +292,46 @@ def _add_counters(stats, counters):
             setattr(stats, name, getattr(stats, name) + value)
 
 
-def _worker(cfg, files, out_dir, k, n, core, conn):
+def _worker(cfg, files, out_dir, k, n, core, conn, commands, copied, others):
     """One read worker (a forked process): its share of every file through its own pipeline; its results, as
-    plain data, to the parent."""
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+    plain data, to the parent. The inputs whose indexes are in `copied` it reads from the pipes the parent gives it
+    on the socket `commands` (others: the parent's ends of the workers' sockets made before this one, closed here)."""
+    for sock in others:
+        sock.close()
+    # A terminal's ^C reaches every process, and the parent passes it on too. It stops the reading between two
+    # batches, not wherever the worker is (a KeyboardInterrupt in the exporter could leave its file half done).
+    stop = []
+    signal.signal(signal.SIGINT, lambda signum, frame: stop.append(signum))
+    copied = set(copied)
+
+    def piped(i):
+        if i not in copied:
+            return None
+        try:
+            return _receive_pipe(commands, i)
+        except DnsprobeError:
+            if stop:  # the parent, interrupted, sends no more inputs
+                return False
+            raise
+
+    began = time.monotonic()
     try:
         if core is not None:
             os.sched_setaffinity(0, {core})
         pipeline = Pipeline(cfg, out_dir, worker_id=k)
         pipeline.decoder.share = (k, n)
-        errors, interrupted = _feed_files(pipeline, cfg, files, share=(k, n))
+        errors, interrupted = _feed_files(pipeline, cfg, files, share=(k, n), piped=piped, stop=stop)
+        commands.close()
         stats = pipeline.finish()
+        usage = resource.getrusage(resource.RUSAGE_SELF)
         conn.send({
             "counters": stats.as_dict(),
             "errors": [(e.path, e.problem) for e in errors],
             "summary": pipeline.summary(),
             "interrupted": interrupted,
             "started": pipeline.started,
+            "cpu_seconds": round(usage.ru_utime + usage.ru_stime, 3),  # (the fork's, not the parent's before it)
+            "seconds": round(time.monotonic() - began, 3),
         })
     except Exception as exc:  # noqa: BLE001 - everything goes back to the parent, which raises it
         conn.send({"fatal": exc})

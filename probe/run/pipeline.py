@@ -100,13 +100,14 @@ class Pipeline:
             # Close on time first: what completed before this batch belongs to the closing file.
             self._export()
             self.exporter.rotate()
-        if msgs:
-            if self.columnar:
-                self.table.add(msgs, self._txs)
-            else:
-                self._txs += self.table.add(msgs)
-            if len(self._txs) >= EXPORT_BATCH or not self.exporter.is_open():
-                self._export()  # also opens a file as soon as there are records, starting its clock
+        # Matching runs on every batch, also one without messages, and expires on the pipeline's clock (the time of
+        # its last frame): timeouts then fire at the same times however `read --workers` splits the frames.
+        if self.columnar:
+            self.table.add(msgs, self._txs, self.now_ns)
+        else:
+            self._txs += self.table.add(msgs, self.now_ns)
+        if len(self._txs) >= EXPORT_BATCH or (not self.exporter.is_open() and (msgs or len(self._txs))):
+            self._export()  # also opens a file as soon as there are records, starting its clock
 
     def _to_tuples(self):
         """From here on, message tuples: the C table's state becomes a TransactionTable's, the transactions not yet

@@ -6,19 +6,30 @@
   (the hash `dnsprobe read --workers` splits by), so a live worker gets the flows a read worker gets; frames
   with 0 to 3 VLAN tags of every kind too;
 - the kernel filter keeps every frame from which the decoder takes a DNS message or a fragment of one, behind
-  IPv6 extension headers too (hop-by-hop, routing, destination options, AH), and drops what is not DNS.
+  IPv6 extension headers too (hop-by-hop, routing, destination options, AH), and drops what is not DNS; on
+  thousands of random IPv6 header chains (any order, up to a few more than the filter walks, behind 0 to 2 VLAN
+  tags) the filter and the decoder agree frame by frame;
+- with the IP allow/deny lists compiled in, the filter keeps exactly the DNS frames the decoder keeps, and its
+  inverted program (the RejectedCounter's) exactly those the decoder counts as ip_filtered, fragment by fragment;
+- the kernel's own checker takes every program (SO_ATTACH_FILTER on a UDP socket), the longest ones too.
 """
 
-import pytest
-from scapy.layers.inet import IP, UDP
-from scapy.layers.inet6 import IPv6, IPv6ExtHdrDestOpt, IPv6ExtHdrHopByHop
-from scapy.layers.l2 import Ether
-from scapy.packet import Raw
-from support import SHARED_CAPTURES, bench_mix, build_traffic, edge_traffic, received, run_cbpf
+import ipaddress
+import random
+import socket
+import struct
 
-from probe.capture.bpf import dns_filter, fanout_program
+import pytest
+from scapy.layers.inet import ICMP, IP, TCP, UDP
+from scapy.layers.inet6 import IPv6, IPv6ExtHdrDestOpt, IPv6ExtHdrFragment, IPv6ExtHdrHopByHop
+from scapy.layers.l2 import ARP, Ether
+from scapy.packet import Raw
+from support import SHARED_CAPTURES, bench_mix, build_traffic, edge_traffic, ether, q_dns, received, run_cbpf
+
+from probe.capture.afpacket import attach_filter
+from probe.capture.bpf import MAX_FILTER_PORTS, MAX_IPV6_EXT, PACKET_OUTGOING, dns_filter, fanout_program
 from probe.capture.pcapfile import read_capture
-from probe.config import load_config
+from probe.config import FilterConfig, load_config
 from probe.decode import _decoderec
 from probe.decode.ipfilter import IpFilter
 from probe.decode.packets import PacketDecoder
@@ -72,15 +83,15 @@ def test_ipv6_extension_headers_are_walked():
     program = dns_filter([53])
     dns = b"\x12\x34\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00\x01a\x00\x00\x01\x00\x01"
     for ext in (IPv6ExtHdrHopByHop(), IPv6ExtHdrDestOpt() / IPv6ExtHdrHopByHop(), IPv6ExtHdrDestOpt()):
-        frame = bytes(Ether() / IPv6(src="2001:db8::1", dst="2001:db8::2") / ext / UDP(sport=4000, dport=53) / Raw(dns))
+        frame = ether(bytes(IPv6(src="2001:db8::1", dst="2001:db8::2") / ext / UDP(sport=4000, dport=53) / Raw(dns)))
         assert run_cbpf(program, frame)
-        other = bytes(Ether() / IPv6(src="2001:db8::1", dst="2001:db8::2") / ext / UDP(sport=4000, dport=80))
+        other = ether(bytes(IPv6(src="2001:db8::1", dst="2001:db8::2") / ext / UDP(sport=4000, dport=80)))
         assert not run_cbpf(program, other)
     deep = IPv6(src="2001:db8::1", dst="2001:db8::2")
     for _ in range(9):
         deep = deep / IPv6ExtHdrDestOpt()
-    assert run_cbpf(program, bytes(Ether() / deep / UDP(sport=4000, dport=80)))  # beyond the walk: kept
-    assert not run_cbpf(program, bytes(Ether() / IP() / UDP(sport=4000, dport=80)))
+    assert run_cbpf(program, ether(bytes(deep / UDP(sport=4000, dport=80))))  # beyond the walk: kept
+    assert not run_cbpf(program, ether(bytes(IP() / UDP(sport=4000, dport=80))))
 
 
 def test_fanout_program_on_tags():
@@ -95,3 +106,158 @@ def test_fanout_program_on_tags():
         want = _decoderec.flow_hash(frame, 1)
         assert run_cbpf(program, *received(frame)) == want, tpids
         assert (want != 0) == (len(tpids) <= 2 or (len(tpids) == 3 and tpids[0] in (0x8100, 0x88A8))), tpids
+
+
+# ---------------------------------------------------------------------------------------------
+# The filter against the decoder, frame by frame
+
+
+def decoder_verdicts(frames, ip_filter=None):
+    """Per frame, what the decoder makes of it: 'dns' (a message, a TCP segment on a DNS port, a fragment), 'filtered'
+    (rejected by the IP lists), 'damaged', or 'other' (not IP, not DNS, an ICMP error)."""
+    cfg = load_config()
+    stats = Stats()
+    decoder = PacketDecoder(cfg.decode, (53,), stats, ip_filter)
+    out = []
+    for i, frame in enumerate(frames):
+        before = stats.as_dict()
+        msgs = decoder.decode(FrameBatch(LINKTYPE_ETHERNET, [i], [len(frame)], [frame]))
+        delta = {k for k, v in stats.as_dict().items() if v != before[k]}
+        if msgs or {"tcp_segments", "fragments"} & delta:
+            out.append("dns")
+        elif "ip_filtered" in delta:
+            out.append("filtered")
+        elif "truncated_frames" in delta:
+            out.append("damaged")
+        else:
+            out.append("other")
+    return out
+
+
+def extension_header(name, nh, rng):
+    """The bytes of one IPv6 extension header the decoder walks, of a random length where it has one."""
+    if name in ("hbh", "destopt"):  # (hdr ext len + 1) * 8 bytes, a PadN option filling them
+        units = rng.randrange(3)
+        return bytes([nh, units, 1, 4 + 8 * units]) + bytes(4 + 8 * units)
+    if name == "routing":  # type 0, segments left 1, one address
+        return bytes([nh, 2, 0, 1]) + bytes(4) + ipaddress.IPv6Address("2001:db8::9").packed
+    if name == "ah":  # (payload len + 2) * 4 bytes: SPI, sequence number, an ICV of 12 or 20 bytes
+        icv = rng.choice((12, 20))
+        return bytes([nh, (12 + icv) // 4 - 2, 0, 0]) + struct.pack("!II", 1, 1) + bytes(icv)
+    return bytes([nh, 0, 0, 0]) + struct.pack("!I", 3)  # fragment: offset 0, no more fragments (atomic)
+
+
+EXTENSIONS = {"hbh": 0, "routing": 43, "destopt": 60, "ah": 51, "fragment": 44}
+QUERY = q_dns(1)
+
+
+def random_ipv6(rng):
+    """An IPv6 frame with 0 to MAX_IPV6_EXT + 3 extension headers in any order, then UDP, TCP or ICMPv6, on a DNS
+    port or not, behind 0 to 2 VLAN tags; and the number of extension headers. (Built by hand: scapy would take
+    most of the test's time.)"""
+    names = [rng.choice(list(EXTENSIONS)) for _ in range(rng.randrange(MAX_IPV6_EXT + 4))]
+    kind = rng.choice(("udp", "udp", "tcp", "icmp"))
+    port = rng.choice((53, 53, 5353, 443))
+    if kind == "udp":
+        payload, nh = struct.pack("!HHHH", 30000, port, 8 + len(QUERY), 0) + QUERY, 17
+    elif kind == "tcp":
+        payload, nh = struct.pack("!HHIIBBHHH", port, 30000, 1, 1, 0x50, 0x10, 65535, 0, 0), 6
+    else:
+        payload, nh = struct.pack("!BBHHH", 128, 0, 0, 1, 1), 58
+    for name in reversed(names):
+        payload = extension_header(name, nh, rng) + payload
+        nh = EXTENSIONS[name]
+    src = ipaddress.IPv6Address(f"2001:db8:{rng.randrange(4):x}::{rng.randrange(1, 200):x}").packed
+    dst = ipaddress.IPv6Address("2001:db8:53::53").packed
+    ip = struct.pack("!IHBB", 6 << 28, len(payload), nh, 64) + src + dst + payload
+    vlans = rng.choice(((), (7,), (7, 8)))
+    return ether(ip, vlans, {0: (), 1: (0x8100,), 2: (0x88A8, 0x8100)}[len(vlans)]), len(names)
+
+
+def other_frames():
+    return [
+        bytes(Ether(src="02:00:00:00:00:0c", dst="ff:ff:ff:ff:ff:ff") / ARP()),
+        ether(bytes(IP(src="10.0.0.1", dst="10.0.0.2") / UDP(sport=123, dport=123) / Raw(bytes(48)))),
+        ether(bytes(IP(src="10.0.0.1", dst="10.0.0.2") / ICMP())),
+        ether(bytes(IP(src="10.0.0.1", dst="10.0.0.2") / TCP(sport=1, dport=443))),
+        ether(bytes(IPv6(src="2001:db8::1", dst="2001:db8::2") / UDP(sport=1, dport=2) / Raw(bytes(10)))),
+        ether(bytes(IPv6(src="2001:db8::1", dst="2001:db8::2") / IPv6ExtHdrFragment(nh=58) / Raw(bytes(8)))),
+    ]
+
+
+@pytest.fixture(scope="module")
+def chains():
+    """3,000 random IPv6 header chains (random_ipv6), with the headers of each."""
+    rng = random.Random(11)
+    return [random_ipv6(rng) for _ in range(3000)]
+
+
+def test_filter_and_decoder_agree_on_random_ipv6_header_chains(chains):
+    """Every chain the decoder takes DNS from is kept; every one it finds no DNS in is dropped, but for chains longer
+    than the filter walks (kept for the decoder to judge)."""
+    program = dns_filter([53])
+    frames = [f for f, _ in chains] + other_frames()
+    verdicts = decoder_verdicts(frames)
+    walked = [n for _, n in chains] + [0] * len(other_frames())
+    for frame, verdict, headers in zip(frames, verdicts, walked, strict=True):
+        kept = bool(run_cbpf(program, frame))
+        if headers > MAX_IPV6_EXT:
+            assert kept, frame.hex()
+        else:
+            assert kept == (verdict == "dns"), (verdict, frame.hex())
+    assert verdicts.count("dns") > 1000 and verdicts.count("other") > 800
+    looped = dns_filter([53], skip_outgoing=True)  # on loopback, the frames this host sends are skipped
+    dns = frames[verdicts.index("dns")]
+    assert run_cbpf(looped, dns) and not run_cbpf(looped, dns, pkttype=PACKET_OUTGOING)
+
+
+# Each rejects some clients of edge_traffic and of the random chains (fragments among their frames) and keeps others.
+LISTS = [{"ipv6_allow": ("2001:db8:1::/48", "2001:db8:2::/48"), "ipv4_deny": ("10.1.0.0/16",)},
+         {"ipv6_deny": ("2001:db8:2::/47",), "ipv4_allow": ("10.3.0.0/16", "10.4.0.0/16")}]
+
+
+@pytest.mark.parametrize("lists", LISTS, ids=["v6-allow-v4-deny", "v6-deny-v4-allow"])
+def test_ip_lists_in_the_filter_and_inverted(captures, chains, lists):
+    """With the lists compiled in, a frame the decoder reads DNS from without lists is kept by the capture sockets'
+    program exactly when the decoder keeps it with the lists, and by the RejectedCounter's inverted program exactly
+    when the decoder counts it as ip_filtered: the same count, fragment by fragment, in both families."""
+    edge = next(p for p in captures if p.name == "edge.pcap")
+    frames = [f for _, _, f in ethernet_frames(edge)] + [f for f, _ in chains[:600]]
+    ip_filter = IpFilter(FilterConfig(**lists))
+    plain, verdicts = decoder_verdicts(frames), decoder_verdicts(frames, ip_filter)
+    kept = dns_filter([53], ip_filter=ip_filter)
+    counted = dns_filter([53], ip_filter=ip_filter, invert_ip_filter=True)
+    fragments = {4: 0, 6: 0}  # rejected fragments, by family
+    for frame, dns, verdict in zip(frames, plain, verdicts, strict=True):
+        if dns != "dns":
+            continue
+        assert bool(run_cbpf(kept, frame)) == (verdict == "dns"), frame.hex()
+        assert bool(run_cbpf(counted, frame)) == (verdict == "filtered"), frame.hex()
+        family = fragment_family(frame)
+        if verdict == "filtered" and family:
+            fragments[family] += 1
+    assert verdicts.count("filtered") > 100 and verdicts.count("dns") > 100
+    assert fragments[4] > 10 and fragments[6] > 10, fragments
+
+
+def fragment_family(frame):
+    """4 or 6 for a fragment (IPv4, or IPv6 with a fragment header anywhere in its chain), else None."""
+    pkt = Ether(frame)
+    if IP in pkt and (pkt[IP].flags.MF or pkt[IP].frag > 0):
+        return 4
+    return 6 if IPv6ExtHdrFragment in pkt else None
+
+
+def test_the_kernel_takes_every_program():
+    """The kernel's checker (SO_ATTACH_FILTER on a UDP socket: jumps within the program, scratch memory written
+    before it is read, a return at every end) takes the filter with the most ports and with IP lists, inverted or
+    not, and the fanout program."""
+    lists = IpFilter(FilterConfig(ipv4_allow=tuple(f"10.{i}.0.0/16" for i in range(8)),
+                                  ipv6_deny=tuple(f"2001:db8:{i:x}::/48" for i in range(8))))
+    most = range(1, MAX_FILTER_PORTS + 1)
+    programs = [fanout_program(), dns_filter([53]), dns_filter([53], skip_outgoing=True), dns_filter(most),
+                dns_filter(most, ip_filter=lists), dns_filter([53], ip_filter=lists, invert_ip_filter=True)]
+    for program in programs:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+            attach_filter(sock, program)
+    assert max(map(len, programs)) > 1000

@@ -37,18 +37,24 @@ def test_extension_is_built():
     assert not RecordTable.supports(CONFIGS["default"].__class__(query_timeout=1e10))
 
 
-def python_batches(path, batch_size):
-    """The message tuples of a capture, batch by batch, from the Python decoder."""
+def python_batches(path, batch_size, clocks=None):
+    """The message tuples of a capture, batch by batch, from the Python decoder. clocks: a list given the decoder's
+    clock after each batch (the time of its last frame, the pipeline's clock)."""
     cfg = load_config(overrides={"decode.parser": "wire"})
     decoder = PacketDecoder(cfg.decode, cfg.decode.dns_ports, Stats(), IpFilter(cfg.filter))
-    batches = [decoder.decode(frames, str(path)) for frames in read_capture(path, batch_size)]
+    batches = []
+    for frames in read_capture(path, batch_size):
+        batches.append(decoder.decode(frames, str(path)))
+        if clocks is not None:
+            clocks.append(decoder.now_ns)
     decoder.flush()
     return batches
 
 
-def assert_same_matching(batches, match_cfg, label):
+def assert_same_matching(batches, match_cfg, label, clocks=None):
     """The batches through RecordTable and through TransactionTable's Python loop: equal after every batch and
-    at flush. Returns the transactions and the counters."""
+    at flush. clocks: the capture clock given with each batch (None: the tables run on their messages' time).
+    Returns the transactions and the counters."""
     sc, sp = Stats(), Stats()
     c, py = RecordTable(match_cfg, sc), TransactionTable(match_cfg, sp, python=True)
     msgs, out = _records.MsgBatch(), _records.TxBatch()
@@ -56,8 +62,9 @@ def assert_same_matching(batches, match_cfg, label):
     for k, batch in enumerate(batches):
         msgs.clear()
         msgs.extend(batch)
-        c.add(msgs, out)
-        got, want = out.to_tuples(), py.add(batch)
+        clock = clocks[k] if clocks is not None else None
+        c.add(msgs, out, clock)
+        got, want = out.to_tuples(), py.add(batch, clock)
         out.clear()
         assert len(got) == len(want), f"{label} batch {k}: {len(got)} transactions in C, {len(want)} in Python"
         for i, (a, b) in enumerate(zip(got, want)):
@@ -95,6 +102,23 @@ def test_equals_python_on_generated_traffic(generated_capture, config):  # noqa:
     assert any(a != b and not (a.isascii() and b.isascii()) for a, b in named)  # equal only after str.lower()
     if config == "max-pending-3":
         assert stats.match_evicted > 0
+
+
+@pytest.mark.parametrize("config", ["default", "timeout-2ms", "max-pending-3"])
+def test_equals_python_on_the_frame_clock(generated_capture, config):  # noqa: F811
+    """With the pipeline's clock (its last frame's time, also after a batch without messages, as `read --workers`
+    gives it to every worker): the same expiry, at the same points, in C and in Python."""
+    for batch_size in (16, 1):
+        clocks = []
+        batches = python_batches(generated_capture, batch_size, clocks)
+        # Between two batches, one whose frames held no message (another worker's, or not DNS).
+        both, both_clocks = [], []
+        for k, (batch, clock) in enumerate(zip(batches, clocks)):
+            both += [batch, []]
+            both_clocks += [clock, (clock + clocks[min(k + 1, len(clocks) - 1)]) // 2]
+        label = f"{generated_capture.name}/{batch_size} on the frame clock"
+        _, stats = assert_same_matching(both, CONFIGS[config], label, both_clocks)
+        assert stats.query_only > 0
 
 
 def test_names_equal_only_through_str_lower():

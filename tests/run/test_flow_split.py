@@ -4,7 +4,8 @@ one-worker `read` of the same capture, on traffic replayed through a veth that h
 the decoder walks (hop-by-hop, routing, destination options, AH) and fragments of both families in both
 directions (support.edge_traffic): the kernel filter keeps those frames, and the fanout program keeps every
 flow, fragments included, on one worker. Every column is compared but the capture times (the kernel's, not the
-file's) and what is computed from them."""
+file's) and what is computed from them. Three capture workers need more cores than this machine has beside the
+sender: three sockets of one fanout group stand in for them, frame for frame."""
 
 import os
 import shutil
@@ -68,6 +69,57 @@ def test_capture_workers(testbed, edge, probes, workers, out_dir):
     assert counters["kernel_received"] == frames and counters["kernel_drops"] == 0
     if workers > 1:  # each worker had flows, and every one of them whole
         assert len({p.name.split(".w")[1][0] for p in out_dir.glob("*.parquet")}) == workers
+
+
+def test_three_sockets_in_a_fanout_group_get_the_shares_of_read(testbed, edge):
+    """Three capture workers need three cores beside the sender; three AF_PACKET sockets in one fanout group, read
+    here, stand in for them: socket k of the group gets exactly the frames of `read --workers 3`'s share k, in
+    their order, byte for byte (the fanout program computes the hash read splits by)."""
+    import dataclasses
+    import select
+    import threading
+    import time
+
+    from probe.capture.afpacket import AfPacketSource
+    from probe.capture.pcapfile import read_capture
+    from probe.config import load_config
+    from probe.decode import _decoderec
+    from probe.run.fanout import fanout_ids
+
+    pcap, frames, _ = edge
+    cfg = load_config()
+    capture_cfg = dataclasses.replace(cfg.capture, block_size=1 << 18, block_count=16, block_timeout_ms=20)
+    (group,) = fanout_ids(capture_cfg, [testbed.iface])
+    sockets = []
+    try:
+        for _ in range(3):  # (joined in this order: the kernel gives share k to the k-th)
+            sockets.append(AfPacketSource(testbed.iface, capture_cfg, (53,), group))
+        sender = threading.Thread(target=testbed.send, args=(pcap,), kwargs={"pps": 2000})
+        sender.start()
+        got = [[] for _ in sockets]
+        poller = select.poll()
+        for src in sockets:
+            poller.register(src.fileno(), select.POLLIN)
+        deadline = time.monotonic() + 30
+        while sum(map(len, got)) < frames and time.monotonic() < deadline:
+            poller.poll(20)
+            for share, src in zip(got, sockets, strict=True):
+                if src.ready():
+                    share += src.read().data
+        sender.join()
+        time.sleep(0.1)  # (a frame too many would show in the last blocks)
+        for share, src in zip(got, sockets, strict=True):
+            share += src.read().data
+        drops = sum(src.counters()["kernel_drops"] for src in sockets)
+    finally:
+        for src in sockets:
+            src.close()
+    shares = [[] for _ in range(3)]
+    for batch in read_capture(pcap):
+        for k, share in enumerate(shares):
+            share += _decoderec.select_share(batch.packed, batch.linktype, k, 3).lists()[2]
+    assert drops == 0 and sum(map(len, got)) == frames == sum(map(len, shares))
+    assert all(got) and got == shares
 
 
 DPDK_DEFRAG = (

@@ -7,14 +7,39 @@ The split: each frame goes to the worker its IP address pair hashes to (include/
 gets its share and no frame is in two shares; the hash is the same both ways and for every fragment."""
 
 import json
+import os
 import struct
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from scapy.layers.inet import IP, UDP, fragment
 from scapy.layers.inet6 import IPv6, IPv6ExtHdrFragment, fragment6
 from scapy.layers.l2 import Ether
 from scapy.packet import Raw
-from support import SHARED_CAPTURES, bench_mix, build_traffic, edge_traffic, probe_run, run_dnsprobe
+from support import (
+    C4,
+    NS,
+    ROOT,
+    S4,
+    SHARED_CAPTURES,
+    T0,
+    TcpConn,
+    as_rows,
+    bench_mix,
+    build_traffic,
+    edge_traffic,
+    ether,
+    framed,
+    probe_run,
+    q_dns,
+    r_dns,
+    read_output,
+    run_dnsprobe,
+    udp_frame,
+    write_pcap,
+)
 
 from probe import _records
 from probe.capture.pcapfile import read_capture
@@ -30,7 +55,13 @@ def captures(tmp_path_factory):
 
 
 def rows_and_counters(pcap, out, *extra):
-    rows, counters = probe_run(pcap, out, *extra)
+    """The records of `dnsprobe read PCAP` (as a sorted list) and its counters but for the number of files; pcap
+    None: of the run already made into out."""
+    if pcap is None:
+        counters = json.loads(next(out.glob("*.stats.json")).read_text())["counters"]
+        rows = as_rows(read_output(out)) if list(out.glob("*.parquet")) else []
+    else:
+        rows, counters = probe_run(pcap, out, *extra)
     return sorted(map(repr, (sorted(r.items()) for r in rows))), {k: v for k, v in counters.items() if k != "files"}
 
 
@@ -44,6 +75,81 @@ def test_union_equals_one_worker(captures, workers, tmp_path):
         assert many[1] == one[1], label
 
 
+def timeout_traffic(path):
+    """Flows whose outcome hangs on when timeouts fire (with TIMEOUTS: query 5 s, fragments 5 s, TCP idle 3 s), all
+    between the client C4 and the server S4, among 14 s of other clients' transactions (one every 100 ms) whose
+    address pairs hash to other workers, with 2 and with 3: the worker of the timed flows decodes no message of its
+    own for seconds, and has only the other frames' times to fire its timeouts by.
+
+    A late response (after the query timeout); a fragmented response whose last fragments come after the fragment
+    timeout; an idle TCP stream; and a zone transfer whose second message comes just after the query timeout has
+    closed the transfer (a single worker's clock, its other flows' messages, passed that time; a worker running on
+    its own messages' time would still take the message into the transfer)."""
+    from scapy.layers.dns import DNS, DNSQR, DNSRR, DNSRRSOA
+
+    frames = []
+
+    def at(seconds, frame):
+        frames.append((T0 + int(seconds * NS), frame))
+
+    timed = _decoderec.flow_hash(udp_frame(q_dns(1)), 1)
+    others = []
+    for i in range(5000):
+        query = ether(bytes(IP(src=f"10.77.{i // 250}.{i % 250 + 1}", dst="192.0.2.53") / UDP(sport=3000, dport=53)))
+        if all(_decoderec.flow_hash(query, 1) % n != timed % n for n in (2, 3)):
+            others.append(f"10.77.{i // 250}.{i % 250 + 1}")
+    for i, client in enumerate(others[:140]):
+        at(i / 10, ether(bytes(IP(src=client, dst="192.0.2.53") / UDP(sport=3000 + i, dport=53) / Raw(q_dns(i)))))
+        at(i / 10 + 0.002, ether(bytes(IP(src="192.0.2.53", dst=client) / UDP(sport=53, dport=3000 + i)
+                                       / Raw(r_dns(i)))))
+    at(0.01, udp_frame(q_dns(1, "late.example"), cport=41000))
+    at(6.2, udp_frame(r_dns(1, "late.example"), to_server=False, cport=41000))
+    at(0.03, udp_frame(q_dns(2, "frag.example", "TXT"), cport=41001))
+    big = DNS(id=2, qr=1, rd=1, ra=1, qd=DNSQR(qname="frag.example", qtype="TXT"),
+              an=[DNSRR(rrname="frag.example", type="TXT", rdata=["x" * 200]) for _ in range(6)])
+    first, *rest = fragment(IP(src=S4, dst=C4, id=4242) / UDP(sport=53, dport=41001) / big, fragsize=600)
+    at(0.04, ether(bytes(first)))
+    for k, f in enumerate(rest):
+        at(6.005 + k / 10000, ether(bytes(f)))
+    zone = TcpConn(41002)
+    for t, f in zone.handshake(1.0, 1.001, 1.002):
+        at(t, f)
+    soa = DNSRRSOA(rrname="zone.example", mname="ns.zone.example", rname="h.zone.example", serial=1)
+    a = DNSRR(rrname="www.zone.example", type="A", rdata="192.0.2.7")
+    axfr = DNSQR(qname="zone.example", qtype="AXFR")
+    at(1.003, zone.data("c", framed(bytes(DNS(id=3, qd=axfr)))))
+    at(1.004, zone.data("s", framed(bytes(DNS(id=3, qr=1, aa=1, qd=axfr, an=[soa, a])))))
+    at(6.15, zone.data("s", framed(bytes(DNS(id=3, qr=1, aa=1, qd=axfr, an=[a, a, soa])))))
+    idle = TcpConn(41003)
+    for t, f in idle.handshake(2.0, 2.001, 2.002):
+        at(t, f)
+    at(2.003, idle.data("c", framed(q_dns(4, "idle.example"))))
+    at(6.5, idle.data("s", framed(r_dns(4, "idle.example"))))
+    frames.sort(key=lambda f: f[0])
+    write_pcap(path, frames)
+
+
+TIMEOUTS = ("--set", "run.batch_size=3", "--set", "match.query_timeout=5", "--set", "decode.fragment_timeout=5",
+            "--set", "decode.tcp_idle_timeout=3")
+
+
+def test_timeouts_fire_as_in_one_worker(tmp_path):
+    """Every worker runs its decoder's and its matcher's clock on every frame it reads, its own or not, and expires
+    on every batch (batches end where one worker's do): the timeouts fire at one worker's times, so the timed flows
+    of timeout_traffic come out as with one worker."""
+    pcap = tmp_path / "timeouts.pcap"
+    timeout_traffic(pcap)
+    rows, counters = probe_run(pcap, tmp_path / "first", *TIMEOUTS)
+    timed = sorted((r["qname"], r["query_present"], r["response_present"]) for r in rows if r["src"] == C4)
+    assert timed == [("frag.example", True, False), ("idle.example", True, True), ("late.example", False, True),
+                     ("late.example", True, False), ("zone.example", False, True), ("zone.example", True, True)]
+    assert counters["fragments_dropped"] == 3 and counters["zone_transfer_messages"] == 0
+    one = rows_and_counters(pcap, tmp_path / "one", *TIMEOUTS)
+    for workers in (2, 3):
+        many = rows_and_counters(pcap, tmp_path / f"w{workers}", "--workers", str(workers), *TIMEOUTS)
+        assert many == one, f"{workers} workers"
+
+
 def test_edge_traffic_splits_and_still_matches(tmp_path):
     pcap = tmp_path / "edge.pcap"
     edge_traffic(pcap)
@@ -53,7 +159,10 @@ def test_edge_traffic_splits_and_still_matches(tmp_path):
     written = {p.name.split(".w")[1][0] for p in out.glob("*.parquet")}
     assert written == {"0", "1"}  # both workers had flows
     doc = json.loads(next(out.glob("*.stats.json")).read_text())
-    assert doc["workers"] == 2 and len(doc["files_written"]) == 2
+    assert len(doc["files_written"]) == 2 and sorted(doc["workers"]) == ["0", "1"]
+    for name, total in doc["counters"].items():  # each worker's part, and they add up
+        assert sum(w["counters"][name] for w in doc["workers"].values()) == total, name
+    assert all(w["cpu_seconds"] > 0 and len(w["files_written"]) == 1 for w in doc["workers"].values())
 
 
 def test_coremask_pins_one_worker_per_core(tmp_path):
@@ -61,13 +170,62 @@ def test_coremask_pins_one_worker_per_core(tmp_path):
     build_traffic(pcap, 1, 50)
     rows, _ = probe_run(pcap, tmp_path / "out", "--coremask", "0x1")
     assert len(rows) == 50
+    if len(os.sched_getaffinity(0)) >= 2:
+        rows, _ = probe_run(pcap, tmp_path / "two", "--coremask", "0x3")
+        doc = json.loads(next((tmp_path / "two").glob("*.stats.json")).read_text())
+        assert len(rows) == 50 and doc["coremask"] == "0x3"
+        assert {w["core"] for w in doc["workers"].values()} == {0, 1}
     proc = run_dnsprobe("read", pcap, "-o", tmp_path / "out", "--coremask", "0x0", check=False)
     assert proc.returncode == 2 and "run.coremask" in proc.stderr
 
 
-def test_a_pipe_is_refused_with_workers(tmp_path):
-    proc = run_dnsprobe("read", "/dev/stdin", "-o", tmp_path, "--workers", "2", check=False)
-    assert proc.returncode == 2 and "regular file" in proc.stderr
+def read_with_stdin(inputs, out, stdin, *extra):
+    """`dnsprobe read INPUTS` with stdin's bytes; returns (exit status, error lines, rows and counters)."""
+    out.mkdir()
+    cmd = [sys.executable, "-m", "probe", "read", *map(str, inputs), "-o", str(out), "-q", "--no-progress", *extra]
+    proc = subprocess.run(cmd, cwd=ROOT, input=stdin, capture_output=True)
+    lines = sorted(line for line in proc.stderr.decode().splitlines() if line.strip())
+    return proc.returncode, lines, rows_and_counters(None, out)
+
+
+def test_compressed_files_and_pipes_are_read_once(tmp_path):
+    """Parts of one capture as a plain file (each worker opens it), xz, gzip and zstd files and a pipe (the parent
+    decompresses each once and copies it to the workers): 2 workers give the records and counters of one."""
+    frames = [(b.ts_ns[i], b.data[i]) for b in read_capture(bench_mix(), 2000) for i in range(len(b))]
+    assert len(frames) == 20000
+    parts = [write_pcap(tmp_path / f"part{k}.pcap", frames[k * 4000 : (k + 1) * 4000]) for k in range(5)]
+    for part, tool in zip(parts[1:4], ("xz", "gzip", "zstd")):
+        subprocess.run([tool, "-q", "-1", str(part)], check=True)
+    inputs = [parts[0], f"{parts[1]}.xz", f"{parts[2]}.gz", f"{parts[3]}.zst", "/dev/stdin"]
+    stdin = parts[4].read_bytes()
+    one = read_with_stdin(inputs, tmp_path / "one", stdin)
+    assert one[0] == 0 and one[2][1]["packets"] == 20000, one[1]
+    two = read_with_stdin(inputs, tmp_path / "two", stdin, "--workers", "2")
+    assert two == one
+
+
+def test_damaged_inputs_are_reported_once(tmp_path):
+    """A cut xz file (the parent's decompressor fails), a gzip file with a corrupt record (each worker stops there
+    and closes its pipe) and a pipe cut in a record, among good inputs: each error once, with one worker's message,
+    and the records read before each problem, as with one worker."""
+    frames = [(b.ts_ns[i], b.data[i]) for b in read_capture(bench_mix(), 2000) for i in range(len(b))]
+    parts = [write_pcap(tmp_path / f"part{k}.pcap", frames[k * 4000 : (k + 1) * 4000]) for k in range(5)]
+    subprocess.run(["xz", "-1", str(parts[1])], check=True)
+    xz = Path(f"{parts[1]}.xz")
+    xz.write_bytes(xz.read_bytes()[: xz.stat().st_size // 2])
+    data = bytearray(parts[2].read_bytes())
+    at = 24 + 2000 * 16 + sum(len(f) for _, f in frames[8000:10000]) + 8  # the 2000th record's captured length
+    data[at : at + 4] = b"\xff\xff\xff\x7f"
+    parts[2].write_bytes(bytes(data))
+    subprocess.run(["gzip", "-1", str(parts[2])], check=True)
+    inputs = [parts[0], xz, f"{parts[2]}.gz", parts[3], "/dev/stdin"]
+    stdin = parts[4].read_bytes()[:-50]
+    one = read_with_stdin(inputs, tmp_path / "one", stdin)
+    assert one[0] == 1 and len(one[1]) == 3, one[1]
+    for problem in ("pcap.xz: decompression failed", "pcap.gz: corrupt record", "/dev/stdin: truncated record"):
+        assert sum(problem in line for line in one[1]) == 1, (problem, one[1])
+    two = read_with_stdin(inputs, tmp_path / "two", stdin, "--workers", "2")
+    assert two == one
 
 
 def test_shares_partition_every_batch(captures):
@@ -131,3 +289,50 @@ def test_dnstap_files_go_to_one_worker_each(tmp_path):
         results.append((rows, {k: v for k, v in doc["counters"].items() if k != "files"}))
     assert results[1] == results[0]
     assert results[0][1]["matched"] == 60 + 80 - 1  # (the cut file loses its last response)
+
+
+@pytest.mark.parametrize("whom, piped", [("group", False), ("parent", True)])
+def test_an_interrupt_writes_what_was_read(tmp_path, whom, piped):
+    """^C from a terminal (every process of the group; the inputs files) or SIGINT to the command alone (the input a
+    pipe that would not end): each worker stops reading, writes what it read and reports it; exit status 130, no
+    .part file left, the counters add up to the records written."""
+    import signal
+    import threading
+    import time
+
+    out = tmp_path / "out"
+    out.mkdir()
+    mix = bench_mix().read_bytes()
+    inputs = ["/dev/stdin"] if piped else [bench_mix()] * 200
+    cmd = [sys.executable, "-m", "probe", "read", *map(str, inputs), "-o", str(out), "-q", "--no-progress",
+           "--workers", "2"]
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdin=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+
+    def endless():  # the mix's records again and again, until the reader closes the pipe
+        try:
+            proc.stdin.write(mix)
+            while True:
+                proc.stdin.write(mix[24:])
+        except (BrokenPipeError, ValueError):
+            pass
+
+    writer = threading.Thread(target=endless, daemon=True)
+    if piped:
+        writer.start()
+    deadline = time.monotonic() + 60
+    while len(list(out.glob("*.part"))) < 2 and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert proc.poll() is None, "finished before it could be interrupted"
+    if whom == "group":
+        os.killpg(proc.pid, signal.SIGINT)
+    else:
+        proc.send_signal(signal.SIGINT)
+    stderr = proc.stderr.read().decode()
+    assert proc.wait(timeout=60) == 130, stderr
+    if piped:
+        writer.join(timeout=10)
+    assert [line for line in stderr.splitlines() if line.strip()] == [
+        "dnsprobe: error: interrupted; writing what was decoded"], stderr
+    assert not list(out.glob("*.part")) and len(list(out.glob("*.parquet"))) == 2
+    rows, counters = rows_and_counters(None, out)
+    assert 0 < counters["packets"] < 200 * 20000 and len(rows) == counters["records"]
