@@ -6,19 +6,15 @@ so that IDs, ports and names collide, queries repeat, zone transfers open and cl
 
 from crafted import messages
 from harness import check, run, typed
+from stages import match_input
 
 from probe import _records
-from probe.config import MatchConfig
 from probe.match import RecordTable, TransactionTable
 from probe.stats import Stats
 
 
 def one_input(data):
-    if len(data) < 3:
-        return
-    cfg = MatchConfig(query_timeout=(data[0] % 8 + 1) * 0.001, max_pending=data[1] % 16 + 1,
-                      max_pending_per_key=data[2] % 4 + 1)
-    msgs = messages(data[3:])
+    cfg, msgs = match_input(data, messages)
     if not msgs:
         return
     rec, c, py = RecordTable(cfg, Stats()), TransactionTable(cfg, Stats()), TransactionTable(cfg, Stats(), python=True)
