@@ -72,7 +72,10 @@ test-asan: asan
 
 # The tests that drive the C extensions directly: what CI runs under the sanitizers (make test-asan: all of them).
 ASAN_CI_TESTS := tests/decode/test_fastwire.py tests/match/test_match_c.py tests/export/test_columns.py \
-	tests/export/test_cdns_block.py tests/capture/test_pcap_records.py tests/run/test_native_build.py
+	tests/export/test_cdns_block.py tests/capture/test_pcap_records.py tests/run/test_native_build.py \
+	tests/decode/test_decoderec.py tests/match/test_matchrec.py tests/export/test_parquetrec.py \
+	tests/export/test_cdnsrec.py tests/capture/test_ring.py tests/capture/test_packed_frames.py \
+	tests/decode/test_dnstap_c.py
 
 test-asan-ci:
 	$(MAKE) test-asan ASAN_TESTS="$(ASAN_CI_TESTS)"
@@ -81,6 +84,7 @@ test-asan-ci:
 # extensions built by clang with ASan, UBSan and libFuzzer's coverage into build/fuzz, atheris' ASan+libFuzzer
 # runtime preloaded. Each harness starts from its seeds (fuzz/corpus/NAME, read only) and keeps what it finds
 # in build/fuzz/corpus/NAME; a crash or a C/Python difference stops the run, its input in build/fuzz/crashes.
+# FUZZ_PYTHON_COVERAGE=0 (in the environment) guides by the C coverage alone, several times faster (fuzz/harness.py).
 FUZZ_DIR := build/fuzz
 FUZZ_SECONDS ?= 30
 FUZZ_HARNESSES := $(basename $(notdir $(wildcard fuzz/fuzz_*.py)))

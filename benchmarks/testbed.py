@@ -80,6 +80,9 @@ class Testbed:
                 _sh("sysctl", "-qw", f"net.ipv6.conf.{iface}.disable_ipv6=1", check=False)
                 _sh("ip", "netns", "exec", self.ns, "sysctl", "-qw", f"net.ipv6.conf.{peer}.disable_ipv6=1",
                     check=False)
+                # Strict reverse-path filtering on the near end: no route leads back through the pair, so no IP
+                # packet sent into it (crafted, hostile) reaches the host's own stack, let alone an answer out.
+                _sh("sysctl", "-qw", f"net.ipv4.conf.{iface}.rp_filter=1", check=False)
                 _sh("ip", "link", "set", iface, "up")
                 _sh("ip", "-n", self.ns, "link", "set", peer, "up")
         except BaseException:

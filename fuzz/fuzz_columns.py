@@ -6,9 +6,9 @@ from harness import check, run
 from stages import transactions
 
 from export.parquet import columns
-from export.parquet.records import _CLIENT, _CLIENT_RAW, _FIELDS
+from export.parquet.records import _CLIENT, _FIELDS, _RESPONSE_RAW
 
-SPECS = list(_FIELDS.values()) + list(_CLIENT.values()) + list(_CLIENT_RAW.values())
+SPECS = list(_FIELDS.values()) + list(_CLIENT.values()) + list(_RESPONSE_RAW.values())
 
 
 def outcome(extract, rows):
@@ -19,7 +19,7 @@ def outcome(extract, rows):
 
 
 def one_input(data):
-    rows = transactions(data, keep_raw=False)
+    rows = transactions(data)
     if not rows:
         return
     (got, got_error), (want, want_error) = outcome(columns.extract, rows), outcome(columns.extract_python, rows)

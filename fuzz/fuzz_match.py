@@ -3,9 +3,8 @@
 transactions in the same order, equal pending tables (in the same order) and counters."""
 
 from harness import check, run, typed
-from stages import messages
+from stages import match_input, messages
 
-from probe.config import MatchConfig
 from probe.match import TransactionTable
 from probe.stats import Stats
 
@@ -15,11 +14,7 @@ def state(table):
 
 
 def one_input(data):
-    if len(data) < 3:
-        return
-    cfg = MatchConfig(query_timeout=(data[0] % 8 + 1) * 0.001, max_pending=data[1] % 16 + 1,
-                      max_pending_per_key=data[2] % 4 + 1)
-    msgs = messages(data[3:])
+    cfg, msgs = match_input(data, messages)
     if not msgs:
         return
     c, py = TransactionTable(cfg, Stats()), TransactionTable(cfg, Stats(), python=True)

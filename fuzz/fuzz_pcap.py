@@ -1,6 +1,7 @@
 """A pcap or pcapng byte stream through the capture reader with the C record splitter
-(probe.capture._pcaprecords) and with its Python twin (pcapfile.split_records): the same batches, and the
-same error (CaptureFileError, same text) after them, or none."""
+(probe.capture._pcaprecords: split_packed into packed frames, as the reader uses it, and split into lists) and
+with its Python twin (pcapfile.split_records): the same batches, and the same error (CaptureFileError, same
+text) after them, or none."""
 
 import os
 import tempfile
@@ -10,13 +11,13 @@ from harness import check, run
 from probe.capture import pcapfile
 from probe.errors import CaptureFileError
 
-C_SPLIT = pcapfile._pcaprecords
-assert C_SPLIT is not None, "probe.capture._pcaprecords is not built"
+C_SPLIT, RECORDS = pcapfile._pcaprecords, pcapfile._records
+assert C_SPLIT is not None and RECORDS is not None, "probe.capture._pcaprecords or probe._records is not built"
 PATH = os.path.join(tempfile.mkdtemp(prefix="fuzz-pcap-"), "input.pcap")
 
 
-def read_all(splitter):
-    pcapfile._pcaprecords = splitter
+def read_all(splitter, packed):
+    pcapfile._pcaprecords, pcapfile._records = splitter, RECORDS if packed else None
     batches, error = [], None
     try:
         for batch in pcapfile.read_capture(PATH, 7):
@@ -29,8 +30,10 @@ def read_all(splitter):
 def one_input(data):
     with open(PATH, "wb") as fh:
         fh.write(data)
-    got, want = read_all(C_SPLIT), read_all(None)
-    check(got == want, "capture", data, got, want)
+    want = read_all(None, False)
+    for packed in (True, False):
+        got = read_all(C_SPLIT, packed)
+        check(got == want, f"capture ({'packed' if packed else 'lists'})", data, got, want)
 
 
 if __name__ == "__main__":

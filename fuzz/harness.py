@@ -8,15 +8,25 @@ a difference raises, like a crash. They live outside tests/ because they are not
 time budget under a special runtime, and what they find becomes a test in tests/ with its input.
 """
 
+import os
 import struct
 import sys
+from pathlib import Path
 
 import atheris
 
+ROOT = Path(__file__).resolve().parent.parent
+
 # Coverage of the Python code too (the twins, the pure-Python stages): every module of probe and export that the
-# harness imports from here until run() is instrumented by atheris.
+# harness imports from here until run() is instrumented by atheris. FUZZ_PYTHON_COVERAGE=0 leaves the Python code
+# as it is (C coverage only: several times the executions a second, for a campaign's volume), but in the harnesses
+# of stages that have no C at all, whose only guidance it is.
+PYTHON_ONLY = {"fuzz_tcpstream", "fuzz_cdns_reader"}
 _INSTRUMENT = atheris.instrument_imports(include=["probe", "export"])
-_INSTRUMENT.__enter__()
+if os.environ.get("FUZZ_PYTHON_COVERAGE", "1") != "0" or Path(sys.argv[0]).stem in PYTHON_ONLY:
+    _INSTRUMENT.__enter__()
+else:
+    _INSTRUMENT.__exit__ = lambda *_: None
 import probe.native  # noqa: E402,F401 (first: the fuzz build is found through DNSPROBE_NATIVE_DIR)
 
 

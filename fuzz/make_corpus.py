@@ -84,6 +84,60 @@ def main():
         save("fuzz_cdns_reader", lzma.decompress(gold.read_bytes())[:30000])  # preamble and first block(s)
     for _ in range(8):
         save("fuzz_tcpstream", bytes(rng.randrange(256) for _ in range(6 * rng.randint(2, 20))))
+    new_harnesses(rng)
+
+
+def new_harnesses(rng):
+    """Seeds of the columnar path's harnesses and of the dnstap and ring ones, from the seeds above."""
+    ethernet = sorted(LINK_NAMES).index(1)
+    for i, f in enumerate(sorted((OUT / "fuzz_frames").iterdir())[:12]):
+        mode = ethernet | (0x08 if i % 2 else 0) | (0x10 if i % 3 else 0) | (0x20 if i % 4 == 0 else 0)
+        save("fuzz_decoderec", bytes([mode | (0x40 if i % 5 == 0 else 0)]) + f.read_bytes()[1:])
+    msgs = [f.read_bytes() for f in sorted((OUT / "fuzz_dnswire").iterdir())]
+    for i in range(0, len(msgs), 8):
+        save("fuzz_decoderec", bytes([0x80 | 0x18]) + join_frames(msgs[i : i + 8]))
+    for i, f in enumerate(sorted((OUT / "fuzz_columns").iterdir())[:8]):
+        save("fuzz_parquetrec", bytes([i % 2]) + f.read_bytes())
+    for _ in range(6):  # (fuzz/crafted.py: queries, most followed by their response, some repeated)
+        steps = []
+        for _ in range(rng.randint(4, 30)):
+            q = [rng.randrange(256) for _ in range(8)]
+            q[3] &= ~3
+            steps.append(q)
+            if rng.random() < 0.7:
+                steps.append(q[:3] + [q[3] | 1] + q[4:])
+        crafted = bytes(rng.randrange(256) for _ in range(3)) + bytes(b for s in steps for b in s)
+        save("fuzz_matchrec", crafted)
+        save("fuzz_parquetrec", bytes([2 | rng.randrange(2)]) + crafted[3:])
+    sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "tests" / "decode")]
+    import fuzz_dnstap  # (tests/decode: the dnstap entry point and its valid frames)
+
+    for frame in fuzz_dnstap.corpus():
+        save("fuzz_dnstap", frame)
+    eth = [f for b in read_capture(CAPTURES[0], 4096) for f in b.data if len(f) < 200]
+    for k in range(6):
+        save("fuzz_ring", ring_seed(rng, eth, k))
+
+
+def ring_seed(rng, frames, k):
+    """fuzz_ring's input: 3 bytes (block count, ready blocks, frame limit), then blocks of 512 bytes laid out as
+    the kernel lays out TPACKET_V3 blocks (tests/capture/test_ring.py), holding real frames."""
+    block, blocks = 512, k % 4 + 1
+    ring = bytearray(block * blocks)
+    for b in range(blocks):
+        off, pos, num = b * block, 48, 0
+        while True:
+            data, mac = rng.choice(frames), 66
+            size = (mac + len(data) + 15) & ~15
+            if pos + size > block:
+                break
+            vlan = 0x10 if rng.random() < 0.3 else 0
+            struct.pack_into("<IIIIIIHHIIH", ring, off + pos, size, 1_700_000_000 + k, rng.randrange(10**9),
+                             len(data), len(data), vlan, mac, mac, 0, rng.randrange(4096), 0)
+            ring[off + pos + mac : off + pos + mac + len(data)] = data
+            pos, num = pos + size, num + 1
+        struct.pack_into("<IIIIQ", ring, off + 8, 1, num, 48, pos, 100 + b)
+    return bytes([blocks - 1 | (k % blocks) << 2, 0xFF, 3]) + bytes(ring)
 
 
 if __name__ == "__main__":

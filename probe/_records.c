@@ -826,7 +826,9 @@ static PyObject *frames_lists(PyObject *self, PyObject *args)
         goto fail;
     for (Py_ssize_t i = start; i < stop; i++) {
         int tagged = f->tag[i] != 0 && f->caplen[i] >= 12;
-        PyObject *t = PyLong_FromLongLong(f->ts[i]), *w = PyLong_FromUnsignedLong(f->wirelen[i] + (tagged ? 4 : 0));
+        /* (the 4 bytes of a tag put back added in 64 bits: a wire length near 2^32 must not wrap) */
+        PyObject *t = PyLong_FromLongLong(f->ts[i]);
+        PyObject *w = PyLong_FromUnsignedLongLong((unsigned long long)f->wirelen[i] + (tagged ? 4 : 0));
         PyObject *d = frame_bytes(f, i);
         if (t != NULL)
             PyList_SET_ITEM(ts, i - start, t);

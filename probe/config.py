@@ -81,6 +81,10 @@ class DecodeConfig:
     )
     tcp_idle_timeout: float = opt(60.0, "seconds (capture time) after which an idle TCP stream is dropped", min=0.001)
     tcp_max_streams: int = opt(100000, "TCP stream directions held at once (oldest dropped first)", min=1)
+    tcp_max_bytes: int = opt(
+        256 << 20, "bytes held by all TCP stream directions at once: messages in progress and segments ahead of a"
+        " gap (oldest direction dropped first)", min=65537,
+    )
     tcp_max_ooo_bytes: int = opt(262144, "bytes held per TCP stream direction ahead of a gap", min=0)
     tcp_max_ooo_segments: int = opt(
         256, "segments held per TCP stream direction ahead of a gap (bounds the work and overhead of tiny ones)",

@@ -41,6 +41,8 @@ COUNTERS = (
     ("tcp_ooo_dropped", "TCP segments ahead of a gap discarded: the direction held decode.tcp_max_ooo_segments"
      " segments or decode.tcp_max_ooo_bytes bytes"),
     ("tcp_dropped_bytes", "TCP payload bytes discarded (gap never filled, buffer bound, idle timeout)"),
+    ("tcp_evicted", "TCP stream directions dropped early for a bound: decode.tcp_max_streams directions or"
+     " decode.tcp_max_bytes bytes held (their bytes counted in tcp_dropped_bytes)"),
     ("tcp_resync", "TCP streams first seen mid-message and resynchronised"),
     ("tcp_resets", "TCP segments with RST on a DNS port (C-DNS address events; still decoded as TCP)"),
     ("dnstap_connections", "dnstap: producer connections accepted (capture --dnstap-socket, --dnstap-listen)"),

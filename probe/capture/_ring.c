@@ -47,7 +47,8 @@ static inline uint16_t le16(const unsigned char *p)
 }
 
 /* The frames of one copied block, added to f; -1 with an exception. A frame whose header or bytes would lie
- * outside the block is not taken (the kernel never writes one; the walk stops rather than read past it). */
+ * outside the block is not taken, and a next offset shorter than a frame header ends the walk (the kernel
+ * writes neither; the walk stops rather than read past the block or the same frame again). */
 static int add_block(Frames *f, PyObject *copy, uint32_t num, uint32_t first, Py_ssize_t *added)
 {
     const unsigned char *b = (const unsigned char *)PyBytes_AS_STRING(copy);
@@ -71,7 +72,12 @@ static int add_block(Frames *f, PyObject *copy, uint32_t num, uint32_t first, Py
         if (records->frames_add(f, h + mac, snaplen, le32(h + F_LEN), ts, tag) < 0)
             return -1;
         (*added)++;
-        pos += le32(h + F_NEXT);
+        /* The kernel's next offset is a whole frame (header and bytes, aligned): one shorter would read the same
+         * bytes again, as often as a damaged count says (2^32 - 1 times: memory without end). */
+        uint32_t next = le32(h + F_NEXT);
+        if (next < FRAME_HDR)
+            break;
+        pos += next;
     }
     return 0;
 }

@@ -334,18 +334,23 @@ class AfPacketSource:
         return FrameBatch(LINKTYPE_ETHERNET, packed=frames)
 
     def read_python(self, max_frames=4096):
-        """read() in Python: the reference of probe.capture._ring (and the path where it is not built)."""
+        """read() in Python: the reference of probe.capture._ring (and the path where it is not built). A frame
+        whose header or bytes would lie outside its block, or a next offset shorter than a frame header, ends
+        the walk of that block (the kernel writes neither; a damaged ring is not read past a block, nor the
+        same frame taken again as often as its count says); a tag the kernel took off is put back
+        only into a frame of at least the 12 bytes of its two addresses."""
         batch = FrameBatch(LINKTYPE_ETHERNET)
         ts_list, wl_list, data_list = batch.ts_ns, batch.wirelen, batch.data
         ring = self.ring
         bsize = self.block_size
         hdr = _FRAME_HDR.unpack_from
+        seq = 0
         while len(data_list) < max_frames:
             off = self.next_block * bsize
-            status, num, first, blen, seq = _BLOCK_HDR.unpack_from(ring, off + _BLOCK_STATUS)
+            status, num, first, blen, block_seq = _BLOCK_HDR.unpack_from(ring, off + _BLOCK_STATUS)
             if not status & TP_STATUS_USER:
                 break
-            self.last_seq = seq
+            seq = block_seq
             if not first <= blen <= bsize:
                 blen = bsize
             block = ring[off : off + blen]  # one copy; the block goes back to the kernel at once
@@ -353,11 +358,15 @@ class AfPacketSource:
             self.next_block = (self.next_block + 1) % self.block_count
             pos = first
             for _ in range(num):
+                if pos + _FRAME_HDR.size > blen:
+                    break
                 nxt, sec, nsec, snaplen, wirelen, fstatus, mac, _, _, tci, tpid = hdr(block, pos)
                 start = pos + mac
-                if fstatus & TP_STATUS_VLAN_VALID:
+                if start + snaplen > blen:
+                    break
+                if fstatus & TP_STATUS_VLAN_VALID and snaplen >= 12:
                     tpid = tpid if fstatus & TP_STATUS_VLAN_TPID_VALID and tpid else 0x8100
-                    tag = struct.pack("!HH", tpid, tci)
+                    tag = struct.pack("!HH", tpid, tci & 0xFFFF)  # (tp_vlan_tci is 32 bits wide; a TCI is 16)
                     data = block[start : start + 12] + tag + block[start + 12 : start + snaplen]
                     wirelen += 4
                 else:
@@ -365,8 +374,12 @@ class AfPacketSource:
                 ts_list.append(sec * 1_000_000_000 + nsec)
                 wl_list.append(wirelen)
                 data_list.append(data)
+                self.frames += 1
+                if nxt < _FRAME_HDR.size:  # (not a whole frame further on: the same bytes again, num times)
+                    break
                 pos += nxt
-            self.frames += num
+        if seq:  # (the last block's, as _ring gives it: 0 leaves the last one read before)
+            self.last_seq = seq
         return batch
 
     def stop_filtering_in(self):

@@ -10,8 +10,8 @@
  *
  * Protobuf as upb reads proto2 (dnstap.proto): a field's last occurrence wins; a message field seen twice
  * is merged; a known field with another wire type, an enum value outside its enum, and any other field
- * (groups included) are unknown fields, skipped but checked for well-formedness; field number 0 or above
- * 2^29-1, a truncated value, an end-group without its start, wire types 6 and 7, and nesting (messages and
+ * (groups included) are unknown fields, skipped but checked for well-formedness; field number 0 (but inside a
+ * group) or above 2^29-1, a truncated value, an end-group without its start, wire types 6 and 7, and nesting (messages and
  * groups) deeper than 100 are errors. A Policy is checked, not read. Required fields are not enforced.
  *
  * decode(frames, start, producer, out, counts, type_counts, types, scopes, keep4, keep6, names, max_names,
@@ -94,14 +94,21 @@ static int varint(const uint8_t **pp, const uint8_t *end, uint64_t *out)
     return -1;
 }
 
-static int key(const uint8_t **pp, const uint8_t *end, uint64_t *field, int *wt)
+/* A field's key; in_group: inside a group, where upb takes field number 0 (found by fuzzing: a message it
+ * refuses there, at any depth of groups, it accepts). */
+static int key_of(const uint8_t **pp, const uint8_t *end, uint64_t *field, int *wt, int in_group)
 {
     uint64_t k;
     if (varint(pp, end, &k))
         return -1;
     *field = k >> 3;
     *wt = (int)(k & 7);
-    return *field == 0 || *field > FIELD_MAX ? -1 : 0;
+    return (*field == 0 && !in_group) || *field > FIELD_MAX ? -1 : 0;
+}
+
+static int key(const uint8_t **pp, const uint8_t *end, uint64_t *field, int *wt)
+{
+    return key_of(pp, end, field, wt, 0);
 }
 
 static int skip(const uint8_t **pp, const uint8_t *end, int wt, uint64_t field, int depth);
@@ -114,7 +121,7 @@ static int skip_group(const uint8_t **pp, const uint8_t *end, uint64_t field, in
     while (*pp < end) {
         uint64_t f;
         int wt;
-        if (key(pp, end, &f, &wt))
+        if (key_of(pp, end, &f, &wt, 1))
             return -1;
         if (wt == 4)
             return f == field ? 0 : -1;

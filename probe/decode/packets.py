@@ -77,6 +77,7 @@ class PacketDecoder:
             decode_cfg.tcp_max_ooo_bytes,
             decode_cfg.tcp_max_ooo_segments,
             stats,
+            decode_cfg.tcp_max_bytes,
         )
         # The parser that runs (fast, wire or dpkt; decode.parser auto resolved), for the statistics.
         self.parser = resolve(decode_cfg.parser)

@@ -3,7 +3,9 @@
 Handles several messages in one segment, one message over several segments, retransmitted and
 reordered segments, and connections first seen mid-stream. Memory is bounded: at most max_flows
 directions, and per direction at most one message (65,537 bytes) plus max_ooo_segments segments of at
-most max_ooo_bytes in all held ahead of a gap. Idle directions are dropped after idle_timeout_ns of
+most max_ooo_bytes in all held ahead of a gap; and at most max_bytes over all directions (the per-direction
+bounds alone allow max_flows times a third of a megabyte). A direction dropped for a bound is counted in
+tcp_evicted (its bytes in tcp_dropped_bytes). Idle directions are dropped after idle_timeout_ns of
 capture time. Held segments are released in stream order from a heap, so filling a gap costs
 O(log n) per held segment whatever their sizes and overlaps (a rescan per released segment made
 overlapping small segments quadratic).
@@ -72,8 +74,10 @@ class TcpReassembler:
     segment() returns a list of (message bytes, first ts, summed frame lengths, ttl, rtt_ms).
     """
 
-    def __init__(self, idle_timeout_ns, max_flows, max_ooo_bytes, max_ooo_segments, stats):
+    def __init__(self, idle_timeout_ns, max_flows, max_ooo_bytes, max_ooo_segments, stats, max_bytes=None):
         self.idle_timeout_ns = idle_timeout_ns
+        self.max_bytes = max_bytes  # None: no bound over all directions
+        self.held = 0  # bytes held over all directions: messages in progress and segments ahead of a gap
         self.max_flows = max_flows
         self.max_ooo_bytes = max_ooo_bytes
         self.max_ooo_segments = max_ooo_segments
@@ -83,6 +87,7 @@ class TcpReassembler:
     def _new_flow(self, key, ts):
         if len(self.flows) >= self.max_flows:
             self._drop(next(iter(self.flows)))
+            self.stats.tcp_evicted += 1
         flow = self.flows[key] = _Flow(ts)
         self.stats.tcp_streams += 1
         return flow
@@ -90,9 +95,19 @@ class TcpReassembler:
     def _drop(self, key):
         flow = self.flows.pop(key)
         lost = len(flow.buf) + flow.ooo_bytes
+        self.held -= lost
         self.stats.tcp_dropped_bytes += lost
 
     def segment(self, key, ts, wirelen, ttl, seq, flags, payload):
+        out = self._segment(key, ts, wirelen, ttl, seq, flags, payload)
+        if self.max_bytes is not None and self.held > self.max_bytes:
+            # Over the bound of all directions: the oldest go first (the one just added to last).
+            while self.held > self.max_bytes and self.flows:
+                self._drop(next(iter(self.flows)))
+                self.stats.tcp_evicted += 1
+        return out
+
+    def _segment(self, key, ts, wirelen, ttl, seq, flags, payload):
         stats = self.stats
         stats.tcp_segments += 1
         flow = self.flows.get(key)
@@ -165,6 +180,7 @@ class TcpReassembler:
                 flow.ooo[offset] = (payload, ts, wirelen, ttl)
                 heapq.heappush(flow.ooo_heap, offset)
                 flow.ooo_bytes += len(payload)
+                self.held += len(payload)
                 self.stats.tcp_out_of_order += 1
             return []
         out = []
@@ -176,6 +192,7 @@ class TcpReassembler:
             offset = heapq.heappop(heap)
             data, s_ts, s_wl, s_ttl = flow.ooo.pop(offset)
             flow.ooo_bytes -= len(data)
+            self.held -= len(data)
             behind = flow.pos - offset
             if behind < len(data):
                 self._append(flow, s_ts, s_wl, s_ttl, data[behind:] if behind else data, out)
@@ -187,6 +204,7 @@ class TcpReassembler:
         flow.next_seq = (flow.next_seq + len(payload)) % SEQ_MOD
         flow.pos += len(payload)
         buf = flow.buf
+        self.held -= len(buf)
         if buf:
             flow.msg_wirelen += wirelen  # this segment carries more of the message in progress
             buf += payload
@@ -210,6 +228,7 @@ class TcpReassembler:
             # The rest of this segment starts the next message.
             flow.msg_ts, flow.msg_wirelen, flow.msg_ttl = ts, wirelen, ttl
         flow.buf = buf
+        self.held += len(buf)
 
     def expire(self, now_ns):
         cutoff = now_ns - self.idle_timeout_ns

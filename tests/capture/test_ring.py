@@ -71,3 +71,69 @@ def test_c_equals_python(seed):
         assert (c.next_block, c.last_seq, c.frames) == (py.next_block, py.last_seq, py.frames)
         assert c.ring == py.ring  # the same blocks handed back
     assert c.frames > 0 or not ready or start not in ready
+
+
+def one_block(frames, num=None, blen=None):
+    """A ring of one ready block holding `frames`, (header fields as a dict, frame bytes), every 176 bytes from
+    byte 48 on, whatever their next offset says; num and blen as the block header gives them (default: as laid
+    out)."""
+    ring = bytearray(BLOCK)
+    pos = 48
+    for fields, data in frames:
+        f = {"next": 0, "sec": 1, "nsec": 2, "snaplen": len(data), "len": len(data), "status": 0, "mac": 66,
+             "tci": 0, "tpid": 0, **fields}
+        struct.pack_into("<IIIIIIHHIIH", ring, pos, f["next"], f["sec"], f["nsec"], f["snaplen"], f["len"],
+                         f["status"], f["mac"], f["mac"], 0, f["tci"], f["tpid"])
+        ring[pos + f["mac"] : pos + f["mac"] + len(data)] = data
+        pos += 176
+    struct.pack_into("<IIIIQ", ring, 8, TP_STATUS_USER, len(frames) if num is None else num, 48,
+                     BLOCK if blen is None else blen, 7)
+    return ring
+
+
+def read_both(ring):
+    """The frames the C reader and the Python reference take from the ring: equal, and the state after."""
+    c, py = source(bytearray(ring), 1, 0), source(bytearray(ring), 1, 0)
+    got, want = c.read(4096), py.read_python(4096)
+    assert (got.ts_ns, got.wirelen, got.data) == (want.ts_ns, want.wirelen, want.data)
+    assert (c.next_block, c.last_seq, c.frames) == (py.next_block, py.last_seq, py.frames)
+    assert c.ring == py.ring
+    return want
+
+
+# Found by fuzz/fuzz_ring.py: blocks the kernel never writes, each read the same way by both, and within bounds.
+
+
+def test_a_count_past_its_frames_does_not_repeat_a_frame():
+    """A block header claiming 2^32-1 frames, the frame's next offset 0: before, the C walker added the same frame
+    until memory ran out and the Python one looped 2^32 times; a next offset shorter than a frame header ends the
+    walk."""
+    frame = bytes(range(60))
+    batch = read_both(one_block([({"next": 0}, frame)], num=0xFFFFFFFF))
+    assert batch.data == [frame]
+    batch = read_both(one_block([({"next": 20}, frame), ({}, frame)], num=2))
+    assert batch.data == [frame]
+
+
+def test_frames_past_the_block_end_the_walk():
+    """A frame header or bytes beyond the block's length: the Python reference raised struct.error or gave the
+    cut bytes; both now stop at that frame."""
+    frame = bytes(range(100))
+    two = [({"next": 176}, frame), ({}, frame)]
+    assert read_both(one_block(two)).data == [frame, frame]
+    assert read_both(one_block(two, blen=48 + 176 + 30)).data == [frame]
+    assert read_both(one_block(two, blen=48 + 176 + 66 + 50)).data == [frame]
+    assert read_both(one_block([({"snaplen": BLOCK}, frame)])).data == []
+
+
+def test_vlan_tag_fields_as_the_kernel_gives_them():
+    """tp_vlan_tci is 32 bits wide (the Python reference packed it into 16 and raised); a tag is put back only
+    into a frame of at least 12 bytes (the Python reference put it into shorter ones, C did not); a wire length
+    near 2^32 with a tag put back is 4 more, not wrapped (probe._records.Frames.lists did)."""
+    vlan = {"status": 1 << 4}
+    frame = bytes(range(40))
+    batch = read_both(one_block([({**vlan, "next": 176, "tci": 0xABCD0064}, frame), ({**vlan, "next": 176}, b"short"),
+                                 ({**vlan, "len": 0xFFFFFFFE}, frame)]))
+    assert batch.data == [frame[:12] + b"\x81\x00\x00\x64" + frame[12:], b"short",
+                          frame[:12] + b"\x81\x00\x00\x00" + frame[12:]]
+    assert batch.wirelen == [44, 5, 0xFFFFFFFE + 4]

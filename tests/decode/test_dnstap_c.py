@@ -79,6 +79,11 @@ GOOD = dnstap_frame("CLIENT_QUERY")
     GOOD + b"\x78" + b"\xff" * 9 + b"\x7f", GOOD + b"\x78" + b"\xff" * 10 + b"\x01",  # 10 and 11 byte varints
     GOOD + b"\xf8\xff\xff\xff\x0f\x00", GOOD + b"\x80\x80\x80\x80\x10\x00",  # field 2^29-1, then a key of 2^32
     GOOD + b"\x00\x00",  # field number 0
+    # Field number 0 inside a group, which upb takes (found by fuzz/fuzz_dnstap.py: the C reader refused it),
+    # at any depth of groups and in a message field's groups, and the fuzzer's input itself:
+    GOOD + b"\x5b\x00\x01\x5c", GOOD + b"\x5b\x5b\x00\x01\x5c\x5c", GOOD + b"\x5b\x03\x04\x5c",
+    GOOD + _ld(14, b"\x5b\x01" + bytes(8) + b"\x5c"), bytes.fromhex("5b010e5b5b5b5c5c5c5c5c"),
+    GOOD + b"\x5b\x00\x01",  # ... in a group that does not end
     GOOD + _ld(14, b"\x08" + _varint((1 << 32) + 6)),  # an enum beyond 32 bits: upb keeps its low 32 bits
     GOOD + _ld(14, b"\x08" + _varint((1 << 64) - 1)),  # -1 as an enum: outside, unknown
     GOOD + _ld(14, b"\x18\x04\x18\x09"),  # DOH then a protocol outside the enum: DOH stays

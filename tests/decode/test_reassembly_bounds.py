@@ -87,6 +87,39 @@ def test_tcp_byte_bound_drops_are_counted_as_segments_too():
     assert (stats.tcp_ooo_dropped, stats.tcp_dropped_bytes) == (3, 12)
 
 
+def test_tcp_bytes_over_all_streams_are_bounded():
+    """Connections that never finish a message: each holds a message in progress (up to 65,537 bytes) and
+    segments ahead of a gap, so the per-direction bounds alone allowed tcp_max_streams times a third of a
+    megabyte (32 GiB with the defaults). decode.tcp_max_bytes bounds them all: the oldest directions go first,
+    counted in tcp_evicted and tcp_dropped_bytes; a complete message on a stream after them still decodes."""
+    stats = Stats()
+    bound = 100_000
+    tcp = TcpReassembler(60 * 10**9, 10**6, 1 << 20, 256, stats, max_bytes=bound)
+    part = b"\xff\xff" + bytes(998)  # 1,000 bytes of a message of 65,535
+    for i in range(500):
+        key = ("192.0.2.1", 1024 + i, "198.51.100.53", 53)
+        tcp.segment(key, i, 1054, 64, 999, 0x02, b"")
+        tcp.segment(key, i, 1054, 64, 1000, ACK, part)
+        tcp.segment(key, i, 1054, 64, 3000, ACK, bytes(500))  # ahead of a gap
+        assert tcp.held == sum(len(f.buf) + f.ooo_bytes for f in tcp.flows.values()) <= bound
+    assert len(tcp.flows) == bound // 1500
+    assert stats.tcp_evicted == 500 - len(tcp.flows) and stats.tcp_dropped_bytes == 1500 * stats.tcp_evicted
+    assert [k[1] for k in tcp.flows] == list(range(1024 + 500 - len(tcp.flows), 1024 + 500))  # the newest kept
+    msg = b"\x00\x0c" + bytes(12)
+    tcp.segment(KEY, 10**6, 60, 64, 99, 0x02, b"")
+    assert [m[0] for m in tcp.segment(KEY, 10**6, 60, 64, 100, ACK, msg)] == [msg[2:]]
+    tcp.flush()
+    assert tcp.held == 0
+
+
+def test_tcp_stream_count_bound_is_counted():
+    stats = Stats()
+    tcp = TcpReassembler(60 * 10**9, 3, 1 << 20, 256, stats)
+    for i in range(5):
+        tcp.segment(("192.0.2.1", 1024 + i, "198.51.100.53", 53), i, 60, 64, 1000, ACK, b"\x00\x20ab")
+    assert len(tcp.flows) == 3 and stats.tcp_evicted == 2 and stats.tcp_dropped_bytes == 8
+
+
 def test_tcp_held_segments_keep_their_sequence_numbers_when_a_syn_moves_the_stream():
     # Held segments are ordered by stream offset; a SYN that moves the stream (here the addresses and
     # ports reused by a new connection after a complete message) moves the offsets with it, so a segment

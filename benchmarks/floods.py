@@ -1,0 +1,274 @@
+"""Resource bounds under attack: floods at the highest rate the testbed reaches into `dnsprobe capture` with 2
+workers, normal traffic mixed in. Reports each worker's peak RSS, the evictions counted and how much of the
+normal traffic was exported.
+
+    python benchmarks/floods.py                                   # the three floods, 60 s each
+    python benchmarks/floods.py --seconds 10 --kinds queries      # one, shorter
+    python benchmarks/floods.py --set match.max_pending=100000    # with other bounds
+
+Kinds (trafgen configurations below; trafgen sends as fast as it can from inside the namespace):
+  queries    unanswered UDP queries, random DNS ID, source address (198.18.0.0/16) and port, to 198.19.0.53
+  tcp        TCP connections that never finish a message: a SYN, a segment starting a message of 65,535 bytes
+             and two segments ahead of a gap, 4 frames a connection (sequential ports and addresses)
+  fragments  first fragments (MF, offset 0) of UDP datagrams that never complete, random IP ID and source
+
+Normal traffic: the benchmark's standard mix (benchmarks/traffic.py, 20,000 packets of queries and their
+responses, UDP and TCP, from other addresses) replayed once by tcpreplay across the flood's duration. Its
+records are those whose addresses are not the flood's; the share exported is against `dnsprobe read` of the
+same file (frames the kernel dropped while its ring was full are lost to both flood and normal traffic, and
+counted in kernel_drops).
+
+Peak RSS: VmHWM of each worker, read just before the capture is stopped (after the workers caught up), and
+VmRSS sampled every 0.2 s. Must run as root (namespace, veth pair, capture); trafgen and tcpreplay from Debian
+(contrib/install-deps.sh). Nothing is sent outside the namespace; the testbed is removed at the end.
+Results: benchmarks/results/floods.json and floods.md.
+"""
+
+import argparse
+import ipaddress
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
+
+import offline  # noqa: E402  (benchmarks/ is not a package): machine(), dnsprobe_command()
+import traffic  # noqa: E402
+from testbed import Testbed  # noqa: E402
+
+FLOOD_NET = ipaddress.ip_network("198.18.0.0/15")  # RFC 2544's benchmarking range: the flood's addresses only
+_ETH = "eth(da=02:00:00:00:00:05, sa=02:00:00:00:00:0c)"
+_QUERY = ('drnd(2), 0x01, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 5, "flood", 7, "example", 3, "com", '
+          "0, 0x00, 0x01, 0x00, 0x01")
+_TCP_SRC = "ipv4(sa=198.18.0.7, sa[2]=dinc(), sa[3]=dinc(1, 254), da=198.19.0.53, ttl=64)"
+_TCP_SEG = "tcp(sp=dinc(1024, 65535), dp=53, seq={seq}, {flags})"
+TRAFGEN = {
+    "queries": f"{{ {_ETH}, ipv4(sa=198.18.0.1, sa[2]=drnd(), sa[3]=drnd(), da=198.19.0.53, ttl=64),"
+               f" udp(sp=drnd(1024, 65535), dp=53), {_QUERY} }}",
+    # (every template's counters step once per round, so the 4 frames of a round share addresses and ports)
+    "tcp": "\n".join([
+        f"{{ {_ETH}, {_TCP_SRC}, {_TCP_SEG.format(seq=1000, flags='syn')} }}",
+        f"{{ {_ETH}, {_TCP_SRC}, {_TCP_SEG.format(seq=1001, flags='ack, aseq=1')}, 0xff, 0xff, fill(0x41, 1398) }}",
+        f"{{ {_ETH}, {_TCP_SRC}, {_TCP_SEG.format(seq=5001, flags='ack, aseq=1')}, fill(0x42, 1400) }}",
+        f"{{ {_ETH}, {_TCP_SRC}, {_TCP_SEG.format(seq=9001, flags='ack, aseq=1')}, fill(0x43, 1400) }}",
+    ]),
+    "fragments": f"{{ {_ETH}, ipv4(id=drnd(), mf, sa=198.18.0.1, sa[2]=drnd(), sa[3]=drnd(), da=198.19.0.53,"
+                 f" ttl=64), udp(sp=drnd(1024, 65535), dp=53, len=3008, csum=0), fill(0x44, 1400) }}",
+}
+# The counter of each flood's evictions, and the configuration keys that bound what it makes a worker hold.
+EVICTIONS = {"queries": ("match_evicted", "query_only"), "tcp": ("tcp_evicted", "tcp_dropped_bytes"),
+             "fragments": ("fragments_dropped",)}
+BOUNDS = {"queries": ("match.max_pending", "match.max_pending_per_key", "match.query_timeout"),
+          "tcp": ("decode.tcp_max_streams", "decode.tcp_max_bytes", "decode.tcp_max_ooo_bytes",
+                  "decode.tcp_max_ooo_segments", "decode.tcp_idle_timeout"),
+          "fragments": ("decode.fragment_max_datagrams", "decode.fragment_max_bytes", "decode.fragment_timeout")}
+
+
+def write_config(kind, path):
+    Path(path).write_text(f"/* {kind} flood: benchmarks/floods.py */\n{TRAFGEN[kind]}\n")
+    return path
+
+
+def flood_pcap(kind, frames, path):
+    """`frames` frames of a flood written to a pcap by trafgen itself (what the tests replay)."""
+    with tempfile.TemporaryDirectory(prefix="dnsprobe-flood-") as tmp:
+        cfg = write_config(kind, Path(tmp) / f"{kind}.cfg")
+        subprocess.run(["trafgen", "-i", str(cfg), "-o", str(path), "-n", str(frames), "--cpus", "1"],
+                       check=True, capture_output=True, timeout=120)
+    return path
+
+
+def is_flood(record):
+    return any(a and ipaddress.ip_address(a) in FLOOD_NET for a in (record["src"], record["dst"]))
+
+
+def proc_rss(pid):
+    """(VmRSS, VmHWM) of a process in MiB, or None when it is gone."""
+    try:
+        text = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return None
+    vals = {line[:6]: int(line.split()[1]) / 1024 for line in text.splitlines() if line[:6] in ("VmRSS:", "VmHWM:")}
+    return (vals["VmRSS:"], vals["VmHWM:"]) if len(vals) == 2 else None
+
+
+def stats_doc(out_dir):
+    for f in out_dir.glob("*.stats.json"):
+        try:
+            return json.loads(f.read_text())
+        except (OSError, ValueError):
+            pass
+    return None
+
+
+def wait_caught_up(out_dir, timeout=120):
+    """Wait until every frame the kernel passed was read or counted as dropped (the workers caught up)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        doc = stats_doc(out_dir)
+        c = doc and doc["counters"]
+        if c and c["packets"] + c["kernel_drops"] >= c["kernel_received"]:
+            return doc
+        time.sleep(0.25)
+    return stats_doc(out_dir)
+
+
+def read_rows(out_dir):
+    import pyarrow.parquet as pq
+
+    rows = []
+    for f in sorted(out_dir.glob("*.parquet")):
+        t = pq.read_table(f, columns=["src", "dst", "query_present", "response_present"])
+        rows += t.to_pylist()
+    return rows
+
+
+def normal_expected(pcap):
+    with tempfile.TemporaryDirectory(prefix="dnsprobe-flood-") as tmp:
+        subprocess.run([*offline.dnsprobe_command(), "read", str(pcap), "-o", tmp, "-q", "--no-progress"], check=True,
+                       cwd=ROOT)
+        return stats_doc(Path(tmp))["counters"]
+
+
+def run_flood(bed, kind, seconds, sets, normal, normal_pps):
+    with tempfile.TemporaryDirectory(prefix="dnsprobe-flood-") as tmp:
+        tmp = Path(tmp)
+        out = tmp / "out"
+        out.mkdir()
+        cfg = write_config(kind, tmp / f"{kind}.cfg")
+        cmd = [*offline.dnsprobe_command(), "capture", "-i", bed.iface, "--coremask", "0x3", "-o", str(out),
+               "--no-progress", "-q", "--stats-interval", "0.5", *(a for kv in sets for a in ("--set", kv))]
+        log = open(tmp / "probe.log", "w")
+        probe = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=ROOT)
+        try:
+            pids = start_pids(probe, out)
+            peak = {pid: 0.0 for pid in pids}
+            sampling = threading.Event()
+
+            def sample():
+                while not sampling.wait(0.2):
+                    for pid in pids:
+                        m = proc_rss(pid)
+                        if m:
+                            peak[pid] = max(peak[pid], m[0])
+
+            sampler = threading.Thread(target=sample, daemon=True)
+            sampler.start()
+            base = {pid: proc_rss(pid)[0] for pid in pids}
+            normal_proc = subprocess.Popen(["ip", "netns", "exec", bed.ns, "tcpreplay", "-q", f"--intf1={bed.peer}",
+                                            f"--pps={normal_pps}", str(normal)], stdout=subprocess.DEVNULL,
+                                           stderr=subprocess.DEVNULL)
+            t0 = time.monotonic()
+            gen = subprocess.run(["ip", "netns", "exec", bed.ns, "timeout", "-s", "INT", str(seconds), "trafgen",
+                                  "-i", str(cfg), "-o", bed.peer, "--cpus", "1"], capture_output=True, text=True)
+            sent_s = time.monotonic() - t0
+            normal_proc.wait(max(5, seconds))
+            doc = wait_caught_up(out)
+            sampling.set()
+            sampler.join()
+            hwm = {pid: proc_rss(pid)[1] for pid in pids}
+            probe.send_signal(signal.SIGTERM)
+            rc = probe.wait(120)
+        finally:
+            if probe.poll() is None:
+                os.killpg(probe.pid, signal.SIGKILL)
+                probe.wait()
+            log.close()
+        doc = stats_doc(out)
+        rows = read_rows(out)
+        c = doc["counters"]
+        normal_rows = [r for r in rows if not is_flood(r)]
+        return {
+            "kind": kind, "seconds": round(sent_s, 1), "exit": rc, "trafgen": gen.stderr.strip().splitlines()[-3:],
+            "offered_pps": round((c["kernel_received"]) / sent_s),
+            "counters": {k: c[k] for k in ("kernel_received", "kernel_drops", "packets", "dns_messages", "records",
+                                           "matched", "query_only", "match_evicted", "tcp_segments", "tcp_streams",
+                                           "tcp_evicted", "tcp_dropped_bytes", "fragments", "fragments_dropped",
+                                           "worker_restarts", "lost_in_dead_worker")},
+            "workers": [{"pid": pid, "rss_start_mib": round(base[pid], 1), "rss_peak_sampled_mib": round(peak[pid], 1),
+                         "vmhwm_mib": round(hwm[pid], 1)} for pid in pids],
+            "normal_records": len(normal_rows),
+            "normal_matched": sum(1 for r in normal_rows if r["query_present"] and r["response_present"]),
+            "rows_read_back": len(rows),
+            "bounds": bounds(kind, sets),
+        }
+
+
+def bounds(kind, sets):
+    """The values of the configuration keys that bound what this flood makes a worker hold (YAML, as --set)."""
+    import yaml
+
+    from probe.config import load_config
+
+    cfg = load_config(overrides={k: yaml.safe_load(v) for k, v in (kv.split("=", 1) for kv in sets)})
+    return {key: getattr(getattr(cfg, key.split(".")[0]), key.split(".")[1]) for key in BOUNDS[kind]}
+
+
+def start_pids(probe, out):
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if probe.poll() is not None:
+            raise RuntimeError(f"dnsprobe capture exited {probe.returncode} at start")
+        doc = stats_doc(out)
+        workers = doc and doc.get("workers")
+        if workers and all(w.get("pid") and w.get("alive") for w in workers.values()):
+            return sorted(w["pid"] for w in workers.values())
+        time.sleep(0.05)
+    raise RuntimeError("dnsprobe capture did not start within 60 s")
+
+
+def markdown(res):
+    lines = [f"# Floods ({res['when']})", "", f"Machine: {res['machine']['cpu_model']}, "
+             f"{res['machine']['usable_cpus']} CPUs; settings: {' '.join(res['sets']) or 'defaults'}.", "",
+             "| flood | s | offered pkts/s | kernel drops | evictions | peak RSS per worker (MiB, VmHWM) | start RSS "
+             "| normal records exported | of which matched | restarts |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in res["runs"]:
+        c = r["counters"]
+        ev = ", ".join(f"{k} {c[k]:,}" for k in EVICTIONS[r["kind"]] if k in c)
+        lines.append(f"| {r['kind']} | {r['seconds']} | {r['offered_pps']:,} | {c['kernel_drops']:,} | {ev} | "
+                     f"{' / '.join(str(w['vmhwm_mib']) for w in r['workers'])} | "
+                     f"{' / '.join(str(w['rss_start_mib']) for w in r['workers'])} | "
+                     f"{r['normal_records']:,} of {res['normal_expected']:,} | {r['normal_matched']:,} of "
+                     f"{res['normal_expected_matched']:,} | "
+                     f"{c['worker_restarts']} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--seconds", type=float, default=60)
+    ap.add_argument("--kinds", default="queries,tcp,fragments")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="configuration for the capture")
+    ap.add_argument("--no-save", action="store_true", help="print only, do not write benchmarks/results")
+    args = ap.parse_args(argv)
+    if os.geteuid() != 0:
+        ap.error("must run as root (network namespace, veth pair, capture)")
+    normal = traffic.generate("standard", 20000, 1)
+    expected = normal_expected(normal)
+    normal_pps = max(1, int(20000 / args.seconds))
+    res = {"when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "machine": offline.machine(), "sets": args.set,
+           "normal_expected": expected["records"], "normal_expected_matched": expected["matched"], "runs": []}
+    with Testbed("f") as bed:
+        for kind in args.kinds.split(","):
+            r = run_flood(bed, kind, args.seconds, args.set, normal, normal_pps)
+            res["runs"].append(r)
+            print(json.dumps(r), flush=True)
+    text = markdown(res)
+    print(text)
+    if not args.no_save:
+        out = HERE / "results"
+        out.mkdir(exist_ok=True)
+        (out / "floods.json").write_text(json.dumps(res, indent=1) + "\n")
+        (out / "floods.md").write_text(text)
+
+
+if __name__ == "__main__":
+    main()

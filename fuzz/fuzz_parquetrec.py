@@ -1,0 +1,46 @@
+"""Transactions through the record column pass (export.parquet._parquetrec: RecordBuilder.build on a TxBatch)
+and the Python reference (RecordBuilder.build on the same transactions as tuples, its column pass
+columns.extract_python): equal tables, column for column, types and nulls included. The first byte turns the
+answers column on (the responses' bytes through the pass, then the answers made of them) and picks how the
+transactions are made: from fuzz frames decoded and matched (fuzz/stages.py), or from crafted messages
+(fuzz/crafted.py) matched with small bounds."""
+
+from crafted import messages
+from harness import check, run
+from stages import transactions
+
+import export.parquet.records as records
+from export.parquet import columns
+from export.parquet.records import RecordBuilder
+from probe import _records
+from probe.config import MatchConfig
+from probe.match import TransactionTable
+from probe.stats import Stats
+
+records.extract = columns.extract_python  # the tuple path's pure-Python reference
+
+
+def one_input(data):
+    if not data:
+        return
+    answers = bool(data[0] & 1)
+    if data[0] & 2:
+        table = TransactionTable(MatchConfig(query_timeout=0.002, max_pending=4), Stats())
+        txs = table.add(messages(data[1:])) + table.flush()
+    else:
+        txs = transactions(data[1:], keep_raw=answers)
+    if not txs:
+        return
+    batch = _records.TxBatch()
+    for t in txs:
+        batch.append(t)
+    got, want = RecordBuilder(answers=answers).build(batch), RecordBuilder(answers=answers).build(txs)
+    got.validate(full=True)
+    check(got.schema == want.schema, "schema", data, got.schema, want.schema)
+    for name in want.column_names:
+        a, b = got.column(name), want.column(name)
+        check(a.equals(b), f"column {name}", data, a, b)
+
+
+if __name__ == "__main__":
+    run(one_input)
