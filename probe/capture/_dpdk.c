@@ -726,6 +726,13 @@ py_port_poller(PyObject *Py_UNUSED(self), PyObject *args)
 		PyErr_SetString(DpdkError, "nothing to distribute to: make_rings() first");
 		return NULL;
 	}
+	if (rte_eal_process_type() != RTE_PROC_PRIMARY) { /* a secondary reads the queues its primary set up */
+		struct rte_eth_dev_info info;
+		int rc = rte_eth_dev_info_get(port, &info);
+		if (rc != 0)
+			return raise_dpdk("cannot read the device information", rc);
+		rx_queues[port] = info.nb_rx_queues;
+	}
 	Poller *p = poller_new(capacity);
 	if (p == NULL)
 		return NULL;

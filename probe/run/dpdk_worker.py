@@ -50,6 +50,7 @@ from probe.stats import Stats
 
 POLL_US = 200_000  # longest wait of a poll for frames (the worker then checks for commands, stop and rotation)
 DRAIN_US = 20_000  # on stop: a source is drained when a poll this long returns nothing
+DRAIN_MAX_S = 1.0  # ... or after this long
 DPDK_COUNTERS = {"ipackets": "dpdk_ipackets", "imissed": "dpdk_imissed", "ierrors": "dpdk_ierrors",
                  "rx_nombuf": "dpdk_rx_nombuf"}
 
@@ -94,8 +95,10 @@ class _Reader:
         return n
 
     def drain(self):
-        """Read until a poll of DRAIN_US finds nothing (what the source still holds)."""
-        while self.step(DRAIN_US):
+        """Read what the source still holds: until a poll of DRAIN_US finds nothing, for DRAIN_MAX_S at most (a
+        source that never runs dry: the frames then left are counted by the port, not read)."""
+        end = time.monotonic() + DRAIN_MAX_S
+        while self.step(DRAIN_US) and time.monotonic() < end:
             pass
 
 

@@ -67,3 +67,28 @@ def test_dead_processes_are_restarted(testbed, hugepages, parts, out_dir):
     assert "stopped with worker 0; it starts again after it" in probe.stderr
     assert hugepages.files() == []  # the killed primary's too
     assert not list(Path("/var/run/dpdk").glob(f"dnsprobe{probe.proc.pid}g*"))
+
+
+def test_device_with_rss_gives_each_process_its_queue(hugepages, out_dir):
+    # net_null hashes (RSS on IP among its offloads) and has queues to spare: no distribution, each process reads
+    # the RX queue of its number. It makes frames of zeros as fast as they are read (not IP: counted as non_ip),
+    # and never runs dry: the stop reads it for a bounded time.
+    from test_dpdk import LIBDPDK, DpdkProbe
+
+    if not LIBDPDK:
+        pytest.skip("libdpdk is not installed, so the DPDK extension is not built")
+    probe = DpdkProbe(out_dir, f"--huge-dir={hugepages.dir} --no-pci --vdev=net_null0,size=64", "0x3")
+    probe.wait_ready()
+    try:
+        probe.wait_for(lambda d: all(w["counters"]["packets"] for w in d["workers"].values()), "both processes read")
+    finally:
+        rc = probe.stop()
+    assert rc == 0, probe.stderr
+    doc = probe.stats()
+    queues = {w: doc["workers"][w]["interfaces"]["net_null0"] for w in ("0", "1")}
+    assert [q["mode"] for q in queues.values()] == ["rss", "rss"] and queues["0"]["rss_hash_functions"]
+    read = {w: q["queues"][f"net_null0/q{w}"]["frames"] for w, q in queues.items()}
+    c = doc["counters"]
+    assert c["packets"] == c["non_ip"] == sum(read.values()) and all(read.values())
+    assert c["dpdk_ipackets"] >= c["packets"] and c["dpdk_ring_full"] == 0
+    assert hugepages.files() == []
