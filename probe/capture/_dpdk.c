@@ -61,7 +61,7 @@
 #define MAX_QUEUES 128
 #define RX_CHUNK 64 /* frames asked of one rte_eth_rx_burst call */
 #define MAX_WORKERS 128
-#define HOLD_US 1000 /* how long frames already received wait for more while the source is empty */
+#define HOLD_US 1000 /* how long frames already received wait for more, unless the poller says otherwise */
 
 static PyObject *DpdkError;
 static int eal_ready = 0;
@@ -298,16 +298,20 @@ py_port_setup(PyObject *Py_UNUSED(self), PyObject *args)
 /* ---------------------------------------------------------------------------------------------
  * Polling a source (a port's RX queues, or a worker's ring) until a batch is ready
  *
- * A poll takes frames until it has `max`, or has had frames for HOLD_US and finds the source empty, or
- * timeout_us passed without any. Holding on to a few frames for a moment makes batches of tens or hundreds of
- * frames at moderate rates instead of a handful: the work per batch (a Python call, the pipeline's steps) is
- * then spread over many frames. While the source is empty the poller sleeps, for a time its controller keeps
- * between MIN_SLEEP_NS and MAX_SLEEP_NS: doubled when the frames found after a sleep fill less than an eighth
- * of the source's capacity, halved when they fill more than half of it. A busy source is never slept on (the
- * poller only sleeps when it finds it empty), and an idle one costs about a thousand wake-ups a second. */
+ * A poll takes frames until it has `max`, or has had frames for hold_us and finds the source empty, or
+ * timeout_us passed without any. Holding on to the frames for a while (dpdk.batch_timeout_ms, as AF_PACKET's
+ * block timeout) makes batches of thousands of frames at moderate rates instead of a handful: the work per batch
+ * (a Python call, the pipeline's steps) is then spread over many frames. While the source is empty the poller
+ * sleeps, for a time its controller keeps between MIN_SLEEP_NS and the source's max_sleep: doubled when the frames
+ * found after a sleep fill less than an eighth of the source's capacity, halved when they fill more than half of
+ * it. max_sleep is the time half the capacity takes to fill at ASSUMED_PPS (at most MAX_SLEEP_NS): a source that
+ * was idle overflows during the first sleep only above that rate. A busy source is never slept on (the poller
+ * only sleeps when it finds it empty); wake-ups, each a context switch, are a large part of the cost of a
+ * moderate rate, hence the long sleeps where the capacity allows them. */
 
-#define MIN_SLEEP_NS 10000
-#define MAX_SLEEP_NS 1000000
+#define MIN_SLEEP_NS 10000ULL
+#define MAX_SLEEP_NS 8000000ULL
+#define ASSUMED_PPS 1000000ULL
 
 /* The receive time of an mbuf passed from the process that received it to another (ns since the epoch). */
 static int ts_offset = -1;
@@ -337,7 +341,8 @@ typedef struct {
 	struct rte_ring *ring; /* read this ring instead of the port's queues */
 	int distribute; /* pass the frames of the other workers to their rings */
 	unsigned int capacity; /* frames the source holds (RX descriptors, ring slots): the sleep controller's unit */
-	uint64_t sleep_ns;
+	uint64_t sleep_ns, max_sleep_ns;
+	unsigned long long hold_us; /* how long frames already received wait for more (see poll_source) */
 	unsigned long long frames; /* frames this poller gave (this process's share) */
 	/* one poll's frames and their receive times (ns): room for `room` */
 	struct rte_mbuf **mbufs;
@@ -477,7 +482,7 @@ poll_source(Poller *p, unsigned int max, unsigned long long timeout_us, unsigned
 
 	Py_BEGIN_ALLOW_THREADS;
 	uint64_t deadline = now + (uint64_t)((unsigned __int128)timeout_us * tsc_hz / 1000000ULL);
-	uint64_t hold = (uint64_t)((unsigned __int128)HOLD_US * tsc_hz / 1000000ULL), first = 0;
+	uint64_t hold = (uint64_t)((unsigned __int128)p->hold_us * tsc_hz / 1000000ULL), first = 0;
 	unsigned long long refill = 0; /* frames the source gave since the poller last slept */
 	int slept = 0;
 	while (got < max) {
@@ -494,7 +499,7 @@ poll_source(Poller *p, unsigned int max, unsigned long long timeout_us, unsigned
 			if (refill * 2 > p->capacity)
 				p->sleep_ns = p->sleep_ns / 2 < MIN_SLEEP_NS ? MIN_SLEEP_NS : p->sleep_ns / 2;
 			else if (refill * 8 < p->capacity)
-				p->sleep_ns = p->sleep_ns * 2 > MAX_SLEEP_NS ? MAX_SLEEP_NS : p->sleep_ns * 2;
+				p->sleep_ns = p->sleep_ns * 2 > p->max_sleep_ns ? p->max_sleep_ns : p->sleep_ns * 2;
 		}
 		uint64_t t = rte_get_tsc_cycles(), until;
 		if (got) {
@@ -640,6 +645,12 @@ poller_new(unsigned int capacity)
 	p->distribute = 0;
 	p->capacity = capacity ? capacity : 1;
 	p->sleep_ns = MIN_SLEEP_NS;
+	p->max_sleep_ns = p->capacity * 1000000000ULL / 2 / ASSUMED_PPS;
+	if (p->max_sleep_ns > MAX_SLEEP_NS)
+		p->max_sleep_ns = MAX_SLEEP_NS;
+	if (p->max_sleep_ns < MIN_SLEEP_NS)
+		p->max_sleep_ns = MIN_SLEEP_NS;
+	p->hold_us = HOLD_US;
 	p->frames = 0;
 	p->mbufs = NULL;
 	p->ns = NULL;
@@ -690,7 +701,28 @@ static PyMethodDef poller_methods[] = {
 	{NULL, NULL, 0, NULL},
 };
 
+static PyObject *
+poller_get_hold(PyObject *self, void *Py_UNUSED(closure))
+{
+	return PyLong_FromUnsignedLongLong(((Poller *)self)->hold_us);
+}
+
+static int
+poller_set_hold(PyObject *self, PyObject *value, void *Py_UNUSED(closure))
+{
+	unsigned long long us = value == NULL ? (unsigned long long)-1 : PyLong_AsUnsignedLongLong(value);
+	if (us == (unsigned long long)-1) {
+		if (!PyErr_Occurred())
+			PyErr_SetString(PyExc_TypeError, "hold_us: microseconds, an int");
+		return -1;
+	}
+	((Poller *)self)->hold_us = us;
+	return 0;
+}
+
 static PyGetSetDef poller_getset[] = {
+	{"hold_us", poller_get_hold, poller_set_hold, "how long frames already received wait for more (microseconds)",
+	 NULL},
 	{"frames", poller_get_frames, NULL, "frames this poller gave", NULL},
 	{"sleep_ns", poller_get_sleep, NULL, "the current sleep of its controller while the source is empty", NULL},
 	{NULL, NULL, NULL, NULL, NULL},

@@ -46,7 +46,8 @@ SINGLE_PROCESS_OPTIONS = ("--no-huge", "--in-memory")
 # What EAL prints that explains a failure (the rest is progress chatter or its usage text).
 _ERROR_WORDS = ("fatal", "fail", "cannot", "couldn't", "could not", "unable", "invalid", "no such", "error",
                 "unrecognized", "not ", "denied")
-WORKER_RING_SLOTS = 8192  # frames a worker's ring holds (distributing primary → secondary)
+WORKER_RING_SLOTS = 4096  # frames a worker's ring holds (distributing primary → secondary)
+MEMPOOL_CACHE = 256  # mbufs each core keeps aside (_dpdk.c port_setup)
 
 
 def load():
@@ -241,6 +242,13 @@ class _Eal:
                 print(f"dnsprobe: DPDK: cannot {what}: {exc}", file=sys.stderr, flush=True)
 
 
+def mbufs_needed(dpdk_cfg, queues, workers, mode, batch_size):
+    """The mbufs that can be in use at once: every RX descriptor of the queues, each worker's batch (run.batch_size
+    frames held until its pipeline took them), a distributing primary's rings, and the pool's per-core caches."""
+    rings = (workers - 1) * WORKER_RING_SLOTS if mode == "distributor" else 0
+    return queues * dpdk_cfg.ring_size + workers * batch_size + rings + workers * MEMPOOL_CACHE
+
+
 class DpdkPort(_Eal):
     """The EAL of the primary (or only) process and one started port.
 
@@ -250,17 +258,17 @@ class DpdkPort(_Eal):
     the fanout group of a net_af_packet device's sockets when it has several queues. close() stops and closes the
     port and cleans up the EAL; DPDK cannot be initialised again in the same process after that."""
 
-    def __init__(self, dpdk_cfg, args, queues=None, workers=1, fanout_id=None):
+    def __init__(self, dpdk_cfg, args, queues=None, workers=1, fanout_id=None, batch_size=4096):
         super().__init__(args)
         self.port_id = dpdk_cfg.port
         self.started = self.opened = False
         try:
-            self._setup(dpdk_cfg, queues, workers, fanout_id)
+            self._setup(dpdk_cfg, queues, workers, fanout_id, batch_size)
         except BaseException:
             self.close()
             raise
 
-    def _setup(self, dpdk_cfg, queues, workers, fanout_id):
+    def _setup(self, dpdk_cfg, queues, workers, fanout_id, batch_size):
         lib = self.lib
         self.info = info = self._port(self.port_id)
         self.name = info["name"]
@@ -304,6 +312,11 @@ class DpdkPort(_Eal):
                   "spreads frames over the queues its own way", file=sys.stderr, flush=True)
         if self.mode == "distributor":
             lib.make_rings(workers, WORKER_RING_SLOTS)
+        need = mbufs_needed(dpdk_cfg, queues, workers, self.mode, batch_size)
+        if dpdk_cfg.mempool_size < need:
+            print(f"dnsprobe: dpdk.mempool_size {dpdk_cfg.mempool_size} is below the {need} mbufs that the queues, "
+                  "the workers' batches and rings can hold at once: under load, frames may be dropped for lack of "
+                  "mbufs (dpdk_rx_nombuf)", file=sys.stderr, flush=True)
 
     def pollers(self):
         """The primary's poller (a list of one), or one per queue in the one-process shape."""
@@ -365,9 +378,10 @@ class DpdkSource:
     """One Poller as a Source (probe.capture): read() returns a FrameBatch (possibly empty after timeout_us) whose
     frames point into their mbufs; release() frees them (call it once the pipeline has taken the batch)."""
 
-    def __init__(self, poller, name):
+    def __init__(self, poller, name, batch_timeout_ms):
         self.poller = poller
         self.name = name
+        poller.hold_us = batch_timeout_ms * 1000
 
     def read(self, max_frames, timeout_us=0):
         frames = _records.Frames()

@@ -193,12 +193,12 @@ class DpdkPrimaryWorker(_ProcessWorker):
         super().__init__(spec, conn, stop)
         cfg = spec.cfg
         self.port = DpdkPort(cfg.dpdk, self._args("primary"), workers=len(_cores(cfg)),
-                             fanout_id=_fanout_id(cfg))
+                             fanout_id=_fanout_id(cfg), batch_size=cfg.run.batch_size)
         try:
             poller = self.port.pollers()[0]
             queues = self.port.queues if self.port.mode != "rss" else 1
             name = f"{self.port.name}/q0" if queues == 1 else f"{self.port.name}/q0-{queues - 1}"
-            self._start(DpdkSource(poller, name))
+            self._start(DpdkSource(poller, name, cfg.dpdk.batch_timeout_ms))
         except BaseException:
             self.port.close()
             raise
@@ -245,8 +245,8 @@ class DpdkSecondaryWorker(_ProcessWorker):
         cfg = spec.cfg
         self.eal = DpdkSecondary(cfg.dpdk, self._args("secondary"), spec.worker_id)
         try:
-            kind = "w" if self.eal.mode == "distributor" else "q"
-            self._start(DpdkSource(self.eal.poller, f"{self.eal.name}/{kind}{spec.worker_id}"))
+            name = f"{self.eal.name}/{'w' if self.eal.mode == 'distributor' else 'q'}{spec.worker_id}"
+            self._start(DpdkSource(self.eal.poller, name, cfg.dpdk.batch_timeout_ms))
         except BaseException:
             self.eal.close()
             raise
@@ -325,12 +325,12 @@ class DpdkThreadsWorker:
         self.spec, self.conn, self.stop = spec, conn, stop
         cfg = spec.cfg
         cores = _cores(cfg)
-        self.port = DpdkPort(cfg.dpdk, eal_args(cfg.dpdk, cfg.capture.coremask), queues=len(cores),
-                             fanout_id=_fanout_id(cfg))
+        self.port = DpdkPort(cfg.dpdk, eal_args(cfg.dpdk, cfg.capture.coremask), queues=len(cores), workers=len(cores),
+                             fanout_id=_fanout_id(cfg), batch_size=cfg.run.batch_size)
         try:
             live_cfg = _live_cfg(cfg)
             self.threads = [
-                _QueueThread(_Reader(DpdkSource(poller, f"{self.port.name}/q{q}"),
+                _QueueThread(_Reader(DpdkSource(poller, f"{self.port.name}/q{q}", cfg.dpdk.batch_timeout_ms),
                                      Pipeline(live_cfg, spec.out_dir, q, live=True), cfg.run.batch_size), core)
                 for q, (poller, core) in enumerate(zip(self.port.pollers(), cores, strict=True))
             ]
