@@ -196,10 +196,8 @@ class Dnsprobe(Tool):
         extra = ["--format", self.export_format]
         source = None
         if self.dpdk:
-            extra += ["--set", "dpdk.mbuf_size=4096"]
             source = ["--dpdk", f"--dpdk-args=--no-huge --no-pci -m 512 --vdev=net_af_packet0,iface={bed.iface},"
-                                f"qpairs={len(cores)},"
-                                f"blocksz=4096,framesz=4096,framecnt=8192"]  # 32 MiB per queue, as AF_PACKET
+                                "qpairs=1,blocksz=4096,framesz=2048,framecnt=16384"]  # a 32 MiB ring, as AF_PACKET
         data = out / "data"
         data.mkdir()
         proc, pids, cmd = live.start_probe(bed, data, log, cores=tuple(cores), source=source, extra=extra, pids=True)

@@ -249,6 +249,10 @@ class DpdkConfig:
         " it truncates or drops them: see truncated_frames and the device's counters)", min=256, max=65000,
     )
     promiscuous: bool = opt(True, "put the port in promiscuous mode (a SPAN port sees other hosts' traffic)")
+    batch_timeout_ms: int = opt(
+        100, "milliseconds that frames already received wait for more before they go to the pipeline as one batch"
+        " (run.batch_size frames go at once), as capture.block_timeout_ms for AF_PACKET", min=1, max=60000,
+    )
 
 def _octal_mode(value):
     """A file mode written in octal, as chmod takes it ('0660')."""

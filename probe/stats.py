@@ -22,6 +22,8 @@ COUNTERS = (
     ("dpdk_imissed", "DPDK capture: frames the port dropped because its RX rings were full (imissed)"),
     ("dpdk_ierrors", "DPDK capture: erroneous frames the port received (ierrors)"),
     ("dpdk_rx_nombuf", "DPDK capture: frames dropped for lack of mbufs in the pool (rx_nombuf; dpdk.mempool_size)"),
+    ("dpdk_ring_full", "DPDK capture, several processes: frames the primary could not pass to a worker because that"
+     " worker's ring was full"),
     ("packets", "frames read from the source"),
     ("bytes", "bytes of those frames on the wire"),
     ("non_ip", "frames that are neither IPv4 nor IPv6 (ARP, LLDP, ...)"),
@@ -108,6 +110,7 @@ ONLY = {
     "dpdk_imissed": ("dpdk",),
     "dpdk_ierrors": ("dpdk",),
     "dpdk_rx_nombuf": ("dpdk",),
+    "dpdk_ring_full": ("dpdk",),
     "worker_restarts": _LIVE,
     "lost_in_dead_worker": _LIVE,
     "capture_interruptions": ("af_packet",),

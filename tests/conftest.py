@@ -3,7 +3,7 @@
 from pathlib import Path
 
 import pytest
-from support import HAVE_SHARED, NO_SHARED, SHARED, Probe, VethBed
+from support import HAVE_SHARED, NO_SHARED, SHARED, Hugepages, Probe, VethBed
 
 
 def _names_shared(value):
@@ -55,6 +55,15 @@ def testbed():
     bed.up()
     yield bed
     bed.down()
+
+
+@pytest.fixture(scope="module")
+def hugepages():
+    """A hugetlbfs with pages reserved for DPDK's multi-process tests (support.Hugepages), removed afterwards."""
+    with Hugepages() as huge:
+        if huge.skip_reason:
+            pytest.skip(huge.skip_reason)
+        yield huge
 
 
 @pytest.fixture

@@ -175,6 +175,55 @@ class VethBed(Testbed):
 
 
 
+class Hugepages:
+    """2 MiB hugepages for DPDK's multi-process tests, given back afterwards: `pages` more reserved
+    (vm.nr_hugepages, raised and lowered by that many, as other users of this machine may hold some) and a
+    hugetlbfs of our own mounted for EAL's --huge-dir. skip_reason is set when they cannot be had (not root, the
+    kernel found fewer free pages)."""
+
+    NR = Path("/proc/sys/vm/nr_hugepages")
+
+    def __init__(self, pages=128):
+        self.pages = pages
+        self.dir = None
+        self.raised = 0
+        self.skip_reason = None
+
+    def __enter__(self):
+        import tempfile
+
+        if os.geteuid() != 0 or not self.NR.exists():
+            self.skip_reason = "needs root and hugepage support"
+            return self
+        before = int(self.NR.read_text())
+        self.NR.write_text(str(before + self.pages))
+        self.raised = int(self.NR.read_text()) - before
+        free = _meminfo("HugePages_Free")
+        if self.raised < self.pages or free < self.pages:
+            self.skip_reason = f"could reserve {self.raised} of {self.pages} hugepages ({free} free)"
+            return self
+        self.dir = Path(tempfile.mkdtemp(prefix="dnsprobe-huge-"))
+        subprocess.run(["mount", "-t", "hugetlbfs", "-o", "pagesize=2M", "none", str(self.dir)], check=True)
+        return self
+
+    def files(self):
+        return sorted(p.name for p in self.dir.iterdir()) if self.dir else []
+
+    def __exit__(self, *exc):
+        if self.dir is not None:
+            subprocess.run(["umount", str(self.dir)], check=False)
+            shutil.rmtree(self.dir, ignore_errors=True)
+        if self.raised:
+            self.NR.write_text(str(max(0, int(self.NR.read_text()) - self.raised)))
+
+
+def _meminfo(key):
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith(key + ":"):
+            return int(line.split()[1])
+    return 0
+
+
 def build_traffic(path, first, count):
     """A scapy-written pcap of `count` DNS transactions numbered from `first` (qname q<N>.example.com):
     many clients and ports, IPv4 and IPv6, some behind a VLAN tag, some over TCP, some IPv4 responses

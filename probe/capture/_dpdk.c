@@ -5,32 +5,41 @@
  * Python side: probe/capture/dpdk.py. Functions:
  *
  *   eal_init(args)                        rte_eal_init with argv = args (a list of str); once per process
+ *   proc_type()                           "primary" or "secondary" (DPDK multi-process: --proc-type)
  *   port_count()                          ports EAL found (PCI devices bound to DPDK, --vdev devices)
  *   port_info(port)                       dict: name, driver, max_rx_queues, rss_offloads
  *   port_setup(port, queues, ring_size, mempool_size, mbuf_size, promiscuous)
- *                                         configure `queues` RX queues (no TX), symmetric RSS on IP/UDP/TCP
- *                                         where the device hashes, one mbuf pool, start; returns the RSS
- *                                         hash functions in use (0: no RSS)
- *   rx_burst_packed(port, queue, max, timeout_us, frames)
- *                                         the same into a probe._records.Frames (FrameBatch.packed): one copy of
- *                                         the burst's frames into one buffer, no object per frame; returns n
+ *                                         configure `queues` RX queues (no TX), symmetric RSS on the IP addresses
+ *                                         where the device hashes, one mbuf pool, start; returns the RSS hash
+ *                                         functions in use (0: no RSS)
+ *   make_rings(workers, size)             primary: a ring per other worker, for port_poller(..., distribute=True)
+ *   port_poller(port, queues, capacity, distribute) -> Poller
+ *                                         reads RX queues; distributing, it passes the frames of workers 1..n-1 to
+ *                                         their rings by the flow hash of their IP address pair and keeps worker 0's
+ *   ring_poller(worker) -> Poller         secondary: reads the ring the primary fills for `worker`
+ *   Poller.read(max, timeout_us, frames)  poll with the GIL released (see poll_source) and add the frames to a
+ *                                         probe._records.Frames (FrameBatch.packed) pointing into their mbufs, which
+ *                                         are freed when the Frames lets go of them (Frames.clear())
+ *   ring_stats()                          primary: (passed, dropped as the ring was full, waiting) per worker ring
  *   rx_burst(port, queue, max, timeout_us)
- *                                         poll the queue, GIL released, until it has frames and the queue is
- *                                         empty again, or `max` frames, or timeout_us passed without any;
- *                                         returns (data, ts_ns, wirelen): three lists, one entry per frame
+ *                                         one poll of a queue as (data, ts_ns, wirelen) lists (copies; mbufs freed)
  *   port_stats(port)                      dict: ipackets, imissed, ierrors, rx_nombuf (rte_eth_stats)
  *   port_stop(port), port_close(port), eal_cleanup()
+ *   af_packet_map(fd, addr, rx_bytes, total_bytes)
+ *                                         put the RX ring of a packet socket where the net_af_packet PMD reads its
+ *                                         ring (probe/capture/dpdk_af_packet.py)
  *
  * Timestamps: DPDK gives no per-packet time by default, so a frame is stamped with the TSC read right after
  * the rte_eth_rx_burst() call that returned it (all frames of one hardware burst share it). Cycles become
  * nanoseconds since the epoch through a base pair (TSC, CLOCK_REALTIME) taken at eal_init and re-taken at
- * most once a second, so the stamps follow NTP adjustments of the system clock. Every mbuf received is freed
- * before rx_burst returns, also when building the Python objects fails.
+ * most once a second, so the stamps follow NTP adjustments of the system clock. A frame passed to another
+ * worker's ring carries its time in the mbuf (the receive-time dynamic field).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
 #include <errno.h>
+#include <sys/mman.h>
 #include <stdint.h>
 #include <string.h>
 #include <time.h>
@@ -41,17 +50,18 @@
 #include <rte_ethdev.h>
 #include <rte_lcore.h>
 #include <rte_mbuf.h>
+#include <rte_mbuf_dyn.h>
 #include <rte_mempool.h>
-#include <rte_pause.h>
+#include <rte_ring.h>
 #include <rte_version.h>
 
 #include "records.h"
+#include "wire.h"
 
 #define MAX_QUEUES 128
 #define RX_CHUNK 64 /* frames asked of one rte_eth_rx_burst call */
-#define IDLE_SPINS 64 /* empty polls before the poller starts sleeping between polls */
-#define IDLE_SLEEP_NS 20000 /* sleep between polls of an idle queue */
-#define HOLD_US 1000 /* how long frames already received wait for more while the queue is empty */
+#define MAX_WORKERS 128
+#define HOLD_US 1000 /* how long frames already received wait for more, unless the poller says otherwise */
 
 static PyObject *DpdkError;
 static int eal_ready = 0;
@@ -230,9 +240,11 @@ py_port_setup(PyObject *Py_UNUSED(self), PyObject *args)
 	static uint8_t key[64];
 	uint64_t rss_hf = 0;
 	if (queues > 1) {
-		rss_hf = (RTE_ETH_RSS_IP | RTE_ETH_RSS_UDP | RTE_ETH_RSS_TCP) & info.flow_type_rss_offloads;
-		/* rss_hf 0: the device has no RSS on IP/UDP/TCP; its driver spreads the frames its own way
-		 * (net_af_packet: the kernel's symmetric fanout hash), or queue 0 gets them all. */
+		/* The IP addresses only (no ports): what every packet of a flow has in common, its fragments
+		 * included, as the AF_PACKET fanout program and `read --workers` split. rss_hf 0: the device has no
+		 * RSS on IP; its driver spreads the frames its own way (net_af_packet: its sockets' fanout), or
+		 * queue 0 gets them all. */
+		rss_hf = RTE_ETH_RSS_IP & info.flow_type_rss_offloads;
 		for (size_t k = 0; k < sizeof(key); k += 2) {
 			key[k] = 0x6d;
 			key[k + 1] = 0x5a;
@@ -283,102 +295,638 @@ py_port_setup(PyObject *Py_UNUSED(self), PyObject *args)
 	return PyLong_FromUnsignedLongLong(rss_hf);
 }
 
-/* Poll the queue, GIL released, until it has `max` frames, or has had frames for HOLD_US and is empty, or
- * timeout_us passed without any: rx_burst's loop, for both of its forms. Holding on to a few frames for a moment
- * (sleeping while the queue is empty) makes batches of tens or hundreds of frames at moderate rates instead of a
- * handful: the work per batch (a Python call, the pipeline's steps) is then spread over many frames. The caller
- * frees the mbufs[0..*got). -1 with an exception. */
-static int
-poll_queue(unsigned int port, unsigned int queue, unsigned int max, unsigned long long timeout_us,
-	   struct rte_mbuf **mbufs, uint64_t *stamps, unsigned int *got_out, uint64_t *b_tsc, uint64_t *b_ns)
+/* ---------------------------------------------------------------------------------------------
+ * Polling a source (a port's RX queues, or a worker's ring) until a batch is ready
+ *
+ * A poll takes frames until it has `max`, or has had frames for hold_us and finds the source empty, or
+ * timeout_us passed without any. Holding on to the frames for a while (dpdk.batch_timeout_ms, as AF_PACKET's
+ * block timeout) makes batches of thousands of frames at moderate rates instead of a handful: the work per batch
+ * (a Python call, the pipeline's steps) is then spread over many frames. While the source is empty the poller
+ * sleeps, for a time its controller keeps between MIN_SLEEP_NS and the source's max_sleep: doubled when the frames
+ * found after a sleep fill less than an eighth of the source's capacity, halved when they fill more than half of
+ * it. max_sleep is the time half the capacity takes to fill at ASSUMED_PPS (at most MAX_SLEEP_NS): a source that
+ * was idle overflows during the first sleep only above that rate. A busy source is never slept on (the poller
+ * only sleeps when it finds it empty); wake-ups, each a context switch, are a large part of the cost of a
+ * moderate rate, hence the long sleeps where the capacity allows them. */
+
+#define MIN_SLEEP_NS 10000ULL
+#define MAX_SLEEP_NS 8000000ULL
+#define ASSUMED_PPS 1000000ULL
+
+/* The receive time of an mbuf passed from the process that received it to another (ns since the epoch). */
+static int ts_offset = -1;
+static uint64_t ts_flag = 0;
+
+static inline uint64_t *
+mbuf_ts(struct rte_mbuf *m)
 {
-	if (check_port(port) < 0)
-		return -1;
-	if (queue >= rx_queues[port]) { /* DPDK itself does not check (only in its debug builds) */
-		PyErr_Format(DpdkError, "RX queue %u of port %u is not set up (%u queue(s) are)", queue, port,
-			     rx_queues[port]);
-		return -1;
+	return RTE_MBUF_DYNFIELD(m, ts_offset, uint64_t *);
+}
+
+/* The workers' rings of a distributing primary (rings[k] for worker k, 1 <= k < workers), or a secondary's own
+ * ring (rings[0]); what was passed to each and what was dropped because it was full. */
+static struct rte_ring *rings[MAX_WORKERS];
+static unsigned int workers = 1;
+static uint64_t ring_passed[MAX_WORKERS], ring_full[MAX_WORKERS];
+
+/* Memory the mbufs were freed into: incremented when a pool is freed, so that an MbufHold made before does not
+ * free its mbufs into a pool that is gone. */
+static unsigned long pool_epoch = 0;
+
+typedef struct {
+	PyObject_HEAD
+	unsigned int port;
+	uint16_t queues[MAX_QUEUES];
+	unsigned int nq;
+	struct rte_ring *ring; /* read this ring instead of the port's queues */
+	int distribute; /* pass the frames of the other workers to their rings */
+	unsigned int capacity; /* frames the source holds (RX descriptors, ring slots): the sleep controller's unit */
+	uint64_t sleep_ns, max_sleep_ns;
+	unsigned long long hold_us; /* how long frames already received wait for more (see poll_source) */
+	unsigned long long frames; /* frames this poller gave (this process's share) */
+	/* one poll's frames and their receive times (ns): room for `room` */
+	struct rte_mbuf **mbufs;
+	uint64_t *ns;
+	unsigned int room;
+	struct rte_mbuf **stage; /* distributing: RX_CHUNK per worker */
+	unsigned int *staged;
+} Poller;
+
+static PyTypeObject Poller_Type;
+
+/* The worker of a frame: its IP address pair's flow hash (include/wire.h, as `read --workers` and the AF_PACKET
+ * fanout program split) modulo the workers; a VLAN tag the device took off is put back first, as select_share
+ * does, so that the tags are counted alike. */
+static inline unsigned int
+worker_of(struct rte_mbuf *m)
+{
+	const unsigned char *f = rte_pktmbuf_mtod(m, const unsigned char *);
+	Py_ssize_t len = rte_pktmbuf_data_len(m);
+	uint32_t h;
+	if (m->ol_flags & RTE_MBUF_F_RX_VLAN_STRIPPED && len >= 12) {
+		unsigned char tmp[128];
+		Py_ssize_t keep = len - 12 < (Py_ssize_t)sizeof(tmp) - 16 ? len - 12 : (Py_ssize_t)sizeof(tmp) - 16;
+		memcpy(tmp, f, 12);
+		tmp[12] = 0x81, tmp[13] = 0x00, tmp[14] = (unsigned char)(m->vlan_tci >> 8), tmp[15] = (unsigned char)m->vlan_tci;
+		memcpy(tmp + 16, f + 12, keep);
+		h = flow_hash(tmp, keep + 16, 1);
+	} else {
+		h = flow_hash(f, len, 1);
+	}
+	return h % workers;
+}
+
+/* Take up to `want` frames of this process's share from the source into p->mbufs + at (with their times in
+ * p->ns); *seen: how many frames the source gave in all (the others' included). GIL released. */
+static unsigned int
+fetch(Poller *p, unsigned int at, unsigned int want, uint64_t b_tsc, uint64_t b_ns, unsigned int *seen)
+{
+	struct rte_mbuf **out = p->mbufs + at;
+	uint64_t *ns = p->ns + at;
+	if (p->ring != NULL) {
+		unsigned int n = rte_ring_dequeue_burst(p->ring, (void **)out, want, NULL);
+		for (unsigned int k = 0; k < n; k++)
+			ns[k] = *mbuf_ts(out[k]);
+		*seen = n;
+		return n;
+	}
+	unsigned int own = 0, total = 0;
+	for (unsigned int qi = 0; qi < p->nq && own < want; qi++) {
+		struct rte_mbuf *burst[RX_CHUNK];
+		unsigned int chunk = want - own < RX_CHUNK ? want - own : RX_CHUNK;
+		uint16_t n = rte_eth_rx_burst(p->port, p->queues[qi], p->distribute ? burst : out + own, (uint16_t)chunk);
+		if (!n)
+			continue;
+		uint64_t t = tsc_to_ns(rte_get_tsc_cycles(), b_tsc, b_ns);
+		total += n;
+		if (!p->distribute) {
+			for (uint16_t k = 0; k < n; k++)
+				ns[own + k] = t;
+			own += n;
+			continue;
+		}
+		for (unsigned int w = 1; w < workers; w++)
+			p->staged[w] = 0;
+		/* burst[0..n) is what rte_eth_rx_burst wrote (gcc -fanalyzer: "uninitialized value", it cannot see that) */
+		for (uint16_t k = 0; k < n; k++) {
+			unsigned int w = worker_of(burst[k]);
+			if (w == 0) {
+				out[own] = burst[k];
+				ns[own++] = t;
+			} else {
+				*mbuf_ts(burst[k]) = t;
+				p->stage[w * RX_CHUNK + p->staged[w]++] = burst[k];
+			}
+		}
+		for (unsigned int w = 1; w < workers; w++) {
+			unsigned int c = p->staged[w];
+			if (!c)
+				continue;
+			struct rte_mbuf **s = p->stage + w * RX_CHUNK;
+			unsigned int done = rte_ring_enqueue_burst(rings[w], (void *const *)s, c, NULL);
+			ring_passed[w] += done;
+			if (done < c) {
+				ring_full[w] += c - done;
+				rte_pktmbuf_free_bulk(s + done, c - done);
+			}
+		}
+	}
+	*seen = total;
+	return own;
+}
+
+static void
+sleep_ns(uint64_t ns)
+{
+	struct timespec ts = {(time_t)(ns / 1000000000ULL), (long)(ns % 1000000000ULL)};
+	nanosleep(&ts, NULL);
+}
+
+/* One poll (see above) into p->mbufs[0..*got). GIL released inside; -1 with an exception. */
+static int
+poll_source(Poller *p, unsigned int max, unsigned long long timeout_us, unsigned int *got_out)
+{
+	if (p->ring == NULL) {
+		if (check_port(p->port) < 0)
+			return -1;
+		for (unsigned int qi = 0; qi < p->nq; qi++) {
+			if (p->queues[qi] >= rx_queues[p->port]) { /* DPDK itself does not check (only in its debug builds) */
+				PyErr_Format(DpdkError, "RX queue %u of port %u is not set up (%u queue(s) are)", p->queues[qi],
+					     p->port, rx_queues[p->port]);
+				return -1;
+			}
+		}
+	}
+	if (max == 0)
+		max = 1;
+	if (max > p->room) {
+		struct rte_mbuf **m = PyMem_Realloc(p->mbufs, sizeof(*m) * max);
+		if (m == NULL) {
+			PyErr_NoMemory();
+			return -1;
+		}
+		p->mbufs = m;
+		uint64_t *ns = PyMem_Realloc(p->ns, sizeof(*ns) * max);
+		if (ns == NULL) {
+			PyErr_NoMemory();
+			return -1;
+		}
+		p->ns = ns;
+		p->room = max;
 	}
 	uint64_t now = rte_get_tsc_cycles();
 	if (now - base_tsc > tsc_hz)
 		clock_rebase();
-	*b_tsc = base_tsc;
-	*b_ns = base_ns;
+	uint64_t b_tsc = base_tsc, b_ns = base_ns;
 	unsigned int got = 0;
 
 	Py_BEGIN_ALLOW_THREADS;
 	uint64_t deadline = now + (uint64_t)((unsigned __int128)timeout_us * tsc_hz / 1000000ULL);
-	uint64_t hold = (uint64_t)((unsigned __int128)HOLD_US * tsc_hz / 1000000ULL), first = 0;
-	unsigned int idle = 0;
+	uint64_t hold = (uint64_t)((unsigned __int128)p->hold_us * tsc_hz / 1000000ULL), first = 0;
+	unsigned long long refill = 0; /* frames the source gave since the poller last slept */
+	int slept = 0;
 	while (got < max) {
-		unsigned int want = max - got < RX_CHUNK ? max - got : RX_CHUNK;
-		uint16_t n = rte_eth_rx_burst(port, queue, mbufs + got, want);
-		if (n) {
-			uint64_t t = rte_get_tsc_cycles();
-			for (uint16_t k = 0; k < n; k++)
-				stamps[got + k] = t;
-			if (!got)
-				first = t;
-			got += n;
-			idle = 0;
+		unsigned int seen;
+		unsigned int n = fetch(p, got, max - got, b_tsc, b_ns, &seen);
+		if (n && !got)
+			first = rte_get_tsc_cycles();
+		got += n;
+		refill += seen;
+		if (seen)
 			continue;
+		/* the source is empty: judge the last sleep by what came meanwhile, then hand over or sleep */
+		if (slept) {
+			if (refill * 2 > p->capacity)
+				p->sleep_ns = p->sleep_ns / 2 < MIN_SLEEP_NS ? MIN_SLEEP_NS : p->sleep_ns / 2;
+			else if (refill * 8 < p->capacity)
+				p->sleep_ns = p->sleep_ns * 2 > p->max_sleep_ns ? p->max_sleep_ns : p->sleep_ns * 2;
 		}
+		uint64_t t = rte_get_tsc_cycles(), until;
 		if (got) {
-			/* the queue is empty again: hand over what we have once it has waited HOLD_US */
-			if (rte_get_tsc_cycles() - first >= hold)
+			if (t - first >= hold)
 				break;
-			struct timespec ts = {0, IDLE_SLEEP_NS};
-			nanosleep(&ts, NULL);
-			continue;
-		}
-		if (rte_get_tsc_cycles() >= deadline)
-			break;
-		if (++idle < IDLE_SPINS) {
-			rte_pause();
+			until = first + hold;
 		} else {
-			struct timespec ts = {0, IDLE_SLEEP_NS};
-			nanosleep(&ts, NULL);
+			if (t >= deadline)
+				break;
+			until = deadline;
 		}
+		uint64_t left = (uint64_t)((unsigned __int128)(until - t) * 1000000000ULL / tsc_hz);
+		sleep_ns(left < p->sleep_ns ? left : p->sleep_ns);
+		slept = 1;
+		refill = 0;
 	}
 	Py_END_ALLOW_THREADS;
 	*got_out = got;
 	return 0;
 }
 
-/* A burst: the mbufs a poll took (the caller frees them, then burst_free), their receive times and the clock pair
- * that converts those to ns. */
+/* ---------------------------------------------------------------------------------------------
+ * Frames straight from the mbufs */
+
+/* The mbufs a Frames points into; freed when the Frames lets go of them (Frames.clear(), or its end). */
 typedef struct {
+	PyObject_HEAD
 	struct rte_mbuf **mbufs;
-	uint64_t *stamps, b_tsc, b_ns;
-	unsigned int got;
-} Burst;
+	unsigned int n;
+	unsigned long epoch;
+} MbufHold;
 
 static void
-burst_free(Burst *b)
+mbufhold_dealloc(PyObject *self)
 {
-	PyMem_Free(b->mbufs);
-	PyMem_Free(b->stamps);
+	MbufHold *h = (MbufHold *)self;
+	if (h->n && h->epoch == pool_epoch)
+		rte_pktmbuf_free_bulk(h->mbufs, h->n);
+	PyMem_Free(h->mbufs);
+	Py_TYPE(self)->tp_free(self);
 }
 
-/* poll_queue into a new Burst of room `max` (at least 1). -1 with an exception (nothing to free). */
+static PyTypeObject MbufHold_Type = {
+	PyVarObject_HEAD_INIT(NULL, 0).tp_name = "probe.capture._dpdk.MbufHold",
+	.tp_basicsize = sizeof(MbufHold),
+	.tp_flags = Py_TPFLAGS_DEFAULT,
+	.tp_doc = "mbufs a probe._records.Frames points into, freed with it",
+	.tp_dealloc = mbufhold_dealloc,
+};
+
+/* p->mbufs[0..got) into frames: each frame points into its mbuf (a frame in several segments is copied into
+ * one buffer the frames keep); the mbufs are freed when the frames let go of them. Every mbuf is taken over
+ * (freed) also on failure. -1 with an exception. */
 static int
-poll_burst(unsigned int port, unsigned int queue, unsigned int max, unsigned long long timeout_us, Burst *b)
+hold_frames(Poller *p, unsigned int got, Frames *frames)
 {
-	if (max == 0)
-		max = 1;
-	b->mbufs = PyMem_Malloc(sizeof(*b->mbufs) * max);
-	b->stamps = PyMem_Malloc(sizeof(*b->stamps) * max);
-	b->got = 0;
-	if (b->mbufs == NULL || b->stamps == NULL) {
-		burst_free(b);
+	if (!got)
+		return 0;
+	MbufHold *h = PyObject_New(MbufHold, &MbufHold_Type);
+	struct rte_mbuf **copy = PyMem_Malloc(sizeof(*copy) * got);
+	if (h == NULL || copy == NULL) {
+		if (h != NULL) {
+			h->mbufs = NULL;
+			h->n = 0;
+			Py_DECREF(h);
+		}
+		PyMem_Free(copy);
+		rte_pktmbuf_free_bulk(p->mbufs, got);
 		PyErr_NoMemory();
 		return -1;
 	}
-	if (poll_queue(port, queue, max, timeout_us, b->mbufs, b->stamps, &b->got, &b->b_tsc, &b->b_ns) < 0) {
-		burst_free(b);
+	memcpy(copy, p->mbufs, sizeof(*copy) * got);
+	h->mbufs = copy;
+	h->n = got;
+	h->epoch = pool_epoch;
+	int rc = records->frames_own(frames, (PyObject *)h);
+	Py_DECREF(h); /* the frames hold it now (or nothing does, and it freed the mbufs) */
+	if (rc < 0)
+		return -1;
+	size_t scattered = 0; /* bytes of the frames in several segments */
+	for (unsigned int k = 0; k < got; k++)
+		if (!RTE_MBUF_DIRECT(copy[k]) || copy[k]->nb_segs > 1)
+			scattered += rte_pktmbuf_pkt_len(copy[k]);
+	PyObject *buf = NULL;
+	if (scattered) {
+		buf = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)scattered);
+		if (buf == NULL || records->frames_own(frames, buf) < 0) {
+			Py_XDECREF(buf);
+			return -1;
+		}
+	}
+	size_t off = 0;
+	for (unsigned int k = 0; k < got; k++) {
+		struct rte_mbuf *m = copy[k];
+		uint32_t len = rte_pktmbuf_pkt_len(m), caplen = len;
+		const unsigned char *d = rte_pktmbuf_mtod(m, const unsigned char *);
+		if (!RTE_MBUF_DIRECT(m) || m->nb_segs > 1) {
+			unsigned char *to = (unsigned char *)PyBytes_AS_STRING(buf) + off;
+			/* An mbuf whose segments hold less than its length gives a frame of no bytes (counted as
+			 * truncated), never uninitialised ones. */
+			const void *r = rte_pktmbuf_read(m, 0, len, to);
+			if (r == NULL)
+				caplen = 0;
+			else if (r != to)
+				memcpy(to, r, len);
+			d = to;
+			off += len;
+		}
+		uint32_t tag = m->ol_flags & RTE_MBUF_F_RX_VLAN_STRIPPED ? (0x8100u << 16) | m->vlan_tci : 0;
+		if (records->frames_add(frames, d, caplen, len, (int64_t)p->ns[k], tag) < 0) {
+			Py_XDECREF(buf);
+			return -1;
+		}
+	}
+	Py_XDECREF(buf); /* (held by the frames) */
+	p->frames += got;
+	return 0;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Poller objects */
+
+static void
+poller_dealloc(PyObject *self)
+{
+	Poller *p = (Poller *)self;
+	PyMem_Free(p->mbufs);
+	PyMem_Free(p->ns);
+	PyMem_Free(p->stage);
+	PyMem_Free(p->staged);
+	Py_TYPE(self)->tp_free(self);
+}
+
+static Poller *
+poller_new(unsigned int capacity)
+{
+	Poller *p = PyObject_New(Poller, &Poller_Type);
+	if (p == NULL)
+		return NULL;
+	p->port = 0;
+	p->nq = 0;
+	p->ring = NULL;
+	p->distribute = 0;
+	p->capacity = capacity ? capacity : 1;
+	p->sleep_ns = MIN_SLEEP_NS;
+	p->max_sleep_ns = p->capacity * 1000000000ULL / 2 / ASSUMED_PPS;
+	if (p->max_sleep_ns > MAX_SLEEP_NS)
+		p->max_sleep_ns = MAX_SLEEP_NS;
+	if (p->max_sleep_ns < MIN_SLEEP_NS)
+		p->max_sleep_ns = MIN_SLEEP_NS;
+	p->hold_us = HOLD_US;
+	p->frames = 0;
+	p->mbufs = NULL;
+	p->ns = NULL;
+	p->room = 0;
+	p->stage = NULL;
+	p->staged = NULL;
+	return p;
+}
+
+/* read(max, timeout_us, frames) -> n */
+static PyObject *
+poller_read(PyObject *self, PyObject *args)
+{
+	Poller *p = (Poller *)self;
+	unsigned int max;
+	unsigned long long timeout_us;
+	Frames *frames;
+	if (records == NULL) {
+		PyErr_SetString(PyExc_RuntimeError, "a DPDK poller needs probe._records, which is not built");
+		return NULL;
+	}
+	if (!PyArg_ParseTuple(args, "IKO!:read", &max, &timeout_us, records->frames_type, &frames))
+		return NULL;
+	unsigned int got;
+	if (poll_source(p, max, timeout_us, &got) < 0)
+		return NULL;
+	if (hold_frames(p, got, frames) < 0)
+		return NULL;
+	return PyLong_FromUnsignedLong(got);
+}
+
+static PyObject *
+poller_get_frames(PyObject *self, void *Py_UNUSED(closure))
+{
+	return PyLong_FromUnsignedLongLong(((Poller *)self)->frames);
+}
+
+static PyObject *
+poller_get_sleep(PyObject *self, void *Py_UNUSED(closure))
+{
+	return PyLong_FromUnsignedLongLong(((Poller *)self)->sleep_ns);
+}
+
+static PyMethodDef poller_methods[] = {
+	{"read", poller_read, METH_VARARGS,
+	 "read(max, timeout_us, frames) -> n: poll (GIL released) and add this process's frames to a probe._records.Frames;"
+	 " they point into their mbufs, which are freed when the Frames lets go of them (clear())"},
+	{NULL, NULL, 0, NULL},
+};
+
+static PyObject *
+poller_get_hold(PyObject *self, void *Py_UNUSED(closure))
+{
+	return PyLong_FromUnsignedLongLong(((Poller *)self)->hold_us);
+}
+
+static int
+poller_set_hold(PyObject *self, PyObject *value, void *Py_UNUSED(closure))
+{
+	unsigned long long us = value == NULL ? (unsigned long long)-1 : PyLong_AsUnsignedLongLong(value);
+	if (us == (unsigned long long)-1) {
+		if (!PyErr_Occurred())
+			PyErr_SetString(PyExc_TypeError, "hold_us: microseconds, an int");
+		return -1;
+	}
+	((Poller *)self)->hold_us = us;
+	return 0;
+}
+
+static PyGetSetDef poller_getset[] = {
+	{"hold_us", poller_get_hold, poller_set_hold, "how long frames already received wait for more (microseconds)",
+	 NULL},
+	{"frames", poller_get_frames, NULL, "frames this poller gave", NULL},
+	{"sleep_ns", poller_get_sleep, NULL, "the current sleep of its controller while the source is empty", NULL},
+	{NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject Poller_Type = {
+	PyVarObject_HEAD_INIT(NULL, 0).tp_name = "probe.capture._dpdk.Poller",
+	.tp_basicsize = sizeof(Poller),
+	.tp_flags = Py_TPFLAGS_DEFAULT,
+	.tp_doc = "a source of frames: RX queues of a port (port_poller) or a worker's ring (ring_poller)",
+	.tp_dealloc = poller_dealloc,
+	.tp_methods = poller_methods,
+	.tp_getset = poller_getset,
+};
+
+/* port_poller(port, queues, capacity, distribute) -> Poller */
+static PyObject *
+py_port_poller(PyObject *Py_UNUSED(self), PyObject *args)
+{
+	unsigned int port, capacity;
+	PyObject *queues;
+	int distribute;
+	if (!PyArg_ParseTuple(args, "IO!Ip:port_poller", &port, &PyTuple_Type, &queues, &capacity, &distribute))
+		return NULL;
+	if (check_port(port) < 0)
+		return NULL;
+	Py_ssize_t nq = PyTuple_GET_SIZE(queues);
+	if (nq < 1 || nq > MAX_QUEUES) {
+		PyErr_Format(DpdkError, "a poller reads 1 to %d queues", MAX_QUEUES);
+		return NULL;
+	}
+	if (distribute && workers < 2) {
+		PyErr_SetString(DpdkError, "nothing to distribute to: make_rings() first");
+		return NULL;
+	}
+	if (rte_eal_process_type() != RTE_PROC_PRIMARY) { /* a secondary reads the queues its primary set up */
+		struct rte_eth_dev_info info;
+		int rc = rte_eth_dev_info_get(port, &info);
+		if (rc != 0)
+			return raise_dpdk("cannot read the device information", rc);
+		rx_queues[port] = info.nb_rx_queues;
+	}
+	Poller *p = poller_new(capacity);
+	if (p == NULL)
+		return NULL;
+	p->port = port;
+	for (Py_ssize_t i = 0; i < nq; i++) {
+		unsigned long q = PyLong_AsUnsignedLong(PyTuple_GET_ITEM(queues, i));
+		if (q == (unsigned long)-1 && PyErr_Occurred()) {
+			Py_DECREF(p);
+			return NULL;
+		}
+		if (q >= MAX_QUEUES) {
+			PyErr_Format(DpdkError, "RX queue %lu: at most %d queues", q, MAX_QUEUES);
+			Py_DECREF(p);
+			return NULL;
+		}
+		p->queues[p->nq++] = (uint16_t)q;
+	}
+	if (distribute) {
+		p->distribute = 1;
+		p->stage = PyMem_Calloc((size_t)workers * RX_CHUNK, sizeof(*p->stage));
+		p->staged = PyMem_Calloc(workers, sizeof(*p->staged));
+		if (p->stage == NULL || p->staged == NULL) {
+			Py_DECREF(p);
+			return PyErr_NoMemory();
+		}
+	}
+	return (PyObject *)p;
+}
+
+static int
+need_eal(void)
+{
+	if (!eal_ready) {
+		PyErr_SetString(DpdkError, "the DPDK EAL is not initialised");
 		return -1;
 	}
 	return 0;
+}
+
+static void
+ring_name(char *out, size_t size, unsigned int worker)
+{
+	snprintf(out, size, "dnsprobe_w%u", worker);
+}
+
+/* make_rings(workers, size): the primary's rings, one per other worker (1..workers-1), of `size` slots (a power
+ * of 2), and the receive-time field of the mbufs passed through them. */
+static PyObject *
+py_make_rings(PyObject *Py_UNUSED(self), PyObject *args)
+{
+	unsigned int n, size;
+	if (!PyArg_ParseTuple(args, "II:make_rings", &n, &size))
+		return NULL;
+	if (need_eal() < 0)
+		return NULL;
+	if (rte_eal_process_type() != RTE_PROC_PRIMARY) {
+		PyErr_SetString(DpdkError, "the workers' rings are the primary process's to make");
+		return NULL;
+	}
+	if (n < 2 || n > MAX_WORKERS || workers > 1) {
+		PyErr_Format(DpdkError, "make_rings: 2 to %d workers, once", MAX_WORKERS);
+		return NULL;
+	}
+	if (rte_mbuf_dyn_rx_timestamp_register(&ts_offset, &ts_flag) < 0)
+		return raise_dpdk("cannot register the mbufs' receive-time field", rte_errno);
+	for (unsigned int w = 1; w < n; w++) {
+		char name[RTE_RING_NAMESIZE];
+		ring_name(name, sizeof(name), w);
+		rings[w] = rte_ring_create(name, size, (int)rte_socket_id(), RING_F_SP_ENQ | RING_F_SC_DEQ);
+		if (rings[w] == NULL) {
+			PyErr_Format(DpdkError, "cannot make the ring of worker %u (%u slots): %s", w, size,
+				     rte_strerror(rte_errno));
+			for (unsigned int k = 1; k < w; k++) {
+				rte_ring_free(rings[k]);
+				rings[k] = NULL;
+			}
+			return NULL;
+		}
+	}
+	memset(ring_passed, 0, sizeof(ring_passed));
+	memset(ring_full, 0, sizeof(ring_full));
+	workers = n;
+	Py_RETURN_NONE;
+}
+
+/* ring_poller(worker) -> Poller: a secondary's poller of the ring the primary fills for it. */
+static PyObject *
+py_ring_poller(PyObject *Py_UNUSED(self), PyObject *args)
+{
+	unsigned int worker;
+	if (!PyArg_ParseTuple(args, "I:ring_poller", &worker))
+		return NULL;
+	if (need_eal() < 0)
+		return NULL;
+	char name[RTE_RING_NAMESIZE];
+	ring_name(name, sizeof(name), worker);
+	struct rte_ring *r = rte_ring_lookup(name);
+	if (r == NULL) {
+		PyErr_Format(DpdkError, "the primary process has no ring for worker %u", worker);
+		return NULL;
+	}
+	if (ts_offset < 0) {
+		ts_offset = rte_mbuf_dynfield_lookup(RTE_MBUF_DYNFIELD_TIMESTAMP_NAME, NULL);
+		if (ts_offset < 0)
+			return raise_dpdk("the primary process registered no receive-time field", rte_errno);
+	}
+	Poller *p = poller_new(rte_ring_get_capacity(r));
+	if (p != NULL) {
+		p->ring = r;
+		rings[0] = r;
+	}
+	return (PyObject *)p;
+}
+
+/* ring_stats() -> [(passed, full, waiting)] per worker 1..n-1 (the primary's view of its rings). */
+static PyObject *
+py_ring_stats(PyObject *Py_UNUSED(self), PyObject *Py_UNUSED(noargs))
+{
+	PyObject *out = PyList_New(0);
+	for (unsigned int w = 1; out != NULL && w < workers; w++) {
+		PyObject *t = Py_BuildValue("(KKI)", (unsigned long long)ring_passed[w], (unsigned long long)ring_full[w],
+					    rte_ring_count(rings[w]));
+		if (t == NULL || PyList_Append(out, t) < 0)
+			Py_CLEAR(out);
+		Py_XDECREF(t);
+	}
+	return out;
+}
+
+static PyObject *
+py_proc_type(PyObject *Py_UNUSED(self), PyObject *Py_UNUSED(noargs))
+{
+	if (need_eal() < 0)
+		return NULL;
+	return PyUnicode_FromString(rte_eal_process_type() == RTE_PROC_PRIMARY ? "primary" : "secondary");
+}
+
+/* af_packet_map(fd, addr, rx_bytes, total_bytes): map the RX ring of packet socket fd at addr (where the
+ * net_af_packet PMD's ring of total_bytes is), replacing that mapping, and reserve the rest of it (the PMD's
+ * TX ring, never used here) as inaccessible memory, so that nothing else is mapped where the PMD will unmap. */
+static PyObject *
+py_af_packet_map(PyObject *Py_UNUSED(self), PyObject *args)
+{
+	int fd;
+	unsigned long long addr, rx_bytes, total;
+	if (!PyArg_ParseTuple(args, "iKKK:af_packet_map", &fd, &addr, &rx_bytes, &total))
+		return NULL;
+	if (rx_bytes == 0 || rx_bytes > total || addr % 4096) {
+		PyErr_SetString(PyExc_ValueError, "af_packet_map: a page-aligned mapping that holds the RX ring");
+		return NULL;
+	}
+	void *at = (void *)(uintptr_t)addr;
+	void *m = mmap(at, rx_bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED | MAP_LOCKED, fd, 0);
+	if (m == MAP_FAILED)
+		return PyErr_SetFromErrno(PyExc_OSError);
+	if (total > rx_bytes) {
+		m = mmap((char *)at + rx_bytes, total - rx_bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE,
+			 -1, 0);
+		if (m == MAP_FAILED)
+			return PyErr_SetFromErrno(PyExc_OSError);
+	}
+	Py_RETURN_NONE;
 }
 
 static PyObject *
@@ -388,48 +936,54 @@ py_rx_burst(PyObject *Py_UNUSED(self), PyObject *args)
 	unsigned long long timeout_us;
 	if (!PyArg_ParseTuple(args, "IIIK", &port, &queue, &max, &timeout_us))
 		return NULL;
-	Burst burst;
-	if (poll_burst(port, queue, max, timeout_us, &burst) < 0)
+	if (check_port(port) < 0)
 		return NULL;
-	struct rte_mbuf **mbufs = burst.mbufs;
-	uint64_t *stamps = burst.stamps, b_tsc = burst.b_tsc, b_ns = burst.b_ns;
-	unsigned int got = burst.got;
-
-	PyObject *data = PyList_New(got);
-	PyObject *ts = PyList_New(got);
-	PyObject *wirelen = PyList_New(got);
-	int failed = data == NULL || ts == NULL || wirelen == NULL;
-	for (unsigned int k = 0; k < got; k++) {
-		struct rte_mbuf *m = mbufs[k];
-		if (!failed) {
-			uint32_t len = rte_pktmbuf_pkt_len(m);
-			PyObject *b = PyBytes_FromStringAndSize(NULL, len);
-			PyObject *t = PyLong_FromUnsignedLongLong(tsc_to_ns(stamps[k], b_tsc, b_ns));
-			PyObject *w = PyLong_FromUnsignedLong(len);
-			if (b == NULL || t == NULL || w == NULL) {
-				Py_XDECREF(b);
-				Py_XDECREF(t);
-				Py_XDECREF(w);
-				failed = 1;
-			} else {
-				/* The one copy: mbuf (all its segments) → bytes. It fails only for an mbuf whose
-				 * segments hold less than its packet length: then no bytes are captured (a frame
-				 * of length 0, counted as truncated), never the uninitialised ones of b. */
-				const void *p = rte_pktmbuf_read(m, 0, len, PyBytes_AS_STRING(b));
-				if (p == NULL) {
-					Py_SET_SIZE(b, 0); /* (a new bytes object: shrinking it in place is safe) */
-					PyBytes_AS_STRING(b)[0] = 0;
-				} else if (p != PyBytes_AS_STRING(b)) {
-					memcpy(PyBytes_AS_STRING(b), p, len);
-				}
-				PyList_SET_ITEM(data, k, b);
-				PyList_SET_ITEM(ts, k, t);
-				PyList_SET_ITEM(wirelen, k, w);
-			}
-		}
-		rte_pktmbuf_free(m);
+	Poller *p = poller_new(1024);
+	if (p == NULL)
+		return NULL;
+	p->port = port;
+	p->queues[0] = queue < MAX_QUEUES ? (uint16_t)queue : MAX_QUEUES;
+	p->nq = 1;
+	unsigned int got;
+	if (queue >= MAX_QUEUES) {
+		PyErr_Format(DpdkError, "RX queue %u of port %u is not set up (%u queue(s) are)", queue, port, rx_queues[port]);
+		Py_DECREF(p);
+		return NULL;
 	}
-	burst_free(&burst);
+	if (poll_source(p, max, timeout_us, &got) < 0) {
+		Py_DECREF(p);
+		return NULL;
+	}
+	PyObject *data = PyList_New(got), *ts = PyList_New(got), *wirelen = PyList_New(got);
+	int failed = data == NULL || ts == NULL || wirelen == NULL;
+	for (unsigned int k = 0; k < got && !failed; k++) {
+		struct rte_mbuf *m = p->mbufs[k];
+		uint32_t len = rte_pktmbuf_pkt_len(m);
+		PyObject *b = PyBytes_FromStringAndSize(NULL, len);
+		PyObject *t = PyLong_FromUnsignedLongLong(p->ns[k]);
+		PyObject *w = PyLong_FromUnsignedLong(len);
+		if (b == NULL || t == NULL || w == NULL) {
+			Py_XDECREF(b);
+			Py_XDECREF(t);
+			Py_XDECREF(w);
+			failed = 1;
+			break;
+		}
+		/* An mbuf whose segments hold less than its length gives a frame of no bytes, never uninitialised ones. */
+		const void *r = rte_pktmbuf_read(m, 0, len, PyBytes_AS_STRING(b));
+		if (r == NULL) {
+			Py_SET_SIZE(b, 0); /* (a new bytes object: shrinking it in place is safe) */
+			PyBytes_AS_STRING(b)[0] = 0;
+		} else if (r != PyBytes_AS_STRING(b)) {
+			memcpy(PyBytes_AS_STRING(b), r, len);
+		}
+		PyList_SET_ITEM(data, k, b);
+		PyList_SET_ITEM(ts, k, t);
+		PyList_SET_ITEM(wirelen, k, w);
+	}
+	if (got)
+		rte_pktmbuf_free_bulk(p->mbufs, got);
+	Py_DECREF(p);
 	if (failed) {
 		Py_XDECREF(data);
 		Py_XDECREF(ts);
@@ -439,61 +993,6 @@ py_rx_burst(PyObject *Py_UNUSED(self), PyObject *args)
 		return NULL;
 	}
 	return Py_BuildValue("(NNN)", data, ts, wirelen);
-}
-
-/* rx_burst_packed(port, queue, max, timeout_us, frames) -> n: rx_burst into a probe._records.Frames
- * (FrameBatch.packed): the frames are copied once, one after the other, into one bytes object the Frames keeps,
- * and every mbuf is freed before the call returns; no object per frame. A VLAN tag the device took off
- * (RTE_MBUF_F_RX_VLAN_STRIPPED) is given beside its frame, as the ring reader gives the kernel's. */
-static PyObject *
-py_rx_burst_packed(PyObject *Py_UNUSED(self), PyObject *args)
-{
-	unsigned int port, queue, max;
-	unsigned long long timeout_us;
-	Frames *frames;
-	if (records == NULL) {
-		PyErr_SetString(PyExc_RuntimeError, "rx_burst_packed needs probe._records, which is not built");
-		return NULL;
-	}
-	if (!PyArg_ParseTuple(args, "IIIKO!", &port, &queue, &max, &timeout_us, records->frames_type, &frames))
-		return NULL;
-	Burst burst;
-	if (poll_burst(port, queue, max, timeout_us, &burst) < 0)
-		return NULL;
-	struct rte_mbuf **mbufs = burst.mbufs;
-	uint64_t *stamps = burst.stamps, b_tsc = burst.b_tsc, b_ns = burst.b_ns;
-	unsigned int got = burst.got;
-	size_t total = 0;
-	for (unsigned int k = 0; k < got; k++)
-		total += rte_pktmbuf_pkt_len(mbufs[k]);
-	PyObject *buf = got ? PyBytes_FromStringAndSize(NULL, (Py_ssize_t)total) : NULL;
-	int failed = got && (buf == NULL || records->frames_own(frames, buf) < 0);
-	size_t off = 0;
-	for (unsigned int k = 0; k < got; k++) {
-		struct rte_mbuf *m = mbufs[k];
-		if (!failed) {
-			uint32_t len = rte_pktmbuf_pkt_len(m);
-			unsigned char *d = (unsigned char *)PyBytes_AS_STRING(buf) + off;
-			/* As rx_burst: an mbuf whose segments hold less than its length gives a frame of no bytes. */
-			const void *p = rte_pktmbuf_read(m, 0, len, d);
-			uint32_t caplen = p == NULL ? 0 : len;
-			if (p != NULL && p != d)
-				memcpy(d, p, len);
-			uint32_t tag = m->ol_flags & RTE_MBUF_F_RX_VLAN_STRIPPED ? (0x8100u << 16) | m->vlan_tci : 0;
-			if (records->frames_add(frames, d, caplen, len, (int64_t)tsc_to_ns(stamps[k], b_tsc, b_ns), tag) < 0)
-				failed = 1;
-			off += len;
-		}
-		rte_pktmbuf_free(m);
-	}
-	Py_XDECREF(buf);
-	burst_free(&burst);
-	if (failed) {
-		if (!PyErr_Occurred())
-			PyErr_NoMemory();
-		return NULL;
-	}
-	return PyLong_FromUnsignedLong(got);
 }
 
 static PyObject *
@@ -535,6 +1034,7 @@ py_port_close(PyObject *Py_UNUSED(self), PyObject *args)
 	if (rc != 0)
 		return raise_dpdk("cannot close the port", rc);
 	if (pools[port] != NULL) {
+		pool_epoch++; /* mbufs still held are not freed into it any more */
 		rte_mempool_free(pools[port]);
 		pools[port] = NULL;
 	}
@@ -546,6 +1046,10 @@ py_eal_cleanup(PyObject *Py_UNUSED(self), PyObject *Py_UNUSED(noargs))
 {
 	if (!eal_ready)
 		Py_RETURN_NONE;
+	pool_epoch++;
+	for (unsigned int w = 0; w < MAX_WORKERS; w++)
+		rings[w] = NULL;
+	workers = 1;
 	int rc = rte_eal_cleanup();
 	if (rc != 0)
 		return raise_dpdk("EAL cleanup failed", rc);
@@ -555,19 +1059,26 @@ py_eal_cleanup(PyObject *Py_UNUSED(self), PyObject *Py_UNUSED(noargs))
 
 static PyMethodDef methods[] = {
 	{"eal_init", py_eal_init, METH_VARARGS, "eal_init(args): rte_eal_init with argv = args (list of str)"},
+	{"proc_type", py_proc_type, METH_NOARGS, "proc_type(): 'primary' or 'secondary'"},
 	{"port_count", py_port_count, METH_NOARGS, "port_count(): ports available"},
 	{"port_info", py_port_info, METH_VARARGS, "port_info(port): dict name, driver, max_rx_queues, rss_offloads"},
 	{"port_setup", py_port_setup, METH_VARARGS,
 	 "port_setup(port, queues, ring_size, mempool_size, mbuf_size, promiscuous): configure and start; returns the RSS hash "
 	 "functions in use"},
-	{"rx_burst_packed", py_rx_burst_packed, METH_VARARGS,
-	 "rx_burst_packed(port, queue, max, timeout_us, frames) -> n: rx_burst into a probe._records.Frames"},
+	{"make_rings", py_make_rings, METH_VARARGS, "make_rings(workers, size): the primary's ring for each other worker"},
+	{"port_poller", py_port_poller, METH_VARARGS,
+	 "port_poller(port, queues, capacity, distribute) -> Poller of those RX queues (distribute: pass the other workers' "
+	 "frames to their rings)"},
+	{"ring_poller", py_ring_poller, METH_VARARGS, "ring_poller(worker) -> Poller of the ring the primary fills for it"},
+	{"ring_stats", py_ring_stats, METH_NOARGS, "ring_stats() -> [(passed, full, waiting)] for workers 1..n-1"},
 	{"rx_burst", py_rx_burst, METH_VARARGS,
 	 "rx_burst(port, queue, max, timeout_us): (data, ts_ns, wirelen) lists; polls with the GIL released"},
 	{"port_stats", py_port_stats, METH_VARARGS, "port_stats(port): dict ipackets, imissed, ierrors, rx_nombuf"},
 	{"port_stop", py_port_stop, METH_VARARGS, "port_stop(port)"},
 	{"port_close", py_port_close, METH_VARARGS, "port_close(port)"},
 	{"eal_cleanup", py_eal_cleanup, METH_NOARGS, "eal_cleanup(): release EAL resources (once, at exit)"},
+	{"af_packet_map", py_af_packet_map, METH_VARARGS,
+	 "af_packet_map(fd, addr, rx_bytes, total_bytes): map a packet socket's RX ring over the net_af_packet PMD's ring"},
 	{NULL, NULL, 0, NULL},
 };
 
@@ -578,9 +1089,11 @@ static struct PyModuleDef module = {
 PyMODINIT_FUNC
 PyInit__dpdk(void)
 {
-	/* rx_burst_packed needs probe._records; rx_burst does not. */
+	/* Poller.read needs probe._records; rx_burst does not. */
 	if (records_import() < 0)
 		PyErr_Clear();
+	if (PyType_Ready(&Poller_Type) < 0 || PyType_Ready(&MbufHold_Type) < 0)
+		return NULL;
 	PyObject *m = PyModule_Create(&module);
 	if (m == NULL)
 		return NULL;
@@ -592,5 +1105,6 @@ PyInit__dpdk(void)
 	}
 	Py_INCREF(DpdkError);
 	PyModule_AddStringConstant(m, "RTE_VERSION", rte_version());
+	PyModule_AddObject(m, "RSS_IP", PyLong_FromUnsignedLongLong(RTE_ETH_RSS_IP));
 	return m;
 }

@@ -116,7 +116,7 @@ def _bind(sock, name):
         raise ConfigError(f"cannot bind a packet socket to {name!r}: {exc.strerror}") from None
 
 
-def _join_fanout(sock, name, fanout_id):
+def join_fanout(sock, name, fanout_id):
     """PACKET_FANOUT_CBPF with the address-pair hash (bpf.fanout_program; each member sets the group's program,
     the same one)."""
     arg = (fanout_id & 0xFFFF) | (PACKET_FANOUT_CBPF << 16)
@@ -275,7 +275,7 @@ class AfPacketSource:
             mreq = struct.pack("iHH8s", socket.if_nametoindex(name), PACKET_MR_PROMISC, 0, b"")
             sock.setsockopt(SOL_PACKET, PACKET_ADD_MEMBERSHIP, mreq)
         if fanout_id is not None:
-            _join_fanout(sock, name, fanout_id)
+            join_fanout(sock, name, fanout_id)
         attach_filter(sock, self.program)
         self.kernel_stats()  # the frames refused while the socket was set up are none of our business
         self.received = self.drops = self.freezes = 0

@@ -1,17 +1,26 @@
-"""DPDK capture: one port, one RX queue per worker thread, frames handed over as FrameBatch.
+"""DPDK capture: a port's RX queues, read by one process per core (DPDK multi-process) or by threads of one.
 
 The C side is probe.capture._dpdk (probe/capture/_dpdk.c), built only where libdpdk is found (docs/dpdk.md).
-DpdkPort initialises DPDK's EAL (once per process: DPDK cannot be initialised twice) and sets up the port with
-one RX queue per worker and symmetric RSS, so both directions of a flow reach the same queue. DpdkQueueSource
-reads one queue: each read is one call into C that polls with the GIL released and returns the frames as bytes
-(copied once out of the mbufs, which are freed at once), their timestamps (TSC at the burst, as nanoseconds
-since the epoch) and their lengths.
+DPDK's EAL can be initialised once per process. Three shapes (probe.run.dpdk_worker runs them):
 
-EAL and device errors (bad arguments, no hugepages, a device that does not exist or cannot start) are
-ConfigError (exit status 2), one line naming the problem with what EAL printed about it.
+- DpdkPort in the primary process: it initialises the EAL, sets the port up and starts it. With several worker
+  processes, either each reads an RX queue of its own (a device with RSS on the IP addresses: the symmetric key
+  keeps both directions and every fragment of a flow on one queue), or the primary reads the device's queues and
+  passes each frame of the other workers to their rings by the flow hash of its IP address pair, the one `read
+  --workers` and the AF_PACKET fanout use (a device without that RSS, such as net_af_packet);
+- DpdkSecondary in each other process: it attaches to the primary's EAL (--proc-type=secondary, same
+  --file-prefix) and reads its ring, or its RX queue;
+- one process with one thread per queue, when the EAL has no hugepage files to share (--no-huge, --in-memory):
+  DpdkPort with a queue per thread.
+
+Every source reads through a Poller (C): it polls with the GIL released and returns the frames as a
+FrameBatch.packed that points into the mbufs, freed when the batch is released (DpdkSource.release), right after
+the pipeline took it. EAL and device errors (bad arguments, no hugepages, a device that does not exist or cannot
+start) are ConfigError (exit status 2), one line naming the problem with what EAL printed about it.
 """
 
 import contextlib
+import glob
 import os
 import shlex
 import shutil
@@ -19,6 +28,8 @@ import sys
 import tempfile
 
 from probe import native
+from probe.capture.dpdk_af_packet import DRIVERS as AF_PACKET_DRIVERS
+from probe.capture.dpdk_af_packet import device_args, replace_sockets, ring_geometry
 from probe.errors import ConfigError
 from probe.model import LINKTYPE_ETHERNET, FrameBatch
 
@@ -28,11 +39,15 @@ NOT_BUILT = (
     "DPDK support was not built into this dnsprobe: install DPDK's development files "
     "(apt-get install libdpdk-dev pkg-config), then reinstall dnsprobe (pip install -e .); see docs/dpdk.md"
 )
-# EAL options that choose the cores: capture.coremask does that, one worker thread per core.
+# EAL options that choose the cores: capture.coremask does that, one worker per core.
 CORE_OPTIONS = ("-c", "-l", "--lcores", "--main-lcore", "--master-lcore")
+# EAL options without hugepage files, which DPDK's secondary processes attach to.
+SINGLE_PROCESS_OPTIONS = ("--no-huge", "--in-memory")
 # What EAL prints that explains a failure (the rest is progress chatter or its usage text).
 _ERROR_WORDS = ("fatal", "fail", "cannot", "couldn't", "could not", "unable", "invalid", "no such", "error",
                 "unrecognized", "not ", "denied")
+WORKER_RING_SLOTS = 4096  # frames a worker's ring holds (distributing primary → secondary)
+MEMPOOL_CACHE = 256  # mbufs each core keeps aside (_dpdk.c port_setup)
 
 
 def load():
@@ -40,6 +55,9 @@ def load():
     module = native.load("probe.capture._dpdk")
     if module is None:
         raise ConfigError(f"{NOT_BUILT} ({native.import_error('probe.capture._dpdk')})")
+    if _records is None:
+        raise ConfigError(f"DPDK capture needs probe._records, which does not import "
+                          f"({native.import_error('probe._records')})")
     return module
 
 
@@ -51,10 +69,8 @@ def available():
     return True
 
 
-def eal_args(dpdk_cfg, coremask):
-    """The EAL argv: the cores from capture.coremask, then dpdk.args. Unless dpdk.args says otherwise, EAL
-    logs notices and worse only, and its runtime files are private to this process (--file-prefix), so several
-    dnsprobe instances (and other DPDK programs) can run side by side."""
+def user_args(dpdk_cfg):
+    """dpdk.args split as the shell would, with the core options refused (capture.coremask gives the cores)."""
     try:
         user = shlex.split(dpdk_cfg.args)
     except ValueError as exc:
@@ -66,11 +82,39 @@ def eal_args(dpdk_cfg, coremask):
                 f"config key 'dpdk.args': {arg!r}: give the cores with capture.coremask (--coremask), one worker "
                 "per core"
             )
-    args = ["dnsprobe", "-c", str(coremask), *user]
+    return user
+
+
+def multi_process(dpdk_cfg):
+    """True when the EAL arguments let secondary processes attach (hugepage files: no --no-huge, --in-memory)."""
+    return not any(a.split("=", 1)[0] in SINGLE_PROCESS_OPTIONS for a in user_args(dpdk_cfg))
+
+
+def given_prefix(dpdk_cfg):
+    """The --file-prefix of dpdk.args, or None."""
+    user = user_args(dpdk_cfg)
+    for i, arg in enumerate(user):
+        if arg.startswith("--file-prefix="):
+            return arg.split("=", 1)[1]
+        if arg == "--file-prefix" and i + 1 < len(user):
+            return user[i + 1]
+    return None
+
+
+def eal_args(dpdk_cfg, coremask, core=None, proc_type=None, prefix=None):
+    """The EAL argv: the cores (`-c coremask`, or `-l core` for one process of several), the process type, then
+    dpdk.args. Unless dpdk.args says otherwise, EAL logs notices and worse only, and its runtime files are private
+    to this capture (--file-prefix: `prefix`, or this process's own), so several dnsprobe instances (and other
+    DPDK programs) can run side by side."""
+    user = user_args(dpdk_cfg)
+    args = ["dnsprobe", *(["-c", str(coremask)] if core is None else ["-l", str(core)])]
+    if proc_type:
+        args.append(f"--proc-type={proc_type}")
+    args += user
     if not any(a.startswith("--log-level") for a in user):
         args.append("--log-level=notice")
     if not any(a.startswith(("--file-prefix", "--in-memory")) for a in user):
-        args.append(f"--file-prefix={own_prefix()}")
+        args.append(f"--file-prefix={prefix or own_prefix()}")
     return args
 
 
@@ -78,10 +122,37 @@ def own_prefix():
     return f"dnsprobe{os.getpid()}"
 
 
-def remove_runtime_dir():
-    """EAL's runtime directory of own_prefix() (left behind by EAL, also after a failed start)."""
+def _prefix_of(args):
+    for arg in args:
+        if arg.startswith("--file-prefix="):
+            return arg.split("=", 1)[1]
+    return None
+
+
+def remove_runtime_dir(prefix=None):
+    """EAL's runtime directory of a file prefix (own_prefix() by default; left behind by EAL, also after a failed
+    start)."""
     base = "/var/run" if os.geteuid() == 0 else os.environ.get("XDG_RUNTIME_DIR", "/tmp")
-    shutil.rmtree(os.path.join(base, "dpdk", own_prefix()), ignore_errors=True)
+    shutil.rmtree(os.path.join(base, "dpdk", prefix or own_prefix()), ignore_errors=True)
+
+
+def hugepage_dirs():
+    """The hugetlbfs mounts (where EAL keeps the hugepage files of its memory)."""
+    try:
+        with open("/proc/mounts") as fh:
+            return [line.split()[1] for line in fh if line.split()[2:3] == ["hugetlbfs"]]
+    except OSError:
+        return []
+
+
+def remove_runtime_files(prefix):
+    """What an EAL of that file prefix leaves once its processes are gone: its runtime directory and its hugepage
+    files (a primary that was killed cannot remove them, and they hold the pages)."""
+    remove_runtime_dir(prefix)
+    for d in hugepage_dirs():
+        for path in glob.glob(os.path.join(glob.escape(d), glob.escape(prefix) + "map_*")):
+            with contextlib.suppress(OSError):
+                os.unlink(path)
 
 
 @contextlib.contextmanager
@@ -121,54 +192,101 @@ def _dpdk_error(what, exc, lines):
     detail = explain(lines)
     message = f"DPDK: {what}: {exc}" + (f" ({detail})" if detail else "")
     if "hugepage" in message.lower():
-        message += "; reserve hugepages (echo 1024 > /proc/sys/vm/nr_hugepages) or add --no-huge to dpdk.args"
+        message += ("; reserve hugepages (echo 1024 > /proc/sys/vm/nr_hugepages) and mount a hugetlbfs, or add "
+                    "--no-huge to dpdk.args (one process then reads every queue)")
     return ConfigError(message)
 
 
-class DpdkPort:
-    """The EAL and one started port with `queues` RX queues. close() stops and closes the port and cleans up
-    the EAL; DPDK cannot be initialised again in the same process after that."""
+class _Eal:
+    """This process's EAL (initialised in __init__; close() cleans it up, once)."""
 
-    def __init__(self, dpdk_cfg, coremask, queues):
+    def __init__(self, args, what="cannot initialise the EAL"):
         self.lib = load()
-        self.port_id = dpdk_cfg.port
-        self.started = self.opened = False
+        self.args = args
+        self.prefix = _prefix_of(args)
+        self.eal = False
         with captured_output() as lines:
             try:
-                self.lib.eal_init(eal_args(dpdk_cfg, coremask))
+                self.lib.eal_init(args)
             except self.lib.DpdkError as exc:
                 failure = exc
             else:
                 failure = None
+        self.lines = lines
         if failure is not None:
-            remove_runtime_dir()
-            raise _dpdk_error("cannot initialise the EAL", failure, lines)
+            if "--proc-type=secondary" not in args:
+                remove_runtime_dir(self.prefix)
+            raise _dpdk_error(what, failure, lines)
         self.eal = True
+
+    def _port(self, port_id):
+        count = self.lib.port_count()
+        if port_id >= count:
+            found = f"{count} port(s)" if count else "no port"
+            detail = explain(self.lines)
+            raise ConfigError(
+                f"config key 'dpdk.port': DPDK port {port_id} does not exist: EAL found {found} "
+                "(PCI devices bound to a DPDK driver, see dpdk-devbind.py; --vdev devices in dpdk.args)"
+                + (f"; EAL said: {detail}" if detail else "")
+            )
+        return self.lib.port_info(port_id)
+
+    def _cleanup(self, steps):
+        if self.eal:
+            steps.append(("clean up the EAL", self.lib.eal_cleanup, ()))
+        self.eal = False
+        for what, fn, args in steps:
+            try:
+                fn(*args)
+            except self.lib.DpdkError as exc:
+                print(f"dnsprobe: DPDK: cannot {what}: {exc}", file=sys.stderr, flush=True)
+
+
+def mbufs_needed(dpdk_cfg, queues, workers, mode, batch_size):
+    """The mbufs that can be in use at once: every RX descriptor of the queues, each worker's batch (run.batch_size
+    frames held until its pipeline took them), a distributing primary's rings, and the pool's per-core caches."""
+    rings = (workers - 1) * WORKER_RING_SLOTS if mode == "distributor" else 0
+    return queues * dpdk_cfg.ring_size + workers * batch_size + rings + workers * MEMPOOL_CACHE
+
+
+class DpdkPort(_Eal):
+    """The EAL of the primary (or only) process and one started port.
+
+    queues: RX queues to set up (the one-process shape: one per thread); None: chosen for `workers` processes
+    (mode "rss": one per worker, each read by its own process; "distributor": the device's queues, read by this
+    process, which passes the others' frames to their rings; "single": one worker, every queue). fanout_id(ifname):
+    the fanout group of a net_af_packet device's sockets when it has several queues. close() stops and closes the
+    port and cleans up the EAL; DPDK cannot be initialised again in the same process after that."""
+
+    def __init__(self, dpdk_cfg, args, queues=None, workers=1, fanout_id=None, batch_size=4096):
+        super().__init__(args)
+        self.port_id = dpdk_cfg.port
+        self.started = self.opened = False
         try:
-            self._setup(dpdk_cfg, queues, lines)
+            self._setup(dpdk_cfg, queues, workers, fanout_id, batch_size)
         except BaseException:
             self.close()
             raise
 
-    def _setup(self, dpdk_cfg, queues, eal_lines):
-        count = self.lib.port_count()
-        if self.port_id >= count:
-            found = f"{count} port(s)" if count else "no port"
-            detail = explain(eal_lines)
-            raise ConfigError(
-                f"config key 'dpdk.port': DPDK port {self.port_id} does not exist: EAL found {found} "
-                "(PCI devices bound to a DPDK driver, see dpdk-devbind.py; --vdev devices in dpdk.args)"
-                + (f"; EAL said: {detail}" if detail else "")
-            )
-        self.info = self.lib.port_info(self.port_id)
-        self.name = self.info["name"]
+    def _setup(self, dpdk_cfg, queues, workers, fanout_id, batch_size):
+        lib = self.lib
+        self.info = info = self._port(self.port_id)
+        self.name = info["name"]
+        af_packet = info["driver"] in AF_PACKET_DRIVERS
+        rss = workers > 1 and info["rss_offloads"] & lib.RSS_IP and info["max_rx_queues"] >= workers
+        if queues is not None:
+            self.mode = "threads"
+        elif workers == 1:
+            self.mode, queues = "single", info["max_rx_queues"] if af_packet else 1
+        elif rss:
+            self.mode, queues = "rss", workers
+        else:
+            self.mode, queues = "distributor", info["max_rx_queues"] if af_packet else 1
         with captured_output() as lines:
             try:
-                self.rss = self.lib.port_setup(
-                    self.port_id, queues, dpdk_cfg.ring_size, dpdk_cfg.mempool_size, dpdk_cfg.mbuf_size,
-                    dpdk_cfg.promiscuous,
-                )
-            except self.lib.DpdkError as exc:
+                self.rss = lib.port_setup(self.port_id, queues, dpdk_cfg.ring_size, dpdk_cfg.mempool_size,
+                                          dpdk_cfg.mbuf_size, dpdk_cfg.promiscuous)
+            except lib.DpdkError as exc:
                 failure = exc
             else:
                 failure = None
@@ -177,14 +295,46 @@ class DpdkPort:
             raise _dpdk_error(f"port {self.port_id} ({self.name})", failure, lines)
         self.started = True
         self.queues = queues
-        if queues > 1 and not self.rss:
-            print(f"dnsprobe: DPDK port {self.port_id} ({self.info['driver']}) has no RSS on IP/UDP/TCP: its driver "
-                  "spreads frames over the queues its own way (net_af_packet: the kernel's symmetric fanout hash)",
-                  file=sys.stderr, flush=True)
+        self.capacity = dpdk_cfg.ring_size
+        self.frames_as_on_wire = None
+        if af_packet:
+            args = device_args(self.args, self.name) or {}
+            self.capacity = ring_geometry(args)[3]
+            group = fanout_id(args["iface"]) if fanout_id is not None and queues > 1 and "iface" in args else None
+            why = replace_sockets(lib, self.args, self.name, group)
+            self.frames_as_on_wire = why is None
+            if why:
+                print(f"dnsprobe: DPDK port {self.port_id} ({self.name}): its packet sockets were left as the driver "
+                      f"made them ({why}): IPv4 fragments arrive reassembled, and with several queues a fragment "
+                      "can reach another queue than its flow", file=sys.stderr, flush=True)
+        elif queues > 1 and not self.rss:
+            print(f"dnsprobe: DPDK port {self.port_id} ({info['driver']}) has no RSS on the IP addresses: its driver "
+                  "spreads frames over the queues its own way", file=sys.stderr, flush=True)
+        if self.mode == "distributor":
+            lib.make_rings(workers, WORKER_RING_SLOTS)
+        need = mbufs_needed(dpdk_cfg, queues, workers, self.mode, batch_size)
+        if dpdk_cfg.mempool_size < need:
+            print(f"dnsprobe: dpdk.mempool_size {dpdk_cfg.mempool_size} is below the {need} mbufs that the queues, "
+                  "the workers' batches and rings can hold at once: under load, frames may be dropped for lack of "
+                  "mbufs (dpdk_rx_nombuf)", file=sys.stderr, flush=True)
+
+    def pollers(self):
+        """The primary's poller (a list of one), or one per queue in the one-process shape."""
+        lib, port = self.lib, self.port_id
+        if self.mode == "threads":
+            return [lib.port_poller(port, (q,), self.capacity, False) for q in range(self.queues)]
+        if self.mode == "rss":
+            return [lib.port_poller(port, (0,), self.capacity, False)]
+        return [lib.port_poller(port, tuple(range(self.queues)), self.capacity, self.mode == "distributor")]
 
     def stats(self):
         """rte_eth_stats of the port: ipackets, imissed, ierrors, rx_nombuf."""
         return self.lib.port_stats(self.port_id)
+
+    def ring_stats(self):
+        """Per worker 1..n-1 of a distributing primary: (frames passed to its ring, dropped as it was full,
+        waiting in it)."""
+        return self.lib.ring_stats() if self.mode == "distributor" else []
 
     def close(self):
         """Stop and close the port, clean up the EAL (each once; errors while stopping are reported, not raised)."""
@@ -193,46 +343,64 @@ class DpdkPort:
             steps.append(("stop the port", self.lib.port_stop, (self.port_id,)))
         if self.opened:
             steps.append(("close the port", self.lib.port_close, (self.port_id,)))
-        if getattr(self, "eal", False):
-            steps.append(("clean up the EAL", self.lib.eal_cleanup, ()))
-        self.started = self.opened = self.eal = False
-        for what, fn, args in steps:
+        had = bool(steps) or self.eal
+        self.started = self.opened = False
+        self._cleanup(steps)
+        if had:
+            remove_runtime_dir(self.prefix)
+
+
+class DpdkSecondary(_Eal):
+    """A secondary process of a capture: attached to the primary's EAL, it reads the ring the primary fills for
+    worker `worker`, or (a device with RSS) the port's RX queue of that number."""
+
+    def __init__(self, dpdk_cfg, args, worker):
+        super().__init__(args, "cannot attach to the primary process")
+        try:
+            self.port_id = dpdk_cfg.port
+            self.info = self._port(self.port_id)
+            self.name = self.info["name"]
             try:
-                fn(*args)
-            except self.lib.DpdkError as exc:
-                print(f"dnsprobe: DPDK: cannot {what}: {exc}", file=sys.stderr, flush=True)
-        if steps:
-            remove_runtime_dir()
+                self.poller = self.lib.ring_poller(worker)
+                self.mode = "distributor"
+            except self.lib.DpdkError:
+                self.poller = self.lib.port_poller(self.port_id, (worker,), dpdk_cfg.ring_size, False)
+                self.mode = "rss"
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self):
+        self._cleanup([])
 
 
-class DpdkQueueSource:
-    """One RX queue of a DpdkPort: a Source (probe.capture). read() returns a FrameBatch (possibly empty after
-    timeout_us); the C call waits with the GIL released."""
+class DpdkSource:
+    """One Poller as a Source (probe.capture): read() returns a FrameBatch (possibly empty after timeout_us) whose
+    frames point into their mbufs; release() frees them (call it once the pipeline has taken the batch)."""
 
-    def __init__(self, port, queue):
-        self.port_id = port.port_id
-        self.queue = queue
-        self.name = f"{port.name}/q{queue}"
-        self._rx = port.lib.rx_burst
-        # Packed batches (FrameBatch.packed: one copy of a burst's frames, no object per frame) where
-        # probe._records is built.
-        self._rx_packed = getattr(port.lib, "rx_burst_packed", None) if _records is not None else None
-        self.frames = 0
+    def __init__(self, poller, name, batch_timeout_ms):
+        self.poller = poller
+        self.name = name
+        poller.hold_us = batch_timeout_ms * 1000
 
     def read(self, max_frames, timeout_us=0):
-        if self._rx_packed is not None:
-            frames = _records.Frames()
-            self.frames += self._rx_packed(self.port_id, self.queue, max_frames, timeout_us, frames)
-            return FrameBatch(LINKTYPE_ETHERNET, packed=frames)
-        data, ts_ns, wirelen = self._rx(self.port_id, self.queue, max_frames, timeout_us)
-        self.frames += len(data)
-        return FrameBatch(LINKTYPE_ETHERNET, ts_ns, wirelen, data)
+        frames = _records.Frames()
+        self.poller.read(max_frames, timeout_us, frames)
+        return FrameBatch(LINKTYPE_ETHERNET, packed=frames)
+
+    @staticmethod
+    def release(batch):
+        batch.packed.clear()
+
+    @property
+    def frames(self):
+        return self.poller.frames
 
     def fileno(self):
         return -1  # polled in C by read(timeout_us)
 
     def counters(self):
-        return {"frames": self.frames}  # the port's counters are the port's (DpdkPort.stats)
+        return {"frames": self.poller.frames}
 
     def close(self):
         pass  # the queues close with their port

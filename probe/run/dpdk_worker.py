@@ -1,14 +1,23 @@
 """`dnsprobe capture --dpdk`: live capture from a DPDK port, under the same supervisor as AF_PACKET.
 
-DPDK's EAL can be initialised once per process, and a port's queues belong to the process that set it up
-(sharing them across processes needs DPDK's multi-process mode, which needs hugepages and so cannot run with
---no-huge). So the supervisor starts ONE worker process, which owns the EAL and the port, and that process runs
-one thread per core of capture.coremask, each pinned to its core and reading its own RX queue (symmetric RSS
-keeps both directions of a flow on one queue) into its own Pipeline, which writes its own files
-(NAME.w<queue>). The C call that polls a queue releases the GIL, so queues are polled in parallel; decoding
-runs under the GIL, so on this design the cores add capture capacity (rings drained in parallel) more than
-decoding capacity. The supervisor still gives the statistics file, Prometheus, rotation (wall clock and
-SIGHUP), SIGINT/SIGTERM stop, and a restart (with a fresh EAL) if the worker process dies.
+One process per core of capture.coremask (DPDK multi-process, probe.capture.dpdk): worker 0 is the primary, which
+owns the EAL's memory and the port; workers 1..N-1 are secondaries attached to it. Each reads its share of the
+frames (its own RX queue where the device hashes the IP addresses; else the ring the primary fills for it by the
+flow hash of the address pair) straight from the mbufs into its own Pipeline, which writes its own files
+(NAME.w<id>), and frees the mbufs once the pipeline has taken the batch. No process shares a GIL with another.
+
+The supervisor starts the primary first and the secondaries once it is ready (DpdkGroup.LEADER). A stop goes
+in order: the primary reads what the port still holds (passing the others' frames to their rings), finishes its
+pipeline and says so ("drained"); the secondaries then read their rings empty, finish and exit; the primary,
+told to "close", stops and closes the port and cleans up the EAL. A secondary that dies is restarted alone and
+attaches again (its ring kept what came meanwhile; the mbufs of the batch it held are lost to the pool). A
+primary that dies takes the secondaries with it: they are stopped (their files finished), and the group starts
+again with a fresh EAL (a new file prefix; the old one's runtime and hugepage files removed).
+
+Secondary processes attach to the primary's hugepage files, so this shape needs hugepages. With --no-huge (or
+--in-memory) and several cores, ONE worker process owns the EAL and the port and runs one thread per queue
+(DpdkThreadsWorker): the C poll releases the GIL, decoding does not, so there the cores add receive capacity
+more than decoding capacity. With one core, the primary alone runs either way.
 """
 
 import dataclasses
@@ -18,44 +27,277 @@ import time
 from pathlib import Path
 
 from export.base import check_output_dir
-from probe.capture.dpdk import DpdkPort, DpdkQueueSource, eal_args, load
+from probe.capture.dpdk import (
+    DpdkPort,
+    DpdkSecondary,
+    DpdkSource,
+    eal_args,
+    given_prefix,
+    load,
+    multi_process,
+    remove_runtime_files,
+)
 from probe.decode.ipfilter import IpFilter
 from probe.errors import ConfigError, DnsprobeError
 from probe.run.checks import parse_coremask
 from probe.run.durability import FileReport, FlushClock
+from probe.run.fanout import fanout_ids
 from probe.run.log import log
 from probe.run.pipeline import Pipeline
 from probe.run.supervisor import Supervisor
 from probe.run.worker import STATS_PUSH_S
 from probe.stats import Stats
 
-POLL_US = 200_000  # longest wait of a queue thread in C for frames (it also checks for stop and rotation)
-DRAIN_US = 20_000  # on stop: the queue is drained when a poll this long returns nothing
+POLL_US = 200_000  # longest wait of a poll for frames (the worker then checks for commands, stop and rotation)
+DRAIN_US = 20_000  # on stop: a source is drained when a poll this long returns nothing
+DRAIN_MAX_S = 1.0  # ... or after this long
 DPDK_COUNTERS = {"ipackets": "dpdk_ipackets", "imissed": "dpdk_imissed", "ierrors": "dpdk_ierrors",
                  "rx_nombuf": "dpdk_rx_nombuf"}
+
+
+def _live_cfg(cfg):
+    # Time rotation is the supervisor's (wall clock, all workers together), not the pipeline's.
+    return dataclasses.replace(cfg, export=dataclasses.replace(cfg.export, rotate_seconds=0))
+
+
+def _cores(cfg):
+    """The cores of capture.coremask (checked by the supervisor: a worker, pinned to one core, cannot check it)."""
+    mask = int(cfg.capture.coremask, 16)
+    return [c for c in range(mask.bit_length()) if mask >> c & 1]
+
+
+def _fanout_id(cfg):
+    """The fanout group of the net_af_packet device's sockets when it has several queues (one that no other
+    capture on the interface uses)."""
+    return lambda ifname: fanout_ids(cfg.capture, [ifname])[0]
+
+
+class _Reader:
+    """One source into one pipeline: read a batch, feed it, free its mbufs; flush on time."""
+
+    def __init__(self, source, pipeline, batch_size):
+        self.source = source
+        self.pipeline = pipeline
+        self.batch_size = batch_size
+        self.flush_clock = FlushClock(pipeline.cfg.export.flush_seconds)
+
+    def step(self, timeout_us):
+        batch = self.source.read(self.batch_size, timeout_us)
+        n = len(batch)
+        try:
+            if n:
+                self.pipeline.feed(batch, self.source.name)
+        finally:
+            self.source.release(batch)
+        if self.flush_clock.due(self.pipeline, time.monotonic()):
+            self.pipeline.flush()
+            self.flush_clock.flushed()
+        return n
+
+    def drain(self):
+        """Read what the source still holds: until a poll of DRAIN_US finds nothing, for DRAIN_MAX_S at most (a
+        source that never runs dry: the frames then left are counted by the port, not read)."""
+        end = time.monotonic() + DRAIN_MAX_S
+        while self.step(DRAIN_US) and time.monotonic() < end:
+            pass
+
+
+# ---------------------------------------------------------------------------------------------
+# One process per core
+
+
+class _ProcessWorker:
+    """A worker process of the multi-process shape: one source, one pipeline, in the main thread."""
+
+    SOURCE = "dpdk"
+
+    def __init__(self, spec, conn, stop):
+        self.spec, self.conn, self.stop = spec, conn, stop
+
+    def _start(self, source):
+        """The pipeline and its reader of `source`, once the EAL is up."""
+        spec = self.spec
+        self.pipeline = Pipeline(_live_cfg(spec.cfg), spec.out_dir, spec.worker_id, live=True)
+        self.files = FileReport([self.pipeline])
+        self.dns = None
+        if spec.dns_metrics:
+            from export.metrics import DnsMetrics
+
+            self.dns = DnsMetrics()
+            self.pipeline.count_dns(self.dns)
+        self.reader = _Reader(source, self.pipeline, spec.cfg.run.batch_size)
+
+    def _args(self, proc_type):
+        cfg = self.spec.cfg
+        return eal_args(cfg.dpdk, None, core=self.spec.core, proc_type=proc_type, prefix=self.spec.group)
+
+    def _commands(self, wait=0.0):
+        try:
+            while self.conn.poll(wait):
+                wait = 0.0
+                cmd = self.conn.recv()
+                if cmd == "rotate":
+                    self.pipeline.rotate()
+                elif cmd == "stop":
+                    self.stop.set()
+                elif cmd == "close":
+                    return "close"
+        except (EOFError, OSError):
+            self.stop.set()  # the supervisor is gone: stop cleanly
+            return "close"
+        return None
+
+    def _snapshot(self):
+        stats = self.pipeline.stats
+        snapshot = {"counters": stats.as_dict(), "interfaces": self.interfaces(),
+                    "part_file": self.pipeline.summary()["part_file"], **self.files.snapshot()}
+        if self.dns is not None:
+            snapshot["dns"] = self.dns.as_dict()
+        return snapshot
+
+    def _send(self, *message):
+        try:
+            self.conn.send(message)
+        except (BrokenPipeError, OSError):
+            self.stop.set()
+
+    def _push(self, final=False):
+        self._send("final" if final else "stats", self._snapshot())
+
+    def _loop(self):
+        next_push = time.monotonic() + STATS_PUSH_S
+        while not self.stop.is_set():
+            self.reader.step(POLL_US)
+            self._commands()
+            now = time.monotonic()
+            if now >= next_push:
+                self._push()
+                next_push = now + STATS_PUSH_S
+
+    def run(self):
+        try:
+            self._loop()
+            self.reader.drain()
+            self.pipeline.finish()
+        except DnsprobeError as exc:
+            log(f"worker {self.spec.worker_id}: {exc}")
+            self.close()
+            return exc.exit_status
+        return self.stopped()
+
+
+class DpdkPrimaryWorker(_ProcessWorker):
+    """Worker 0: the EAL's primary process, which owns the port (and, distributing, the workers' rings)."""
+
+    def __init__(self, spec, conn, stop):
+        super().__init__(spec, conn, stop)
+        cfg = spec.cfg
+        self.port = DpdkPort(cfg.dpdk, self._args("primary"), workers=len(_cores(cfg)),
+                             fanout_id=_fanout_id(cfg), batch_size=cfg.run.batch_size)
+        try:
+            poller = self.port.pollers()[0]
+            queues = self.port.queues if self.port.mode != "rss" else 1
+            name = f"{self.port.name}/q0" if queues == 1 else f"{self.port.name}/q0-{queues - 1}"
+            self._start(DpdkSource(poller, name, cfg.dpdk.batch_timeout_ms))
+        except BaseException:
+            self.port.close()
+            raise
+        self.last_port = dict.fromkeys(DPDK_COUNTERS, 0)
+        self.last_rings = []
+        conn.send(("ready", os.getpid()))
+
+    def interfaces(self):
+        port = self.port
+        if port.started:
+            self.last_port, self.last_rings = port.stats(), port.ring_stats()
+        stats = self.pipeline.stats
+        for name, counter in DPDK_COUNTERS.items():
+            setattr(stats, counter, self.last_port[name])
+        stats.dpdk_ring_full = sum(full for _, full, _ in self.last_rings)
+        rings = {f"w{k}": {"passed": passed, "ring_full": full, "waiting": waiting}
+                 for k, (passed, full, waiting) in enumerate(self.last_rings, 1)}
+        source = self.reader.source
+        return {port.name: {**self.last_port, "driver": port.info["driver"], "mode": port.mode,
+                            "rss_hash_functions": port.rss, "frames_as_on_wire": port.frames_as_on_wire,
+                            "queues": {source.name: {"frames": source.frames, "core": self.spec.core}},
+                            **({"rings": rings} if rings else {})}}
+
+    def stopped(self):
+        """The pipeline is finished: say so, wait until the secondaries are gone ("close"), close the port."""
+        self._push()
+        self._send("drained")
+        while self._commands(wait=1.0) != "close":
+            pass
+        self._push()  # the port's final counters, read before it stops
+        self.port.close()
+        self._push(final=True)
+        return 0
+
+    def close(self):
+        self.port.close()
+
+
+class DpdkSecondaryWorker(_ProcessWorker):
+    """Workers 1..N-1: secondary processes reading their ring (or RX queue)."""
+
+    def __init__(self, spec, conn, stop):
+        super().__init__(spec, conn, stop)
+        cfg = spec.cfg
+        self.eal = DpdkSecondary(cfg.dpdk, self._args("secondary"), spec.worker_id)
+        try:
+            name = f"{self.eal.name}/{'w' if self.eal.mode == 'distributor' else 'q'}{spec.worker_id}"
+            self._start(DpdkSource(self.eal.poller, name, cfg.dpdk.batch_timeout_ms))
+        except BaseException:
+            self.eal.close()
+            raise
+        conn.send(("ready", os.getpid()))
+
+    def interfaces(self):
+        source = self.reader.source
+        return {self.eal.name: {"mode": self.eal.mode,
+                                "queues": {source.name: {"frames": source.frames, "core": self.spec.core}}}}
+
+    def stopped(self):
+        self._push()
+        self.eal.close()
+        self._push(final=True)
+        return 0
+
+    def close(self):
+        self.eal.close()
+
+
+class DpdkGroup:
+    """The supervisor's worker class for the multi-process shape: worker 0 the primary, the others secondaries."""
+
+    SOURCE = "dpdk"  # the counters that apply (probe.stats.applicable)
+    LEADER = True  # worker 0 starts first and stops last, and the others stop and start again with it
+
+    def __new__(cls, spec, conn, stop):
+        return (DpdkPrimaryWorker if spec.worker_id == 0 else DpdkSecondaryWorker)(spec, conn, stop)
+
+    @staticmethod
+    def group_ended(cfg, group):
+        """Every process of that start of the group has exited: remove what its EAL left."""
+        remove_runtime_files(given_prefix(cfg.dpdk) or group)
+
+
+# ---------------------------------------------------------------------------------------------
+# One process, one thread per queue (no hugepages)
 
 
 class _QueueThread(threading.Thread):
     """Reads one RX queue into its own Pipeline, on its own core."""
 
-    def __init__(self, source, pipeline, core, batch_size):
-        super().__init__(name=f"dnsprobe-{source.name}", daemon=True)
-        self.source = source
-        self.pipeline = pipeline
+    def __init__(self, reader, core):
+        super().__init__(name=f"dnsprobe-{reader.source.name}", daemon=True)
+        self.reader = reader
         self.core = core
-        self.batch_size = batch_size
         self.stopping = threading.Event()
         self.rotations = 0  # asked for by the worker's main thread
         self.rotated = 0
         self.error = None
         self.done = False
-        self.flush_clock = FlushClock(pipeline.cfg.export.flush_seconds)
-
-    def _feed(self, timeout_us):
-        batch = self.source.read(self.batch_size, timeout_us)
-        if len(batch):
-            self.pipeline.feed(batch, self.source.name)
-        return len(batch)
 
     def run(self):
         try:
@@ -63,14 +305,10 @@ class _QueueThread(threading.Thread):
             while not self.stopping.is_set():
                 if self.rotated != self.rotations:
                     self.rotated = self.rotations
-                    self.pipeline.rotate()
-                self._feed(POLL_US)
-                if self.flush_clock.due(self.pipeline, time.monotonic()):
-                    self.pipeline.flush()
-                    self.flush_clock.flushed()
-            while self._feed(DRAIN_US):  # what the queue still holds
-                pass
-            self.pipeline.finish()
+                    self.reader.pipeline.rotate()
+                self.reader.step(POLL_US)
+            self.reader.drain()
+            self.reader.pipeline.finish()
         except DnsprobeError as exc:
             self.error = exc
         except Exception as exc:  # reported by the worker, which then stops
@@ -78,37 +316,36 @@ class _QueueThread(threading.Thread):
         self.done = True
 
 
-class DpdkWorker:
-    """The one worker process of a DPDK capture (probe.run.worker.worker_main runs it)."""
+class DpdkThreadsWorker:
+    """The one worker process of a DPDK capture without hugepages: one thread per queue."""
 
-    SOURCE = "dpdk"  # the counters that apply (probe.stats.applicable)
+    SOURCE = "dpdk"
 
     def __init__(self, spec, conn, stop):
         self.spec, self.conn, self.stop = spec, conn, stop
         cfg = spec.cfg
-        mask = int(cfg.capture.coremask, 16)  # checked by the supervisor (this process is pinned to one core now)
-        cores = [c for c in range(mask.bit_length()) if mask >> c & 1]
-        self.port = DpdkPort(cfg.dpdk, cfg.capture.coremask, len(cores))
-        self.last_port_stats = dict.fromkeys(DPDK_COUNTERS, 0)
+        cores = _cores(cfg)
+        self.port = DpdkPort(cfg.dpdk, eal_args(cfg.dpdk, cfg.capture.coremask), queues=len(cores), workers=len(cores),
+                             fanout_id=_fanout_id(cfg), batch_size=cfg.run.batch_size)
         try:
-            # Time rotation is the supervisor's (wall clock, all workers together), not the pipeline's.
-            live_cfg = dataclasses.replace(cfg, export=dataclasses.replace(cfg.export, rotate_seconds=0))
+            live_cfg = _live_cfg(cfg)
             self.threads = [
-                _QueueThread(DpdkQueueSource(self.port, q), Pipeline(live_cfg, spec.out_dir, q, live=True), core,
-                             cfg.run.batch_size)
-                for q, core in enumerate(cores)
+                _QueueThread(_Reader(DpdkSource(poller, f"{self.port.name}/q{q}", cfg.dpdk.batch_timeout_ms),
+                                     Pipeline(live_cfg, spec.out_dir, q, live=True), cfg.run.batch_size), core)
+                for q, (poller, core) in enumerate(zip(self.port.pollers(), cores, strict=True))
             ]
         except BaseException:
             self.port.close()
             raise
-        self.files = FileReport([t.pipeline for t in self.threads])
+        self.files = FileReport([t.reader.pipeline for t in self.threads])
         self.dns = None
         if spec.dns_metrics:
             from export.metrics import DnsMetrics
 
             self.dns = [DnsMetrics() for _ in self.threads]
             for t, metrics in zip(self.threads, self.dns):
-                t.pipeline.count_dns(metrics)
+                t.reader.pipeline.count_dns(metrics)
+        self.last_port_stats = dict.fromkeys(DPDK_COUNTERS, 0)
         conn.send(("ready", os.getpid()))
 
     def _commands(self):
@@ -127,15 +364,16 @@ class DpdkWorker:
     def _push(self, final=False):
         total = Stats()
         for t in self.threads:
-            total.add(t.pipeline.stats)
+            total.add(t.reader.pipeline.stats)
         port = self.port.stats() if self.port.started else self.last_port_stats
         self.last_port_stats = port
         for name, counter in DPDK_COUNTERS.items():
             setattr(total, counter, port[name])
-        queues = {t.source.name: {"frames": t.source.frames, "core": t.core} for t in self.threads}
-        interfaces = {self.port.name: {**port, "driver": self.port.info["driver"], "rss_hash_functions": self.port.rss,
-                                       "queues": queues}}
-        part = [p for p in (t.pipeline.summary()["part_file"] for t in self.threads) if p]
+        queues = {t.reader.source.name: {"frames": t.reader.source.frames, "core": t.core} for t in self.threads}
+        interfaces = {self.port.name: {**port, "driver": self.port.info["driver"], "mode": self.port.mode,
+                                       "rss_hash_functions": self.port.rss,
+                                       "frames_as_on_wire": self.port.frames_as_on_wire, "queues": queues}}
+        part = [p for p in (t.reader.pipeline.summary()["part_file"] for t in self.threads) if p]
         snapshot = {"counters": total.as_dict(), "interfaces": interfaces, "part_file": ", ".join(part) or None,
                     **self.files.snapshot()}
         if self.dns is not None:
@@ -180,7 +418,7 @@ class DpdkWorker:
 
 
 def dpdk_supervisor(cfg, show_status):
-    """The checks of `dnsprobe capture --dpdk`, then the supervisor with its one DPDK worker process."""
+    """The checks of `dnsprobe capture --dpdk`, then the supervisor with its DPDK worker process(es)."""
     load()  # not built: say so now
     cap = cfg.capture
     if cap.interfaces:
@@ -195,5 +433,10 @@ def dpdk_supervisor(cfg, show_status):
     out_dir = Path(cfg.export.directory)
     check_output_dir(out_dir)
     where = "workers" if IpFilter(cfg.filter) else None
-    label = f"DPDK port {cfg.dpdk.port} ({len(cores)} RX queue(s), one thread each on core(s) {cap.coremask})"
-    return Supervisor(cfg, out_dir, [label], cores[:1], DpdkWorker, show_status=show_status, ip_filter_where=where)
+    if len(cores) > 1 and not multi_process(cfg.dpdk):
+        label = (f"DPDK port {cfg.dpdk.port} ({len(cores)} RX queues, one thread each on cores {cap.coremask}, in "
+                 "one process: no hugepages for several)")
+        return Supervisor(cfg, out_dir, [label], cores[:1], DpdkThreadsWorker, show_status=show_status,
+                          ip_filter_where=where)
+    label = f"DPDK port {cfg.dpdk.port} ({len(cores)} process(es) on core(s) {cap.coremask})"
+    return Supervisor(cfg, out_dir, [label], cores, DpdkGroup, show_status=show_status, ip_filter_where=where)

@@ -15,6 +15,11 @@ Supervisor (the process that runs the command):
     untouched, what it had not yet put in a file is counted as lost_in_dead_worker (from its last snapshot),
     and the file it was writing is finished by a recovery process (probe.run.recovery): every transaction it
     had put there is kept. Files that an earlier run left unfinished are recovered at start.
+
+A led group (a worker class with LEADER, DPDK's multi-process shape): worker 0 leads. It starts first, the
+others once it is ready; a stop asks it first, then the others once it says it is "drained", then tells it to
+"close" once they are gone; when it dies the others are stopped and the group starts again (a new `group` name
+in the workers' spec), and the class's group_ended(cfg, group) is called once every process of a group is gone.
 """
 
 import collections
@@ -68,6 +73,9 @@ class _Slot:
         self.files = collections.deque(maxlen=KEEP_FILE_NAMES)  # names of the files its processes completed
         self.retired_interfaces = {}  # interface → kernel counters of the slot's earlier processes
         self.retired_dns = None  # DNS metrics (export.metrics.DnsMetrics.as_dict()) of its earlier processes
+        self.drained = False  # a leader that was told to stop has read its source and finished its pipeline
+        self.parked = False  # a follower stopped because its leader died: it starts again after it
+        self.group = ""  # the group its current process belongs to (led groups)
 
     def counters(self):
         total = Stats()
@@ -136,20 +144,29 @@ class Supervisor:
         self.slots = [_Slot(i, core) for i, core in enumerate(cores)]
         self.started = time.time()
         self.stop_requested = None  # name of the signal
+        self.stopped = False  # every worker has been stopped (the end of the run)
         self.hup = False
         self.lock = threading.Lock()
         self.errors = []
         self.stats_path = None  # taken at the first write (export.base.stats_json_path)
         self.recoveries = Recoveries(self.ctx, cfg.export)
         self.dns_metrics = bool(cfg.capture.prometheus_port)
+        self.leads = bool(getattr(worker_class, "LEADER", False))
+        self.generation = 0  # starts of a led group's leader
+        self.ended = set()  # groups whose end was reported (group_ended)
 
     # -- workers --
 
+    def group(self):
+        """The name the processes of the current start of a led group share ("" for other workers)."""
+        return f"dnsprobe{os.getpid()}g{self.generation}" if self.leads else ""
+
     def _start(self, slot):
         parent, child = self.ctx.Pipe()
+        slot.group = self.group()
         spec = WorkerSpec(slot.worker_id, slot.core, self.cfg, self.out_dir, self.interfaces, self.fanout_ids,
                           kernel_ip_filter=self.ip_filter_where == "kernel", dnstap_listeners=self.dnstap_listeners,
-                          dns_metrics=self.dns_metrics)
+                          dns_metrics=self.dns_metrics, group=slot.group)
         inherited = [s.conn for s in self.slots if s.conn is not None and s is not slot]
         proc = self.ctx.Process(target=worker_main, args=(spec, child, inherited, self.worker_class),
                                 name=f"dnsprobe-w{slot.worker_id}")
@@ -157,17 +174,36 @@ class Supervisor:
         child.close()
         slot.proc, slot.conn, slot.pid = proc, parent, proc.pid
         slot.started = time.monotonic()
-        slot.ready = slot.finished = False
+        slot.ready = slot.finished = slot.drained = slot.parked = False
         slot.snapshot = None
         slot.restart_at = None
 
+    def _may_start(self, slot):
+        """In a led group the leader starts when none of the others runs, and the others when it is ready."""
+        if not self.leads:
+            return True
+        leader = self.slots[0]
+        if slot is leader:
+            return all(s.proc is None for s in self.slots[1:])
+        return leader.proc is not None and leader.ready and leader.group == self.group()
+
+    def _groups_ended(self):
+        """Report the led groups none of whose processes runs any more (but the current one while it may)."""
+        if not self.leads:
+            return
+        running = {s.group for s in self.slots if s.proc is not None}
+        for generation in range(self.generation + 1):
+            group = f"dnsprobe{os.getpid()}g{generation}"
+            if group in running or group in self.ended or (generation == self.generation and not self.stopped):
+                continue
+            self.ended.add(group)
+            try:
+                self.worker_class.group_ended(self.cfg, group)
+            except OSError as exc:
+                log(f"cannot remove what the workers of {group} left: {exc}")
+
     def _broadcast(self, cmd):
-        for slot in self.slots:
-            if slot.conn is not None and slot.proc is not None and slot.proc.is_alive():
-                try:
-                    slot.conn.send(cmd)
-                except OSError:
-                    pass  # its death is noticed and handled by _reap
+        self._tell(self.slots, cmd)
 
     def _receive(self, slot):
         try:
@@ -183,6 +219,8 @@ class Supervisor:
                         slot.finished = True
                 elif kind == "error":
                     slot.error = (rest[0], rest[1])
+                elif kind == "drained":
+                    slot.drained = True
         except (EOFError, OSError):
             slot.conn.close()
             slot.conn = None
@@ -201,6 +239,13 @@ class Supervisor:
             slot.conn.close()
             slot.conn = None
         if stopping and slot.finished:
+            return True
+        if slot.parked and slot.finished:  # stopped with its leader: starts again after it
+            with self.lock:
+                slot.retire()
+            slot.restarts += 1
+            slot.restart_at = time.monotonic()
+            log(f"worker {slot.worker_id} (pid {slot.pid}) stopped with worker 0; it starts again after it")
             return True
         how = f"killed by signal {-code}" if code < 0 else f"exit status {code}"
         last = slot.snapshot or {}
@@ -224,6 +269,16 @@ class Supervisor:
         delay = 0.0 if slot.quick_deaths <= 1 else min(30.0, 0.5 * 2 ** (slot.quick_deaths - 1))
         slot.restarts += 1
         slot.restart_at = time.monotonic() + delay
+        if self.leads and slot is self.slots[0]:
+            # The others depend on it (DPDK: its memory and port): they stop, and the group starts again.
+            self.generation += 1
+            for other in self.slots[1:]:
+                if other.proc is not None:
+                    other.parked = True
+                    try:
+                        other.conn.send("stop")
+                    except (OSError, AttributeError):
+                        pass
         msg = f"worker {slot.worker_id} (pid {slot.pid}, core {slot.core}) died ({how}); restarting"
         if delay:
             msg += f" in {delay:.1f} s"
@@ -343,13 +398,30 @@ class Supervisor:
                 self._receive(slot)
         self.recoveries.poll()
 
+    def _tell(self, slots, cmd):
+        for slot in slots:
+            if slot.conn is not None and slot.proc is not None and slot.proc.is_alive():
+                try:
+                    slot.conn.send(cmd)
+                except OSError:
+                    pass  # its death is noticed and handled by _reap
+
     def _stop_all(self, deadline_s=STOP_TIMEOUT_S):
-        self._broadcast("stop")
+        """Stop every worker (a led group: the leader first, see the module's docstring), and wait for them."""
+        leader, others = (self.slots[0], self.slots[1:]) if self.leads else (None, self.slots)
+        phase = "leader" if leader is not None else "others"
+        self._tell([leader] if leader is not None else others, "stop")
         deadline = time.monotonic() + deadline_s
         while any(s.proc is not None for s in self.slots):
             self._wait(0.25)
             for slot in self.slots:
                 self._reap(slot, stopping=True)
+            if phase == "leader" and (leader.drained or leader.proc is None):
+                phase = "others"
+                self._tell(others, "stop")
+            if phase == "others" and leader is not None and all(s.proc is None for s in others):
+                phase = "close"
+                self._tell([leader], "close")
             if time.monotonic() > deadline:
                 for slot in self.slots:
                     if slot.proc is not None:
@@ -357,16 +429,20 @@ class Supervisor:
                         log(self.errors[-1])
                         slot.proc.kill()
                 deadline = float("inf")
+        self.stopped = True
+        self._groups_ended()
 
     def _startup(self):
-        for slot in self.slots:
-            self._start(slot)
-        deadline = time.monotonic() + STARTUP_TIMEOUT_S
-        while not all(s.ready for s in self.slots):
-            self._wait(0.1)
-            failed = [s for s in self.slots if s.error or (s.proc is not None and s.proc.exitcode is not None)]
-            if failed or time.monotonic() > deadline:
-                self._abort_startup(failed[0] if failed else None)
+        # A led group: the leader first, the others once it is ready.
+        for batch in ([self.slots[:1], self.slots[1:]] if self.leads else [self.slots]):
+            for slot in batch:
+                self._start(slot)
+            deadline = time.monotonic() + STARTUP_TIMEOUT_S
+            while not all(s.ready for s in batch):
+                self._wait(0.1)
+                failed = [s for s in self.slots if s.error or (s.proc is not None and s.proc.exitcode is not None)]
+                if failed or time.monotonic() > deadline:
+                    self._abort_startup(failed[0] if failed else None)
 
     def _abort_startup(self, slot):
         """A worker could not start (or none in time): stop the others and raise its error."""
@@ -384,6 +460,8 @@ class Supervisor:
                     s.proc.kill()
                     s.proc.join()
                 s.proc = None
+        self.stopped = True
+        self._groups_ended()
         if error:
             raise ConfigError(error[1]) if error[0] == 2 else DnsprobeError(error[1])
         if slot is not None:
@@ -424,7 +502,10 @@ class Supervisor:
             self._wait(0.25)
             for slot in self.slots:
                 self._reap(slot, stopping=False)
-                if slot.proc is None and slot.restart_at is not None and time.monotonic() >= slot.restart_at:
+            self._groups_ended()
+            for slot in self.slots:
+                if (slot.proc is None and slot.restart_at is not None and time.monotonic() >= slot.restart_at
+                        and self._may_start(slot)):
                     self._start(slot)
             if self.hup:
                 self.hup = False
@@ -442,6 +523,8 @@ class Supervisor:
                 next_status = now + 1.0
         log(f"{self.stop_requested}: stopping; the workers flush their pending transactions and close their files")
         self._stop_all()
+        self.stopped = True
+        self._groups_ended()
         self.recoveries.wait()
         self.write_stats(running=False)
         total = self.totals()

@@ -24,6 +24,7 @@ class WorkerSpec:
     kernel_ip_filter: bool = False  # the filter.* IP lists are in the kernel filter, not applied by the worker
     dnstap_listeners: tuple = ()  # the dnstap listening sockets (probe.capture.dnstap_listen), shared by all workers
     dns_metrics: bool = False  # count what is written by RCODE, QTYPE, transport and delay (export.metrics)
+    group: str = ""  # the name the workers of one start of a led group share (DPDK: the EAL's file prefix)
 
 
 def set_parent_death_signal():

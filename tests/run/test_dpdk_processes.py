@@ -1,0 +1,94 @@
+"""DPDK capture in several processes (DPDK multi-process, on the veth testbed's net_af_packet device and hugepages
+of the test's own): a dead secondary is restarted alone and attaches to the running primary; a dead primary takes
+the secondary with it and the group starts again with a fresh EAL, whose predecessor's runtime and hugepage files
+are removed. Every transaction completed before each death is in a file. (Equality with `dnsprobe read` for one
+and two processes: test_flow_split.py.)"""
+
+import os
+import signal
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from support import build_traffic, keys, rows_of, run_dnsprobe
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0 or len(os.sched_getaffinity(0)) < 2,
+                                reason="needs root and 2 cores")
+
+
+@pytest.fixture(scope="module")
+def parts(tmp_path_factory):
+    d = tmp_path_factory.mktemp("dpdk-parts")
+    out = {}
+    for name, first in (("A", 0), ("B", 1000), ("C", 2000)):
+        pcap = d / f"{name}.pcap"
+        build_traffic(pcap, first, 60)
+        ref = d / f"ref-{name}"
+        ref.mkdir()
+        run_dnsprobe("read", pcap, "-o", ref, "-q", "--no-progress")
+        out[name] = (pcap, keys(rows_of(ref)))
+    return out
+
+
+def test_dead_processes_are_restarted(testbed, hugepages, parts, out_dir):
+    from test_dpdk import LIBDPDK, DpdkProbe
+
+    if not LIBDPDK:
+        pytest.skip("libdpdk is not installed, so the DPDK extension is not built")
+    probe = DpdkProbe(out_dir, f"--huge-dir={hugepages.dir} --no-pci --vdev=net_af_packet0,iface={testbed.iface}",
+                      "0x3")
+    probe.wait_ready()
+    expected = Counter()
+    try:
+        for part, victim in (("A", "1"), ("B", "0"), ("C", None)):
+            pcap, want = parts[part]
+            testbed.send(pcap, pps=5000)
+            expected += want
+            done = probe.wait_counter("matched", expected.total())
+            if victim is None:
+                break
+            probe.signal(signal.SIGHUP)  # every transaction so far into a closed file
+            doc = probe.wait_counter("records", expected.total())
+            pids = {w: doc["workers"][w]["pid"] for w in ("0", "1")}
+            os.kill(pids[victim], signal.SIGKILL)
+            # A secondary comes back alone; a primary with a new secondary too.
+            again = ("0", "1") if victim == "0" else ("1",)
+            doc = probe.wait_for(lambda d, again=again, pids=pids: all(
+                d["workers"][w]["pid"] != pids[w] and d["workers"][w]["alive"] and d["workers"][w]["interfaces"]
+                for w in again) and all(d["workers"][w]["pid"] == pids[w] for w in ("0", "1") if w not in again),
+                f"worker(s) {', '.join(again)} restarted")
+    finally:
+        rc = probe.stop()
+    assert rc == 0, probe.stderr
+    assert keys(rows_of(out_dir)) == expected and done["counters"]["matched"] == expected.total()
+    doc = probe.stats()
+    assert [doc["workers"][w]["restarts"] for w in ("0", "1")] == [1, 2]  # killed, then stopped with worker 0
+    assert doc["counters"]["lost_in_dead_worker"] == 0
+    assert "stopped with worker 0; it starts again after it" in probe.stderr
+    assert hugepages.files() == []  # the killed primary's too
+    assert not list(Path("/var/run/dpdk").glob(f"dnsprobe{probe.proc.pid}g*"))
+
+
+def test_device_with_rss_gives_each_process_its_queue(hugepages, out_dir):
+    # net_null hashes (RSS on IP among its offloads) and has queues to spare: no distribution, each process reads
+    # the RX queue of its number. It makes frames of zeros as fast as they are read (not IP: counted as non_ip),
+    # and never runs dry: the stop reads it for a bounded time.
+    from test_dpdk import LIBDPDK, DpdkProbe
+
+    if not LIBDPDK:
+        pytest.skip("libdpdk is not installed, so the DPDK extension is not built")
+    probe = DpdkProbe(out_dir, f"--huge-dir={hugepages.dir} --no-pci --vdev=net_null0,size=64", "0x3")
+    probe.wait_ready()
+    try:
+        probe.wait_for(lambda d: all(w["counters"]["packets"] for w in d["workers"].values()), "both processes read")
+    finally:
+        rc = probe.stop()
+    assert rc == 0, probe.stderr
+    doc = probe.stats()
+    queues = {w: doc["workers"][w]["interfaces"]["net_null0"] for w in ("0", "1")}
+    assert [q["mode"] for q in queues.values()] == ["rss", "rss"] and queues["0"]["rss_hash_functions"]
+    read = {w: q["queues"][f"net_null0/q{w}"]["frames"] for w, q in queues.items()}
+    c = doc["counters"]
+    assert c["packets"] == c["non_ip"] == sum(read.values()) and all(read.values())
+    assert c["dpdk_ipackets"] >= c["packets"] and c["dpdk_ring_full"] == 0
+    assert hugepages.files() == []
