@@ -6,9 +6,9 @@ from harness import check, run
 from stages import transactions
 
 from export.parquet import columns
-from export.parquet.records import _CLIENT, _CLIENT_RAW, _FIELDS
+from export.parquet.records import _CLIENT, _FIELDS
 
-SPECS = list(_FIELDS.values()) + list(_CLIENT.values()) + list(_CLIENT_RAW.values())
+SPECS = list(_FIELDS.values()) + list(_CLIENT.values())
 
 
 def outcome(extract, rows):
