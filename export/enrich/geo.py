@@ -17,21 +17,12 @@ import sys
 
 import maxminddb
 
+from export.enrich import lookup_address
 from export.lookup import LookupCache
 from probe.errors import ConfigError
 
 COUNTRY_KEY = "enrich.geoip_country"
 ASN_KEY = "enrich.geoip_asn"
-
-
-def lookup_address(text):
-    """The address to look up for a client address or a client subnet 'address/prefix' (None: nothing)."""
-    text = text.partition("/")[0]
-    if not text:
-        return None
-    if text.startswith("::ffff:") and "." in text:
-        return text[7:]
-    return text
 
 
 def _country(record):

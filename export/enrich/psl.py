@@ -9,10 +9,10 @@ different question, asked on purpose. A name with no rule (an unknown TLD) takes
 name the list cannot take (an empty label); public_suffix is "" for the root. domainname keeps DNS Probe's
 meaning (the last two labels).
 
-The names of a batch go through the C extension export.enrich._psl in one pass, without a cache (QNAMEs repeat far
-less than addresses, and a name costs a few probes of its rule table): it takes the rules as read_rules reads them. The publicsuffixlist package is the
-reference and the Python twin (used when the extension was not built, through a per-name cache);
-tests/export/test_psl.py compares the two.
+The names of a batch go through the C extension export.enrich._psl in one pass, without a cache (QNAMEs repeat
+far less than addresses, and a name costs a few probes of its rule table); it takes the rules as read_rules reads
+them. The publicsuffixlist package is the reference and the Python twin (used when the extension was not built,
+through a per-name cache); tests/export/test_psl.py compares the two.
 """
 
 from publicsuffixlist import PSLFILE, PublicSuffixList, encode_idn

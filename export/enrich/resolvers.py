@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pyarrow.compute as pc
 
-from export.enrich.geo import lookup_address
+from export.enrich import lookup_address
 from export.lookup import LookupCache
 from probe.errors import ConfigError
 from probe.native import load, say_not_built
