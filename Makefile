@@ -73,7 +73,7 @@ test-asan: asan
 # The tests that drive the C extensions directly: what CI runs under the sanitizers (make test-asan: all of them).
 ASAN_CI_TESTS := tests/decode/test_fastwire.py tests/match/test_match_c.py tests/export/test_columns.py \
 	tests/export/test_cdns_block.py tests/capture/test_pcap_records.py tests/run/test_native_build.py \
-	tests/export/test_lookup.py tests/export/test_psl.py tests/export/test_enrich.py
+	tests/export/test_lookup.py tests/export/test_psl.py tests/export/test_enrich.py tests/export/test_answers.py
 
 test-asan-ci:
 	$(MAKE) test-asan ASAN_TESTS="$(ASAN_CI_TESTS)"

@@ -75,6 +75,7 @@ def main():
         decoded = [m for b in read_capture(path, 4096) for m in decoder.decode(b, str(path))]
         for raw in rng.sample([m[M.RAW] for m in decoded], min(12, len(decoded))):
             save("fuzz_dnswire", raw)
+            save("fuzz_answers", join_frames([raw]))
         # QNAMEs and client addresses as the qname and src columns write them (ECS options too), a line each.
         names = sorted({m[M.QNAME] for m in decoded if m[M.QNAME]})
         clients = sorted({c for m in decoded for c in (column_address(m[M.SRC]), column_address(m[M.DST]))})

@@ -22,7 +22,7 @@ typedef struct {
     int held[3];
 } TextIn;
 
-static void textin_close(TextIn *in)
+static inline void textin_close(TextIn *in)
 {
     for (int k = 0; k < 3; k++) {
         if (in->held[k])
@@ -32,7 +32,7 @@ static void textin_close(TextIn *in)
 }
 
 /* Open the buffers of a string column; -1 with an exception set (and nothing held) when they do not fit. */
-static int textin_open(TextIn *in, Py_ssize_t n, Py_ssize_t offset, PyObject *buffers)
+static inline int textin_open(TextIn *in, Py_ssize_t n, Py_ssize_t offset, PyObject *buffers)
 {
     memset(in, 0, sizeof *in);
     if (n < 0 || offset < 0) {
@@ -93,7 +93,7 @@ typedef struct {
     size_t len, cap;
 } TextOut;
 
-static int textout_init(TextOut *out, Py_ssize_t n)
+static inline int textout_init(TextOut *out, Py_ssize_t n)
 {
     memset(out, 0, sizeof *out);
     out->n = n;
@@ -105,7 +105,7 @@ static int textout_init(TextOut *out, Py_ssize_t n)
     return 0;
 }
 
-static void textout_free(TextOut *out)
+static inline void textout_free(TextOut *out)
 {
     Py_CLEAR(out->offsets);
     Py_CLEAR(out->validity);
@@ -115,7 +115,7 @@ static void textout_free(TextOut *out)
 
 /* p reallocated for `need` units of `unit` bytes, its capacity (*cap, in units) doubled from `first`; NULL (a
  * MemoryError set, p still valid and *cap unchanged) when there is no memory. */
-static void *text_grow(void *p, size_t *cap, size_t need, size_t unit, size_t first)
+static inline void *text_grow(void *p, size_t *cap, size_t need, size_t unit, size_t first)
 {
     size_t n = *cap ? *cap : first;
     while (n < need)
@@ -174,7 +174,7 @@ static inline int textout_null(TextOut *out, Py_ssize_t i)
 }
 
 /* (null_count, validity or None, offsets, data); the column is given away (textout_free after either way). */
-static PyObject *textout_finish(TextOut *out)
+static inline PyObject *textout_finish(TextOut *out)
 {
     PyObject *data = PyBytes_FromStringAndSize(out->data ? out->data : "", (Py_ssize_t)out->len);
     if (data == NULL)

@@ -26,6 +26,7 @@ EXTENSIONS = {
     "export._lookup": "the cached lookups of enrichment and client privacy (Arrow's dictionary encoding and a dict)",
     "export.enrich._psl": "the Public Suffix List (the publicsuffixlist package, name by name)",
     "export.enrich._resolvers": "the public resolvers' prefix lists (ipaddress and bisect)",
+    "export.parquet._answers": "the answers column (export.answers)",
     "probe._records": "the columnar pipeline (message records; the pipeline runs on message tuples instead)",
     "probe.decode._decoderec": "decoding frames into message records (the pipeline runs on message tuples instead)",
     "probe.match._matchrec": "matching message records (the pipeline runs on message tuples instead)",
