@@ -14,6 +14,7 @@ Results: benchmarks/results/enrichment.json and enrichment.md.
 """
 
 import argparse
+import datetime
 import json
 import os
 import shutil
@@ -104,8 +105,8 @@ def markdown(res):
     lines = [
         "# Analytics output: enrichment, answers, layout, sorting (`dnsprobe read`, standard mix)",
         "",
-        f"{res['packets']:,} packets, {res['rounds']} interleaved rounds, median CPU time on one core "
-        f"(machine: {res['machine']['cpu_model']}, load at start {res['machine']['load_average_at_start']}); "
+        f"{res['started']}: {res['packets']:,} packets, {res['rounds']} interleaved rounds, median CPU time on one "
+        f"core (machine: {res['machine']['cpu_model']}, load at start {res['machine']['load_average_at_start']}); "
         f"commit {res['code'].get('git_commit') or '?'}"
         f"{' with uncommitted changes' if res['code'].get('uncommitted_changes_in_probe_or_export') else ''}.",
         "",
@@ -136,6 +137,7 @@ def main(argv=None):
     rounds = 1 if args.quick else args.rounds
     core = args.core if args.core is not None else max(os.sched_getaffinity(0))
     pcap = traffic.generate("standard", packets, 1)
+    started = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     with tempfile.TemporaryDirectory(prefix="dnsprobe-enrich-bench-") as tmp:
         dbs = write_databases(Path(tmp))
         runs = variants(dbs)
@@ -153,6 +155,7 @@ def main(argv=None):
                 print(f"round {i + 1}/{rounds} {name}: {m['cpu_seconds']:.2f} s CPU", flush=True)
     base = statistics.median(s["cpu_seconds"] for s in samples["plain"])
     res = {
+        "started": started,
         "packets": packets,
         "rounds": rounds,
         "machine": offline.machine(),
