@@ -20,6 +20,11 @@ CORE = (
     ("probe.match._match", "probe/match/_match.c", ("fastint.h",)),
     ("export.parquet._columns", "export/parquet/_columns.c", ("fastint.h", "coltext.h")),
     ("export.cdns._cdnsblock", "export/cdns/_cdnsblock.c", ("fastint.h", "records.h")),
+    # Lookups over a record table's string columns: enrichment and client privacy.
+    ("export._lookup", "export/_lookup.c", ("textcol.h",)),
+    ("export.enrich._psl", "export/enrich/_psl.c", ("textcol.h",)),
+    ("export.enrich._resolvers", "export/enrich/_resolvers.c", ("coltext.h",)),
+    ("export.parquet._answers", "export/parquet/_answers.c", ("coltext.h", "textcol.h")),
     # The columnar pipeline: message records (probe._records) decoded, matched and written to Parquet in C.
     ("probe._records", "probe/_records.c", ("records.h",)),
     ("probe.decode._decoderec", "probe/decode/_decoderec.c", ("records.h", "wire.h")),

@@ -40,6 +40,13 @@ def save(harness, data):
     (d / hashlib.sha1(data).hexdigest()[:16]).write_bytes(data)
 
 
+def column_address(packed):
+    """An address as the src column writes it."""
+    import socket
+
+    return socket.inet_ntop(socket.AF_INET6 if len(packed) == 16 else socket.AF_INET, packed)
+
+
 def raw_bytes(path):
     data = path.read_bytes()
     return lzma.decompress(data) if path.suffix == ".xz" else data
@@ -48,6 +55,7 @@ def raw_bytes(path):
 def main():
     shutil.rmtree(OUT, ignore_errors=True)
     rng = random.Random(18)
+    rng21 = random.Random(21)  # (the later harnesses' own: the seeds of the others stay as they were)
     ethernet = bytes([sorted(LINK_NAMES).index(1)])
     for path in CAPTURES:
         if not path.exists():
@@ -64,9 +72,20 @@ def main():
                 save("fuzz_match", bytes([rng.randrange(256) for _ in range(3)]) + run)
                 save("fuzz_frames", ethernet + join_frames(eth[i : i + 3]))
         decoder = PacketDecoder(DecodeConfig(parser="wire"), (53,), Stats())
-        msgs = [m[M.RAW] for b in read_capture(path, 4096) for m in decoder.decode(b, str(path))]
-        for raw in rng.sample(msgs, min(12, len(msgs))):
+        decoded = [m for b in read_capture(path, 4096) for m in decoder.decode(b, str(path))]
+        for raw in rng.sample([m[M.RAW] for m in decoded], min(12, len(decoded))):
             save("fuzz_dnswire", raw)
+            save("fuzz_answers", join_frames([raw]))
+        # QNAMEs and client addresses as the qname and src columns write them (ECS options too), a line each.
+        names = sorted({m[M.QNAME] for m in decoded if m[M.QNAME]})
+        clients = sorted({c for m in decoded for c in (column_address(m[M.SRC]), column_address(m[M.DST]))})
+        for _ in range(3):
+            if names:
+                save("fuzz_psl", bytes([rng21.randrange(256)]) + "\n".join(rng21.sample(names, min(8, len(names))))
+                     .encode("utf-8", "surrogateescape"))
+            if clients:
+                sample = rng21.sample(clients, min(6, len(clients)))
+                save("fuzz_lookup", bytes([rng21.randrange(256)]) + "\n".join(sample + [sample[0] + "/24"]).encode())
     # C-DNS files: the sample's first frames written by our own writer, and compactor's gold file.
     with tempfile.TemporaryDirectory() as tmp:
         eth = [f for b in read_capture(CAPTURES[0], 4096) for f in b.data][:40]
@@ -84,6 +103,10 @@ def main():
         save("fuzz_cdns_reader", lzma.decompress(gold.read_bytes())[:30000])  # preamble and first block(s)
     for _ in range(8):
         save("fuzz_tcpstream", bytes(rng.randrange(256) for _ in range(6 * rng.randint(2, 20))))
+    # The Public Suffix List's hard cases: wildcards, exceptions, IDNs in both forms, case, empty labels.
+    save("fuzz_psl", "\x00\nwww.City.Kawasaki.JP\na.b.kawasaki.jp\nxn--p1ai\nпример.РФ\nİ.com.tr\na..b\n.\n\x00"
+         .encode())
+    save("fuzz_lookup", b"\x10\n::ffff:8.8.4.4\n2001:4860:4860::8888\n8.8.8.8/24\n\n\x00\n08.8.8.8\n1.1.1.1")
     new_harnesses(rng)
 
 

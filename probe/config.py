@@ -355,7 +355,8 @@ class EnrichConfig:
     public_suffix_private: bool = opt(
         False, "also use the list's PRIVATE section (blogspot.com, github.io, ...); false: ICANN section only"
     )
-    cache_size: int = opt(200000, "entries of each lookup cache of a worker (cleared when full)", min=1)
+    cache_size: int = opt(200000, "entries of each lookup cache of a worker (cleared when full)", min=1,
+                          max=100_000_000)
 
 
 @dataclass(frozen=True)

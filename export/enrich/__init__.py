@@ -16,6 +16,17 @@ The steps read only the record table, so they work on whatever builds it. They r
 import pyarrow as pa
 
 
+def lookup_address(text):
+    """The address to look up for a client address or a client subnet 'address/prefix' (None: nothing); an
+    IPv4-mapped IPv6 address is looked up as the IPv4 address it carries."""
+    text = text.partition("/")[0]
+    if not text:
+        return None
+    if text.startswith("::ffff:") and "." in text:
+        return text[7:]
+    return text
+
+
 class ServerLocation:
     """server_location ← the probe's server name."""
 

@@ -17,21 +17,12 @@ import sys
 
 import maxminddb
 
-from export.lookup import LookupCache, spread
+from export.enrich import lookup_address
+from export.lookup import LookupCache
 from probe.errors import ConfigError
 
 COUNTRY_KEY = "enrich.geoip_country"
 ASN_KEY = "enrich.geoip_asn"
-
-
-def lookup_address(text):
-    """The address to look up for a client address or a client subnet 'address/prefix' (None: nothing)."""
-    text = text.partition("/")[0]
-    if not text:
-        return None
-    if text.startswith("::ffff:") and "." in text:
-        return text[7:]
-    return text
 
 
 def _country(record):
@@ -108,31 +99,25 @@ class GeoLookup:
     def __init__(self, country_path=None, asn_path=None, cache_size=200_000):
         self.country = Database(country_path, COUNTRY_KEY, "Country") if country_path else None
         self.asn = Database(asn_path, ASN_KEY, "ASN") if asn_path else None
-        self.caches = {}
-        if self.country:
-            self.caches["country"] = LookupCache(self._lookup(self.country, _country), cache_size)
-        if self.asn:
-            self.caches["asn"] = LookupCache(self._lookup(self.asn, _asn), cache_size)
+        # One cache for the configured databases, each text looked up once for both; it serves the client and
+        # the client subnet columns alike (a subnet's address is an address like a client's).
+        self.fields = [(name, db, field) for name, db, field in (("country", self.country, _country),
+                                                                 ("asn", self.asn, _asn)) if db is not None]
+        self.cache = LookupCache(self.lookup, cache_size, width=len(self.fields))
 
-    @staticmethod
-    def _lookup(db, field):
-        def lookup(text):
-            address = lookup_address(text)
-            return field(db.get(address)) if address else ""
-
-        return lookup
+    def lookup(self, text):
+        """The configured databases' results (country and/or asn) for a client address or subnet."""
+        address = lookup_address(text)
+        results = tuple(field(db.get(address)) if address else "" for _, db, field in self.fields)
+        return results if len(results) > 1 else results[0]
 
     def __call__(self, table):
         names = table.schema.names
-        for what, cache in self.caches.items():
-            # The same cache serves both columns: a client subnet's address is an address like a client's.
-            for source, target in (("src", what), ("edns_client_subnet", f"edns_client_subnet_{what}")):
-                column = spread(*cache.results(table.column(source)), null="")
-                table = table.set_column(names.index(target), target, column)
+        for source, prefix in (("src", ""), ("edns_client_subnet", "edns_client_subnet_")):
+            for (name, _, _), column in zip(self.fields, self.cache.columns(table.column(source), null="")):
+                table = table.set_column(names.index(prefix + name), prefix + name, column)
         return table
 
     def reload(self):
-        for name, db in (("country", self.country), ("asn", self.asn)):
-            if db is not None and db.reload():
-                self.caches[name].clear()
-
+        if any([db.reload() for _, db, _ in self.fields]):  # (every one reloaded: no short cut)
+            self.cache.clear()

@@ -15,9 +15,12 @@ from pathlib import Path
 
 import pyarrow.compute as pc
 
-from export.enrich.geo import lookup_address
-from export.lookup import LookupCache, spread
+from export.enrich import lookup_address
+from export.lookup import LookupCache
 from probe.errors import ConfigError
+from probe.native import load, say_not_built
+
+_resolvers = load("export.enrich._resolvers")
 
 BUNDLED = Path(__file__).resolve().parent / "resolvers"
 KEY = "enrich.resolver_lists"
@@ -74,6 +77,16 @@ class PrefixTable:
         i = bisect.bisect_right(starts, value) - 1
         return names[i] if i >= 0 and value <= ends[i] else ""
 
+    def function(self):
+        """name, or the same table in C (export/enrich/_resolvers.c, its twin being name) where it is built: what
+        the client cache runs for a client it has not seen."""
+        if _resolvers is None:
+            say_not_built("export.enrich._resolvers")
+            return self.name
+        families = [[(s.to_bytes(size, "big"), e.to_bytes(size, "big"), name) for s, e, name in zip(*self.tables[v])]
+                    for v, size in ((4, 4), (6, 16))]
+        return _resolvers.PrefixTable(*families, self.name)
+
 
 def load_lists(directory):
     """The lists of a directory (None: the bundled ones), in name order; ConfigError naming the key."""
@@ -96,10 +109,10 @@ class PublicResolvers:
         self.directory = directory
         self.stamp = self._stamp()
         self.table = PrefixTable(load_lists(directory))
-        self.cache = LookupCache(self.table.name, cache_size)
+        self.cache = LookupCache(self.table.function(), cache_size)
 
     def __call__(self, table):
-        names = spread(*self.cache.results(table.column("src")), null="")
+        (names,) = self.cache.columns(table.column("src"), null="")
         schema = table.schema
         for column, value in (("public_resolver", names), ("is_google", pc.equal(names, "Google")),
                               ("is_opendns", pc.equal(names, "OpenDNS"))):
@@ -124,6 +137,6 @@ class PublicResolvers:
             print(f"dnsprobe: {exc}; keeping the lists loaded before", file=sys.stderr)
             return
         self.table, self.stamp = table, stamp
-        self.cache = LookupCache(table.name, self.cache.size)
+        self.cache = LookupCache(table.function(), self.cache.size)
 
 

@@ -9,6 +9,8 @@ a message that cannot be walked to its end has the records read before the damag
 name reader (probe.decode.dnswire); tests/export/test_answers.py compares every text with dnspython's.
 
 The decoder keeps each response's bytes only when this column is on (export.reads_raw), so it costs nothing off.
+The column is made by the C walker export/parquet/_answers.c, given the tables below; message_records and
+answers_column_python are its twin, compared with it by tests/export/test_answers.py.
 """
 
 import base64
@@ -20,6 +22,7 @@ import pyarrow as pa
 
 from export.parquet.schema import ANSWER, ANSWERS
 from probe.decode.dnswire import Malformed, read_name, skip_name
+from probe.native import load, say_not_built
 
 SECTIONS = ("answer", "authority", "additional")
 TYPE_OPT = 41
@@ -65,6 +68,10 @@ _NAME_ESC = [
 _TEXT_PLAIN = bytes(b for b in range(0x20, 0x7F) if b not in b'"\\')
 _TEXT_ESC = [chr(b) if b in _TEXT_PLAIN else (f"\\{chr(b)}" if b in b'"\\' else f"\\{b:03d}") for b in range(256)]
 _B32HEX = bytes.maketrans(b"ABCDEFGHIJKLMNOPQRSTUVWXYZ234567", b"0123456789abcdefghijklmnopqrstuv")
+
+
+_answers = load("export.parquet._answers")
+_WALKER = _answers.Walker(RDATA_LAYOUTS, TYPE_NAMES, SECTIONS) if _answers is not None else None
 
 
 def type_name(rtype):
@@ -151,7 +158,7 @@ def _field(item, buf, pos, end):
         while pos < end:
             text, pos = _field("S", buf, pos, end)
             parts.append(text)
-        return " ".join(parts), end
+        return " ".join(parts), pos  # (past the end when the last string runs over it: then not this layout)
     if item == "X":
         return rest.hex(), end
     if item == "B64":
@@ -217,7 +224,29 @@ def message_records(buf, out):
 
 
 def answers_column(raw):
-    """The answers column from a binary column of response messages (null: no response → null)."""
+    """The answers column from a binary column of response messages (null: no response → null): by the C walker
+    (export/parquet/_answers.c) where it is built, else answers_column_python, its twin."""
+    if _WALKER is None:
+        say_not_built("export.parquet._answers")
+        return answers_column_python(raw)
+    if isinstance(raw, pa.ChunkedArray):
+        raw = raw.combine_chunks()
+    n = len(raw)
+    nulls, validity, offsets, *fields, records = _WALKER.column(n, raw.offset, raw.buffers())
+    arrays = []
+    for field in ANSWER:
+        if field.type == pa.string():
+            buffers = [None, pa.py_buffer(fields.pop(0)), pa.py_buffer(fields.pop(0))]
+        else:
+            buffers = [None, pa.py_buffer(fields.pop(0))]
+        arrays.append(pa.Array.from_buffers(field.type, records, buffers))
+    values = pa.StructArray.from_arrays(arrays, fields=list(ANSWER))
+    return pa.Array.from_buffers(ANSWERS, n, [None if validity is None else pa.py_buffer(validity),
+                                              pa.py_buffer(offsets)], nulls, children=[values])
+
+
+def answers_column_python(raw):
+    """The answers column by message_records, one message after the other."""
     columns = [[] for _ in ANSWER]
     offsets = [0]
     valid = []

@@ -2,12 +2,12 @@
 anonymised and/or cut to a prefix (export.anonymise.ClientPrivacy), after enrichment, so that what is looked up
 (country, AS number, public resolver) belongs to the real address and only the written address is transformed.
 
-Each distinct address of a batch is transformed once (export.lookup), cached per worker.
+Each address is transformed once and kept in a per-worker cache (export.lookup).
 """
 
 import socket
 
-from export.lookup import LookupCache, spread
+from export.lookup import LookupCache
 
 
 def _family(text):
@@ -30,5 +30,6 @@ class TablePrivacy:
         names = table.schema.names
         src = names.index("src")
         ecs = names.index("edns_client_subnet")
-        table = table.set_column(src, "src", spread(*self._clients.results(table.column(src))))
-        return table.set_column(ecs, "edns_client_subnet", spread(*self._subnets.results(table.column(ecs))))
+        (clients,) = self._clients.columns(table.column(src))
+        (subnets,) = self._subnets.columns(table.column(ecs))
+        return table.set_column(src, "src", clients).set_column(ecs, "edns_client_subnet", subnets)

@@ -201,6 +201,37 @@ def test_public_resolvers_from_the_bundled_lists():
     assert out.column("is_opendns").to_pylist() == [v == "OpenDNS" for v in RESOLVER_CLIENTS.values()] + [False]
 
 
+def test_prefix_table_in_c_equals_its_twin():
+    """export/enrich/_resolvers.c against resolvers.PrefixTable.name: the first and last address of every prefix of
+    the bundled lists and their neighbours, as clients, IPv4-mapped clients and client subnets, random addresses,
+    and texts that are not addresses as inet_ntop writes them (the C table hands those to the twin)."""
+    import ipaddress
+    import random
+    import socket
+
+    from export.enrich.resolvers import PrefixTable, load_lists
+
+    table = PrefixTable(load_lists(None))
+    fast = table.function()
+    assert type(fast).__module__ == "export.enrich._resolvers"
+    texts = []
+    for _, networks in load_lists(None):
+        for n in networks:
+            top = (1 << n.max_prefixlen) - 1
+            for value in (int(n.network_address), int(n.broadcast_address)):
+                for v in (v for v in (value - 1, value, value + 1) if 0 <= v <= top):
+                    address = str(ipaddress.IPv4Address(v) if n.version == 4 else ipaddress.IPv6Address(v))
+                    texts += [address, f"{address}/{n.prefixlen}"] + (["::ffff:" + address] if n.version == 4 else [])
+    rng = random.Random(21)
+    texts += [socket.inet_ntop(socket.AF_INET6 if k % 2 else socket.AF_INET, rng.randbytes(16 if k % 2 else 4))
+              for k in range(20000)]
+    texts += ["", "/", "/24", "::ffff:", "::ffff:x", "1.2.3", "x", "74.125.018.1", "074.125.18.1", "2620:FE::FE",
+              "2620:fe:0:0:0:0:0:fe", "2620:fe::fe%eth0", "::FFFF:74.125.18.1", "::ffff:74.125.18.1/120",
+              "0:0:0:0:0:ffff:74.125.18.1", " 74.125.18.1", "é", "9.9.9.9" * 20]
+    assert [fast(t) for t in texts] == [table.name(t) for t in texts]
+    assert sum(1 for t in texts if fast(t)) > 1000
+
+
 def test_bundled_lists_name_their_source_and_date():
     lists = sorted(BUNDLED.glob("*.txt"))
     assert [p.stem for p in lists] == ["cloudflare", "google", "opendns", "quad9"]
