@@ -286,6 +286,44 @@ def test_sighup_rotates(testbed, traffic, probes, out_dir):
     assert "SIGHUP" in probe.stderr
 
 
+def write_country_database(path, code_v4):
+    """A GeoLite2-Country style database for the live traffic's clients: 10.0.0.0/8 → code_v4, their IPv6
+    network → DE. Written beside `path` and renamed over it, as a database updater does."""
+    import mmdb_writer
+    from netaddr import IPSet
+
+    db = mmdb_writer.MMDBWriter(ip_version=6, database_type="GeoLite2-Country", ipv4_compatible=True)
+    db.insert_network(IPSet(["10.0.0.0/8"]), {"country": {"iso_code": code_v4}})
+    db.insert_network(IPSet(["2001:db8:c::/48"]), {"country": {"iso_code": "DE"}})
+    db.to_db_file(str(path) + ".new")
+    os.replace(str(path) + ".new", path)
+
+
+def test_sighup_reloads_enrichment_databases(testbed, traffic, probes, out_dir, tmp_path):
+    """A new database file renamed over the configured one is used from the next file on, without a restart."""
+    (pcap_a, passed_a, _), (pcap_b, passed_b, _) = traffic["A"], traffic["B"]
+    country = tmp_path / "country.mmdb"
+    write_country_database(country, "NL")
+    probe = probes(testbed, out_dir, "--rotate-seconds", 0, "--set", f"enrich.geoip_country={country}")
+    probe.wait_ready()
+    testbed.send(pcap_a, pps=3000)
+    probe.wait_counter("packets", passed_a)
+    write_country_database(country, "BE")
+    probe.signal(signal.SIGHUP)
+    probe.wait_counter("files", 1)
+    testbed.send(pcap_b, pps=3000)
+    probe.wait_counter("packets", passed_a + passed_b)
+    assert probe.stop() == 0, probe.stderr
+    first, second = (pq.read_table(f, columns=["src", "country"]).to_pylist()
+                     for f in sorted(out_dir.glob("*.parquet")))
+    def countries(rows, v4):
+        return [r["country"] == (v4 if r["src"].startswith("10.") else "DE") for r in rows]
+
+    assert first and second and all(countries(first, "NL")) and all(countries(second, "BE"))
+    assert {r["country"] for r in first + second} == {"NL", "BE", "DE"}
+    assert probe.stats()["counters"]["worker_restarts"] == 0
+
+
 def test_sigkill_of_a_worker_restarts_it(testbed, traffic, probes, out_dir):
     (pcap_a, passed_a, expected_a), (pcap_b, passed_b, expected_b) = traffic["A"], traffic["B"]
     coremask = "0x3" if two_cores() else "0x1"
