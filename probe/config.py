@@ -113,7 +113,8 @@ class ExportConfig:
     rotate_records: int = opt(5000000, "close a file after this many records (0: no limit)", min=0)
     rotate_seconds: float = opt(300.0, "close a file this many seconds after it was opened (0: no limit)", min=0)
     rotate_bytes: int = opt(
-        0, "Parquet: close a file once it holds this many bytes; it may pass them by one row group (0: no limit)",
+        0, "close a file once it holds this many bytes, checked after each Parquet row group or C-DNS block (C-DNS:"
+        " bytes before compression) (0: no limit)",
         min=0,
     )
     layout: str = opt(

@@ -290,6 +290,7 @@ class CdnsExporter(FileExporter):
         self.finishing = []  # sinks whose thread is still compressing, closing or renaming
         self.block = Block(self)
         self.file_blocks = 0
+        self.file_bytes = 0
         self.file_records = 0
 
     # -- the exporter interface --
@@ -377,14 +378,22 @@ class CdnsExporter(FileExporter):
         except OSError as exc:
             raise self._output_error(exc) from None
         self.sink.write(self.header)
+        self.file_bytes = len(self.header)
         self.file_blocks = 0
         self.file_records = 0
 
     def _flush_block(self, rotating=False):
-        self.sink.write(self.block.encode(), len(self.block))  # counted in `records` once in the file (_reap)
+        data = self.block.encode()
+        # export.rotate_bytes counts the C-DNS bytes before compression: where files split does not depend on how
+        # fast the compressor's thread runs.
+        self.file_bytes += len(data)
+        self.sink.write(data, len(self.block))  # counted in `records` once in the file (_reap)
         self.block = Block(self)
         self.file_blocks += 1
-        if not rotating and self.cfg.rotate_blocks and self.file_blocks >= self.cfg.rotate_blocks:
+        if not rotating and (
+            (self.cfg.rotate_blocks and self.file_blocks >= self.cfg.rotate_blocks)
+            or (self.cfg.rotate_bytes and self.file_bytes >= self.cfg.rotate_bytes)
+        ):
             self.rotate()
 
     def _reap(self):

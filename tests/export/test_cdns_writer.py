@@ -698,8 +698,11 @@ def test_raw_bytes_per_transaction_of_the_standard_mix(tmp_path):
 
 @needs_shared
 def test_rotation_by_blocks_records_and_time(tmp_path):
+    def out_of(*extra):
+        return tmp_path / "_".join(e.replace("=", "-").replace(".", "") for e in extra if "=" in e)
+
     def files_of(*extra):
-        out = tmp_path / "_".join(e.replace("=", "-").replace(".", "") for e in extra if "=" in e)
+        out = out_of(*extra)
         out.mkdir()
         counters, stats = run(SAMPLE, out, *extra)
         files = cdns_files(out)
@@ -716,6 +719,18 @@ def test_rotation_by_blocks_records_and_time(tmp_path):
     assert [sum(len(b[F.QUERY_RESPONSES]) for b in d[2]) for d in docs] == [4000, 4000, 1473]
     docs = files_of("--set", "export.rotate_seconds=0.05")
     assert len(docs) >= 4
+    # By size: the C-DNS bytes before compression, checked after each block, so the split is the same whatever
+    # the codec; uncompressed, a file passes the limit by less than its last block.
+    limit = 60_000
+    by_size = ("--set", "export.cdns_block_items=500", "--set", f"export.rotate_bytes={limit}")
+    plain = files_of(*by_size, "--cdns-compression", "none")
+    files = cdns_files(out_of(*by_size))
+    assert len(files) >= 3
+    for f, doc in zip(files[:-1], plain[:-1], strict=True):
+        last_block = len(cbor2.dumps(doc[2][-1]))
+        assert limit <= f.stat().st_size < limit + last_block + 1
+    xz = files_of(*by_size, "--cdns-compression", "xz", "--set", "export.file_prefix=xz.")
+    assert [len(d[2]) for d in xz] == [len(d[2]) for d in plain]
 
 
 @needs_shared
