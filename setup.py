@@ -15,7 +15,7 @@ INCLUDE = "include"  # C headers shared by several extensions
 CORE = (
     ("probe.capture._pcaprecords", "probe/capture/_pcaprecords.c", ("records.h",)),
     ("probe.capture._ring", "probe/capture/_ring.c", ("records.h",)),
-    ("probe.decode._fastwire", "probe/decode/_fastwire.c", ("fastwire_api.h", "wire.h")),
+    ("probe.decode._fastwire", "probe/decode/_fastwire.c", ("fastwire_api.h", "frameloop.h", "wire.h")),
     ("probe.decode._dnstap", "probe/decode/_dnstap.c", ("fastwire_api.h",)),
     ("probe.match._match", "probe/match/_match.c", ("fastint.h",)),
     ("export.parquet._columns", "export/parquet/_columns.c", ("fastint.h", "coltext.h")),
@@ -27,7 +27,7 @@ CORE = (
     ("export.parquet._answers", "export/parquet/_answers.c", ("coltext.h", "textcol.h")),
     # The columnar pipeline: message records (probe._records) decoded, matched and written to Parquet in C.
     ("probe._records", "probe/_records.c", ("records.h",)),
-    ("probe.decode._decoderec", "probe/decode/_decoderec.c", ("records.h", "wire.h")),
+    ("probe.decode._decoderec", "probe/decode/_decoderec.c", ("frameloop.h", "records.h", "wire.h")),
     ("probe.match._matchrec", "probe/match/_matchrec.c", ("records.h",)),
     ("export.parquet._parquetrec", "export/parquet/_parquetrec.c", ("records.h", "coltext.h")),
 )

@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "frameloop.h"
 #include "records.h"
 #include "wire.h"
 
@@ -156,8 +157,6 @@ static int tail_opt(Tail *t, Rec *r, const unsigned char *p, Py_ssize_t start, P
     return 0;
 }
 
-enum { C_BYTES, C_MESSAGES, C_RESPONSES, C_MALFORMED, C_FILTERED, N_COUNTS };
-
 /* The record of the message p[0..n) with the network part net, appended to out and counted. */
 static int put_message(MsgBatch *out, const Net *net, const unsigned char *p, Py_ssize_t n, int keep_raw,
                        long long *counts)
@@ -252,91 +251,60 @@ static int step_int(PyObject *v, long long max, int64_t *out)
     return 0;
 }
 
-/* A TCP segment: the Python stream step (PacketDecoder._tcp_step) with the arguments _fastwire gives it, then a
- * record for each message it completes. ts and wl: the frame's time and length objects (NULL: made here from
- * ts_ns and wirelen). */
-static int tcp_segment(PyObject *ts, PyObject *wl, long long ts_ns, long long wirelen, const unsigned char *f,
-                       const Fast *x, PyObject *src, PyObject *dst, PyObject *tcp, int keep_raw, MsgBatch *out,
-                       long long *counts)
+/* A TCP segment's frame: the network fields of its messages, all but those the stream step gives. */
+typedef struct {
+    const unsigned char *f;
+    const Fast *x;
+    int keep_raw;
+    MsgBatch *out;
+    long long *counts;
+} TcpFrame;
+
+/* frameloop.h's TcpMessageFn: a record for a message the stream step completed. */
+static int tcp_message(void *ctx, PyObject *m)
 {
-    PyObject *res = NULL, *seq_list = NULL, *key = NULL;
+    const TcpFrame *t = ctx;
+    const Fast *x = t->x;
+    PyObject *rtt = PyTuple_GET_ITEM(m, 4), *data = PyTuple_GET_ITEM(m, 0);
+    int64_t mttl;
+    Net net = {.ipv = x->ipv, .proto = PROTO_TCP, .src = t->f + x->addr, .dst = t->f + x->addr + x->alen,
+               .sport = (int32_t)x->sport, .dport = (int32_t)x->dport, .udp_sum = 0, .vlan = (int32_t)x->vlan};
+    if (step_int(PyTuple_GET_ITEM(m, 1), INT64_MAX, &net.ts) < 0
+        || step_int(PyTuple_GET_ITEM(m, 2), INT64_MAX, &net.wirelen) < 0
+        || step_int(PyTuple_GET_ITEM(m, 3), 255, &mttl) < 0)
+        return -1;
+    net.ttl = (int32_t)mttl;
+    if (rtt != Py_None) {
+        if (!PyFloat_CheckExact(rtt)) {
+            PyErr_SetString(PyExc_TypeError, "the TCP step must return a float or None as rtt_ms");
+            return -1;
+        }
+        net.has_rtt = 1;
+        net.rtt = PyFloat_AS_DOUBLE(rtt);
+    }
+    return put_message(t->out, &net, (const unsigned char *)PyBytes_AS_STRING(data), PyBytes_GET_SIZE(data),
+                       t->keep_raw, t->counts);
+}
+
+/* A TCP segment through the stream step, with the arguments _fastwire gives it. ts and wl: the frame's time and
+ * length objects (NULL: made here from ts_ns and wirelen). */
+static int tcp_frame(PyObject *ts, PyObject *wl, long long ts_ns, long long wirelen, const unsigned char *f,
+                     const Fast *x, PyObject *src, PyObject *dst, PyObject *tcp, int keep_raw, MsgBatch *out,
+                     long long *counts)
+{
+    TcpFrame t = {f, x, keep_raw, out, counts};
     ts = ts != NULL ? Py_NewRef(ts) : PyLong_FromLongLong(ts_ns);
     wl = wl != NULL ? Py_NewRef(wl) : PyLong_FromLongLong(wirelen);
     PyObject *ipv = PyLong_FromLong(x->ipv), *sport = PyLong_FromLong(x->sport), *dport = PyLong_FromLong(x->dport);
-    PyObject *ttl = PyLong_FromLong(x->ttl), *flags = PyLong_FromLong(x->flags);
-    PyObject *seq = PyLong_FromUnsignedLong(x->seq);
-    PyObject *payload = PyBytes_FromStringAndSize((const char *)f + x->dns, x->dns_len);
     int r = -1;
-    if (ipv == NULL || sport == NULL || dport == NULL || ttl == NULL || flags == NULL || seq == NULL || payload == NULL
-        || ts == NULL || wl == NULL)
-        goto done;
-    key = PyTuple_Pack(4, src, sport, dst, dport);
-    if (key == NULL)
-        goto done;
-    PyObject *args[8] = {ipv, key, ts, wl, ttl, seq, flags, payload};
-    res = PyObject_Vectorcall(tcp, args, 8, NULL);
-    if (res == NULL)
-        goto done;
-    seq_list = PySequence_Fast(res, "the TCP step must return a sequence");
-    if (seq_list == NULL)
-        goto done;
-    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(seq_list); i++) {
-        PyObject *m = PySequence_Fast_GET_ITEM(seq_list, i);
-        if (!PyTuple_Check(m) || PyTuple_GET_SIZE(m) != 5 || !PyBytes_Check(PyTuple_GET_ITEM(m, 0))) {
-            PyErr_SetString(PyExc_TypeError, "the TCP step must return (bytes, ts, wirelen, ttl, rtt_ms) tuples");
-            goto done;
-        }
-        PyObject *rtt = PyTuple_GET_ITEM(m, 4);
-        int64_t mttl;
-        Net net = {.ipv = x->ipv, .proto = PROTO_TCP, .src = f + x->addr, .dst = f + x->addr + x->alen,
-                   .sport = (int32_t)x->sport, .dport = (int32_t)x->dport, .udp_sum = 0, .vlan = (int32_t)x->vlan};
-        if (step_int(PyTuple_GET_ITEM(m, 1), INT64_MAX, &net.ts) < 0
-            || step_int(PyTuple_GET_ITEM(m, 2), INT64_MAX, &net.wirelen) < 0
-            || step_int(PyTuple_GET_ITEM(m, 3), 255, &mttl) < 0)
-            goto done;
-        net.ttl = (int32_t)mttl;
-        if (rtt != Py_None) {
-            if (!PyFloat_CheckExact(rtt)) {
-                PyErr_SetString(PyExc_TypeError, "the TCP step must return a float or None as rtt_ms");
-                goto done;
-            }
-            net.has_rtt = 1;
-            net.rtt = PyFloat_AS_DOUBLE(rtt);
-        }
-        /* (put_message may run Python code, ipaddress for an IPv6 client subnet: the message is held) */
-        PyObject *data = Py_NewRef(PyTuple_GET_ITEM(m, 0));
-        int bad = put_message(out, &net, (const unsigned char *)PyBytes_AS_STRING(data), PyBytes_GET_SIZE(data),
-                              keep_raw, counts) < 0;
-        Py_DECREF(data);
-        if (bad)
-            goto done;
-    }
-    r = 0;
-done:
+    if (ipv != NULL && sport != NULL && dport != NULL && ts != NULL && wl != NULL)
+        r = tcp_segment(tcp, f, x, ipv, src, sport, dst, dport, ts, wl, tcp_message, &t);
     Py_XDECREF(ipv);
     Py_XDECREF(sport);
     Py_XDECREF(dport);
-    Py_XDECREF(ttl);
-    Py_XDECREF(flags);
-    Py_XDECREF(seq);
-    Py_XDECREF(payload);
-    Py_XDECREF(key);
-    Py_XDECREF(res);
-    Py_XDECREF(seq_list);
     Py_XDECREF(ts);
     Py_XDECREF(wl);
     return r;
-}
-
-/* The IP lists' verdict on the frame's addresses: 1 keep, 0 drop, -1 error. */
-static int keep_frame(PyObject *keep, PyObject *src, PyObject *dst)
-{
-    PyObject *res = PyObject_CallFunctionObjArgs(keep, src, dst, NULL);
-    if (res == NULL)
-        return -1;
-    int yes = PyObject_IsTrue(res);
-    Py_DECREF(res);
-    return yes;
 }
 
 /* One frame f that classify accepted: its message records appended to out, or counted as filtered. ts and wl are
@@ -346,143 +314,58 @@ static int fast_frame(PyObject *ts, PyObject *wl, long long ts_ns, long long wir
                       const Fast *x, PyObject *keep, PyObject *tcp, int keep_raw, MsgBatch *out, long long *counts)
 {
     PyObject *src = NULL, *dst = NULL;
-    int r = -1;
-    if (keep != Py_None || x->proto == PROTO_TCP) {
+    int r = 1;
+    if (keep != Py_None || x->proto == PROTO_TCP) { /* (else no address objects are needed) */
         src = PyBytes_FromStringAndSize((const char *)f + x->addr, x->alen);
         dst = PyBytes_FromStringAndSize((const char *)f + x->addr + x->alen, x->alen);
-        if (src == NULL || dst == NULL)
-            goto done;
+        r = src != NULL && dst != NULL ? keep_frame(keep, src, dst, counts) : -1;
     }
-    if (keep != Py_None) {
-        int yes = keep_frame(keep, src, dst);
-        if (yes < 0)
-            goto done;
-        if (!yes) {
-            counts[C_FILTERED]++;
-            r = 0;
-            goto done;
-        }
+    if (r > 0 && x->proto == PROTO_TCP) {
+        r = tcp_frame(ts, wl, ts_ns, wirelen, f, x, src, dst, tcp, keep_raw, out, counts);
+    } else if (r > 0) {
+        Net net = {.ts = ts_ns, .wirelen = wirelen, .ipv = x->ipv, .proto = PROTO_UDP, .src = f + x->addr,
+                   .dst = f + x->addr + x->alen, .sport = (int32_t)x->sport, .dport = (int32_t)x->dport,
+                   .ttl = (int32_t)x->ttl, .udp_sum = (int32_t)x->csum, .vlan = (int32_t)x->vlan};
+        r = put_message(out, &net, f + x->dns, x->dns_len, keep_raw, counts);
     }
-    if (x->proto == PROTO_TCP) {
-        r = tcp_segment(ts, wl, ts_ns, wirelen, f, x, src, dst, tcp, keep_raw, out, counts);
-        goto done;
-    }
-    Net net = {.ts = ts_ns, .wirelen = wirelen, .ipv = x->ipv, .proto = PROTO_UDP, .src = f + x->addr,
-               .dst = f + x->addr + x->alen, .sport = (int32_t)x->sport, .dport = (int32_t)x->dport,
-               .ttl = (int32_t)x->ttl, .udp_sum = (int32_t)x->csum, .vlan = (int32_t)x->vlan};
-    r = put_message(out, &net, f + x->dns, x->dns_len, keep_raw, counts);
-done:
     Py_XDECREF(src);
     Py_XDECREF(dst);
     return r;
 }
 
-static int frame_ok(PyObject *frame, const unsigned char *portmap, int tcp, Fast *x)
-{
-    return PyBytes_Check(frame)
-           && classify((const unsigned char *)PyBytes_AS_STRING(frame), PyBytes_GET_SIZE(frame), portmap, tcp, x);
-}
+/* What a frame's records go to: the arguments of decode_frames and decode_packed. */
+typedef struct {
+    PyObject *tcp;
+    MsgBatch *out;
+    int keep_raw;
+} Sink;
 
-static int add_counts(PyObject *counts, const long long *add)
+/* frameloop.h's step for decode_frames: fast_frame with the frame's objects. */
+static int list_frame(void *ctx, PyObject *ts, PyObject *wl, long long wirelen, PyObject *frame, const Fast *x,
+                      PyObject *keep, long long *counts)
 {
-    for (Py_ssize_t i = 0; i < N_COUNTS; i++) {
-        if (!add[i])
-            continue;
-        PyObject *n = PyLong_FromLongLong(add[i]);
-        PyObject *sum = n ? PyNumber_Add(PyList_GET_ITEM(counts, i), n) : NULL;
-        Py_XDECREF(n);
-        if (sum == NULL)
-            return -1;
-        PyList_SetItem(counts, i, sum);
-    }
-    return 0;
-}
-
-/* A frame's time or length as a C integer (they are ints; the sources check their range). */
-static int frame_int(PyObject *v, long long *out)
-{
-    *out = PyLong_AsLongLong(v);
-    return *out == -1 && PyErr_Occurred() ? -1 : 0;
-}
-
-/* The checks of the arguments decode_frames and decode_packed share. */
-static int check_args(Py_ssize_t portmap_len, PyObject *counts, PyObject *tcp)
-{
-    if (portmap_len != 8192 || PyList_GET_SIZE(counts) != N_COUNTS) {
-        PyErr_SetString(PyExc_ValueError, "portmap must have 8192 bytes and counts 5 items");
+    const Sink *s = ctx;
+    long long ts_ns = PyLong_AsLongLong(ts); /* (ints: the sources check their range) */
+    if (ts_ns == -1 && PyErr_Occurred())
         return -1;
-    }
-    if (tcp != Py_None && !PyCallable_Check(tcp)) {
-        PyErr_SetString(PyExc_TypeError, "tcp must be callable or None");
-        return -1;
-    }
-    return 0;
+    return fast_frame(ts, wl, ts_ns, wirelen, (const unsigned char *)PyBytes_AS_STRING(frame), x, keep, s->tcp,
+                      s->keep_raw, s->out, counts);
 }
 
 static PyObject *decode_frames(PyObject *Py_UNUSED(self), PyObject *args)
 {
-    PyObject *ts_obj, *wl_obj, *data_obj, *keep4, *keep6, *counts_obj, *tcp;
-    MsgBatch *out;
+    PyObject *ts, *wl, *data, *keep4, *keep6, *counts;
+    Sink s;
     Py_ssize_t start;
     const unsigned char *portmap;
     Py_ssize_t portmap_len;
-    int keep_raw;
-    if (!PyArg_ParseTuple(args, "OOOnO!y#OOO!Op:decode_frames", &ts_obj, &wl_obj, &data_obj, &start,
-                          records->msgbatch_type, &out, &portmap, &portmap_len, &keep4, &keep6, &PyList_Type,
-                          &counts_obj, &tcp, &keep_raw)
-        || check_args(portmap_len, counts_obj, tcp) < 0)
+    if (!PyArg_ParseTuple(args, "OOOnO!y#OOO!Op:decode_frames", &ts, &wl, &data, &start, records->msgbatch_type,
+                          &s.out, &portmap, &portmap_len, &keep4, &keep6, &PyList_Type, &counts, &s.tcp,
+                          &s.keep_raw)
+        || check_frame_args(portmap_len, counts, s.tcp) < 0)
         return NULL;
-    int do_tcp = tcp != Py_None;
-    PyObject *ts = NULL, *wl = NULL, *data = NULL, *result = NULL;
-    long long counts[N_COUNTS] = {0};
-    ts = PySequence_Fast(ts_obj, "ts_ns must be a sequence");
-    wl = ts ? PySequence_Fast(wl_obj, "wirelen must be a sequence") : NULL;
-    data = wl ? PySequence_Fast(data_obj, "data must be a sequence") : NULL;
-    if (data == NULL)
-        goto done;
-    if (PySequence_Fast_GET_SIZE(ts) != PySequence_Fast_GET_SIZE(data)
-        || PySequence_Fast_GET_SIZE(wl) != PySequence_Fast_GET_SIZE(data)) {
-        PyErr_SetString(PyExc_ValueError, "ts_ns, wirelen and data differ in length");
-        goto done;
-    }
-    /* The lengths are read again after each frame: keep4/keep6 and tcp are Python code. */
-#define N_NOW()                                                                                            \
-    Py_MIN(PySequence_Fast_GET_SIZE(data), Py_MIN(PySequence_Fast_GET_SIZE(ts), PySequence_Fast_GET_SIZE(wl)))
-    Py_ssize_t i = start < 0 ? 0 : start;
-    Fast x;
-    for (; i < N_NOW(); i++) {
-        PyObject *frame = PySequence_Fast_GET_ITEM(data, i);
-        if (!frame_ok(frame, portmap, do_tcp, &x))
-            break;
-        PyObject *w = PySequence_Fast_GET_ITEM(wl, i), *t = PySequence_Fast_GET_ITEM(ts, i);
-        long long wirelen, ts_ns;
-        if (frame_int(w, &wirelen) < 0 || frame_int(t, &ts_ns) < 0)
-            goto done;
-        Py_INCREF(frame);
-        Py_INCREF(w);
-        Py_INCREF(t);
-        int bad = fast_frame(t, w, ts_ns, wirelen, (const unsigned char *)PyBytes_AS_STRING(frame), &x,
-                             x.ipv == 4 ? keep4 : keep6, tcp, keep_raw, out, counts);
-        Py_DECREF(frame);
-        Py_DECREF(w);
-        Py_DECREF(t);
-        if (bad)
-            goto done;
-        counts[C_BYTES] += wirelen;
-    }
-    Py_ssize_t j = i;
-    while (j < N_NOW() && !frame_ok(PySequence_Fast_GET_ITEM(data, j), portmap, do_tcp, &x))
-        j++;
-    result = Py_BuildValue("(nn)", i, j);
-done:
-    if (result != NULL && add_counts(counts_obj, counts) < 0)
-        Py_CLEAR(result);
-    Py_XDECREF(ts);
-    Py_XDECREF(wl);
-    Py_XDECREF(data);
-    return result;
+    return frame_loop(ts, wl, data, start, portmap, s.tcp != Py_None, keep4, keep6, counts, list_frame, &s);
 }
-
 
 /* A frame of f as its reader sees it: its bytes, with a tag the kernel took off put back (into *scratch,
  * grown as needed), and its wire length then 4 bytes more. NULL on no memory. */
@@ -526,7 +409,7 @@ static PyObject *decode_packed(PyObject *Py_UNUSED(self), PyObject *args)
     if (!PyArg_ParseTuple(args, "O!nO!y#OOO!Op:decode_packed", records->frames_type, &frames, &start,
                           records->msgbatch_type, &out, &portmap, &portmap_len, &keep4, &keep6, &PyList_Type,
                           &counts_obj, &tcp, &keep_raw)
-        || check_args(portmap_len, counts_obj, tcp) < 0)
+        || check_frame_args(portmap_len, counts_obj, tcp) < 0)
         return NULL;
     int do_tcp = tcp != Py_None;
     long long counts[N_COUNTS] = {0};

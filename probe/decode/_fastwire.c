@@ -37,6 +37,7 @@
 #include <string.h>
 
 #include "fastwire_api.h"
+#include "frameloop.h"
 #include "wire.h"
 
 #define N_DNS 15 /* fields.DNS_FIELDS */
@@ -704,13 +705,6 @@ static PyObject *parse_message(PyObject *Py_UNUSED(self), PyObject *args)
 /* ---------------------------------------------------------------------------------------------
  * Frames */
 
-
-static int frame_ok(PyObject *frame, const unsigned char *portmap, int tcp, Fast *x)
-{
-    return PyBytes_Check(frame)
-           && classify((const unsigned char *)PyBytes_AS_STRING(frame), PyBytes_GET_SIZE(frame), portmap, tcp, x);
-}
-
 /* The address as a bytes object. A direct-mapped table keeps the last one of each slot: a busy probe sees
  * the same few thousand addresses again and again, and a shared object saves an allocation, its later
  * release and, in the transaction table, the hashing of a new key part (bytes cache their hash). Bytes
@@ -738,8 +732,6 @@ static PyObject *address(const unsigned char *a, Py_ssize_t n)
         Py_XSETREF(addr_slots[k], Py_NewRef(o));
     return o;
 }
-
-enum { C_BYTES, C_MESSAGES, C_RESPONSES, C_MALFORMED, C_FILTERED, N_COUNTS };
 
 /* Append the message tuple net + the DNS tuple of p[0..n) to out and count it. net: N_NET new references
  * (NULL items allowed: then an error), released here in any case. raw: the raw field (NULL: None). */
@@ -770,215 +762,97 @@ static int emit(PyObject **net, const unsigned char *p, Py_ssize_t n, PyObject *
     return 0;
 }
 
-/* A TCP segment: tcp(ipv, (src, sport, dst, dport), ts, wirelen, ttl, seq, flags, payload) does what
- * PacketDecoder._transport does before the messages (the RST count and address event, the stream
- * step) and returns the messages completed, as TcpReassembler.segment returns them: a list of
- * (message bytes, ts, wirelen, ttl, rtt_ms). Each becomes a message tuple, as in _transport. */
-static int tcp_segment(PyObject *ts, PyObject *wl, const unsigned char *f, const Fast *x, PyObject *src,
-                       PyObject *dst, PyObject *tcp, int keep_raw, PyObject *out, PyObject *names,
-                       Py_ssize_t max_names, long long *counts)
+/* What a frame's messages go to: the arguments of decode_frames. */
+typedef struct {
+    PyObject *tcp, *out, *names;
+    Py_ssize_t max_names;
+    int keep_raw;
+} Sink;
+
+/* A TCP segment's frame: the network fields of its messages, all but those the stream step gives. */
+typedef struct {
+    const Sink *sink;
+    PyObject *ipv, *src, *sport, *dst, *dport, *vlan;
+    long long *counts;
+} TcpFrame;
+
+/* frameloop.h's TcpMessageFn: a message the stream step completed, as a message tuple (PacketDecoder._transport). */
+static int tcp_message(void *ctx, PyObject *m)
 {
-    PyObject *ipv = NULL, *sport = NULL, *dport = NULL, *key = NULL, *res = NULL, *seq = NULL, *payload = NULL;
-    PyObject *ttl = NULL, *flags = NULL, *seq_list = NULL, *vlan = NULL;
+    const TcpFrame *t = ctx;
+    PyObject *data = PyTuple_GET_ITEM(m, 0);
+    PyObject *net[N_NET] = {
+        Py_NewRef(PyTuple_GET_ITEM(m, 1)), Py_NewRef(PyTuple_GET_ITEM(m, 2)), Py_NewRef(t->ipv), shared16(PROTO_TCP),
+        Py_NewRef(t->src), Py_NewRef(t->sport), Py_NewRef(t->dst), Py_NewRef(t->dport),
+        Py_NewRef(PyTuple_GET_ITEM(m, 3)), shared16(0), Py_NewRef(t->vlan), Py_NewRef(PyTuple_GET_ITEM(m, 4)),
+        shared16(TRANSPORT_TCP), shared16(PROTO_TCP), Py_NewRef(Py_None),
+    };
+    return emit(net, (const unsigned char *)PyBytes_AS_STRING(data), PyBytes_GET_SIZE(data),
+                t->sink->keep_raw ? data : NULL, t->sink->out, t->sink->names, t->sink->max_names, t->counts);
+}
+
+static int tcp_frame(PyObject *ts, PyObject *wl, const unsigned char *f, const Fast *x, PyObject *src,
+                     PyObject *dst, const Sink *s, long long *counts)
+{
+    TcpFrame t = {s, shared16(x->ipv), src, u16(x->sport), dst, u16(x->dport),
+                  x->vlan < 0 ? Py_NewRef(Py_None) : shared16(x->vlan), counts};
     int r = -1;
-    ipv = shared16(x->ipv);
-    sport = u16(x->sport);
-    dport = u16(x->dport);
-    ttl = shared16(x->ttl);
-    flags = shared16(x->flags);
-    seq = PyLong_FromUnsignedLong(x->seq);
-    payload = PyBytes_FromStringAndSize((const char *)f + x->dns, x->dns_len);
-    vlan = x->vlan < 0 ? Py_NewRef(Py_None) : shared16(x->vlan);
-    if (ipv == NULL || sport == NULL || dport == NULL || ttl == NULL || flags == NULL || seq == NULL || payload == NULL
-        || vlan == NULL)
-        goto done;
-    PyObject *k[4] = {Py_NewRef(src), Py_NewRef(sport), Py_NewRef(dst), Py_NewRef(dport)};
-    key = tuple_of(k, 4);
-    if (key == NULL)
-        goto done;
-    PyObject *args[8] = {ipv, key, ts, wl, ttl, seq, flags, payload};
-    res = PyObject_Vectorcall(tcp, args, 8, NULL);
-    if (res == NULL)
-        goto done;
-    seq_list = PySequence_Fast(res, "the TCP step must return a sequence");
-    if (seq_list == NULL)
-        goto done;
-    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(seq_list); i++) {
-        PyObject *m = PySequence_Fast_GET_ITEM(seq_list, i);
-        if (!PyTuple_Check(m) || PyTuple_GET_SIZE(m) != 5 || !PyBytes_Check(PyTuple_GET_ITEM(m, 0))) {
-            PyErr_SetString(PyExc_TypeError, "the TCP step must return (bytes, ts, wirelen, ttl, rtt_ms) tuples");
-            goto done;
-        }
-        PyObject *data = PyTuple_GET_ITEM(m, 0);
-        PyObject *net[N_NET] = {
-            Py_NewRef(PyTuple_GET_ITEM(m, 1)), Py_NewRef(PyTuple_GET_ITEM(m, 2)), Py_NewRef(ipv), shared16(PROTO_TCP),
-            Py_NewRef(src), Py_NewRef(sport), Py_NewRef(dst), Py_NewRef(dport), Py_NewRef(PyTuple_GET_ITEM(m, 3)),
-            shared16(0), Py_NewRef(vlan), Py_NewRef(PyTuple_GET_ITEM(m, 4)), shared16(TRANSPORT_TCP),
-            shared16(PROTO_TCP), Py_NewRef(Py_None),
-        };
-        Py_INCREF(data); /* the list is ours, but names and max_names may run Python code */
-        int bad = emit(net, (const unsigned char *)PyBytes_AS_STRING(data), PyBytes_GET_SIZE(data),
-                       keep_raw ? data : NULL, out, names, max_names, counts);
-        Py_DECREF(data);
-        if (bad)
-            goto done;
-    }
-    r = 0;
-done:
-    Py_XDECREF(ipv);
-    Py_XDECREF(sport);
-    Py_XDECREF(dport);
-    Py_XDECREF(ttl);
-    Py_XDECREF(flags);
-    Py_XDECREF(seq);
-    Py_XDECREF(payload);
-    Py_XDECREF(vlan);
-    Py_XDECREF(key);
-    Py_XDECREF(res);
-    Py_XDECREF(seq_list);
+    if (t.ipv != NULL && t.sport != NULL && t.dport != NULL && t.vlan != NULL)
+        r = tcp_segment(s->tcp, f, x, t.ipv, src, t.sport, dst, t.dport, ts, wl, tcp_message, &t);
+    Py_XDECREF(t.ipv);
+    Py_XDECREF(t.sport);
+    Py_XDECREF(t.dport);
+    Py_XDECREF(t.vlan);
     return r;
 }
 
-/* One frame that classify accepted: its messages appended to out, or counted as filtered. */
-static int fast_frame(PyObject *ts, PyObject *wl, PyObject *frame, const Fast *x, PyObject *keep, PyObject *tcp,
-                      int keep_raw, PyObject *out, PyObject *names, Py_ssize_t max_names, long long *counts)
+static int udp_frame(PyObject *ts, PyObject *wl, const unsigned char *f, const Fast *x, PyObject *src,
+                     PyObject *dst, const Sink *s, long long *counts)
 {
-    const unsigned char *f = (const unsigned char *)PyBytes_AS_STRING(frame);
     PyObject *raw = NULL;
-    PyObject *src = address(f + x->addr, x->alen);
-    PyObject *dst = address(f + x->addr + x->alen, x->alen);
-    int r = -1;
-    if (src == NULL || dst == NULL)
-        goto done;
-    if (keep != Py_None) {
-        PyObject *res = PyObject_CallFunctionObjArgs(keep, src, dst, NULL);
-        if (res == NULL)
-            goto done;
-        int yes = PyObject_IsTrue(res);
-        Py_DECREF(res);
-        if (yes < 0)
-            goto done;
-        if (!yes) {
-            counts[C_FILTERED]++;
-            r = 0;
-            goto done;
-        }
-    }
-    if (x->proto == PROTO_TCP) {
-        r = tcp_segment(ts, wl, f, x, src, dst, tcp, keep_raw, out, names, max_names, counts);
-        goto done;
-    }
-    if (keep_raw && (raw = PyBytes_FromStringAndSize((const char *)f + x->dns, x->dns_len)) == NULL)
-        goto done;
+    if (s->keep_raw && (raw = PyBytes_FromStringAndSize((const char *)f + x->dns, x->dns_len)) == NULL)
+        return -1;
     PyObject *net[N_NET] = {
         Py_NewRef(ts), Py_NewRef(wl), shared16(x->ipv), shared16(PROTO_UDP), Py_NewRef(src), u16(x->sport),
         Py_NewRef(dst), u16(x->dport), shared16(x->ttl), u16(x->csum),
         x->vlan < 0 ? Py_NewRef(Py_None) : shared16(x->vlan), Py_NewRef(Py_None), shared16(TRANSPORT_UDP),
         shared16(PROTO_UDP), Py_NewRef(Py_None),
     };
-    r = emit(net, f + x->dns, x->dns_len, raw, out, names, max_names, counts);
-done:
-    Py_XDECREF(src);
-    Py_XDECREF(dst);
+    int r = emit(net, f + x->dns, x->dns_len, raw, s->out, s->names, s->max_names, counts);
     Py_XDECREF(raw);
     return r;
 }
 
-/* counts[i] += add[i]. The counts must be exact ints: anything else could run Python code (__index__) that
- * changes the list under the loop. */
-static int add_counts(PyObject *counts, const long long *add)
+/* frameloop.h's FrameStep: one frame that classify accepted, its messages appended to out or counted as
+ * filtered. */
+static int fast_frame(void *ctx, PyObject *ts, PyObject *wl, long long Py_UNUSED(wirelen), PyObject *frame,
+                      const Fast *x, PyObject *keep, long long *counts)
 {
-    for (Py_ssize_t i = 0; i < N_COUNTS; i++) {
-        if (!add[i])
-            continue;
-        PyObject *item = i < PyList_GET_SIZE(counts) ? PyList_GET_ITEM(counts, i) : NULL;
-        if (item == NULL || !PyLong_CheckExact(item)) {
-            PyErr_SetString(PyExc_TypeError, "counts must be a list of 5 ints");
-            return -1;
-        }
-        long long old = PyLong_AsLongLong(item), sum;
-        if (old == -1 && PyErr_Occurred())
-            return -1;
-        if (__builtin_add_overflow(old, add[i], &sum)) {
-            PyErr_SetString(PyExc_OverflowError, "a count does not fit in 64 bits");
-            return -1;
-        }
-        PyObject *v = PyLong_FromLongLong(sum);
-        if (v == NULL || PyList_SetItem(counts, i, v) < 0)
-            return -1;
-    }
-    return 0;
+    const Sink *s = ctx;
+    const unsigned char *f = (const unsigned char *)PyBytes_AS_STRING(frame);
+    PyObject *src = address(f + x->addr, x->alen);
+    PyObject *dst = address(f + x->addr + x->alen, x->alen);
+    int r = src != NULL && dst != NULL ? keep_frame(keep, src, dst, counts) : -1;
+    if (r > 0)
+        r = (x->proto == PROTO_TCP ? tcp_frame : udp_frame)(ts, wl, f, x, src, dst, s, counts);
+    Py_XDECREF(src);
+    Py_XDECREF(dst);
+    return r;
 }
 
 static PyObject *decode_frames(PyObject *Py_UNUSED(self), PyObject *args)
 {
-    PyObject *ts_obj, *wl_obj, *data_obj, *out, *keep4, *keep6, *names, *counts_obj, *tcp = Py_None;
-    Py_ssize_t start, max_names;
+    PyObject *ts, *wl, *data, *keep4, *keep6, *counts;
+    Sink s = {.tcp = Py_None, .keep_raw = 1};
+    Py_ssize_t start;
     const unsigned char *portmap;
     Py_ssize_t portmap_len;
-    int keep_raw = 1;
-    if (!PyArg_ParseTuple(args, "OOOnO!y#OOOnO!|Op:decode_frames", &ts_obj, &wl_obj, &data_obj, &start,
-                          &PyList_Type, &out, &portmap, &portmap_len, &keep4, &keep6, &names, &max_names,
-                          &PyList_Type, &counts_obj, &tcp, &keep_raw))
+    if (!PyArg_ParseTuple(args, "OOOnO!y#OOOnO!|Op:decode_frames", &ts, &wl, &data, &start, &PyList_Type, &s.out,
+                          &portmap, &portmap_len, &keep4, &keep6, &s.names, &s.max_names, &PyList_Type, &counts,
+                          &s.tcp, &s.keep_raw)
+        || check_frame_args(portmap_len, counts, s.tcp) < 0)
         return NULL;
-    if (portmap_len != 8192 || PyList_GET_SIZE(counts_obj) != N_COUNTS) {
-        PyErr_SetString(PyExc_ValueError, "portmap must have 8192 bytes and counts 5 items");
-        return NULL;
-    }
-    if (tcp != Py_None && !PyCallable_Check(tcp)) {
-        PyErr_SetString(PyExc_TypeError, "tcp must be callable or None");
-        return NULL;
-    }
-    int do_tcp = tcp != Py_None;
-    PyObject *ts = NULL, *wl = NULL, *data = NULL, *result = NULL;
-    long long counts[N_COUNTS] = {0};
-    ts = PySequence_Fast(ts_obj, "ts_ns must be a sequence");
-    wl = ts ? PySequence_Fast(wl_obj, "wirelen must be a sequence") : NULL;
-    data = wl ? PySequence_Fast(data_obj, "data must be a sequence") : NULL;
-    if (data == NULL)
-        goto done;
-    if (PySequence_Fast_GET_SIZE(ts) != PySequence_Fast_GET_SIZE(data)
-        || PySequence_Fast_GET_SIZE(wl) != PySequence_Fast_GET_SIZE(data)) {
-        PyErr_SetString(PyExc_ValueError, "ts_ns, wirelen and data differ in length");
-        goto done;
-    }
-    /* The lengths are read again after each frame: keep4/keep6 and tcp are Python code. */
-#define N_NOW()                                                                                            \
-    Py_MIN(PySequence_Fast_GET_SIZE(data), Py_MIN(PySequence_Fast_GET_SIZE(ts), PySequence_Fast_GET_SIZE(wl)))
-    Py_ssize_t i = start < 0 ? 0 : start;
-    Fast x;
-    for (; i < N_NOW(); i++) {
-        PyObject *frame = PySequence_Fast_GET_ITEM(data, i);
-        if (!frame_ok(frame, portmap, do_tcp, &x))
-            break;
-        PyObject *w = PySequence_Fast_GET_ITEM(wl, i), *t = PySequence_Fast_GET_ITEM(ts, i);
-        /* Held before the conversion: a wirelen's __index__ is Python code that may empty the lists. */
-        Py_INCREF(frame);
-        Py_INCREF(w);
-        Py_INCREF(t);
-        long long wirelen = PyLong_AsLongLong(w);
-        int bad = wirelen == -1 && PyErr_Occurred();
-        if (!bad)
-            bad = fast_frame(t, w, frame, &x, x.ipv == 4 ? keep4 : keep6, tcp, keep_raw, out, names, max_names,
-                             counts);
-        Py_DECREF(frame);
-        Py_DECREF(w);
-        Py_DECREF(t);
-        if (bad)
-            goto done;
-        counts[C_BYTES] += wirelen;
-    }
-    Py_ssize_t j = i;
-    while (j < N_NOW() && !frame_ok(PySequence_Fast_GET_ITEM(data, j), portmap, do_tcp, &x))
-        j++;
-    result = Py_BuildValue("(nn)", i, j);
-done:
-    if (result != NULL && add_counts(counts_obj, counts) < 0)
-        Py_CLEAR(result);
-    Py_XDECREF(ts);
-    Py_XDECREF(wl);
-    Py_XDECREF(data);
-    return result;
+    return frame_loop(ts, wl, data, start, portmap, s.tcp != Py_None, keep4, keep6, counts, fast_frame, &s);
 }
 
 /* The C API of include/fastwire_api.h: fill_dns as the frame fast path calls it (the table of recent names in
