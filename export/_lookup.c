@@ -429,14 +429,9 @@ static struct PyModuleDef module = {
 
 PyMODINIT_FUNC PyInit__lookup(void)
 {
-    if (PyType_Ready(&TextCacheType) < 0)
-        return NULL;
+    /* (PyModule_AddType readies the type and adds it under its name after the module's) */
     PyObject *m = PyModule_Create(&module);
-    if (m == NULL)
-        return NULL;
-    if (PyModule_AddObjectRef(m, "TextCache", (PyObject *)&TextCacheType) < 0) {
-        Py_DECREF(m);
-        return NULL;
-    }
+    if (m != NULL && PyModule_AddType(m, &TextCacheType) < 0)
+        Py_CLEAR(m);
     return m;
 }

@@ -1,6 +1,7 @@
 /* Text of the Parquet columns made in C: addresses as inet_ntop (and so socket.inet_ntop) writes them, without
- * its sprintf, and DNS Probe's domain name. Shared by the column passes over tuples (export/parquet/_columns.c)
- * and over message records (export/parquet/_parquetrec.c). */
+ * its sprintf, and DNS Probe's domain name; and the Arrow buffers of a column as the Python side takes them.
+ * Shared by the column passes over tuples (export/parquet/_columns.c) and over message records
+ * (export/parquet/_parquetrec.c). */
 #ifndef DNSPROBE_COLTEXT_H
 #define DNSPROBE_COLTEXT_H
 
@@ -104,6 +105,39 @@ static inline Py_ssize_t domain_name(const char *s, Py_ssize_t n, char *out)
     for (Py_ssize_t k = start; k < n; k++)
         out[k - start] = (s[k] >= 'A' && s[k] <= 'Z') ? (char)(s[k] + 'a' - 'A') : s[k];
     return n - start;
+}
+
+/* A column's buffers of n rows, written in place: *data of `size` bytes, zeroed (nulls read as zero, as Arrow
+ * producers conventionally write them), and the validity bitmap *validity, all valid. -1 on no memory. */
+static inline int column_buffers(Py_ssize_t n, Py_ssize_t size, PyObject **data, PyObject **validity)
+{
+    Py_ssize_t bitmap = (n + 7) / 8;
+    *data = PyBytes_FromStringAndSize(NULL, size);
+    *validity = PyBytes_FromStringAndSize(NULL, bitmap);
+    if (*data == NULL || *validity == NULL)
+        return -1;
+    memset(PyBytes_AS_STRING(*data), 0, size);
+    memset(PyBytes_AS_STRING(*validity), 0xff, bitmap);
+    return 0;
+}
+
+/* Column k's item of the results list: (null count, validity or None, data[, var]), the buffers of Arrow's
+ * layout that the Python side wraps with pa.Array.from_buffers; var_width: the column has a variable-width part
+ * var[0..var_len) (strings' text, lists' values; var NULL when empty). -1 on no memory. */
+static inline int set_column_result(PyObject *results, Py_ssize_t k, Py_ssize_t nulls, PyObject *validity,
+                                    PyObject *data, int var_width, const char *var, Py_ssize_t var_len)
+{
+    PyObject *item, *none_or_validity = nulls ? validity : Py_None;
+    if (var_width) {
+        PyObject *bytes = PyBytes_FromStringAndSize(var ? var : "", var_len);
+        item = bytes ? Py_BuildValue("(nOON)", nulls, none_or_validity, data, bytes) : NULL;
+    } else {
+        item = Py_BuildValue("(nOO)", nulls, none_or_validity, data);
+    }
+    if (item == NULL)
+        return -1;
+    PyList_SET_ITEM(results, k, item);
+    return 0;
 }
 
 #endif

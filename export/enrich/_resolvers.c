@@ -209,14 +209,9 @@ static struct PyModuleDef module = {
 
 PyMODINIT_FUNC PyInit__resolvers(void)
 {
-    if (PyType_Ready(&PrefixTableType) < 0)
-        return NULL;
+    /* (PyModule_AddType readies the type and adds it under its name after the module's) */
     PyObject *m = PyModule_Create(&module);
-    if (m == NULL)
-        return NULL;
-    if (PyModule_AddObjectRef(m, "PrefixTable", (PyObject *)&PrefixTableType) < 0) {
-        Py_DECREF(m);
-        return NULL;
-    }
+    if (m != NULL && PyModule_AddType(m, &PrefixTableType) < 0)
+        Py_CLEAR(m);
     return m;
 }

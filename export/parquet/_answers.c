@@ -744,14 +744,9 @@ static struct PyModuleDef module = {
 
 PyMODINIT_FUNC PyInit__answers(void)
 {
-    if (PyType_Ready(&WalkerType) < 0)
-        return NULL;
+    /* (PyModule_AddType readies the type and adds it under its name after the module's) */
     PyObject *m = PyModule_Create(&module);
-    if (m == NULL)
-        return NULL;
-    if (PyModule_AddObjectRef(m, "Walker", (PyObject *)&WalkerType) < 0) {
-        Py_DECREF(m);
-        return NULL;
-    }
+    if (m != NULL && PyModule_AddType(m, &WalkerType) < 0)
+        Py_CLEAR(m);
     return m;
 }

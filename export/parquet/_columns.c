@@ -387,13 +387,8 @@ static PyObject *extract(PyObject *Py_UNUSED(self), PyObject *args)
         Py_ssize_t size = fixed_width(c->kind) ? fixed_width(c->kind) * n
                           : c->kind == 'b'     ? bitmap
                                                : 4 * (n + 1);
-        c->data = PyBytes_FromStringAndSize(NULL, size);
-        c->validity = PyBytes_FromStringAndSize(NULL, bitmap);
-        if (c->data == NULL || c->validity == NULL)
+        if (column_buffers(n, size, &c->data, &c->validity) < 0)
             goto done;
-        /* nulls read as zero, as Arrow producers conventionally write them */
-        memset(PyBytes_AS_STRING(c->data), 0, size);
-        memset(PyBytes_AS_STRING(c->validity), 0xff, bitmap);
     }
     /* Row-major, so that each row is read while it is in the cache, and with software prefetching:
      * the rows' tuples and the objects they hold are scattered on the heap, and reading them one after
@@ -419,27 +414,10 @@ static PyObject *extract(PyObject *Py_UNUSED(self), PyObject *args)
             goto done;
     }
     result = PyList_New(ncols);
-    if (result == NULL)
-        goto done;
-    for (Py_ssize_t k = 0; k < ncols; k++) {
+    for (Py_ssize_t k = 0; result != NULL && k < ncols; k++) {
         Column *c = &cols[k];
-        PyObject *validity = c->nulls ? c->validity : Py_None;
-        PyObject *item;
-        if (var_width(c->kind)) {
-            PyObject *var = PyBytes_FromStringAndSize(c->var.p ? c->var.p : "", c->var.len);
-            if (var == NULL) {
-                Py_CLEAR(result);
-                goto done;
-            }
-            item = Py_BuildValue("(nOON)", c->nulls, validity, c->data, var);
-        } else {
-            item = Py_BuildValue("(nOO)", c->nulls, validity, c->data);
-        }
-        if (item == NULL) {
+        if (set_column_result(result, k, c->nulls, c->validity, c->data, var_width(c->kind), c->var.p, c->var.len) < 0)
             Py_CLEAR(result);
-            goto done;
-        }
-        PyList_SET_ITEM(result, k, item);
     }
 done:
     free_columns(cols, ncols);

@@ -397,14 +397,10 @@ static PyObject *parquet_columns(PyObject *Py_UNUSED(self), PyObject *args)
                           : c->kind == K_I32                  ? 4 * n
                           : c->kind == K_BOOL                 ? bitmap
                                                               : 4 * (n + 1);
-        c->data = PyBytes_FromStringAndSize(NULL, size);
-        c->validity = PyBytes_FromStringAndSize(NULL, bitmap);
-        if (c->data == NULL || c->validity == NULL)
+        if (column_buffers(n, size, &c->data, &c->validity) < 0)
             goto done;
         c->out = PyBytes_AS_STRING(c->data);
         c->bits = PyBytes_AS_STRING(c->validity);
-        memset(c->out, 0, size);
-        memset(c->bits, 0xff, bitmap);
     }
     Rows *w = PyMem_Malloc(sizeof *w);
     if (w == NULL) {
@@ -430,22 +426,11 @@ static PyObject *parquet_columns(PyObject *Py_UNUSED(self), PyObject *args)
     }
     PyMem_Free(w);
     result = PyList_New(ncols);
-    if (result == NULL)
-        goto done;
-    for (Py_ssize_t k = 0; k < ncols; k++) {
+    for (Py_ssize_t k = 0; result != NULL && k < ncols; k++) {
         Col *c = &cols[k];
-        PyObject *validity = c->nulls ? c->validity : Py_None, *item;
-        if (c->kind == K_STR || c->kind == K_LIST) {
-            PyObject *var = PyBytes_FromStringAndSize(c->var ? c->var : "", (Py_ssize_t)c->var_len);
-            item = var ? Py_BuildValue("(nOON)", c->nulls, validity, c->data, var) : NULL;
-        } else {
-            item = Py_BuildValue("(nOO)", c->nulls, validity, c->data);
-        }
-        if (item == NULL) {
+        int var_width = c->kind == K_STR || c->kind == K_LIST;
+        if (set_column_result(result, k, c->nulls, c->validity, c->data, var_width, c->var, (Py_ssize_t)c->var_len) < 0)
             Py_CLEAR(result);
-            goto done;
-        }
-        PyList_SET_ITEM(result, k, item);
     }
 done:
     free_cols(cols, ncols);
