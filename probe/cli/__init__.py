@@ -8,7 +8,7 @@ import sys
 
 from probe import __version__
 from probe.cli import bench, capture, config, inspect, keygen, read
-from probe.cli.flags import FORMATTER, Parser
+from probe.cli.flags import Parser
 from probe.cli.output import error
 from probe.errors import DnsprobeError
 
@@ -35,7 +35,7 @@ COMMANDS = {"read": read, "inspect": inspect, "capture": capture, "keygen": keyg
 
 
 def build_parser():
-    parser = Parser(prog="dnsprobe", description=DESCRIPTION, epilog=EPILOG, formatter_class=FORMATTER)
+    parser = Parser(prog="dnsprobe", description=DESCRIPTION, epilog=EPILOG)
     parser.add_argument("--version", action="version", version=f"dnsprobe {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     for module in COMMANDS.values():

@@ -2,7 +2,7 @@
 
 import sys
 
-from probe.cli.flags import CONFIG_FLAGS, FORMATTER, add_pipeline_options, overrides
+from probe.cli.flags import CONFIG_FLAGS, add_pipeline_options, overrides
 from probe.cli.output import show_progress
 from probe.config import load_config
 
@@ -69,7 +69,6 @@ def add_parser(sub):
         description="Capture DNS from network interfaces and servers' dnstap, match queries with responses, write"
         " records.",
         epilog=CAPTURE_EPILOG,
-        formatter_class=FORMATTER,
     )
     add_capture_flags(cap)
     add_pipeline_options(cap, CONFIG_FLAGS, "capture.block_count=64", "the status line", "the statistics table")

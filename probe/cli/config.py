@@ -3,7 +3,7 @@
 import sys
 
 from probe.cli.capture import CAPTURE_FLAGS, add_capture_flags
-from probe.cli.flags import CONFIG_FLAGS, FORMATTER, add_pipeline_options, overrides
+from probe.cli.flags import CONFIG_FLAGS, add_pipeline_options, overrides
 from probe.config import load_config, render_default_yaml, render_yaml
 
 CONFIG_EPILOG = """\
@@ -24,7 +24,6 @@ def add_parser(sub):
         help="print the effective or default configuration",
         description="Print the configuration that `read` or `capture` would use, after the file and flags.",
         epilog=CONFIG_EPILOG,
-        formatter_class=FORMATTER,
     )
     add_capture_flags(conf)
     add_pipeline_options(conf, CONFIG_FLAGS, "capture.coremask=0x3")

@@ -10,14 +10,16 @@ from probe.errors import ConfigError
 
 
 class Parser(argparse.ArgumentParser):
-    """Usage errors exit with status 2 and one line (argparse's default, kept for every subcommand)."""
+    """Usage errors exit with status 2 and one line (argparse's default, kept for every subcommand); descriptions
+    and examples are printed as written."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
+        super().__init__(*args, **kwargs)
 
     def error(self, message):
         self.print_usage(sys.stderr)
         self.exit(2, f"dnsprobe: error: {message}\n")
-
-
-FORMATTER = argparse.RawDescriptionHelpFormatter
 
 
 def _network_arg(family):

@@ -9,7 +9,6 @@ import json
 import sys
 from pathlib import Path
 
-from probe.cli.flags import FORMATTER
 from probe.cli.output import error, need_file
 from probe.decode.mnemonics import rcode_name, rr_type_name
 from probe.errors import ConfigError, DnsprobeError
@@ -53,7 +52,6 @@ def add_parser(sub):
         help="print records of an output file",
         description="Print the records of dnsprobe Parquet files or of C-DNS files as a table or as JSON lines.",
         epilog=INSPECT_EPILOG,
-        formatter_class=FORMATTER,
     )
     insp.add_argument("files", nargs="+", metavar="FILE",
                       help="a .parquet file written by dnsprobe, a C-DNS file, or a directory (every file in it)")

@@ -2,8 +2,6 @@
 
 import sys
 
-from probe.cli.flags import FORMATTER
-
 
 def add_parser(sub):
     keygen = sub.add_parser(
@@ -12,7 +10,6 @@ def add_parser(sub):
         description="Create a new random key file in cryptopANT's format (the format DNS Probe reads), readable\n"
         "by its owner only. The same key file gives the same anonymised addresses in dnsprobe, DNS Probe\n"
         "and cryptopANT's scramble_ips. Use it with --anonymize-key FILE or privacy.key_file.",
-        formatter_class=FORMATTER,
     )
     keygen.add_argument("file", metavar="FILE", help="key file to create")
     keygen.add_argument("--algorithm", choices=("aes", "blowfish", "md5", "sha1"), default="aes",

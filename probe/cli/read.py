@@ -4,7 +4,7 @@ table."""
 import sys
 from pathlib import Path
 
-from probe.cli.flags import CONFIG_FLAGS, FORMATTER, add_pipeline_options, overrides
+from probe.cli.flags import CONFIG_FLAGS, add_pipeline_options, overrides
 from probe.cli.output import error, need_file, show_progress
 from probe.config import load_config
 from probe.run.offline import read_files
@@ -43,7 +43,6 @@ def add_parser(sub):
         help="read capture files and write transactions",
         description="Decode DNS from capture files, match queries with responses, write records.",
         epilog=READ_EPILOG,
-        formatter_class=FORMATTER,
     )
     read.add_argument("files", nargs="+", metavar="FILE",
                       help="pcap, pcapng or dnstap file (.gz, .xz, .zst accepted), or a pipe such as /dev/stdin")
