@@ -318,10 +318,7 @@ def main(argv=None):
 
     res.update(machine=machine, code=offline.code(), protobuf=google.protobuf.__version__,
                load_average_at_end=[round(x, 2) for x in os.getloadavg()])
-    text = markdown(res)
-    print("\n" + text)
-    if not args.no_save:
-        offline.save_results("dnstap", res, text)
+    offline.report("dnstap", res, markdown(res), save=not args.no_save)
     return 0
 
 

@@ -162,10 +162,7 @@ def main(argv=None):
         "code": offline.code(),
         "variants": {name: summarise(s, packets, base) for name, s in samples.items()},
     }
-    text = markdown(res)
-    print("\n" + text)
-    if not args.no_save:
-        offline.save_results("enrichment", res, text)
+    offline.report("enrichment", res, markdown(res), save=not args.no_save)
     return 0
 
 

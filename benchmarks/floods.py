@@ -261,13 +261,7 @@ def main(argv=None):
             r = run_flood(bed, kind, args.seconds, args.set, normal, normal_pps)
             res["runs"].append(r)
             print(json.dumps(r), flush=True)
-    text = markdown(res)
-    print(text)
-    if not args.no_save:
-        out = HERE / "results"
-        out.mkdir(exist_ok=True)
-        (out / "floods.json").write_text(json.dumps(res, indent=1) + "\n")
-        (out / "floods.md").write_text(text)
+    offline.report("floods", res, markdown(res), save=not args.no_save)
 
 
 if __name__ == "__main__":

@@ -739,5 +739,12 @@ def save_results(name, res, markdown_text):
     print(f"\nwrote {RESULTS / (name + '.json')} and {RESULTS / (name + '.md')}")
 
 
+def report(name, res, markdown_text, save):
+    """Print a benchmark's summary; with save, keep it and its figures (save_results)."""
+    print("\n" + markdown_text)
+    if save:
+        save_results(name, res, markdown_text)
+
+
 if __name__ == "__main__":
     sys.exit(main())

@@ -38,7 +38,6 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-RESULTS = HERE / "results"
 sys.path.insert(0, str(HERE))
 
 import offline  # noqa: E402  (benchmarks/ is not a package)
@@ -449,11 +448,7 @@ def main(argv=None):
         "inputs": inputs,
         "balance": bal,
     }
-    print(markdown(res))
-    if not args.no_save:
-        RESULTS.mkdir(exist_ok=True)
-        (RESULTS / "parallel.json").write_text(json.dumps(res, indent=2) + "\n")
-        (RESULTS / "parallel.md").write_text(markdown(res))
+    offline.report("parallel", res, markdown(res), save=not args.no_save)
     return 0
 
 
