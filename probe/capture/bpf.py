@@ -263,24 +263,29 @@ def dns_filter(ports, skip_outgoing=False, snaplen=SNAPLEN, ip_filter=None, inve
         a.op("jeq", PACKET_OUTGOING, None, "eth")
         a.op("ret", 0)
     a.label("eth")
-    tags = (0x8100, 0x88A8, 0x9100)
     # Ethertype at 12 (untagged), 16 (one tag), 20 (two tags); the IP header 2 bytes later.
     for depth, etype_at in enumerate((12, 16, 20)):
         base = etype_at + 2
         a.label(f"ethertype_{etype_at}")
         a.op("ldh", etype_at)
-        a.jeq_far(0x0800, f"ip4_{base}_start")
-        a.jeq_far(0x86DD, f"ip6_{base}_start")
-        if depth < 2:
-            for tag in tags:
-                a.jeq_far(tag, f"ethertype_{etype_at + 4}")
-        a.op("ret", 0)
+        _by_ethertype(a, f"ip4_{base}_start", f"ip6_{base}_start", f"ethertype_{etype_at + 4}" if depth < 2 else None)
     v4 = ip_filter.v4 if ip_filter else None
     v6 = ip_filter.v6 if ip_filter else None
     for base in (14, 18, 22):
         _ipv4_block(a, base, ports, snaplen, v4, invert_ip_filter)
         _ipv6_block(a, base, ports, snaplen, v6, invert_ip_filter)
     return a.assemble()
+
+
+def _by_ethertype(a, v4, v6, tagged):
+    """Jumps on the ethertype in A: to label v4 for IPv4, v6 for IPv6, tagged for a VLAN tag (802.1Q, 802.1ad or
+    the old 0x9100; None: no more tags allowed); any other frame is rejected."""
+    a.jeq_far(0x0800, v4)
+    a.jeq_far(0x86DD, v6)
+    if tagged is not None:
+        for tag in (0x8100, 0x88A8, 0x9100):
+            a.jeq_far(tag, tagged)
+    a.op("ret", 0)
 
 
 def reject_all_filter():
@@ -296,19 +301,13 @@ def fanout_program():
     possibly starting at the IP header; so it reads skb->protocol and loads relative to the network header
     (SKF_NET_OFF), passing at most two tags still in the data."""
     a = BpfAssembler()
-    tags = (0x8100, 0x88A8, 0x9100)
     a.op("ld", SKF_AD_OFF + SKF_AD_PROTOCOL)  # the ethertype, after the tag the kernel took off
     for depth, etype_at in enumerate((None, 2, 6)):
         ip_at = 0 if etype_at is None else etype_at + 2
         if etype_at is not None:
             a.label(f"tag_{depth}")
             a.op("ldh", SKF_NET_OFF + etype_at)
-        a.jeq_far(0x0800, f"v4_{ip_at}")
-        a.jeq_far(0x86DD, f"v6_{ip_at}")
-        if depth < 2:
-            for tag in tags:
-                a.jeq_far(tag, f"tag_{depth + 1}")
-        a.op("ret", 0)
+        _by_ethertype(a, f"v4_{ip_at}", f"v6_{ip_at}", f"tag_{depth + 1}" if depth < 2 else None)
     for ip_at in (0, 4, 8):
         net = SKF_NET_OFF + ip_at
         a.label(f"v4_{ip_at}")

@@ -122,6 +122,10 @@ class TransactionTable:
             i += 1
         matched, response_only, dup, stored, evicted = counts
         self.held += stored - matched - evicted  # (in C a response takes a query only to match it)
+        self._count(matched, response_only, dup, evicted)
+
+    def _count(self, matched, response_only, dup, evicted):
+        """The counters of a run of the matching loop, C or Python."""
         stats = self.stats
         stats.matched += matched
         stats.response_only += response_only
@@ -203,11 +207,7 @@ class TransactionTable:
                 else:
                     pending[key] = [waiting, m]
         self.held += stored - taken - evicted
-        stats.matched += matched
-        stats.response_only += response_only
-        stats.duplicate_queries += dup
-        stats.query_only += evicted
-        stats.match_evicted += evicted
+        self._count(matched, response_only, dup, evicted)
 
     def _query_copy(self, m, out):
         """A query carried in a dnstap response: it waits for that response like a query, unless the query
