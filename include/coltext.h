@@ -9,8 +9,8 @@
 #include <string.h>
 
 /* Dotted-quad text of an IPv4 address, as inet_ntop writes it; returns its length. Written out because
- * glibc's inet_ntop formats through sprintf and cost ~400 ns per address, a third of the whole column
- * pass with four address columns. */
+ * glibc's inet_ntop formats through sprintf, which made it a large part of the column pass with four
+ * address columns. */
 static inline Py_ssize_t ipv4_text(const unsigned char *a, char *out)
 {
     char *p = out;
@@ -34,8 +34,8 @@ static inline Py_ssize_t ipv4_text(const unsigned char *a, char *out)
 /* IPv6 text exactly as glibc's inet_ntop (and so socket.inet_ntop) writes it: lower-case hex groups, the
  * longest run of two or more zero groups (the first of equal runs) as "::", and the last 32 bits as a
  * dotted quad for IPv4-compatible (::a.b.c.d, but not ::1 or ::) and IPv4-mapped (::ffff:a.b.c.d)
- * addresses. Written out because inet_ntop formats through sprintf: ~5 % of the column pass with a
- * tenth of the traffic on IPv6. tests/test_columns.py compares it with socket.inet_ntop. */
+ * addresses. Written out because inet_ntop formats through sprintf. tests/export/test_columns.py compares it
+ * with socket.inet_ntop. */
 static inline Py_ssize_t ipv6_text(const unsigned char *a, char *out)
 {
     static const char hex[] = "0123456789abcdef";
@@ -82,7 +82,7 @@ static inline Py_ssize_t ipv6_text(const unsigned char *a, char *out)
     return p - out;
 }
 
-/* domain_name (probe/columns.py): the QNAME s[0..n) ASCII-lowercased into out, cut to its last two labels when
+/* domain_name (export/parquet/columns.py): the QNAME s[0..n) ASCII-lowercased into out, cut to its last two labels when
  * it has at least two dots and no newline before the second-to-last one; else the whole name. This is what the
  * regex replace ^.*\.([^.]*\.[^.]*)$ -> \1 gives (RE2's '.' stops at a newline), at a fraction of its cost.
  * Returns the length written (at most n). */

@@ -1,7 +1,7 @@
 /* Reading a Python int as a C integer without a call into libpython for the usual values.
  *
  * Why: the column, matching and C-DNS loops read tens of ints per transaction; PyLong_AsLongLong and
- * friends are calls with several checks each (~12 % of the column pass). Almost all of these ints are
+ * friends are calls with several checks each, a visible part of those loops. Almost all of these ints are
  * "compact" (one 30-bit digit): their value is read inline here. Anything else (big, negative beyond a
  * digit, subclasses, objects with __index__) goes to the libpython call the loops used before, so the
  * results and errors are the same. */

@@ -1,10 +1,10 @@
 /* export.cdns._cdnsblock: the per-transaction loop of a C-DNS block (export/cdns/block.py Block.add_python) and the
  * Q/R item maps of Block.encode, in C.
  *
- * Why: the C-DNS export spent ~3 µs per packet building the block tables, signatures and item tuples in
- * Python and ~2 µs turning the items into maps; this does the same work on the same Python objects.
- * export/cdns/writer.py keeps the Python loop as the reference and the fallback, and the tests compare the two
- * (tests/test_cdns_block.py): every table in the same insertion order, the same item tuples and counters.
+ * Why: building the block tables, signatures and item tuples and turning the items into maps were most of the
+ * C-DNS export's time in Python; this does the same work on the same Python objects. export/cdns/writer.py keeps
+ * the Python loop as the reference and the fallback, and the tests compare the two
+ * (tests/export/test_cdns_block.py): every table in the same insertion order, the same item tuples and counters.
  *
  * add(txs, start, ip, names, classtype, sigs, items, earliest, qr_type[, cache])
  *     -> (stop, earliest, processed, unmatched_queries, unmatched_responses)
@@ -437,7 +437,7 @@ static int packed_put(Table *t, uint64_t h, const unsigned char *buf, Py_ssize_t
  * Items: a block's Q/R items as C structs.
  *
  * Why: an item was a 12-tuple holding new ints (time, response delay): made per transaction, read again
- * by count_uses and encode_items, and freed with the block, ~0.7 µs per transaction in all. Items keeps
+ * by count_uses and encode_items, and freed with the block: allocations per transaction. Items keeps
  * the same values in an array; it reads as the list of tuples it replaces (len, indexing, iteration,
  * == with a list), so Block.encode's Python reference and the tests see the same items. It holds the
  * items of blocks without full sections only: their last two fields (extended sections) are None. */
@@ -1383,7 +1383,7 @@ static PyObject *encode_signatures(PyObject *Py_UNUSED(self), PyObject *args)
 }
 
 /* The use count of each index 0..n-1 in field `field` of the items (None skipped): the counts that order
- * a block's tables most-used first. collections.Counter did this at about 140 ns an item and field. */
+ * a block's tables most-used first (collections.Counter did this, at a dict update per item and field). */
 static PyObject *count_uses(PyObject *Py_UNUSED(self), PyObject *args)
 {
     PyObject *list;
@@ -1448,7 +1448,7 @@ done:
 }
 
 /* cdns._by_use: (old indexes most used first, ties in index order; the new index of each old one). The
- * Python sort with a key function and the loop after it cost ~0.3 µs per transaction for three tables. */
+ * Python sort with a key function and the loop after it, in one pass in C. */
 typedef struct {
     long long uses;
     Py_ssize_t index;

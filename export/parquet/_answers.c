@@ -2,8 +2,8 @@
  * messages, in one pass: every RR of the answer, authority and additional sections as (section, owner name, type,
  * class, TTL, RDATA in presentation format), OPT left out.
  *
- * Why: walking each record and formatting its RDATA in Python cost about 10 µs a transaction, five times the
- * rest of `dnsprobe read`. answers.py is the twin and the reference (it is compared with dnspython's text):
+ * Why: walking each record and formatting its RDATA in Python cost several times the rest of `dnsprobe read`
+ * (docs/performance.md). answers.py is the twin and the reference (it is compared with dnspython's text):
  * its tables (RDATA_LAYOUTS, TYPE_NAMES, SECTIONS) are given to Walker, so the layouts are declared once, and
  * tests/export/test_answers.py and fuzz/fuzz_answers.py compare the two column for column. The walk and its
  * failures are the twin's: a name as probe/decode/dnswire.py reads it (backward pointers only, 255 bytes), RDATA

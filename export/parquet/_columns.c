@@ -2,8 +2,8 @@
  *
  * Why: the record builder turns thousands of transactions (tuples of message tuples) into ~60 Arrow
  * columns. Transposing them in Python (zip(*rows)) and converting each Python list with pa.array costs
- * about 10 µs per transaction; reading the tuples here and writing the Arrow buffers directly costs a
- * small fraction of that. export/parquet/columns.py wraps the buffers with pa.Array.from_buffers and holds the
+ * more than the rest of the pipeline; reading the tuples here and writing the Arrow buffers directly
+ * costs a small fraction of that. export/parquet/columns.py wraps the buffers with pa.Array.from_buffers and holds the
  * pure-Python reference implementation that the tests compare this one with.
  *
  * extract(rows, specs) -> list of results, one per spec.
@@ -392,8 +392,8 @@ static PyObject *extract(PyObject *Py_UNUSED(self), PyObject *args)
     }
     /* Row-major, so that each row is read while it is in the cache, and with software prefetching:
      * the rows' tuples and the objects they hold are scattered on the heap, and reading them one after
-     * the other waits for main memory at every pointer (measured: ~300 ns per row and column on the
-     * VMs we run on, most of the builder's time). Prefetching a few rows ahead overlaps those waits. */
+     * the other waits for main memory at every pointer (most of the builder's time). Prefetching a few
+     * rows ahead overlaps those waits. */
     for (Py_ssize_t i = 0; i < n; i++) {
         /* Values' __index__ / __float__ are Python code that may change the list: its size is read again
          * for every row, and the row is held while its values are read. */

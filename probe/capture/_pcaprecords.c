@@ -1,7 +1,7 @@
 /* probe.capture._pcaprecords: split classic pcap records out of a buffer, in C.
  *
- * Why: the Python loop over record headers (unpack, checks, three list appends, a slice) cost about
- * 1 µs per frame, a tenth of the whole pipeline once decoding and record building were in C. This
+ * Why: the Python loop over record headers (unpack, checks, three list appends, a slice) was a large part
+ * of the pipeline once decoding and record building were in C. This
  * does the same per record and leaves file handling, buffering and errors to probe/capture/pcapfile.py,
  * whose Python loop stays as the reference the tests compare this with.
  *

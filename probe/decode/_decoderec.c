@@ -28,7 +28,7 @@
 static PyObject *ipv6_address; /* ipaddress.IPv6Address, for the text of an IPv6 client subnet */
 
 
-/* The network part of a message (fields.NET_FIELDS). */
+/* The network part of a message (probe.model NET_FIELDS). */
 typedef struct {
     int64_t ts, wirelen;
     int ipv, proto;

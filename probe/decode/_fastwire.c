@@ -1,11 +1,11 @@
 /* probe.decode._fastwire: the DNS wire walker and the common-frame fast path, in C.
  *
- * Why: decoding a frame in Python (struct unpacks, slices, the walker in probe/decode/dnswire.py) cost
- * about 9 µs and was the largest part of a run; here an Ethernet/UDP frame costs a fraction of that,
- * most of it the allocation of the objects of the message tuple (README, Decoding). A TCP frame in
- * Python cost about 13 µs; here only its stream step (probe/decode/tcpstream.py) is Python code.
+ * Why: decoding a frame in Python (struct unpacks, slices, the walker in probe/decode/dnswire.py) was the
+ * largest part of a run; here an Ethernet/UDP frame costs a fraction of that, most of it the allocation of
+ * the objects of the message tuple. For a TCP frame only its stream step (probe/decode/tcpstream.py) is
+ * Python code.
  * It is a translation of the Python code, rule for rule: probe/decode/dnswire.py stays the reference
- * (and the fallback where this module is not built), and tests/test_fastwire.py checks that both give
+ * (and the fallback where this module is not built), and tests/decode/test_fastwire.py checks that both give
  * equal results on every message of the test captures and on many thousands of damaged ones.
  *
  * parse_message(buf, names=None, max_names=-1) -> the DNS tuple of dnswire.parse_message(buf, names).
@@ -40,7 +40,7 @@
 #include "frameloop.h"
 #include "wire.h"
 
-#define N_DNS 15 /* fields.DNS_FIELDS */
+#define N_DNS 15 /* probe.model DNS_FIELDS */
 #define N_NET 15 /* probe.model NET_FIELDS */
 #define TRANSPORT_UDP 1 /* probe.model TRANSPORTS */
 #define TRANSPORT_TCP 2

@@ -1,11 +1,11 @@
 /* probe.match._match: the per-message loop of the matching stage (probe/match/table.py TransactionTable.add_python) in C.
  *
- * Why: pairing queries with responses cost ~1.9 µs per packet in Python, most of it interpreter overhead
- * around a few dict and tuple operations; this does the same operations on the same Python objects. The
- * table's state stays in Python (the `pending` dict: key tuple -> query tuple or list of them, insertion
- * order = expiry order), so expiry, flush and zone transfers keep running the Python code on it.
- * probe/match/table.py keeps the Python loop as the reference and the fallback; tests/test_match_c.py compares
- * the two (the same transactions in the same order, the same counters, the same dict in the same order).
+ * Why: pairing queries with responses in Python was mostly interpreter overhead around a few dict and tuple
+ * operations; this does the same operations on the same Python objects. The table's state stays in Python (the
+ * `pending` dict: key tuple -> query tuple or list of them, insertion order = expiry order), so expiry, flush and
+ * zone transfers keep running the Python code on it. probe/match/table.py keeps the Python loop as the reference
+ * and the fallback; tests/match/test_match_c.py compares the two (the same transactions in the same order, the
+ * same counters, the same dict in the same order).
  *
  * run(msgs, start, pending, timeout_ns, transfers_open, out, counts, per_key) -> stop
  *   Handles msgs[start:stop] as add_python does: malformed messages are appended to `out` alone, queries

@@ -1,6 +1,6 @@
 /* probe.match._matchrec: the matching stage (probe/match/table.py TransactionTable) on message records.
  *
- * Why: the C loop over message tuples (probe/_match.c) still hashed a key tuple and went through a Python dict
+ * Why: the C loop over message tuples (probe/match/_match.c) still hashed a key tuple and went through a Python dict
  * per message; here the pending queries are copies of their records in a hash table of its own, and completed
  * transactions are written into a TxBatch. Everything TransactionTable does is done here, with its exact
  * rules and order: the question check, the timeout rule, retries under one key, duplicates, response-only and
