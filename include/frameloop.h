@@ -117,6 +117,15 @@ static int frame_ok(PyObject *frame, const unsigned char *portmap, int tcp, Fast
            && classify((const unsigned char *)PyBytes_AS_STRING(frame), PyBytes_GET_SIZE(frame), portmap, tcp, x);
 }
 
+/* The end of a loop without an error: (i, j), with its counts added to counts_obj; NULL on error. */
+static PyObject *loop_result(Py_ssize_t i, Py_ssize_t j, PyObject *counts_obj, const long long *counts)
+{
+    PyObject *result = Py_BuildValue("(nn)", i, j);
+    if (result != NULL && add_counts(counts_obj, counts) < 0)
+        Py_CLEAR(result);
+    return result;
+}
+
 /* The step for one frame that classify accepted as x: its messages made, or the frame counted as filtered.
  * ts and wl: the frame's time and length objects (held); wirelen: the length's value; keep: the IP list of
  * its IP version. */
@@ -172,10 +181,8 @@ static inline PyObject *frame_loop(PyObject *ts_obj, PyObject *wl_obj, PyObject 
     while (j < N_NOW() && !frame_ok(PySequence_Fast_GET_ITEM(data, j), portmap, do_tcp, &x))
         j++;
 #undef N_NOW
-    result = Py_BuildValue("(nn)", i, j);
+    result = loop_result(i, j, counts_obj, counts);
 done:
-    if (result != NULL && add_counts(counts_obj, counts) < 0)
-        Py_CLEAR(result);
     Py_XDECREF(ts);
     Py_XDECREF(wl);
     Py_XDECREF(data);

@@ -438,10 +438,8 @@ static PyObject *decode_packed(PyObject *Py_UNUSED(self), PyObject *args)
         if (classify(f, len, portmap, do_tcp, &x))
             break;
     }
-    result = Py_BuildValue("(nn)", i, j);
+    result = loop_result(i, j, counts_obj, counts);
 done:
-    if (result != NULL && add_counts(counts_obj, counts) < 0)
-        Py_CLEAR(result);
     PyMem_Free(scratch);
     Py_DECREF(frames);
     return result;
@@ -463,36 +461,28 @@ static PyObject *select_share(PyObject *Py_UNUSED(self), PyObject *args)
     Frames *out = (Frames *)PyObject_CallNoArgs((PyObject *)records->frames_type);
     if (out == NULL)
         return NULL;
+    unsigned char *scratch = NULL;
+    size_t scratch_len = 0;
     for (Py_ssize_t j = 0; j < PyList_GET_SIZE(frames->owners); j++) {
         if (PyList_Append(out->owners, PyList_GET_ITEM(frames->owners, j)) < 0)
             goto fail;
     }
     for (Py_ssize_t i = 0; i < frames->n; i++) {
         /* (a frame with a tag the kernel took off: the tag would sit before the IP header, read it whole) */
-        const unsigned char *f = frames->ptr[i];
-        Py_ssize_t len = frames->caplen[i];
-        uint32_t h;
-        if (frames->tag[i] && len >= 12) {
-            unsigned char *tmp = PyMem_Malloc((size_t)len + 4);
-            if (tmp == NULL) {
-                PyErr_NoMemory();
-                goto fail;
-            }
-            memcpy(tmp, f, 12);
-            tmp[12] = (unsigned char)(frames->tag[i] >> 24), tmp[13] = (unsigned char)(frames->tag[i] >> 16);
-            tmp[14] = (unsigned char)(frames->tag[i] >> 8), tmp[15] = (unsigned char)frames->tag[i];
-            memcpy(tmp + 16, f + 12, len - 12);
-            h = flow_hash(tmp, len + 4, linktype);
-            PyMem_Free(tmp);
-        } else {
-            h = flow_hash(f, len, linktype);
-        }
-        if ((Py_ssize_t)(h % (uint32_t)n) == k
-            && records->frames_add(out, f, frames->caplen[i], frames->wirelen[i], frames->ts[i], frames->tag[i]) < 0)
+        Py_ssize_t len;
+        long long wirelen;
+        const unsigned char *f = frame_at(frames, i, &scratch, &scratch_len, &len, &wirelen);
+        if (f == NULL)
+            goto fail;
+        if ((Py_ssize_t)(flow_hash(f, len, linktype) % (uint32_t)n) == k
+            && records->frames_add(out, frames->ptr[i], frames->caplen[i], frames->wirelen[i], frames->ts[i],
+                                   frames->tag[i]) < 0)
             goto fail;
     }
+    PyMem_Free(scratch);
     return (PyObject *)out;
 fail:
+    PyMem_Free(scratch);
     Py_DECREF(out);
     return NULL;
 }
