@@ -377,7 +377,7 @@ static const unsigned char *frame_at(const Frames *f, Py_ssize_t i, unsigned cha
     *wirelen = f->wirelen[i];
     if (tag == 0 || n < 12)
         return f->ptr[i];
-    if (*scratch_len < (size_t)n + 4) {
+    if (*scratch == NULL || *scratch_len < (size_t)n + 4) {
         unsigned char *p = PyMem_Realloc(*scratch, (size_t)n + 4);
         if (p == NULL) {
             PyErr_NoMemory();
