@@ -25,7 +25,8 @@ time quadratic in the number of packets (about 20 s for 100,000 here); CPU time 
 Rows (tool x format) and what runs for N workers (cores = the first N worker cores):
   dnsprobe parquet / cdns   `dnsprobe capture -i VETH --coremask <N cores>`, AF_PACKET fanout, N workers
   dnsprobe dpdk-parquet     `dnsprobe capture --dpdk --dpdk-args="--no-huge --no-pci -m 512
-                            --vdev=net_af_packet0,iface=VETH,qpairs=N"` (when probe.capture._dpdk imports)
+                            --vdev=net_af_packet0,iface=VETH,qpairs=1,..." --set dpdk.mempool_size=8192 x N - 1`
+                            (when probe.capture._dpdk imports)
   dnscap pcap               `dnscap -i VETH -w FILE -m qun -e nytfsxir -s ir -T -f -S` (queries, updates,
                             notifies; every RCODE and TC; initiations and responses; TCP; fragments). dnscap has
                             no fanout: one process, run for N = 1 only.
@@ -37,9 +38,9 @@ One trial (rate R, N workers): start the capturer(s) and wait until they listen;
 mix at R pkts/s; wait until the capturers are idle; stop them (dnsprobe SIGTERM, the others SIGINT) and read
 - sent: tcpreplay's successful packets; with trafgen and with --interface, the growth of the capture interface's
   rx_packets (trafgen's own count beside it, as `reported`);
-- received, kernel drops: the tool's own report (dnsprobe: kernel_received/kernel_drops, DPDK: dpdk_ipackets/
-  dpdk_imissed; tcpdump: "received by filter"/"dropped by kernel"; dnscap -S: recv/drop; netsniff-ng: "packets
-  incoming"/"failed filter (out of space)");
+- received, kernel drops: the tool's own report (dnsprobe: kernel_received/kernel_drops, DPDK: dpdk_ipackets +
+  dpdk_imissed + dpdk_rx_nombuf / dpdk_imissed + dpdk_rx_nombuf; tcpdump: "received by filter"/"dropped by
+  kernel"; dnscap -S: recv/drop; netsniff-ng: "packets incoming"/"failed filter (out of space)");
 - captured: packets the tool took in (dnsprobe: `packets`; the others: received - dropped);
 - written: records of the output (dnsprobe: transactions; the others: frames in the pcaps they wrote);
 - drops: every drop counter the tool reports, by name (dnsprobe: every counter with drop/missed/evict/
@@ -85,7 +86,14 @@ DEFAULT_PACKETS = 300_000
 FANOUT_GROUP = 0x4D53
 DNSCAP_OPTIONS = ("-m", "qun", "-e", "nytfsxir", "-s", "ir", "-T", "-f")
 DROP_WORDS = ("drop", "missed", "evict", "nombuf", "errors", "overflow")
+# dnsprobe's counters that say what the frames it took in were: a trial whose received count is not what was sent
+# says which kind the difference is (frames of another interface or kernel chatter: non_ip/non_dns; a frame taken
+# twice: a response_only or query_only; a worker restarted).
+FRAME_KINDS = ("non_ip", "non_dns", "fragments", "tcp_segments", "queries", "responses", "matched", "query_only",
+               "response_only", "duplicate_queries", "worker_restarts")
 TRAFGEN_FRAMES = 50_000
+DPDK_EAL = "--no-huge --no-pci -m 512"  # the DPDK row's EAL memory (--dpdk-eal)
+DPDK_MBUFS_PER_WORKER = 8191
 TCPREPLAY_REACH = 0.9  # auto: tcpreplay sends the rates up to this share of its --topspeed rate
 
 
@@ -174,6 +182,7 @@ class Tool:
 class Dnsprobe(Tool):
     name, binary, package = "dnsprobe", "dnsprobe", "dnsprobe"
     stop_signal = signal.SIGTERM
+    eal = DPDK_EAL
 
     def __init__(self, fmt, dpdk=False):
         self.fmt = f"dpdk-{fmt}" if dpdk else fmt
@@ -196,7 +205,11 @@ class Dnsprobe(Tool):
         extra = ["--format", self.export_format]
         source = None
         if self.dpdk:
-            source = ["--dpdk", f"--dpdk-args=--no-huge --no-pci -m 512 --vdev=net_af_packet0,iface={bed.iface},"
+            # A pool of 8191 mbufs a worker holds what one worker's queue, batch and cache can take at once
+            # (probe.capture.dpdk.mbufs_needed: 5,376) and is loss-free at the rates measured; the default 16383,
+            # sized for several queues, adds about 36 MiB to the worker's RSS. (--set dpdk.mempool_size=N wins.)
+            extra += ["--set", f"dpdk.mempool_size={(DPDK_MBUFS_PER_WORKER + 1) * len(cores) - 1}"]
+            source = ["--dpdk", f"--dpdk-args={self.eal} --vdev=net_af_packet0,iface={bed.iface},"
                                 "qpairs=1,blocksz=4096,framesz=2048,framecnt=16384"]  # a 32 MiB ring, as AF_PACKET
         data = out / "data"
         data.mkdir()
@@ -211,12 +224,15 @@ class Dnsprobe(Tool):
         doc = json.loads(stats[-1].read_text())
         c = doc["counters"]
         if self.dpdk:
-            received, kdrops = c.get("dpdk_ipackets", 0), c.get("dpdk_imissed", 0) + c.get("dpdk_rx_nombuf", 0)
+            # ipackets are the frames read, imissed those the device dropped (as kernel_received has its drops)
+            kdrops = c.get("dpdk_imissed", 0) + c.get("dpdk_rx_nombuf", 0)
+            received = c.get("dpdk_ipackets", 0) + kdrops
         else:
             received, kdrops = c["kernel_received"], c["kernel_drops"]
         drops = {k: v for k, v in c.items() if any(w in k for w in DROP_WORDS) and isinstance(v, int)}
         return {"received": received, "kernel_drops": kdrops, "captured": c["packets"], "written": c["records"],
                 "written_what": "transactions", "drops": drops, "errors": doc.get("errors", []),
+                "frame_kinds": {k: c.get(k, 0) for k in FRAME_KINDS},
                 "part_files_left": [p.name for p in data.glob("*.part")]}
 
 
@@ -576,6 +592,7 @@ def run_trial(bed, tool, pcap, expected, rate, cores, opts, expected_written=Non
         "captured": captured, "lost": sent - captured, "written": rep["written"], "written_what": rep["written_what"],
         "expected_written": expected_written, "drops": rep["drops"], "total_drops": total_drops,
         "errors": rep.get("errors", []), "part_files_left": rep.get("part_files_left", []),
+        "frame_kinds": rep.get("frame_kinds"),
         "catch_up_seconds": round(catch_up, 3) if catch_up is not None else None,
         "zero_loss": zero_loss, "kept_up": kept_up, "passed": zero_loss and kept_up,
         "cpu_seconds_per_worker": per_worker, "cpu_seconds": round(cpu_total, 3),
@@ -957,6 +974,10 @@ def parse_args(argv):
                     help="only measure the generators on the testbed, nothing capturing: tcpreplay and trafgen as "
                          "fast as they go and at each of --rates (or --ladder); writes generators.{json,md}")
     ap.add_argument("--results", type=Path, default=HERE / "results", help="directory of suite.{json,md,png}")
+    ap.add_argument("--dpdk-eal", default=DPDK_EAL, help=f"EAL memory arguments of the DPDK row (default {DPDK_EAL!r}; "
+                                                         "the device and the cores are the suite's)")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="a configuration key of the dnsprobe rows (repeatable), e.g. dpdk.mempool_size=8191")
     args = ap.parse_args(argv)
     if args.smoke:
         args.packets = args.packets or SMOKE_PACKETS
@@ -991,6 +1012,8 @@ def main(argv=None):
     unmeasured = {n: f"needs {n} worker cores (beside the generator's; this machine has {len(cores)})"
                   for n in worker_counts if n > len(cores)}
     live.GENERATOR_CORE = args.generator_core
+    live.OPTIONS["set"] = args.set
+    Dnsprobe.eal = args.dpdk_eal
     wanted = set(args.tools.split(",")) if args.tools else None
     formats = set(args.formats.split(","))
     tools = [t for t in all_tools() if (wanted is None or t.name in wanted)
@@ -1089,6 +1112,7 @@ def main(argv=None):
         "input": {"mix": args.mix, "seed": args.seed, "packets": args.packets, "file": pcap.name},
         "rates_desc": args.rates or f"ladder {args.ladder} up to {args.max_rate:,}, bisection to {args.resolution:,}",
         "fixed_rate": args.fixed_rate, "catch_up_limit_s": args.catch_up_limit,
+        "dnsprobe_settings": args.set, "dpdk_eal": args.dpdk_eal,
         "dnscap_expected_written": (dnscap_expected or {}).get("tcpreplay"),
         "dnscap_expected_written_trafgen": (dnscap_expected or {}).get("trafgen"), "skipped": skipped,
         "series": series, "offline": off, "offline_workers": off_workers,

@@ -195,15 +195,25 @@ class Hugepages:
         if os.geteuid() != 0 or not self.NR.exists():
             self.skip_reason = "needs root and hugepage support"
             return self
-        before = int(self.NR.read_text())
-        self.NR.write_text(str(before + self.pages))
-        self.raised = int(self.NR.read_text()) - before
+        try:
+            before = int(self.NR.read_text())
+            self.NR.write_text(str(before + self.pages))
+        except OSError as exc:  # a read-only /proc/sys (a container), a kernel without hugepages
+            self.skip_reason = f"cannot reserve hugepages: {self.NR}: {exc.strerror}"
+            return self
+        self.raised = max(0, int(self.NR.read_text()) - before)
         free = _meminfo("HugePages_Free")
         if self.raised < self.pages or free < self.pages:
             self.skip_reason = f"could reserve {self.raised} of {self.pages} hugepages ({free} free)"
             return self
         self.dir = Path(tempfile.mkdtemp(prefix="dnsprobe-huge-"))
-        subprocess.run(["mount", "-t", "hugetlbfs", "-o", "pagesize=2M", "none", str(self.dir)], check=True)
+        # size=: the EAL of this mount takes no more than the pages reserved here (others may hold some too).
+        mount = subprocess.run(["mount", "-t", "hugetlbfs", "-o", f"pagesize=2M,size={2 * self.pages}M", "none",
+                                str(self.dir)], capture_output=True, text=True)
+        if mount.returncode:
+            self.skip_reason = f"cannot mount a hugetlbfs: {mount.stderr.strip()}"
+            shutil.rmtree(self.dir, ignore_errors=True)
+            self.dir = None
         return self
 
     def files(self):

@@ -29,7 +29,7 @@ import tempfile
 
 from probe import native
 from probe.capture.dpdk_af_packet import DRIVERS as AF_PACKET_DRIVERS
-from probe.capture.dpdk_af_packet import device_args, replace_sockets, ring_geometry
+from probe.capture.dpdk_af_packet import device_args, replace_sockets, ring_drops, ring_geometry
 from probe.errors import ConfigError
 from probe.model import LINKTYPE_ETHERNET, FrameBatch
 
@@ -262,6 +262,7 @@ class DpdkPort(_Eal):
         super().__init__(args)
         self.port_id = dpdk_cfg.port
         self.started = self.opened = False
+        self.ring_sockets, self.ring_dropped = [], 0  # net_af_packet: our sockets under the PMD, what they dropped
         try:
             self._setup(dpdk_cfg, queues, workers, fanout_id, batch_size)
         except BaseException:
@@ -301,7 +302,7 @@ class DpdkPort(_Eal):
             args = device_args(self.args, self.name) or {}
             self.capacity = ring_geometry(args)[3]
             group = fanout_id(args["iface"]) if fanout_id is not None and queues > 1 and "iface" in args else None
-            why = replace_sockets(lib, self.args, self.name, group)
+            why, self.ring_sockets = replace_sockets(lib, self.args, self.name, group)
             self.frames_as_on_wire = why is None
             if why:
                 print(f"dnsprobe: DPDK port {self.port_id} ({self.name}): its packet sockets were left as the driver "
@@ -328,8 +329,14 @@ class DpdkPort(_Eal):
         return [lib.port_poller(port, tuple(range(self.queues)), self.capacity, self.mode == "distributor")]
 
     def stats(self):
-        """rte_eth_stats of the port: ipackets, imissed, ierrors, rx_nombuf."""
-        return self.lib.port_stats(self.port_id)
+        """rte_eth_stats of the port: ipackets, imissed, ierrors, rx_nombuf; for net_af_packet, imissed is what the
+        kernel dropped as the device's rings were full (the PMD reports none: dpdk_af_packet.ring_drops). Call it
+        while the port is started (stopping it closes those sockets)."""
+        st = self.lib.port_stats(self.port_id)
+        if self.ring_sockets and self.started:
+            self.ring_dropped += ring_drops(self.ring_sockets)
+            st["imissed"] += self.ring_dropped
+        return st
 
     def ring_stats(self):
         """Per worker 1..n-1 of a distributing primary: (frames passed to its ring, dropped as it was full,

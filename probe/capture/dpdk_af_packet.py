@@ -28,6 +28,7 @@ import struct
 from probe.capture.afpacket import (
     ETH_P_ALL,
     PACKET_RX_RING,
+    PACKET_STATISTICS,
     PACKET_VERSION,
     SOL_PACKET,
     attach_filter,
@@ -109,17 +110,18 @@ def pmd_sockets(ifname, total):
 
 def replace_sockets(lib, eal_args, port_name, fanout_id):
     """Replace the sockets of net_af_packet device `port_name` (see above); fanout_id: the group of its sockets
-    when it has several queues (None: one queue). Returns None, or why the device was left as it is."""
+    when it has several queues (None: one queue). Returns (None, the descriptors of our sockets), or (why the
+    device was left as it is, [])."""
     args = device_args(eal_args, port_name)
     if args is None or "iface" not in args:
-        return f"no --vdev={port_name},iface=... among the EAL arguments"
+        return f"no --vdev={port_name},iface=... among the EAL arguments", []
     ifname = args["iface"]
     block, blocks, frame, frames = ring_geometry(args)
     rx_bytes = block * blocks
     found = pmd_sockets(ifname, 2 * rx_bytes)
     want = int(args.get("qpairs") or 1)
     if len(found) != want:
-        return f"found {len(found)} of its {want} packet socket(s) on {ifname}"
+        return f"found {len(found)} of its {want} packet socket(s) on {ifname}", []
     for fd, addr in found:
         ours = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)  # protocol 0: nothing until bound
         try:
@@ -134,4 +136,18 @@ def replace_sockets(lib, eal_args, port_name, fanout_id):
             os.dup2(ours.fileno(), fd)
         finally:
             ours.close()
-    return None
+    return None, [fd for fd, _ in found]
+
+
+def ring_drops(fds):
+    """Frames the kernel dropped since the last call because the rings of these sockets were full (the PMD's
+    descriptors, now ours). The PMD counts none of them: a frame it finds no mbuf for stays in the ring, and what
+    comes next is dropped there. PACKET_STATISTICS resets the kernel's counters, so each drop is counted once."""
+    drops = 0
+    for fd in fds:
+        s = socket.socket(fileno=os.dup(fd))
+        try:
+            drops += struct.unpack("II", s.getsockopt(SOL_PACKET, PACKET_STATISTICS, 8))[1]
+        finally:
+            s.close()
+    return drops

@@ -102,8 +102,8 @@ def run_bench(tmp_path, *args):
 
 def check_fixed(f, generator):
     """A fixed-rate trial's figures add up: captured + dropped = received = sent = what the generator sent."""
-    what = {k: f[k] for k in ("tool", "format", "sent", "expected", "received", "kernel_drops", "captured", "drops",
-                              "generator")}
+    what = {k: f.get(k) for k in ("tool", "format", "sent", "expected", "received", "kernel_drops", "captured", "drops",
+                                  "frame_kinds", "generator")}
     assert f["sent"] == f["expected"] == 2000, what
     assert f["captured"] + f["kernel_drops"] == f["received"] == f["sent"], what
     assert f["lost"] == f["sent"] - f["captured"]
