@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 SAMPLE := samples/sample-mix.pcap.xz
 DEMO_OUT := demo-out
 
-.PHONY: demo test lint bench deps venv clean asan test-asan test-asan-ci fuzz-deps fuzz-build fuzz fuzz-ci fuzz-coverage
+.PHONY: demo test lint bench deps venv clean asan test-asan test-asan-ci fuzz-deps fuzz-build fuzz fuzz-ci fuzz-merge fuzz-coverage
 
 # Debian packages the tests, demo and benchmarks use (see the script). Installed only when missing.
 deps:
@@ -112,6 +112,22 @@ fuzz: fuzz-build
 
 fuzz-ci:
 	$(MAKE) fuzz FUZZ_SECONDS=20
+
+# After a campaign: the seeds and what it found merged into fuzz/corpus/NAME, minimised by libFuzzer's -merge=1
+# (an input is kept when it adds a C coverage edge: hit counts left out, so that the corpus stays small); the
+# regression-* inputs of findings are kept whatever they add.
+fuzz-merge: fuzz-build
+	@runtime=$$($(PY) -c 'import atheris, os; print(os.path.dirname(os.path.dirname(atheris.__file__)))'); \
+	for h in $(FUZZ_HARNESSES); do \
+	  rm -rf $(FUZZ_DIR)/merged/$$h && mkdir -p $(FUZZ_DIR)/merged/$$h $(FUZZ_DIR)/corpus/$$h; \
+	  cp fuzz/corpus/$$h/regression-* $(FUZZ_DIR)/merged/$$h/ 2>/dev/null; \
+	  FUZZ_PYTHON_COVERAGE=0 DNSPROBE_NATIVE_DIR=$(abspath $(FUZZ_DIR))/lib LD_PRELOAD=$$runtime/asan_with_fuzzer.so \
+	  PYTHONMALLOC=malloc ASAN_OPTIONS=detect_leaks=0 $(PY) fuzz/$$h.py -merge=1 -use_counters=0 -rss_limit_mb=4096 \
+	    $(FUZZ_DIR)/merged/$$h fuzz/corpus/$$h $(FUZZ_DIR)/corpus/$$h > $(FUZZ_DIR)/$$h.merge.log 2>&1 \
+	    || { echo "$$h: merge failed ($(FUZZ_DIR)/$$h.merge.log)"; exit 1; }; \
+	  echo "$$h: $$(ls fuzz/corpus/$$h | wc -l) seeds + $$(ls $(FUZZ_DIR)/corpus/$$h | wc -l) found -> $$(ls $(FUZZ_DIR)/merged/$$h | wc -l)"; \
+	  rm -rf fuzz/corpus/$$h && cp -r $(FUZZ_DIR)/merged/$$h fuzz/corpus/$$h; \
+	done; du -sh fuzz/corpus
 
 # Line and branch coverage of each C file by the corpora (seeds and what make fuzz found): the extensions built
 # with clang's source-based coverage into build/fuzz/cov, every corpus input run once (-runs=0), llvm-cov report.

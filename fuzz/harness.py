@@ -33,7 +33,9 @@ import probe.native  # noqa: E402,F401 (first: the fuzz build is found through D
 def run(one_input):
     """Fuzz one_input(data: bytes) with libFuzzer's command line (sys.argv)."""
     _INSTRUMENT.__exit__(None, None, None)
-    atheris.Setup(sys.argv, one_input)
+    # libFuzzer runs argv[0] again through the shell for -merge=1 (and -fork, -jobs): the script with this Python,
+    # since it is not executable itself.
+    atheris.Setup([f"{sys.executable} {sys.argv[0]}", *sys.argv[1:]], one_input)
     atheris.Fuzz()
 
 
