@@ -76,11 +76,13 @@ typedef struct {
 /* ---------------------------------------------------------------------------------------------
  * The wire format */
 
-static int varint(const uint8_t **pp, const uint8_t *end, uint64_t *out)
+/* A varint of at most max_bytes bytes (a value: 10; a key or a length: 5, as upb reads them: it refuses a
+ * longer encoding even of a small number, found by fuzzing). */
+static int varint_of(const uint8_t **pp, const uint8_t *end, uint64_t *out, int max_bytes)
 {
     const uint8_t *p = *pp;
     uint64_t v = 0;
-    for (int shift = 0; shift < 70; shift += 7) {
+    for (int shift = 0; shift < 7 * max_bytes; shift += 7) {
         if (p >= end)
             return -1;
         uint8_t b = *p++;
@@ -94,12 +96,23 @@ static int varint(const uint8_t **pp, const uint8_t *end, uint64_t *out)
     return -1;
 }
 
+static int varint(const uint8_t **pp, const uint8_t *end, uint64_t *out)
+{
+    return varint_of(pp, end, out, 10);
+}
+
+/* A key or a length. */
+static int varint5(const uint8_t **pp, const uint8_t *end, uint64_t *out)
+{
+    return varint_of(pp, end, out, 5);
+}
+
 /* A field's key; in_group: inside a group, where upb takes field number 0 (found by fuzzing: a message it
  * refuses there, at any depth of groups, it accepts). */
 static int key_of(const uint8_t **pp, const uint8_t *end, uint64_t *field, int *wt, int in_group)
 {
     uint64_t k;
-    if (varint(pp, end, &k))
+    if (varint5(pp, end, &k))
         return -1;
     *field = k >> 3;
     *wt = (int)(k & 7);
@@ -144,7 +157,7 @@ static int skip(const uint8_t **pp, const uint8_t *end, int wt, uint64_t field, 
         *pp += 8;
         return 0;
     case 2:
-        if (varint(pp, end, &v) || v > (uint64_t)(end - *pp))
+        if (varint5(pp, end, &v) || v > (uint64_t)(end - *pp))
             return -1;
         *pp += v;
         return 0;
@@ -175,7 +188,7 @@ static int check_fields(const uint8_t *p, const uint8_t *end, int depth)
 static int len_delimited(const uint8_t **pp, const uint8_t *end, Span *s)
 {
     uint64_t v;
-    if (varint(pp, end, &v) || v > (uint64_t)(end - *pp))
+    if (varint5(pp, end, &v) || v > (uint64_t)(end - *pp))
         return -1;
     s->p = *pp;
     s->n = (Py_ssize_t)v;

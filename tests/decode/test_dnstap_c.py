@@ -84,6 +84,17 @@ GOOD = dnstap_frame("CLIENT_QUERY")
     GOOD + b"\x5b\x00\x01\x5c", GOOD + b"\x5b\x5b\x00\x01\x5c\x5c", GOOD + b"\x5b\x03\x04\x5c",
     GOOD + _ld(14, b"\x5b\x01" + bytes(8) + b"\x5c"), bytes.fromhex("5b010e5b5b5b5c5c5c5c5c"),
     GOOD + b"\x5b\x00\x01",  # ... in a group that does not end
+    # Keys and lengths of more than 5 bytes, which upb refuses even for a small number (found by
+    # fuzz/fuzz_dnstap.py: the C reader took them, up to 10 bytes as for a value), the fuzzer's input first;
+    # 5 bytes still taken, and values of 10 bytes:
+    bytes.fromhex("728080808080808080000801"), GOOD + b"\x72\x80\x80\x80\x80\x80\x00",
+    GOOD + b"\x72\x80\x80\x80\x80\x00",
+    GOOD + b"\x0a\x81\x80\x80\x80\x80\x00a", GOOD + b"\x0a\x81\x80\x80\x80\x00a",  # a 1-byte identity
+    GOOD + b"\xfa\x80\x80\x80\x80\x00\x00", GOOD + b"\xfa\x80\x80\x80\x00\x00",  # field 15 as a 6- and 5-byte key
+    GOOD + b"\x5b\xdb\x80\x80\x80\x80\x00\x5c", GOOD + b"\x5b\x12\x80\x80\x80\x80\x80\x00\x5c",  # in a group
+    GOOD + _ld(14, b"\x22\x84\x80\x80\x80\x80\x00\x01\x02\x03\x04"),  # query_address
+    GOOD + _ld(14, b"\x22\x84\x80\x80\x80\x00\x01\x02\x03\x04"),
+    GOOD + _ld(14, b"\x08" + b"\x81" + b"\x80" * 8 + b"\x00"),  # a 10-byte value: taken
     GOOD + _ld(14, b"\x08" + _varint((1 << 32) + 6)),  # an enum beyond 32 bits: upb keeps its low 32 bits
     GOOD + _ld(14, b"\x08" + _varint((1 << 64) - 1)),  # -1 as an enum: outside, unknown
     GOOD + _ld(14, b"\x18\x04\x18\x09"),  # DOH then a protocol outside the enum: DOH stays
