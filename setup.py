@@ -18,18 +18,18 @@ CORE = (
     ("probe.decode._fastwire", "probe/decode/_fastwire.c", ("fastwire_api.h", "frameloop.h", "wire.h")),
     ("probe.decode._dnstap", "probe/decode/_dnstap.c", ("fastwire_api.h",)),
     ("probe.match._match", "probe/match/_match.c", ("fastint.h",)),
-    ("export.parquet._columns", "export/parquet/_columns.c", ("fastint.h", "coltext.h")),
+    ("export.parquet._columns", "export/parquet/_columns.c", ("fastint.h", "valuetext.h")),
     ("export.cdns._cdnsblock", "export/cdns/_cdnsblock.c", ("fastint.h", "records.h")),
     # Lookups over a record table's string columns: enrichment and client privacy.
-    ("export._lookup", "export/_lookup.c", ("textcol.h",)),
-    ("export.enrich._psl", "export/enrich/_psl.c", ("textcol.h",)),
-    ("export.enrich._resolvers", "export/enrich/_resolvers.c", ("coltext.h",)),
-    ("export.parquet._answers", "export/parquet/_answers.c", ("coltext.h", "textcol.h")),
+    ("export._lookup", "export/_lookup.c", ("strcolumn.h",)),
+    ("export.enrich._psl", "export/enrich/_psl.c", ("strcolumn.h",)),
+    ("export.enrich._resolvers", "export/enrich/_resolvers.c", ("valuetext.h",)),
+    ("export.parquet._answers", "export/parquet/_answers.c", ("valuetext.h", "strcolumn.h")),
     # The columnar pipeline: message records (probe._records) decoded, matched and written to Parquet in C.
     ("probe._records", "probe/_records.c", ("records.h",)),
     ("probe.decode._decoderec", "probe/decode/_decoderec.c", ("frameloop.h", "records.h", "wire.h")),
     ("probe.match._matchrec", "probe/match/_matchrec.c", ("records.h",)),
-    ("export.parquet._parquetrec", "export/parquet/_parquetrec.c", ("records.h", "coltext.h")),
+    ("export.parquet._parquetrec", "export/parquet/_parquetrec.c", ("records.h", "valuetext.h")),
 )
 DPDK = ("probe.capture._dpdk", "probe/capture/_dpdk.c", ("records.h",))
 # The extensions build without a warning at these (tests/run/test_native_build.py fails on a new one)

@@ -11,7 +11,7 @@
  *   function(text) -> str (width 1) or a tuple of `width` str; size: entries kept (all dropped when full);
  *   seed: of the hash (None: a random one; the tests give theirs to make texts collide).
  * TextCache.columns(length, offset, buffers, null) -> [(null_count, validity, offsets, data)] * width
- *   the function's results for each row of the string column (textcol.h); a null row gives `null` (a str) in
+ *   the function's results for each row of the string column (strcolumn.h); a null row gives `null` (a str) in
  *   every result column, or a null when `null` is None.
  * TextCache.clear(); len(TextCache): entries held.
  *
@@ -27,7 +27,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "textcol.h"
+#include "strcolumn.h"
 
 #define MAX_PROBE 32
 #define MAX_WIDTH 16

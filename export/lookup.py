@@ -7,7 +7,7 @@ not seen. Its Python twin, used when the extension was not built and compared wi
 tests/export/test_lookup.py: Arrow finds a batch's distinct values (dictionary encoding), a dict holds the
 results, Arrow spreads them back over the rows (take).
 
-text_buffers and text_array carry string columns to and from the C passes over them (include/textcol.h).
+text_buffers and text_array carry string columns to and from the C passes over them (include/strcolumn.h).
 """
 
 import pyarrow as pa

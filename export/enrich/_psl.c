@@ -20,14 +20,14 @@
  * SuffixRules(rules, maxlabel): rules, an iterable of the list's rules as str ("com", "*.ck", "!www.ck");
  *   maxlabel: the most labels of a rule.
  * SuffixRules.columns(length, offset, buffers) -> ((public suffix column), (registered domain column)),
- *   (null_count, validity, offsets, data) each (textcol.h); a null name gives "" in both.
+ *   (null_count, validity, offsets, data) each (strcolumn.h); a null name gives "" in both.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
 #include <string.h>
 
-#include "textcol.h"
+#include "strcolumn.h"
 
 enum { EXACT = 1, EXCEPTION = 2, WILDCARD = 4 }; /* s is a rule; "!s" is; "*.s" is. 0: s ends a longer one */
 

@@ -17,7 +17,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "coltext.h"
+#include "valuetext.h"
 
 typedef struct {
     unsigned char first[16], last[16];

@@ -13,7 +13,7 @@
  *   {type: mnemonic}; sections, the three section names.
  * Walker.column(length, offset, buffers) -> (null_count, validity, list offsets, section, name, type, class,
  *   ttl, data, records): the list column's buffers and its struct's fields (strings as (offsets, data), numbers
- *   as their data), for the binary column's buffers (textcol.h; a null message: a null list).
+ *   as their data), for the binary column's buffers (strcolumn.h; a null message: a null list).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -21,8 +21,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "coltext.h"
-#include "textcol.h"
+#include "valuetext.h"
+#include "strcolumn.h"
 
 typedef enum { I_NAME, I_U8, I_U16, I_U32, I_TIME, I_IP4, I_IP6, I_TYPE, I_STR, I_STRS, I_HEX, I_B64, I_SALT,
                I_HASH, I_BITMAP, I_TAG, I_QUOTED, I_END } Item;

@@ -26,7 +26,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "coltext.h"
+#include "valuetext.h"
 #include "fastint.h"
 
 #define MAX_PATH 4

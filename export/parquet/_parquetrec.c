@@ -18,7 +18,7 @@
 #include <stddef.h>
 #include <string.h>
 
-#include "coltext.h"
+#include "valuetext.h"
 #include "records.h"
 
 enum { FLAG_AA = 0x0400, FLAG_TC = 0x0200, FLAG_RD = 0x0100, FLAG_RA = 0x0080, FLAG_Z = 0x0040, FLAG_AD = 0x0020,

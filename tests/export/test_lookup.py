@@ -75,7 +75,7 @@ def test_runs_of_one_value_and_the_row_before():
 
 
 def _text_hash(data, seed):
-    """include/textcol.h text_hash, to find texts that land in one slot of the C table."""
+    """include/strcolumn.h text_hash, to find texts that land in one slot of the C table."""
     m = (1 << 64) - 1
     k1, k2 = 0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9
     n = len(data)

@@ -2,8 +2,8 @@
  * its sprintf, and DNS Probe's domain name; and the Arrow buffers of a column as the Python side takes them.
  * Shared by the column passes over tuples (export/parquet/_columns.c) and over message records
  * (export/parquet/_parquetrec.c). */
-#ifndef DNSPROBE_COLTEXT_H
-#define DNSPROBE_COLTEXT_H
+#ifndef DNSPROBE_VALUETEXT_H
+#define DNSPROBE_VALUETEXT_H
 
 #include <Python.h>
 #include <string.h>

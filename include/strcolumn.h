@@ -5,8 +5,8 @@
  * In:  (length, offset, [validity or None, offsets, data or None]) as pyarrow gives them (Array.buffers());
  *      every row's bounds are checked against the buffers, so a bad set of buffers is a ValueError.
  * Out: (null_count, validity or None, offsets, data) as bytes, for pa.Array.from_buffers (export/lookup.py). */
-#ifndef DNSPROBE_TEXTCOL_H
-#define DNSPROBE_TEXTCOL_H
+#ifndef DNSPROBE_STRCOLUMN_H
+#define DNSPROBE_STRCOLUMN_H
 
 #include <Python.h>
 #include <stdint.h>
