@@ -25,8 +25,8 @@ time quadratic in the number of packets (about 20 s for 100,000 here); CPU time 
 Rows (tool x format) and what runs for N workers (cores = the first N worker cores):
   dnsprobe parquet / cdns   `dnsprobe capture -i VETH --coremask <N cores>`, AF_PACKET fanout, N workers
   dnsprobe dpdk-parquet     `dnsprobe capture --dpdk --dpdk-args="--no-huge --no-pci -m 512
-                            --vdev=net_af_packet0,iface=VETH,qpairs=1,..." --set dpdk.mempool_size=8192 x N - 1`
-                            (when probe.capture._dpdk imports)
+                            --vdev=net_af_packet0,iface=VETH,qpairs=1,..."` (the default pool: 8,191 mbufs for
+                            one worker; when probe.capture._dpdk imports)
   dnscap pcap               `dnscap -i VETH -w FILE -m qun -e nytfsxir -s ir -T -f -S` (queries, updates,
                             notifies; every RCODE and TC; initiations and responses; TCP; fragments). dnscap has
                             no fanout: one process, run for N = 1 only.
@@ -93,7 +93,6 @@ FRAME_KINDS = ("non_ip", "non_dns", "fragments", "tcp_segments", "queries", "res
                "response_only", "duplicate_queries", "worker_restarts")
 TRAFGEN_FRAMES = 50_000
 DPDK_EAL = "--no-huge --no-pci -m 512"  # the DPDK row's EAL memory (--dpdk-eal)
-DPDK_MBUFS_PER_WORKER = 8191
 TCPREPLAY_REACH = 0.9  # auto: tcpreplay sends the rates up to this share of its --topspeed rate
 
 
@@ -205,10 +204,6 @@ class Dnsprobe(Tool):
         extra = ["--format", self.export_format]
         source = None
         if self.dpdk:
-            # A pool of 8191 mbufs a worker holds what one worker's queue, batch and cache can take at once
-            # (probe.capture.dpdk.mbufs_needed: 5,376) and is loss-free at the rates measured; the default 16383,
-            # sized for several queues, adds about 36 MiB to the worker's RSS. (--set dpdk.mempool_size=N wins.)
-            extra += ["--set", f"dpdk.mempool_size={(DPDK_MBUFS_PER_WORKER + 1) * len(cores) - 1}"]
             source = ["--dpdk", f"--dpdk-args={self.eal} --vdev=net_af_packet0,iface={bed.iface},"
                                 "qpairs=1,blocksz=4096,framesz=2048,framecnt=16384"]  # a 32 MiB ring, as AF_PACKET
         data = out / "data"
@@ -361,7 +356,8 @@ class Sampler(live.Sampler):
 
 
 def wait_rusage(procs, timeout):
-    """Reap the processes (already signalled); returns each one's (exit status, CPU s incl. reaped children)."""
+    """Reap the processes (already signalled); returns each one's (exit status, CPU s incl. reaped children, peak
+    RSS in MB of it or any child it reaped: the final file's writing included, which the samples can miss)."""
     deadline = time.monotonic() + timeout
     out = {}
     while len(out) < len(procs):
@@ -371,7 +367,7 @@ def wait_rusage(procs, timeout):
             pid, status, ru = os.wait4(p.pid, os.WNOHANG)
             if pid:
                 p.returncode = os.waitstatus_to_exitcode(status)
-                out[p.pid] = (p.returncode, ru.ru_utime + ru.ru_stime)
+                out[p.pid] = (p.returncode, ru.ru_utime + ru.ru_stime, round(ru.ru_maxrss / 1024, 1))
         if time.monotonic() > deadline:
             raise RuntimeError(f"capturer(s) did not stop within {timeout} s")
         time.sleep(0.05)
@@ -557,7 +553,7 @@ def run_trial(bed, tool, pcap, expected, rate, cores, opts, expected_written=Non
         for log in logs:
             log.seek(0)
             texts.append(log.read())
-        bad = [(p.args[0], s) for p, (s, _) in zip(procs, reaped) if s != 0]
+        bad = [(p.args[0], s) for p, (s, *_) in zip(procs, reaped) if s != 0]
         if bad:
             raise RuntimeError(f"{tool.label} exited {bad}:\n{texts[0][-2000:]}")
         rep = tool.collect(tmp, texts)
@@ -576,7 +572,7 @@ def run_trial(bed, tool, pcap, expected, rate, cores, opts, expected_written=Non
         per_worker = [round(sampler.cpu.get(p, 0.0) - cpu0_by_pid.get(p, 0.0), 3) for p in pids]
         cpu_total = reaped[0][1] - sampler.cpu.get(procs[0].pid, 0.0) - sum(cpu0_by_pid.get(p, 0.0) for p in pids)
     else:
-        per_worker = [round(c - cpu0_by_pid.get(p, 0.0), 3) for p, (_, c) in zip(pids, reaped)]
+        per_worker = [round(c - cpu0_by_pid.get(p, 0.0), 3) for p, (_, c, _) in zip(pids, reaped)]
         cpu_total = sum(per_worker)
     captured = rep["captured"]
     catch_up = (idle_at - t_end) if idle_at is not None else None
@@ -598,6 +594,9 @@ def run_trial(bed, tool, pcap, expected, rate, cores, opts, expected_written=Non
         "cpu_seconds_per_worker": per_worker, "cpu_seconds": round(cpu_total, 3),
         "cpu_us_per_packet": round(cpu_total / captured * 1e6, 2) if captured else None,
         "peak_rss_mb_per_worker": [(mem.get(p) or {}).get("hwm_mb") for p in pids],
+        # The largest process's peak up to its exit: with the last file's writing (Parquet: its journal's
+        # conversion), which every rotation does too.
+        "peak_rss_mb_to_exit": max(r[2] for r in reaped),
         "commands": cmds, "generator": gen,
     }
 
@@ -607,8 +606,8 @@ def show(t):
     print(f"  {t['tool']} {t['format']} x{t['workers']} offered {t['offered_pps']:,} ({gen_text(t)}) actual "
           f"{t['actual_pps']:,}{gl} | "
           f"sent {t['sent']:,} captured {t['captured']:,} kernel drops {t['kernel_drops']:,} written {t['written']:,}"
-          f" | {t['cpu_us_per_packet']} us/pkt, RSS {t['peak_rss_mb_per_worker']} MB | "
-          f"{verdict(t)}", flush=True)
+          f" | {t['cpu_us_per_packet']} us/pkt, RSS {t['peak_rss_mb_per_worker']} MB, "
+          f"to exit {t.get('peak_rss_mb_to_exit')} MB | {verdict(t)}", flush=True)
 
 
 def reached(t):
@@ -763,8 +762,8 @@ def markdown(res):
         lines += ["Skipped: " + "; ".join(f"{k}: {v}" for k, v in res["skipped"].items()), ""]
     lines += ["## Fixed-rate trials", "",
               "| tool × format | workers | generator | actual pkts/s | sent | received | kernel drops | captured | "
-              "written | other drops | CPU s per worker | µs/pkt | peak RSS MB per worker | result |",
-              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+              "written | other drops | CPU s per worker | µs/pkt | peak RSS MB per worker | to exit | result |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for s in res["series"]:
         f = s["fixed"]
         if not f:
@@ -774,7 +773,7 @@ def markdown(res):
                      f"| {f['received']:,} | {f['kernel_drops']:,} "
                      f"| {f['captured']:,} | {f['written']:,} {f['written_what']} | {other} | "
                      f"{f['cpu_seconds_per_worker']} | {f['cpu_us_per_packet']} | {f['peak_rss_mb_per_worker']} | "
-                     f"{verdict(f)} |")
+                     f"{f.get('peak_rss_mb_to_exit', '')} | {verdict(f)} |")
     if res["offline"]:
         lines += ["", "## Offline (one pinned core)", "", "| mix | tool | format | CPU s | pkts/s per core |",
                   "|---|---|---|---|---|"]

@@ -242,8 +242,8 @@ class DpdkConfig:
     port: int = opt(0, "DPDK port to capture on, in the order EAL found the devices", min=0, max=1023)
     ring_size: int = opt(1024, "RX descriptors per queue (the device may round it)", min=32, max=32768)
     mempool_size: int = opt(
-        16383, "mbufs in the port's packet pool, shared by its queues (best 2^n - 1; more than queues x ring_size)",
-        min=64, max=1 << 24,
+        0, "mbufs in the port's packet pool, shared by its queues (best 2^n - 1; more than the queues' ring_size"
+        " each and the workers' batches; 0: the smallest 2^n - 1 that holds them)", min=0, max=1 << 24,
     )
     mbuf_size: int = opt(
         2048, "bytes of frame an mbuf holds; longer frames take several mbufs where the device can scatter (else"

@@ -63,35 +63,45 @@ class JournalWriter:
         self.stream.close()
 
 
-def journal_batches(path):
-    """The record batches of a journal up to its last complete one, one by one. cut() tells afterwards whether
-    the stream ended cut short (its writer is still writing, or died) rather than closed."""
-    return _Batches(path)
+def journal_batches(path, memory_pool=None):
+    """The record batches of a journal up to its last complete one, one by one (in memory_pool's buffers, default
+    pyarrow's). cut() tells afterwards whether the stream ended cut short (its writer is still writing, or died)
+    rather than closed."""
+    return _Batches(path, memory_pool)
 
 
 class _Batches:
-    def __init__(self, path):
+    def __init__(self, path, memory_pool):
         self.path = path
+        self.memory_pool = memory_pool
         self.was_cut = False
 
     def cut(self):
         return self.was_cut
 
     def __iter__(self):
+        # Read, not mapped: a mapped journal's pages would count in the worker's RSS as the conversion reads
+        # them, adding the whole journal to its peak at every rotation.
         try:
-            reader = ipc.open_stream(pa.memory_map(str(self.path)))
-        except (pa.ArrowInvalid, OSError):  # not even the schema (an empty file)
+            source = pa.OSFile(str(self.path), "r")
+        except OSError:
             self.was_cut = True
             return
-        while True:
+        with source:
             try:
-                batch = reader.read_next_batch()
-            except StopIteration:
-                return
-            except (pa.ArrowInvalid, OSError):  # a batch cut short: the end of what is readable
+                reader = ipc.open_stream(source, memory_pool=self.memory_pool)
+            except (pa.ArrowInvalid, OSError):  # not even the schema (an empty file)
                 self.was_cut = True
                 return
-            yield batch
+            while True:
+                try:
+                    batch = reader.read_next_batch()
+                except StopIteration:
+                    return
+                except (pa.ArrowInvalid, OSError):  # a batch cut short: the end of what is readable
+                    self.was_cut = True
+                    return
+                yield batch
 
 
 def read_journal(path):
@@ -110,16 +120,21 @@ def final_of(journal):
 def convert_journal(journal, final, export_cfg):
     """Write the rows of a journal as the Parquet file final (through its live name NAME.parquet.part, hidden
     when the journal is, then renamed), and remove the journal; returns the number of rows (without rows, no file
-    is written). Streamed: one row group in memory at a time, cut and sorted as ParquetExporter does."""
+    is written). Streamed: one row group in memory at a time, cut and sorted as ParquetExporter does.
+
+    Its buffers come from the C library's allocator, not pyarrow's default (mimalloc): mimalloc keeps the pages
+    this thread freed for a while, so at every rotation the worker's RSS rose by about twice what the
+    conversion holds at once."""
+    pool = pa.system_memory_pool()
     part = live_path(final, ".part", hidden=journal.name.startswith("."))
     f = None
     rows = 0
     try:
-        for batch in journal_batches(journal):
+        for batch in journal_batches(journal, pool):
             if not batch.num_rows:
                 continue
             if f is None:
-                f = _File(final, part, 0, *open_parquet(part, export_cfg))
+                f = _File(final, part, 0, *open_parquet(part, export_cfg, pool))
             f.pending.append(pa.Table.from_batches([batch]))
             f.pending_rows += batch.num_rows
             rows += batch.num_rows

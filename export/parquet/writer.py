@@ -44,9 +44,10 @@ def _first_time_ns(table):
     return table.column("time")[0].as_py() * 1000
 
 
-def open_parquet(path, export_cfg):
+def open_parquet(path, export_cfg, memory_pool=None):
     """(ParquetWriter, its file) of an output file: export.compression and its level, dictionaries but for the
-    columns whose values rarely repeat, the page index, and the sorting columns of export.sort."""
+    columns whose values rarely repeat, the page index, and the sorting columns of export.sort; memory_pool: the
+    writer's Arrow pool (default: pyarrow's)."""
     sort_keys = SORT_KEYS.get(export_cfg.sort)
     sink = pa.OSFile(str(path), "wb")
     try:
@@ -58,6 +59,7 @@ def open_parquet(path, export_cfg):
             use_dictionary=[name for name in SCHEMA.names if name not in UNIQUE_VALUED],
             write_page_index=True,  # column and offset indexes: engines skip pages by time, name, ...
             sorting_columns=pq.SortingColumn.from_ordering(SCHEMA, sort_keys) if sort_keys else None,
+            memory_pool=memory_pool,
         )
     except BaseException:
         sink.close()

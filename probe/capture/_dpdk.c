@@ -24,6 +24,7 @@
  *   rx_burst(port, queue, max, timeout_us)
  *                                         one poll of a queue as (data, ts_ns, wirelen) lists (copies; mbufs freed)
  *   port_stats(port)                      dict: ipackets, imissed, ierrors, rx_nombuf (rte_eth_stats)
+ *   pool_size(port)                       mbufs in the port's pool (0: none made yet)
  *   port_stop(port), port_close(port), eal_cleanup()
  *   af_packet_map(fd, addr, rx_bytes, total_bytes)
  *                                         put the RX ring of a packet socket where the net_af_packet PMD reads its
@@ -1011,6 +1012,15 @@ py_port_stats(PyObject *Py_UNUSED(self), PyObject *args)
 }
 
 static PyObject *
+py_pool_size(PyObject *Py_UNUSED(self), PyObject *args)
+{
+	unsigned int port;
+	if (parse_port(args, &port) < 0)
+		return NULL;
+	return PyLong_FromUnsignedLong(pools[port] ? pools[port]->size : 0);
+}
+
+static PyObject *
 py_port_stop(PyObject *Py_UNUSED(self), PyObject *args)
 {
 	unsigned int port;
@@ -1074,6 +1084,7 @@ static PyMethodDef methods[] = {
 	{"rx_burst", py_rx_burst, METH_VARARGS,
 	 "rx_burst(port, queue, max, timeout_us): (data, ts_ns, wirelen) lists; polls with the GIL released"},
 	{"port_stats", py_port_stats, METH_VARARGS, "port_stats(port): dict ipackets, imissed, ierrors, rx_nombuf"},
+	{"pool_size", py_pool_size, METH_VARARGS, "pool_size(port): mbufs in the port's pool (0: none made)"},
 	{"port_stop", py_port_stop, METH_VARARGS, "port_stop(port)"},
 	{"port_close", py_port_close, METH_VARARGS, "port_close(port)"},
 	{"eal_cleanup", py_eal_cleanup, METH_NOARGS, "eal_cleanup(): release EAL resources (once, at exit)"},

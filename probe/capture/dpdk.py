@@ -249,6 +249,12 @@ def mbufs_needed(dpdk_cfg, queues, workers, mode, batch_size):
     return queues * dpdk_cfg.ring_size + workers * batch_size + rings + workers * MEMPOOL_CACHE
 
 
+def pool_size(need):
+    """dpdk.mempool_size 0: the smallest 2^n - 1 mbufs (the size DPDK's rings use best) that holds `need`. A pool
+    larger than the mbufs in use at once only adds to the RSS as the pool cycles through them."""
+    return (1 << need.bit_length()) - 1 if need & (need + 1) else need
+
+
 class DpdkPort(_Eal):
     """The EAL of the primary (or only) process and one started port.
 
@@ -283,9 +289,11 @@ class DpdkPort(_Eal):
             self.mode, queues = "rss", workers
         else:
             self.mode, queues = "distributor", info["max_rx_queues"] if af_packet else 1
+        need = mbufs_needed(dpdk_cfg, queues, workers, self.mode, batch_size)
+        self.mempool_size = dpdk_cfg.mempool_size or pool_size(need)
         with captured_output() as lines:
             try:
-                self.rss = lib.port_setup(self.port_id, queues, dpdk_cfg.ring_size, dpdk_cfg.mempool_size,
+                self.rss = lib.port_setup(self.port_id, queues, dpdk_cfg.ring_size, self.mempool_size,
                                           dpdk_cfg.mbuf_size, dpdk_cfg.promiscuous)
             except lib.DpdkError as exc:
                 failure = exc
@@ -313,9 +321,8 @@ class DpdkPort(_Eal):
                   "spreads frames over the queues its own way", file=sys.stderr, flush=True)
         if self.mode == "distributor":
             lib.make_rings(workers, WORKER_RING_SLOTS)
-        need = mbufs_needed(dpdk_cfg, queues, workers, self.mode, batch_size)
-        if dpdk_cfg.mempool_size < need:
-            print(f"dnsprobe: dpdk.mempool_size {dpdk_cfg.mempool_size} is below the {need} mbufs that the queues, "
+        if self.mempool_size < need:
+            print(f"dnsprobe: dpdk.mempool_size {self.mempool_size} is below the {need} mbufs that the queues, "
                   "the workers' batches and rings can hold at once: under load, frames may be dropped for lack of "
                   "mbufs (dpdk_rx_nombuf)", file=sys.stderr, flush=True)
 

@@ -179,3 +179,52 @@ def test_journal_conversion_makes_the_direct_writers_files(tmp_path, settings):
         assert groups["d"] == groups["j"]
         assert pq.read_table(direct).equals(pq.read_table(journal))
         assert pq.ParquetFile(journal).metadata.row_group(0).column(0).has_column_index
+
+
+
+CONVERT = r"""
+import json, resource, sys
+from pathlib import Path
+from export.parquet.journal import convert_journal
+from probe.config import load_config
+
+journal, rows = Path(sys.argv[1]), int(sys.argv[2])
+cfg = load_config(None, {"export.row_group_size": 5000})
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+assert convert_journal(journal, journal.with_name("out.parquet"), cfg.export) == rows
+print(json.dumps({"rss_growth_mb": (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024}))
+"""
+
+
+def write_journal(path, rows):
+    """A journal of `rows` rows with long random names (so it is about as large as its rows); its size in MiB."""
+    import base64
+
+    import pyarrow as pa
+    import pyarrow.ipc as ipc
+
+    from export.parquet.journal import IPC_OPTIONS
+    from export.parquet.schema import SCHEMA
+
+    names = pa.array([base64.b64encode(os.urandom(1200)).decode() for _ in range(1000)])
+    batch = pa.RecordBatch.from_arrays([names if f.name == "qname" else pa.nulls(1000, f.type) for f in SCHEMA],
+                                       schema=SCHEMA)
+    with ipc.new_stream(pa.OSFile(str(path), "w"), SCHEMA, options=IPC_OPTIONS) as w:
+        for _ in range(rows // 1000):
+            w.write_batch(batch)
+    return path.stat().st_size / 2**20
+
+
+def test_journal_conversion_memory_does_not_grow_with_the_journal(tmp_path):
+    """A journal is converted one row group at a time: the converting worker's peak RSS rises by what a row group
+    holds, whatever the journal's size (a journal read through a memory map added all of its pages to the RSS)."""
+    size, grown = {}, {}
+    for rows in (10_000, 130_000):
+        journal = tmp_path / str(rows) / "x.parquet.journal"
+        journal.parent.mkdir()
+        size[rows] = write_journal(journal, rows)
+        proc = run_python(CONVERT, journal, rows)
+        assert proc.returncode == 0, proc.stderr
+        grown[rows] = json.loads(proc.stdout)["rss_growth_mb"]
+    assert size[130_000] - size[10_000] > 100, size  # the comparison means something
+    assert grown[130_000] - grown[10_000] < 0.2 * (size[130_000] - size[10_000]), (size, grown)

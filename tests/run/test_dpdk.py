@@ -323,3 +323,39 @@ def test_port_and_queue_numbers_and_16_bit_sizes_are_checked(tmp_path):
         "True True",
         "RX queue 0 of port 0 is not set up (0 queue(s) are)",
     ], proc.stdout + proc.stderr
+
+
+
+POOL = """
+import sys
+from probe.capture import dpdk
+from probe.config import load_config
+pcap, size, workers = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+cfg = load_config(None, {"dpdk.args": f"--no-huge --no-pci -m 512 --vdev=net_pcap0,rx_pcap={pcap}",
+                         "dpdk.mempool_size": size})
+port = dpdk.DpdkPort(cfg.dpdk, dpdk.eal_args(cfg.dpdk, "0x1"), workers=workers)
+print(dpdk.mbufs_needed(cfg.dpdk, port.queues, workers, port.mode, 4096), port.lib.pool_size(0))
+port.close()
+dpdk.remove_runtime_dir()
+"""
+
+
+@needs_dpdk
+@needs_root
+@pytest.mark.parametrize("size, workers", [(0, 1), (0, 2), (2047, 1)])
+def test_mempool_size_default_is_what_the_queues_and_batches_hold(tmp_path, size, workers):
+    """dpdk.mempool_size 0 (the default) makes the smallest pool of 2^n - 1 mbufs that holds what the queues,
+    the workers' batches and a distributing primary's rings can hold at once: 8,191 for one worker. (It was
+    16,383 whatever the shape; a pool cycles through all its mbufs, so the extra ones only added to the RSS.)
+    A size set is made as set, and one below that need is reported."""
+    frame = udp_frame(q_dns(0x1602))
+    pcap = write_pcap(tmp_path / "one.pcap", [(1_700_000_000 * 10**9, frame)])
+    proc = run_python(POOL, pcap, size, workers)
+    assert proc.returncode == 0, proc.stderr
+    need, made = map(int, proc.stdout.split())
+    if size:
+        assert made == size, proc.stdout
+    else:
+        assert made >= need > made // 2 and made & (made + 1) == 0, proc.stdout
+        assert workers > 1 or made == 8191, proc.stdout
+    assert ("is below the" in proc.stderr) == (made < need), proc.stderr
