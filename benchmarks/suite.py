@@ -93,6 +93,7 @@ FRAME_KINDS = ("non_ip", "non_dns", "fragments", "tcp_segments", "queries", "res
                "response_only", "duplicate_queries", "worker_restarts")
 TRAFGEN_FRAMES = 50_000
 DPDK_EAL = "--no-huge --no-pci -m 512"  # the DPDK row's EAL memory (--dpdk-eal)
+DPDK_RING = "blocksz=4096,framesz=2048,framecnt=16384"  # net_af_packet's ring: 32 MiB, as AF_PACKET's (--dpdk-ring)
 TCPREPLAY_REACH = 0.9  # auto: tcpreplay sends the rates up to this share of its --topspeed rate
 
 
@@ -182,6 +183,7 @@ class Dnsprobe(Tool):
     name, binary, package = "dnsprobe", "dnsprobe", "dnsprobe"
     stop_signal = signal.SIGTERM
     eal = DPDK_EAL
+    ring = DPDK_RING
 
     def __init__(self, fmt, dpdk=False):
         self.fmt = f"dpdk-{fmt}" if dpdk else fmt
@@ -204,8 +206,7 @@ class Dnsprobe(Tool):
         extra = ["--format", self.export_format]
         source = None
         if self.dpdk:
-            source = ["--dpdk", f"--dpdk-args={self.eal} --vdev=net_af_packet0,iface={bed.iface},"
-                                "qpairs=1,blocksz=4096,framesz=2048,framecnt=16384"]  # a 32 MiB ring, as AF_PACKET
+            source = ["--dpdk", f"--dpdk-args={self.eal} --vdev=net_af_packet0,iface={bed.iface},qpairs=1,{self.ring}"]
         data = out / "data"
         data.mkdir()
         proc, pids, cmd = live.start_probe(bed, data, log, cores=tuple(cores), source=source, extra=extra, pids=True)
@@ -975,6 +976,8 @@ def parse_args(argv):
     ap.add_argument("--results", type=Path, default=HERE / "results", help="directory of suite.{json,md,png}")
     ap.add_argument("--dpdk-eal", default=DPDK_EAL, help=f"EAL memory arguments of the DPDK row (default {DPDK_EAL!r}; "
                                                          "the device and the cores are the suite's)")
+    ap.add_argument("--dpdk-ring", default=DPDK_RING, help="the DPDK row's net_af_packet ring geometry (default "
+                    f"{DPDK_RING!r}: 2 KiB slots, so any frame up to 2 KiB fits, in the memory of AF_PACKET's ring)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="a configuration key of the dnsprobe rows (repeatable), e.g. dpdk.mempool_size=8191")
     args = ap.parse_args(argv)
@@ -1013,6 +1016,7 @@ def main(argv=None):
     live.GENERATOR_CORE = args.generator_core
     live.OPTIONS["set"] = args.set
     Dnsprobe.eal = args.dpdk_eal
+    Dnsprobe.ring = args.dpdk_ring
     wanted = set(args.tools.split(",")) if args.tools else None
     formats = set(args.formats.split(","))
     tools = [t for t in all_tools() if (wanted is None or t.name in wanted)
@@ -1111,7 +1115,7 @@ def main(argv=None):
         "input": {"mix": args.mix, "seed": args.seed, "packets": args.packets, "file": pcap.name},
         "rates_desc": args.rates or f"ladder {args.ladder} up to {args.max_rate:,}, bisection to {args.resolution:,}",
         "fixed_rate": args.fixed_rate, "catch_up_limit_s": args.catch_up_limit,
-        "dnsprobe_settings": args.set, "dpdk_eal": args.dpdk_eal,
+        "dnsprobe_settings": args.set, "dpdk_eal": args.dpdk_eal, "dpdk_ring": args.dpdk_ring,
         "dnscap_expected_written": (dnscap_expected or {}).get("tcpreplay"),
         "dnscap_expected_written_trafgen": (dnscap_expected or {}).get("trafgen"), "skipped": skipped,
         "series": series, "offline": off, "offline_workers": off_workers,

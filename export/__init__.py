@@ -44,6 +44,18 @@ def make_exporter(cfg, directory, worker_id, stats, client=None, live=False, met
     return exporter
 
 
+def preload(cfg):
+    """Import what make_exporter imports for cfg.export.format, so that the processes forked afterwards (read
+    --workers) share the loaded modules instead of each importing them again."""
+    if cfg.export.format == "parquet":
+        import export.enrich
+        import export.parquet.privacy
+        import export.parquet.records
+        import export.parquet.writer  # noqa: F401
+    elif cfg.export.format == "cdns":
+        import export.cdns.writer  # noqa: F401
+
+
 def reads_raw(cfg):
     """Whether the exporter for cfg.export.format reads the raw DNS message of the message tuples
     (probe.model.DNS_FIELDS raw): C-DNS does (question names, full sections, malformed-message

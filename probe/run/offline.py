@@ -31,6 +31,7 @@ import time
 import zlib
 from pathlib import Path
 
+from export import preload
 from export.base import check_output_dir, stats_json_path
 from probe.capture.dnstap_file import DnstapFileSource
 from probe.capture.files import open_file_source
@@ -137,6 +138,7 @@ def _opens_itself(path):
 def _read_parallel(cfg, files, out_dir, workers, cores, on_error):
     """read_files with `workers` processes (see the module docstring)."""
     copied = [i for i, f in enumerate(files) if not _opens_itself(f)]
+    preload(cfg)
     ctx = multiprocessing.get_context("fork")
     procs, conns, commands = [], [], []
     for k in range(workers):
