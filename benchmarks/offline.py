@@ -285,8 +285,8 @@ def parquet_rows(directory):
 
 def cdns_sizes(out):
     """Bytes of the C-DNS files written (raw) and of the same bytes compressed as dnsprobe would
-    (export.cdns.compressor, the code of --cdns-compression), compressed here, outside the measured run."""
-    from export.cdns import compressor
+    (export.cdns.writer.compressor, the code of export.cdns_compression), compressed here, outside the measured run."""
+    from export.cdns.writer import compressor
 
     raw = b"".join(p.read_bytes() for p in sorted(out.glob("*.cdns")))
     sizes = {"raw": len(raw)}
