@@ -4,7 +4,7 @@ dnstap messages.
 - files: an input file recognised by its content (pcap, pcapng or dnstap), plain or compressed;
 - pcapfile: pcap and pcapng files, plain or compressed (PcapFileSource; _pcaprecords.c splits records in C);
 - afpacket: a live AF_PACKET TPACKET_V3 ring in a fanout group (AfPacketSource), its kernel filter in bpf;
-- dpdk: a DPDK port's RX queue (DpdkQueueSource; _dpdk.c, built where libdpdk is found);
+- dpdk: a DPDK port's RX queue or a worker's ring (DpdkSource; _dpdk.c, built where libdpdk is found);
 - dnstap_file, dnstap_socket: dnstap files and producers' connections (DnstapFileSource, DnstapSocketSource),
   over Frame Streams (fstrm, fstrm_session), on the listening sockets of dnstap_listen.
 A new source is one new module with a class that has the Source interface below.
