@@ -240,7 +240,10 @@ class DpdkConfig:
         " --vdev=net_pcap0,rx_pcap=FILE, --no-huge, --no-pci, -m MB, ..."
     )
     port: int = opt(0, "DPDK port to capture on, in the order EAL found the devices", min=0, max=1023)
-    ring_size: int = opt(1024, "RX descriptors per queue (the device may round it)", min=32, max=32768)
+    ring_size: int = opt(
+        4096, "RX descriptors per queue (the device may round it): what arrives while a worker's pipeline works waits"
+        " there; hold about 15 ms of traffic (docs/dpdk.md)", min=32, max=32768,
+    )
     mempool_size: int = opt(
         0, "mbufs in the port's packet pool, shared by its queues (best 2^n - 1; more than the queues' ring_size"
         " each and the workers' batches; 0: the smallest 2^n - 1 that holds them)", min=0, max=1 << 24,

@@ -48,6 +48,10 @@ _ERROR_WORDS = ("fatal", "fail", "cannot", "couldn't", "could not", "unable", "i
                 "unrecognized", "not ", "denied")
 WORKER_RING_SLOTS = 4096  # frames a worker's ring holds (distributing primary → secondary)
 MEMPOOL_CACHE = 256  # mbufs each core keeps aside (_dpdk.c port_setup)
+RX_CHUNK = 64  # frames asked of one rte_eth_rx_burst call (_dpdk.c)
+# Drivers that take an mbuf for each frame as they read it, rather than one per RX descriptor for as long as the
+# queue is set up (a NIC's drivers).
+MBUF_PER_READ_DRIVERS = (*AF_PACKET_DRIVERS, "net_pcap")
 
 
 def load():
@@ -242,11 +246,13 @@ class _Eal:
                 print(f"dnsprobe: DPDK: cannot {what}: {exc}", file=sys.stderr, flush=True)
 
 
-def mbufs_needed(dpdk_cfg, queues, workers, mode, batch_size):
-    """The mbufs that can be in use at once: every RX descriptor of the queues, each worker's batch (run.batch_size
-    frames held until its pipeline took them), a distributing primary's rings, and the pool's per-core caches."""
+def mbufs_needed(dpdk_cfg, queues, workers, mode, batch_size, driver=None):
+    """The mbufs that can be in use at once: every RX descriptor of the queues (a read's chunk for the drivers that
+    take an mbuf per frame read), each worker's batch (run.batch_size frames held until its pipeline took them), a
+    distributing primary's rings, and the pool's per-core caches."""
+    per_queue = RX_CHUNK if driver in MBUF_PER_READ_DRIVERS else dpdk_cfg.ring_size
     rings = (workers - 1) * WORKER_RING_SLOTS if mode == "distributor" else 0
-    return queues * dpdk_cfg.ring_size + workers * batch_size + rings + workers * MEMPOOL_CACHE
+    return queues * per_queue + workers * batch_size + rings + workers * MEMPOOL_CACHE
 
 
 def pool_size(need):
@@ -289,7 +295,7 @@ class DpdkPort(_Eal):
             self.mode, queues = "rss", workers
         else:
             self.mode, queues = "distributor", info["max_rx_queues"] if af_packet else 1
-        need = mbufs_needed(dpdk_cfg, queues, workers, self.mode, batch_size)
+        need = mbufs_needed(dpdk_cfg, queues, workers, self.mode, batch_size, info["driver"])
         self.mempool_size = dpdk_cfg.mempool_size or pool_size(need)
         with captured_output() as lines:
             try:

@@ -334,7 +334,7 @@ pcap, size, workers = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 cfg = load_config(None, {"dpdk.args": f"--no-huge --no-pci -m 512 --vdev=net_pcap0,rx_pcap={pcap}",
                          "dpdk.mempool_size": size})
 port = dpdk.DpdkPort(cfg.dpdk, dpdk.eal_args(cfg.dpdk, "0x1"), workers=workers)
-print(dpdk.mbufs_needed(cfg.dpdk, port.queues, workers, port.mode, 4096), port.lib.pool_size(0))
+print(dpdk.mbufs_needed(cfg.dpdk, port.queues, workers, port.mode, 4096, port.info["driver"]), port.lib.pool_size(0))
 port.close()
 dpdk.remove_runtime_dir()
 """
@@ -345,9 +345,9 @@ dpdk.remove_runtime_dir()
 @pytest.mark.parametrize("size, workers", [(0, 1), (0, 2), (2047, 1)])
 def test_mempool_size_default_is_what_the_queues_and_batches_hold(tmp_path, size, workers):
     """dpdk.mempool_size 0 (the default) makes the smallest pool of 2^n - 1 mbufs that holds what the queues,
-    the workers' batches and a distributing primary's rings can hold at once: 8,191 for one worker. (It was
-    16,383 whatever the shape; a pool cycles through all its mbufs, so the extra ones only added to the RSS.)
-    A size set is made as set, and one below that need is reported."""
+    the workers' batches and a distributing primary's rings can hold at once: 8,191 for one worker reading
+    net_pcap. (It was 16,383 whatever the shape; a pool cycles through all its mbufs, so the extra ones only
+    added to the RSS.) A size set is made as set, and one below that need is reported."""
     frame = udp_frame(q_dns(0x1602))
     pcap = write_pcap(tmp_path / "one.pcap", [(1_700_000_000 * 10**9, frame)])
     proc = run_python(POOL, pcap, size, workers)
@@ -359,3 +359,20 @@ def test_mempool_size_default_is_what_the_queues_and_batches_hold(tmp_path, size
         assert made >= need > made // 2 and made & (made + 1) == 0, proc.stdout
         assert workers > 1 or made == 8191, proc.stdout
     assert ("is below the" in proc.stderr) == (made < need), proc.stderr
+
+
+def test_a_nic_queue_holds_an_mbuf_per_descriptor():
+    """A NIC's driver keeps an mbuf on every RX descriptor; net_af_packet and net_pcap take one per frame they
+    read, a chunk at a time. The default pool follows: 16,383 for one worker on a NIC (4,096 descriptors and a
+    batch of 4,096), 8,191 on those drivers."""
+    from probe.capture import dpdk
+    from probe.config import load_config
+
+    cfg = load_config(None, {}).dpdk
+    assert cfg.ring_size == 4096 and cfg.mempool_size == 0
+    nic = dpdk.mbufs_needed(cfg, 1, 1, "single", 4096, "net_ixgbe")
+    assert nic == 4096 + 4096 + dpdk.MEMPOOL_CACHE and dpdk.pool_size(nic) == 16383
+    for driver in ("net_af_packet", "net_pcap"):
+        need = dpdk.mbufs_needed(cfg, 1, 1, "single", 4096, driver)
+        assert need == dpdk.RX_CHUNK + 4096 + dpdk.MEMPOOL_CACHE and dpdk.pool_size(need) == 8191
+    assert [dpdk.pool_size(n) for n in (1, 2, 4, 8191, 8192)] == [1, 3, 7, 8191, 16383]
