@@ -949,7 +949,7 @@ def parse_args(argv):
     ap.add_argument("--ladder", default="25k,50k,100k,200k,400k", help="search ladder (pkts/s)")
     ap.add_argument("--max-rate", type=live.parse_rate, default=1_000_000)
     ap.add_argument("--resolution", type=live.parse_rate, default=25_000, help="bisection stops this close")
-    ap.add_argument("--fixed-rate", type=live.parse_rate, default=50_000, help="rate of the drops/CPU trial")
+    ap.add_argument("--fixed-rate", type=live.parse_rate, default=50_000, help="rate of the drops/CPU trial (0: none)")
     ap.add_argument("--catch-up-limit", type=float, default=0.5)
     ap.add_argument("--offline-mixes", default=",".join(traffic.MIXES), help="mixes of the offline section ('': none)")
     ap.add_argument("--offline-packets", type=int, default=100_000)
@@ -1079,7 +1079,7 @@ def main(argv=None):
 
                     print(f"{label}, {n} worker(s)", flush=True)
                     best, fail, trials = search_rates(trial, args)
-                    fixed = trials.get(args.fixed_rate) or trial(args.fixed_rate)
+                    fixed = (trials.get(args.fixed_rate) or trial(args.fixed_rate)) if args.fixed_rate else None
                     bt = best_trial(trials)
                     series.append({"label": label, "tool": t.name, "format": t.fmt, "workers": n, "best_rate": best,
                                    "first_fail": fail, "fixed": fixed, "best_generator": bt and gen_text(bt),
