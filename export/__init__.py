@@ -18,11 +18,7 @@ def make_exporter(cfg, directory, worker_id, stats, client=None, live=False, met
     export.metrics.DnsMetrics counting what is written (None: not counted)."""
     fmt = cfg.export.format
     if fmt == "parquet":
-        from export.enrich import make_enricher
-        from export.parquet.privacy import TablePrivacy
-        from export.parquet.records import RecordBuilder
-        from export.parquet.writer import ParquetExporter
-
+        make_enricher, TablePrivacy, RecordBuilder, ParquetExporter = _parquet_parts()
         # Enrichment looks the real addresses up; privacy transforms them afterwards (docs/enrichment.md).
         steps = [make_enricher(cfg)]
         if client is not None:
@@ -35,25 +31,33 @@ def make_exporter(cfg, directory, worker_id, stats, client=None, live=False, met
             steps=[s for s in steps if s is not None], late_ns=int(cfg.match.query_timeout * 1e9),
         )
     elif fmt == "cdns":
-        from export.cdns.writer import CdnsExporter
-
-        exporter = CdnsExporter(cfg, directory, worker_id, stats, client=client, live=live)
+        exporter = _cdns_exporter()(cfg, directory, worker_id, stats, client=client, live=live)
     else:
         raise ValueError(f"unknown export format {fmt!r}")
     exporter.metrics = metrics
     return exporter
 
 
+def _parquet_parts():
+    # Imported when first asked for: a C-DNS run does without pyarrow's Parquet writer.
+    from export.enrich import make_enricher
+    from export.parquet.privacy import TablePrivacy
+    from export.parquet.records import RecordBuilder
+    from export.parquet.writer import ParquetExporter
+
+    return make_enricher, TablePrivacy, RecordBuilder, ParquetExporter
+
+
+def _cdns_exporter():
+    from export.cdns.writer import CdnsExporter
+
+    return CdnsExporter
+
+
 def preload(cfg):
     """Import what make_exporter imports for cfg.export.format, so that the processes forked afterwards (read
     --workers) share the loaded modules instead of each importing them again."""
-    if cfg.export.format == "parquet":
-        import export.enrich
-        import export.parquet.privacy
-        import export.parquet.records
-        import export.parquet.writer  # noqa: F401
-    elif cfg.export.format == "cdns":
-        import export.cdns.writer  # noqa: F401
+    {"parquet": _parquet_parts, "cdns": _cdns_exporter}.get(cfg.export.format, lambda: None)()
 
 
 def reads_raw(cfg):

@@ -1117,5 +1117,6 @@ PyInit__dpdk(void)
 	Py_INCREF(DpdkError);
 	PyModule_AddStringConstant(m, "RTE_VERSION", rte_version());
 	PyModule_AddObject(m, "RSS_IP", PyLong_FromUnsignedLongLong(RTE_ETH_RSS_IP));
+	PyModule_AddIntConstant(m, "RX_CHUNK", RX_CHUNK);
 	return m;
 }

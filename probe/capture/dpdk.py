@@ -48,7 +48,7 @@ _ERROR_WORDS = ("fatal", "fail", "cannot", "couldn't", "could not", "unable", "i
                 "unrecognized", "not ", "denied")
 WORKER_RING_SLOTS = 4096  # frames a worker's ring holds (distributing primary → secondary)
 MEMPOOL_CACHE = 256  # mbufs each core keeps aside (_dpdk.c port_setup)
-RX_CHUNK = 64  # frames asked of one rte_eth_rx_burst call (_dpdk.c)
+RX_CHUNK = 64  # frames asked of one rte_eth_rx_burst call (_dpdk.c RX_CHUNK; the DPDK tests compare them)
 # Drivers that take an mbuf for each frame as they read it, rather than one per RX descriptor for as long as the
 # queue is set up (a NIC's drivers).
 MBUF_PER_READ_DRIVERS = (*AF_PACKET_DRIVERS, "net_pcap")

@@ -325,7 +325,6 @@ def test_port_and_queue_numbers_and_16_bit_sizes_are_checked(tmp_path):
     ], proc.stdout + proc.stderr
 
 
-
 POOL = """
 import sys
 from probe.capture import dpdk
@@ -334,6 +333,7 @@ pcap, size, workers = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 cfg = load_config(None, {"dpdk.args": f"--no-huge --no-pci -m 512 --vdev=net_pcap0,rx_pcap={pcap}",
                          "dpdk.mempool_size": size})
 port = dpdk.DpdkPort(cfg.dpdk, dpdk.eal_args(cfg.dpdk, "0x1"), workers=workers)
+assert port.lib.RX_CHUNK == dpdk.RX_CHUNK, "probe.capture.dpdk.RX_CHUNK is not _dpdk.c's"
 print(dpdk.mbufs_needed(cfg.dpdk, port.queues, workers, port.mode, 4096, port.info["driver"]), port.lib.pool_size(0))
 port.close()
 dpdk.remove_runtime_dir()
