@@ -24,7 +24,7 @@ time quadratic in the number of packets (about 20 s for 100,000 here); CPU time 
 
 Rows (tool x format) and what runs for N workers (cores = the first N worker cores):
   dnsprobe parquet / cdns   `dnsprobe capture -i VETH --coremask <N cores>`, AF_PACKET fanout, N workers
-  dnsprobe dpdk-parquet     `dnsprobe capture --dpdk --dpdk-args="--no-huge --no-pci -m 512
+  dnsprobe dpdk-parquet     `dnsprobe capture --dpdk --dpdk-args="--no-huge --no-pci -m 128
                             --vdev=net_af_packet0,iface=VETH,qpairs=1,..."` (the default pool: 8,191 mbufs for
                             one worker; when probe.capture._dpdk imports)
   dnscap pcap               `dnscap -i VETH -w FILE -m qun -e nytfsxir -s ir -T -f -S` (queries, updates,
@@ -92,7 +92,9 @@ DROP_WORDS = ("drop", "missed", "evict", "nombuf", "errors", "overflow")
 FRAME_KINDS = ("non_ip", "non_dns", "fragments", "tcp_segments", "queries", "responses", "matched", "query_only",
                "response_only", "duplicate_queries", "worker_restarts")
 TRAFGEN_FRAMES = 50_000
-DPDK_EAL = "--no-huge --no-pci -m 512"  # the DPDK row's EAL memory (--dpdk-eal)
+# The DPDK row's EAL memory (--dpdk-eal): enough for the pool and rings of one or two workers. Without hugepages
+# the EAL keeps a descriptor for every 4 KiB page of -m, all resident: -m 512 added 6 MiB to the worker's RSS.
+DPDK_EAL = "--no-huge --no-pci -m 128"
 DPDK_RING = "blocksz=4096,framesz=2048,framecnt=16384"  # net_af_packet's ring: 32 MiB, as AF_PACKET's (--dpdk-ring)
 TCPREPLAY_REACH = 0.9  # auto: tcpreplay sends the rates up to this share of its --topspeed rate
 

@@ -140,6 +140,10 @@ class ExportConfig:
         " happens to the worker afterwards (0: only once its file is closed)", min=0,
     )
     row_group_size: int = opt(100000, "Parquet rows per row group", min=1)
+    journal_compression: str = opt(
+        "lz4", "live Parquet: compression of the journal's buffers, the file's first form until its rotation (lz4:"
+        " least CPU; zstd: about half the journal's size, for more CPU; none)", choices=("lz4", "zstd", "none"),
+    )
     compression: str = opt(
         "zstd", "Parquet compression codec", choices=("zstd", "snappy", "gzip", "brotli", "lz4", "none")
     )

@@ -24,19 +24,21 @@ from export.parquet.schema import SCHEMA
 from export.parquet.writer import ParquetExporter, _File, open_parquet, write_row_groups
 
 JOURNAL_SUFFIX = ".journal"
-# Buffers compressed one by one: a journal takes about what the final file does, for little CPU.
-IPC_OPTIONS = ipc.IpcWriteOptions(compression="zstd")
+# Buffers compressed one by one (export.journal_compression): the journal is written at the capture's pace, so its
+# codec's CPU is paid per packet; lz4 costs the least of the two, zstd gives the smaller journal.
+IPC_OPTIONS = {codec: ipc.IpcWriteOptions(compression=None if codec == "none" else codec)
+               for codec in ("lz4", "zstd", "none")}
 BUFFER_BYTES = 1 << 20
 
 
 class JournalWriter:
     """An Arrow IPC stream of record batches into a locked file; flush() puts what was written in the file."""
 
-    def __init__(self, path):
+    def __init__(self, path, compression="lz4"):
         self.lock = lock_live_file(path)
         try:
             self.stream = pa.BufferedOutputStream(pa.OSFile(str(path), "w"), buffer_size=BUFFER_BYTES)
-            self.writer = ipc.new_stream(self.stream, SCHEMA, options=IPC_OPTIONS)
+            self.writer = ipc.new_stream(self.stream, SCHEMA, options=IPC_OPTIONS[compression])
             self.stream.flush()  # the schema: a journal is readable (empty) from the start
         except BaseException:
             os.close(self.lock)
@@ -182,7 +184,7 @@ class JournalingParquetExporter(ParquetExporter):
     def _open(self, bucket, ts_ns):
         try:
             final, journal = self._take_name(bucket, ts_ns)
-            writer = JournalWriter(journal)
+            writer = JournalWriter(journal, self.cfg.journal_compression)
         except OSError as exc:
             raise self._output_error(exc, self.dir) from None
         return self._opened(bucket, _File(final, journal, ts_ns, writer, writer))

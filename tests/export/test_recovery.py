@@ -182,6 +182,32 @@ def test_journal_conversion_makes_the_direct_writers_files(tmp_path, settings):
 
 
 
+def test_journal_codec_is_export_journal_compression(tmp_path):
+    """The journal's buffers are compressed with export.journal_compression: the same rows make journals of three
+    sizes (none > lz4 > zstd), each read back whole and converted into the same Parquet file."""
+    from export.parquet.journal import JournalingParquetExporter, read_journal
+    from probe.stats import Stats
+
+    table = reference(tmp_path, "parquet", "none")
+    sizes, finals = {}, {}
+    for codec in ("none", "lz4", "zstd"):
+        d = tmp_path / codec
+        d.mkdir()
+        cfg = load_config(None, {"export.journal_compression": codec}).export
+        exporter = JournalingParquetExporter(cfg, d, 0, Stats())
+        exporter.write_table(table)
+        exporter.flush()
+        (journal,) = exporter.live_files()
+        sizes[codec] = os.path.getsize(journal)
+        got, cut = read_journal(journal)
+        assert got.equals(table) and not cut
+        exporter.close()
+        (final,) = exporter.completed
+        finals[codec] = pq.read_table(final)
+    assert sizes["none"] > 1.5 * sizes["lz4"] and sizes["lz4"] > 1.2 * sizes["zstd"], sizes
+    assert finals["none"].equals(table) and finals["lz4"].equals(table) and finals["zstd"].equals(table)
+
+
 CONVERT = r"""
 import json, resource, sys
 from pathlib import Path
@@ -209,7 +235,7 @@ def write_journal(path, rows):
     names = pa.array([base64.b64encode(os.urandom(1200)).decode() for _ in range(1000)])
     batch = pa.RecordBatch.from_arrays([names if f.name == "qname" else pa.nulls(1000, f.type) for f in SCHEMA],
                                        schema=SCHEMA)
-    with ipc.new_stream(pa.OSFile(str(path), "w"), SCHEMA, options=IPC_OPTIONS) as w:
+    with ipc.new_stream(pa.OSFile(str(path), "w"), SCHEMA, options=IPC_OPTIONS["lz4"]) as w:
         for _ in range(rows // 1000):
             w.write_batch(batch)
     return path.stat().st_size / 2**20
@@ -228,3 +254,19 @@ def test_journal_conversion_memory_does_not_grow_with_the_journal(tmp_path):
         grown[rows] = json.loads(proc.stdout)["rss_growth_mb"]
     assert size[130_000] - size[10_000] > 100, size  # the comparison means something
     assert grown[130_000] - grown[10_000] < 0.2 * (size[130_000] - size[10_000]), (size, grown)
+
+
+@pytest.mark.parametrize("chosen", [None, "mimalloc"])
+def test_arrow_buffers_come_from_the_c_allocator_unless_chosen(chosen):
+    """Importing dnsprobe makes the C library's allocator Arrow's default pool (mimalloc kept the pages a worker
+    freed, a fifth of its RSS), before pyarrow is imported; an ARROW_DEFAULT_MEMORY_POOL the user set is kept."""
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "ARROW_DEFAULT_MEMORY_POOL"}
+    if chosen:
+        env["ARROW_DEFAULT_MEMORY_POOL"] = chosen
+    code = "import probe.cli, pyarrow as pa; print(pa.default_memory_pool().backend_name)"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == (chosen or "system")
