@@ -93,13 +93,20 @@ class InterfaceUnavailable(ConfigError):
     """The interface does not exist or is down: a capture may wait for it (capture.wait_for_interface)."""
 
 
+class SockFprog:
+    """A program as the struct sock_fprog the kernel takes (`value`), with the instructions it points at."""
+
+    def __init__(self, program):
+        raw = b"".join(struct.pack("HBBI", code, jt, jf, k) for code, jt, jf, k in program)
+        self.buf = ctypes.create_string_buffer(raw, len(raw))  # kept alive as long as value is used
+        self.value = struct.pack("HxxxxxxP" if struct.calcsize("P") == 8 else "HxxP", len(program),
+                                 ctypes.addressof(self.buf))
+
+
 def attach_filter(sock, program, level=socket.SOL_SOCKET, option=SO_ATTACH_FILTER):
     """SO_ATTACH_FILTER (or another option taking a program) with a struct sock_fprog pointing at the program's
     instructions."""
-    raw = b"".join(struct.pack("HBBI", code, jt, jf, k) for code, jt, jf, k in program)
-    buf = ctypes.create_string_buffer(raw, len(raw))
-    fprog = struct.pack("HxxxxxxP" if struct.calcsize("P") == 8 else "HxxP", len(program), ctypes.addressof(buf))
-    sock.setsockopt(level, option, fprog)
+    sock.setsockopt(level, option, SockFprog(program).value)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -116,13 +123,21 @@ def _bind(sock, name):
         raise ConfigError(f"cannot bind a packet socket to {name!r}: {exc.strerror}") from None
 
 
-def join_fanout(sock, name, fanout_id):
-    """PACKET_FANOUT_CBPF with the address-pair hash (bpf.fanout_program; each member sets the group's program,
-    the same one)."""
-    arg = (fanout_id & 0xFFFF) | (PACKET_FANOUT_CBPF << 16)
+def join_fanout(sock, name, fanout_id, program):
+    """Join the PACKET_FANOUT_CBPF group, give the socket its own filter, `program`, then set the group's
+    program, the address-pair hash (bpf.fanout_program; each member sets it, the same one).
+
+    From the join on, the group hands the socket its share, which the reject-all filter it had until then
+    would drop uncounted; so its own filter comes at once, both programs made beforehand. Setting the group's
+    program waits for an RCU grace period (the kernel's synchronize_net), milliseconds under load: a worker
+    restarted under traffic that set it before its own filter lost the frames of that wait. A group's first
+    member has no group program until then: the kernel hands it every frame, which is its share."""
+    arg = struct.pack("I", (fanout_id & 0xFFFF) | (PACKET_FANOUT_CBPF << 16))
+    fanout, own = SockFprog(fanout_program()), SockFprog(program)
     try:
-        sock.setsockopt(SOL_PACKET, PACKET_FANOUT, struct.pack("I", arg))
-        attach_filter(sock, fanout_program(), SOL_PACKET, PACKET_FANOUT_DATA)
+        sock.setsockopt(SOL_PACKET, PACKET_FANOUT, arg)
+        sock.setsockopt(socket.SOL_SOCKET, SO_ATTACH_FILTER, own.value)
+        sock.setsockopt(SOL_PACKET, PACKET_FANOUT_DATA, fanout.value)
     except OSError as exc:
         raise ConfigError(
             f"interface {name!r}: cannot join packet fanout group {fanout_id} ({exc.strerror}); another "
@@ -275,8 +290,9 @@ class AfPacketSource:
             mreq = struct.pack("iHH8s", socket.if_nametoindex(name), PACKET_MR_PROMISC, 0, b"")
             sock.setsockopt(SOL_PACKET, PACKET_ADD_MEMBERSHIP, mreq)
         if fanout_id is not None:
-            join_fanout(sock, name, fanout_id)
-        attach_filter(sock, self.program)
+            join_fanout(sock, name, fanout_id, self.program)
+        else:
+            attach_filter(sock, self.program)
         self.kernel_stats()  # the frames refused while the socket was set up are none of our business
         self.received = self.drops = self.freezes = 0
 
