@@ -106,7 +106,8 @@ class SockFprog:
 def attach_filter(sock, program, level=socket.SOL_SOCKET, option=SO_ATTACH_FILTER):
     """SO_ATTACH_FILTER (or another option taking a program) with a struct sock_fprog pointing at the program's
     instructions."""
-    sock.setsockopt(level, option, SockFprog(program).value)
+    fprog = SockFprog(program)  # (held while the kernel copies the instructions it points at)
+    sock.setsockopt(level, option, fprog.value)
 
 
 # ---------------------------------------------------------------------------------------------
