@@ -146,6 +146,15 @@ static int tcp_segment(PyObject *tcp, const unsigned char *f, const Fast *x, PyO
     return r;
 }
 
+/* The end of a frame loop's call: the C stream step's counts written to the stats object (once per call, not
+ * per segment). result: the call's result, or NULL with an exception set (kept). */
+static PyObject *tcp_done(PyObject *tcp, PyObject *result)
+{
+    if (PyTuple_Check(tcp) && tcp_api->write_stats(PyTuple_GET_ITEM(tcp, 0)) < 0)
+        Py_CLEAR(result);
+    return result;
+}
+
 static int frame_ok(PyObject *frame, const unsigned char *portmap, int tcp, Fast *x)
 {
     return PyBytes_Check(frame)

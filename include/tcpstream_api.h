@@ -16,10 +16,14 @@ typedef struct {
     PyTypeObject *type; /* probe.decode._tcpstream.TcpReassembler */
     /* What TcpReassembler.segment(key, ts, wirelen, ttl, seq, flags, payload) does, the key given as its parts
      * (src and dst of alen <= 16 bytes): the messages it completes appended to out (a list) as the tuples it
-     * returns. reassembler must be of type. -1 with an exception set on an error. */
+     * returns; but its counts are left pending, for write_stats. reassembler must be of type. -1 with an
+     * exception set on an error. */
     int (*segment)(PyObject *reassembler, const unsigned char *src, const unsigned char *dst, int alen, unsigned sport,
                    unsigned dport, long long ts, long long wirelen, long ttl, uint32_t seq, long flags,
                    PyObject *payload, PyObject *out);
+    /* Adds the pending counts to the stats object (a frame loop calls it once, at its end, rather than an
+     * attribute update per segment). -1 with an exception set on an error, or when one was set before. */
+    int (*write_stats)(PyObject *reassembler);
 } TcpstreamAPI;
 
 #endif

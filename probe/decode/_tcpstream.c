@@ -12,7 +12,8 @@
  * hash table (a keyed SipHash, since the keys come from the network; a doubly linked list for the age order
  * that eviction needs), a message in progress a byte buffer of at most 65,537 bytes, and a segment held ahead
  * of a gap a reference to its payload bytes in a min-heap by stream offset. Counters are added up here and
- * written to the stats object at the end of each call, so that after every call it equals the twin's.
+ * written to the stats object at the end of each call, so that after every call it equals the twin's (the frame
+ * loops, through the C API, write them once at their end).
  *
  * Differences from the twin, on input the probe never gives: wirelen must be >= 0 and seq in [0, 2^32), payload
  * bytes, ts, ttl and the bounds C integers, max_flows >= 1 (the twin fails on its first direction then). The
@@ -632,7 +633,7 @@ static int segment(Reassembler *r, const unsigned char *key, const unsigned char
     return rc;
 }
 
-/* segment() as a public call: the bound over all directions after it, the counters written. */
+/* segment() as a public call: the bound over all directions after it; the counts pending. */
 static int public_segment(Reassembler *r, const unsigned char *key, const unsigned char *rev, long long ts,
                           long long wirelen, long ttl, uint32_t seq, long flags, PyObject *payload, PyObject *out)
 {
@@ -644,7 +645,12 @@ static int public_segment(Reassembler *r, const unsigned char *key, const unsign
             r->counts[C_EVICTED]++;
         }
     }
-    return write_stats(r) < 0 || rc < 0 ? -1 : 0;
+    return rc;
+}
+
+static int api_write_stats(PyObject *reassembler)
+{
+    return write_stats((Reassembler *)reassembler);
 }
 
 /* The C API's segment (include/tcpstream_api.h): the key from its parts. */
@@ -704,7 +710,8 @@ static PyObject *Reassembler_segment(Reassembler *r, PyObject *const *args, Py_s
     PyObject *out = PyList_New(0);
     if (out == NULL)
         return NULL;
-    if (public_segment(r, key, rev, ts, wirelen, (long)ttl, (uint32_t)seq, (long)flags, args[6], out) < 0)
+    int rc = public_segment(r, key, rev, ts, wirelen, (long)ttl, (uint32_t)seq, (long)flags, args[6], out);
+    if (write_stats(r) < 0 || rc < 0)
         Py_CLEAR(out);
     return out;
 }
@@ -928,7 +935,7 @@ PyMODINIT_FUNC PyInit__tcpstream(void)
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)
         return NULL;
-    static TcpstreamAPI api = {TCPSTREAM_API_VERSION, &Reassembler_Type, api_segment};
+    static TcpstreamAPI api = {TCPSTREAM_API_VERSION, &Reassembler_Type, api_segment, api_write_stats};
     PyObject *capsule = PyCapsule_New(&api, TCPSTREAM_CAPSULE, NULL);
     if (PyModule_AddObjectRef(m, "TcpReassembler", (PyObject *)&Reassembler_Type) < 0 || capsule == NULL
         || PyModule_AddObject(m, "_C_API", capsule) < 0) {

@@ -247,3 +247,39 @@ def test_frame_loops_call_the_c_step_directly():
                                     bad, True)
         with pytest.raises(TypeError, match="pair"):
             _decoderec.decode_frames(*head[:4], MsgBatch(), decoder._portmap, None, None, [0] * 5, bad, True)
+
+
+@pytest.mark.parametrize("form", ["tuples", "records", "packed"])
+def test_frame_loops_write_the_c_steps_counts_at_each_call(tmp_path, form):
+    """The C step called from the frame loops leaves its counts pending and each loop writes them at its end: after
+    every batch the counters equal those of the Python decoder (the decoder's own expiry writes them too, but it
+    runs once a second of capture time: most batches here have none)."""
+    from scapy.utils import wrpcap
+    from test_fastwire import tcp_frames
+
+    from probe._records import Frames, MsgBatch
+    from probe.capture.pcapfile import read_capture
+    from probe.model import FrameBatch
+
+    path = tmp_path / "tcp.pcap"
+    wrpcap(str(path), [f for f, _ in tcp_frames()])
+    fast, wire = Stats(), Stats()
+    c = PacketDecoder(DecodeConfig(), (53,), fast)
+    py = PacketDecoder(DecodeConfig(parser="wire"), (53,), wire)
+    batches = without_expiry = 0
+    for frames in read_capture(path, 5):
+        sweep = c._next_sweep
+        if form == "tuples":
+            c.decode(frames)
+        elif form == "records":
+            c.decode_into(frames, MsgBatch())
+        else:
+            packed = Frames()
+            for ts, wl, data in zip(frames.ts_ns, frames.wirelen, frames.data):
+                packed.add(data, ts, wl)
+            c.decode_into(FrameBatch(frames.linktype, packed=packed), MsgBatch())
+        py.decode(frames)
+        assert fast.as_dict() == wire.as_dict(), batches
+        batches += 1
+        without_expiry += c._next_sweep == sweep
+    assert without_expiry > 10 and fast.tcp_segments > 50
