@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # harness imports from here until run() is instrumented by atheris. FUZZ_PYTHON_COVERAGE=0 leaves the Python code
 # as it is (C coverage only: several times the executions a second, for a campaign's volume), but in the harnesses
 # of stages that have no C at all, whose only guidance it is.
-PYTHON_ONLY = {"fuzz_tcpstream", "fuzz_cdns_reader"}
+PYTHON_ONLY = {"fuzz_cdns_reader"}
 _INSTRUMENT = atheris.instrument_imports(include=["probe", "export"])
 if os.environ.get("FUZZ_PYTHON_COVERAGE", "1") != "0" or Path(sys.argv[0]).stem in PYTHON_ONLY:
     _INSTRUMENT.__enter__()

@@ -8,7 +8,12 @@
 
 #include <Python.h>
 
+#include "tcpstream_api.h"
 #include "wire.h"
+
+/* The C TCP stream step's API, imported at the first (TcpReassembler, on_reset) tcp argument (not at module
+ * import: the frame loops also run with the Python step). */
+static TcpstreamAPI *tcp_api;
 
 /* The counts list both fast paths add to (packets.py's c_counts). */
 enum { C_BYTES, C_MESSAGES, C_RESPONSES, C_MALFORMED, C_FILTERED, N_COUNTS };
@@ -20,8 +25,24 @@ static int check_frame_args(Py_ssize_t portmap_len, PyObject *counts, PyObject *
         PyErr_SetString(PyExc_ValueError, "portmap must have 8192 bytes and counts 5 items");
         return -1;
     }
-    if (tcp != Py_None && !PyCallable_Check(tcp)) {
-        PyErr_SetString(PyExc_TypeError, "tcp must be callable or None");
+    if (PyTuple_Check(tcp)) {
+        if (tcp_api == NULL) {
+            TcpstreamAPI *api = (TcpstreamAPI *)PyCapsule_Import(TCPSTREAM_CAPSULE, 0);
+            if (api == NULL)
+                return -1;
+            if (api->version != TCPSTREAM_API_VERSION) {
+                PyErr_SetString(PyExc_ImportError, "probe.decode._tcpstream has another C API version");
+                return -1;
+            }
+            tcp_api = api;
+        }
+        if (PyTuple_GET_SIZE(tcp) != 2 || !PyObject_TypeCheck(PyTuple_GET_ITEM(tcp, 0), tcp_api->type)
+            || !PyCallable_Check(PyTuple_GET_ITEM(tcp, 1))) {
+            PyErr_SetString(PyExc_TypeError, "tcp must be callable, None or a (TcpReassembler, on_reset) pair");
+            return -1;
+        }
+    } else if (tcp != Py_None && !PyCallable_Check(tcp)) {
+        PyErr_SetString(PyExc_TypeError, "tcp must be callable, None or a (TcpReassembler, on_reset) pair");
         return -1;
     }
     return 0;
@@ -72,22 +93,36 @@ static int keep_frame(PyObject *keep, PyObject *src, PyObject *dst, long long *c
 /* Handles one message the TCP stream step completed: m, a (bytes, ts, wirelen, ttl, rtt_ms) tuple (held). */
 typedef int (*TcpMessageFn)(void *ctx, PyObject *m);
 
-/* The TCP segment of frame f through the Python stream step: tcp(ipv, (src, sport, dst, dport), ts, wirelen, ttl,
- * seq, flags, payload) does what PacketDecoder._transport does before the messages (the RST count and address
- * event, the stream step) and returns the messages completed, as TcpReassembler.segment returns them; each goes
- * to fn. */
+/* The TCP segment of frame f through the stream step. tcp is the Python step, tcp(ipv, (src, sport, dst, dport),
+ * ts, wirelen, ttl, seq, flags, payload), which does what PacketDecoder._transport does before the messages (the
+ * RST count and address event, the stream step) and returns the messages completed, as TcpReassembler.segment
+ * returns them; or a (TcpReassembler, on_reset) pair (check_frame_args): on_reset(src, ipv) for a RST, then the
+ * C step through its API, with no Python call. Each message goes to fn. */
 static int tcp_segment(PyObject *tcp, const unsigned char *f, const Fast *x, PyObject *ipv, PyObject *src,
                        PyObject *sport, PyObject *dst, PyObject *dport, PyObject *ts, PyObject *wl, TcpMessageFn fn,
                        void *ctx)
 {
-    PyObject *ttl = PyLong_FromLong(x->ttl), *flags = PyLong_FromLong(x->flags);
-    PyObject *seq = PyLong_FromUnsignedLong(x->seq);
     PyObject *payload = PyBytes_FromStringAndSize((const char *)f + x->dns, x->dns_len);
-    PyObject *key = PyTuple_Pack(4, src, sport, dst, dport), *res = NULL, *messages = NULL;
-    if (ttl != NULL && flags != NULL && seq != NULL && payload != NULL && key != NULL) {
-        PyObject *args[8] = {ipv, key, ts, wl, ttl, seq, flags, payload};
-        res = PyObject_Vectorcall(tcp, args, 8, NULL);
-        messages = res ? PySequence_Fast(res, "the TCP step must return a sequence") : NULL;
+    PyObject *ttl = NULL, *flags = NULL, *seq = NULL, *key = NULL, *res = NULL, *messages = NULL;
+    if (payload != NULL && PyTuple_Check(tcp)) {
+        long long ts_ns = PyLong_AsLongLong(ts), wirelen = PyLong_AsLongLong(wl);
+        int ok = !PyErr_Occurred();
+        if (ok && (x->flags & 0x04)) { /* TCP_RST */
+            res = PyObject_CallFunctionObjArgs(PyTuple_GET_ITEM(tcp, 1), src, ipv, NULL);
+            ok = res != NULL;
+        }
+        if (ok && (messages = PyList_New(0)) != NULL
+            && tcp_api->segment(PyTuple_GET_ITEM(tcp, 0), f + x->addr, f + x->addr + x->alen, x->alen, x->sport,
+                                x->dport, ts_ns, wirelen, (long)x->ttl, x->seq, (long)x->flags, payload, messages) < 0)
+            Py_CLEAR(messages);
+    } else if (payload != NULL) {
+        ttl = PyLong_FromLong(x->ttl), flags = PyLong_FromLong(x->flags), seq = PyLong_FromUnsignedLong(x->seq);
+        key = PyTuple_Pack(4, src, sport, dst, dport);
+        if (ttl != NULL && flags != NULL && seq != NULL && key != NULL) {
+            PyObject *args[8] = {ipv, key, ts, wl, ttl, seq, flags, payload};
+            res = PyObject_Vectorcall(tcp, args, 8, NULL);
+            messages = res ? PySequence_Fast(res, "the TCP step must return a sequence") : NULL;
+        }
     }
     int r = messages != NULL ? 0 : -1;
     for (Py_ssize_t i = 0; r == 0 && i < PySequence_Fast_GET_SIZE(messages); i++) {
@@ -109,6 +144,15 @@ static int tcp_segment(PyObject *tcp, const unsigned char *f, const Fast *x, PyO
     Py_XDECREF(res);
     Py_XDECREF(messages);
     return r;
+}
+
+/* The end of a frame loop's call: the C stream step's counts written to the stats object (once per call, not
+ * per segment). result: the call's result, or NULL with an exception set (kept). */
+static PyObject *tcp_done(PyObject *tcp, PyObject *result)
+{
+    if (PyTuple_Check(tcp) && tcp_api->write_stats(PyTuple_GET_ITEM(tcp, 0)) < 0)
+        Py_CLEAR(result);
+    return result;
 }
 
 static int frame_ok(PyObject *frame, const unsigned char *portmap, int tcp, Fast *x)

@@ -20,6 +20,7 @@ EXTENSIONS = {
     "probe.capture._ring": "reading the frames of AF_PACKET ring blocks",
     "probe.decode._fastwire": "decoding frames and walking DNS messages",
     "probe.decode._dnstap": "decoding dnstap messages",
+    "probe.decode._tcpstream": "reassembling DNS over TCP streams",
     "probe.match._match": "matching queries with responses",
     "export.parquet._columns": "building record columns",
     "export.cdns._cdnsblock": "building C-DNS blocks",

@@ -1,13 +1,13 @@
 """Decoding stage: frames, or dnstap messages, → DNS messages (probe.model's message tuples).
 
 link (link layers, VLAN tags) → IP (fragments: fragments.py; allow/deny lists: ipfilter.py) → UDP or TCP
-(streams and length-prefix framing: tcpstream.py) → the DNS walker (dnswire.py, with its C twin in
-_fastwire.c, which also decodes the common frames whole; dpkt through dpkt_parser.py when asked). packets.py
-drives them for a batch; for the columnar pipeline it decodes the common frames into message records
-(_decoderec.c, on the walk in include/wire.h that _fastwire.c shares). dnstap messages (a DnstapBatch) go
-through dnstap.py instead (its loop in C in _dnstap.c, the protobuf schema in dnstap_schema.py, the message
-types in dnstap_types.py) to the same walker. The walker's functions are a public API: the C-DNS writer and
-reader use them.
+(streams and length-prefix framing: tcpstream.py, with its C twin in _tcpstream.c, which the C parser uses) →
+the DNS walker (dnswire.py, with its C twin in _fastwire.c, which also decodes the common frames whole; dpkt
+through dpkt_parser.py when asked). packets.py drives them for a batch; for the columnar pipeline it decodes the
+common frames into message records (_decoderec.c, on the walk in include/wire.h that _fastwire.c shares).
+dnstap messages (a DnstapBatch) go through dnstap.py instead (its loop in C in _dnstap.c, the protobuf schema in
+dnstap_schema.py, the message types in dnstap_types.py) to the same walker. The walker's functions are a public
+API: the C-DNS writer and the reader use them.
 """
 
 from typing import Protocol

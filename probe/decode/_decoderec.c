@@ -364,7 +364,8 @@ static PyObject *decode_frames(PyObject *Py_UNUSED(self), PyObject *args)
                           &s.keep_raw)
         || check_frame_args(portmap_len, counts, s.tcp) < 0)
         return NULL;
-    return frame_loop(ts, wl, data, start, portmap, s.tcp != Py_None, keep4, keep6, counts, list_frame, &s);
+    return tcp_done(s.tcp,
+                    frame_loop(ts, wl, data, start, portmap, s.tcp != Py_None, keep4, keep6, counts, list_frame, &s));
 }
 
 /* A frame of f as its reader sees it: its bytes, with a tag the kernel took off put back (into *scratch,
@@ -442,7 +443,7 @@ static PyObject *decode_packed(PyObject *Py_UNUSED(self), PyObject *args)
 done:
     PyMem_Free(scratch);
     Py_DECREF(frames);
-    return result;
+    return tcp_done(tcp, result);
 }
 
 /* select_share(frames, linktype, k, n) -> Frames: the frames whose flow_hash % n is k (pointers only: the new

@@ -852,7 +852,8 @@ static PyObject *decode_frames(PyObject *Py_UNUSED(self), PyObject *args)
                           &s.tcp, &s.keep_raw)
         || check_frame_args(portmap_len, counts, s.tcp) < 0)
         return NULL;
-    return frame_loop(ts, wl, data, start, portmap, s.tcp != Py_None, keep4, keep6, counts, fast_frame, &s);
+    return tcp_done(s.tcp,
+                    frame_loop(ts, wl, data, start, portmap, s.tcp != Py_None, keep4, keep6, counts, fast_frame, &s));
 }
 
 /* The C API of include/fastwire_api.h: fill_dns as the frame fast path calls it (the table of recent names in

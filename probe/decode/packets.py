@@ -3,10 +3,10 @@
 Per frame the work is a handful of struct unpacks and slices; the DNS parse reads only what the
 output needs. Counters are kept in locals and added to the shared Stats once per batch. With the C
 parser (decode.parser fast, or auto when built) the common frames (Ethernet, VLAN tags allowed, + IP +
-UDP or TCP on a DNS port) are decoded in C (probe/decode/_fastwire.c; for TCP it calls _tcp_step, the
-stream step below), which stops at each frame it does not handle; those go through the Python code
-below, so messages stay in capture order. decode_into does the same with message records
-(probe/decode/_decoderec.c) for the columnar pipeline.
+UDP or TCP on a DNS port) are decoded in C (probe/decode/_fastwire.c; for TCP it calls the C stream step,
+probe/decode/_tcpstream.c, directly, or _tcp_step below where the Python step runs), which stops at each
+frame it does not handle; those go through the Python code below, so messages stay in capture order.
+decode_into does the same with message records (probe/decode/_decoderec.c) for the columnar pipeline.
 """
 
 import struct
@@ -14,12 +14,13 @@ import struct
 from probe.decode.fragments import FragmentReassembler
 from probe.decode.link import ETH_IPV4, ETH_IPV6, LINK_DECODERS, LINK_NAMES
 from probe.decode.parsers import _fastwire, make_parser, resolve
-from probe.decode.tcpstream import TcpReassembler
+from probe.decode.tcpstream import TcpReassembler as PyTcpReassembler
 from probe.errors import CaptureFileError
 from probe.model import LINKTYPE_ETHERNET, TRANSPORT_TCP, TRANSPORT_UDP, FrameBatch, M
-from probe.native import load
+from probe.native import load, say_not_built
 
 _decoderec = load("probe.decode._decoderec")
+_tcpstream = load("probe.decode._tcpstream")
 _records = load("probe._records")
 
 _IP4 = struct.Struct("!BxHHHBBH").unpack_from  # vihl, total length, id, flags/frag, ttl, proto, csum
@@ -71,7 +72,17 @@ class PacketDecoder:
             int(decode_cfg.fragment_timeout * 1e9), decode_cfg.fragment_max_datagrams, decode_cfg.fragment_max_bytes,
             stats,
         )
-        self.tcp = TcpReassembler(
+        # The parser that runs (fast, wire or dpkt; decode.parser auto resolved), for the statistics.
+        self.parser = resolve(decode_cfg.parser)
+        # The TCP stream step: its C twin with the C parser (the Python one, tcpstream.py, is the reference that
+        # the wire and dpkt parsers keep, as they keep the Python walker).
+        reassembler = PyTcpReassembler
+        if self.parser == "fast":
+            if _tcpstream is None:
+                say_not_built("probe.decode._tcpstream")
+            else:
+                reassembler = _tcpstream.TcpReassembler
+        self.tcp = reassembler(
             int(decode_cfg.tcp_idle_timeout * 1e9),
             decode_cfg.tcp_max_streams,
             decode_cfg.tcp_max_ooo_bytes,
@@ -79,8 +90,9 @@ class PacketDecoder:
             stats,
             decode_cfg.tcp_max_bytes,
         )
-        # The parser that runs (fast, wire or dpkt; decode.parser auto resolved), for the statistics.
-        self.parser = resolve(decode_cfg.parser)
+        # The tcp argument of the C frame loops: the C step is called from C directly, with _reset_seen for a
+        # RST first, as _tcp_step does (include/frameloop.h); the Python step through _tcp_step.
+        self._c_tcp = (self.tcp, self._reset_seen) if reassembler is not PyTcpReassembler else self._tcp_step
         parser = make_parser(self.parser, stats, keep_raw)
         self.parse = parser.parse
         self._c_frames = None
@@ -186,7 +198,7 @@ class PacketDecoder:
         ts, wl, data = batch.ts_ns, batch.wirelen, batch.data
         c_counts = [0, 0, 0, 0, 0]  # bytes, messages, responses, malformed, ip_filtered (frames done in C)
         i, n = 0, len(data)
-        args = (out, self._portmap, self.keep4, self.keep6, c_counts, self._tcp_step, self.keep_raw)
+        args = (out, self._portmap, self.keep4, self.keep6, c_counts, self._c_tcp, self.keep_raw)
         frames = _decoderec.decode_frames
         while True:
             i, j = frames(ts, wl, data, i, *args)
@@ -204,7 +216,7 @@ class PacketDecoder:
         for the Python code, and only they."""
         c_counts = [0, 0, 0, 0, 0]
         i, n = 0, len(frames)
-        args = (out, self._portmap, self.keep4, self.keep6, c_counts, self._tcp_step, self.keep_raw)
+        args = (out, self._portmap, self.keep4, self.keep6, c_counts, self._c_tcp, self.keep_raw)
         decode = _decoderec.decode_packed
         while True:
             i, j = decode(frames, i, *args)
@@ -231,7 +243,7 @@ class PacketDecoder:
         ts, wl, data = batch.ts_ns, batch.wirelen, batch.data
         c_counts = [0, 0, 0, 0, 0]  # bytes, messages, responses, malformed, ip_filtered (frames done in C)
         i, n = 0, len(data)
-        tcp, raw = self._tcp_step, self.keep_raw
+        tcp, raw = self._c_tcp, self.keep_raw
         args = (out, self._portmap, self.keep4, self.keep6, self._names, self._max_names, c_counts, tcp, raw)
         while True:
             i, j = self._c_frames(ts, wl, data, i, *args)
@@ -443,7 +455,7 @@ class PacketDecoder:
                     self._reset_seen(src, ipv)
                 return 2
             msgs = self._tcp_step(ipv, (src, sport, dst, dport), ts, wirelen, ttl, seq, flags, payload[hl:])
-            # (The C frame loop does the part above in C, calls _tcp_step, and does the part below in C.)
+            # (The C frame loop does the part above in C, then the step (_c_tcp), and the part below in C.)
             for data, mts, mwl, mttl, rtt in msgs:
                 net = (mts, mwl, ipv, PROTO_TCP, src, sport, dst, dport, mttl, 0, vlan, rtt, _TCP_T, PROTO_TCP,
                        None)
@@ -454,7 +466,7 @@ class PacketDecoder:
     def _tcp_step(self, ipv, key, ts, wirelen, ttl, seq, flags, payload):
         """A TCP segment whose headers passed the checks (by _transport, or in C by decode_frames in
         _fastwire.c): its RST count and address event, then its stream step. Returns the completed
-        messages as TcpReassembler.segment does."""
+        messages as the reassembler's segment does (tcpstream.py, or its C twin _tcpstream.c)."""
         if flags & TCP_RST:
             self._reset_seen(key[0], ipv)
         return self.tcp.segment(key, ts, wirelen, ttl, seq, flags, payload)

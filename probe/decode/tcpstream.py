@@ -9,6 +9,10 @@ tcp_evicted (its bytes in tcp_dropped_bytes). Idle directions are dropped after 
 capture time. Held segments are released in stream order from a heap, so filling a gap costs
 O(log n) per held segment whatever their sizes and overlaps (a rescan per released segment made
 overlapping small segments quadratic).
+
+This is the reference twin of the C step in _tcpstream.c (probe.decode._tcpstream.TcpReassembler, what
+PacketDecoder uses with the C parser): the same rules, outputs and counters, which
+tests/decode/test_tcpstream_c.py and fuzz/fuzz_tcpstream.py check call by call. A change here is made there too.
 """
 
 import heapq
@@ -238,3 +242,15 @@ class TcpReassembler:
     def flush(self):
         for key in list(self.flows):
             self._drop(key)
+
+    @property
+    def flow_count(self):
+        return len(self.flows)
+
+    def flows_state(self):
+        """Each direction's state, oldest first, as the C twin gives it (what the differential tests compare)."""
+        return [
+            (key, f.next_seq, f.pos, len(f.buf), f.ooo_bytes, sorted(f.ooo), f.midstream, f.rtt_ms, f.syn_ts,
+             f.synack_seen, f.last_ts, f.msg_ts, f.msg_wirelen, f.msg_ttl)
+            for key, f in self.flows.items()
+        ]
