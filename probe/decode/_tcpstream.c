@@ -375,9 +375,9 @@ static int append(Reassembler *r, Flow *f, long long ts, long long wirelen, long
         }
         f->midstream = 0;
         i += mlen + 2;
-        /* The rest of this segment starts the next message (with the summed wirelen, as the twin does). */
+        /* The rest of this segment starts the next message: its frames so far are this segment's only. */
         f->msg_ts = ts;
-        f->msg_wirelen = wl;
+        f->msg_wirelen = wirelen;
         f->msg_ttl = ttl;
     }
     /* Keep bytes [i, total): fewer than 2, or less than one message (at most 65,536). */

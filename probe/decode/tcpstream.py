@@ -225,11 +225,11 @@ class TcpReassembler:
                 break
             if len(buf) < mlen + 2:
                 break
-            wirelen = cap_int32(flow.msg_wirelen, self.stats)
-            out.append((buf[2 : mlen + 2], flow.msg_ts, wirelen, flow.msg_ttl, flow.rtt_ms))
+            summed = cap_int32(flow.msg_wirelen, self.stats)
+            out.append((buf[2 : mlen + 2], flow.msg_ts, summed, flow.msg_ttl, flow.rtt_ms))
             flow.midstream = False
             buf = buf[mlen + 2 :]
-            # The rest of this segment starts the next message.
+            # The rest of this segment starts the next message: its frames so far are this segment's only.
             flow.msg_ts, flow.msg_wirelen, flow.msg_ttl = ts, wirelen, ttl
         flow.buf = buf
         self.held += len(buf)

@@ -171,8 +171,22 @@ def test_summed_wirelen_is_capped_and_counted():
     pair.segment(key, 1, 1 << 31, 64, 99, SYN, b"")
     pair.segment(key, 2, 1 << 31, 64, 100, ACK, b"\x00\x0c" + bytes(4))
     out = pair.segment(key, 3, 1 << 31, 64, 106, ACK, bytes(8) + b"\x00\x0c" + bytes(12))
-    # (The second message, begun in the last segment, carries the first one's summed length, as the reference does.)
-    assert [m[2] for m in out] == [(1 << 31) - 1] * 2 and pair.c_stats.lengths_capped == 1
+    # (The second message, begun in the last segment, counts that segment's frame alone: capped too.)
+    assert [m[2] for m in out] == [(1 << 31) - 1] * 2 and pair.c_stats.lengths_capped == 2
+
+
+def test_a_message_begun_in_a_segment_counts_that_segments_frame_only():
+    """A message's wirelen is summed over the frames of its own segments (the `len` and `res_len` columns): one
+    that begins in the segment which ends the previous message counts that segment's frame, not the previous
+    message's sum (it did, in both twins, until 4 December)."""
+    pair = Pair(60 * 10**9, 10, 1 << 16, 16)
+    key = (b"\x01\x02\x03\x04", 1, b"\x05\x06\x07\x08", 53)
+    pair.segment(key, 1, 60, 64, 99, SYN, b"")
+    assert pair.segment(key, 2, 100, 64, 100, ACK, b"\x00\x0c" + bytes(4)) == []
+    out = pair.segment(key, 3, 200, 64, 106, ACK, bytes(8) + b"\x00\x0c" + bytes(12) + b"\x00\x0c" + bytes(5))
+    assert [m[2] for m in out] == [300, 200]
+    (last,) = pair.segment(key, 4, 150, 64, 135, ACK, bytes(7))
+    assert last[2] == 200 + 150  # begun in the third segment, ended in the fourth
 
 
 def test_addresses_of_other_lengths_are_other_keys():
