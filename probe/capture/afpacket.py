@@ -132,7 +132,11 @@ def join_fanout(sock, name, fanout_id, program):
     would drop uncounted; so its own filter comes at once, both programs made beforehand. Setting the group's
     program waits for an RCU grace period (the kernel's synchronize_net), milliseconds under load: a worker
     restarted under traffic that set it before its own filter lost the frames of that wait. A group's first
-    member has no group program until then: the kernel hands it every frame, which is its share."""
+    member has no group program until then: the kernel hands it every frame, which is its share. fanout_id None:
+    no group, the socket's filter alone."""
+    if fanout_id is None:
+        attach_filter(sock, program)
+        return
     arg = struct.pack("I", (fanout_id & 0xFFFF) | (PACKET_FANOUT_CBPF << 16))
     fanout, own = SockFprog(fanout_program()), SockFprog(program)
     try:
@@ -290,10 +294,7 @@ class AfPacketSource:
         if cfg.promiscuous:
             mreq = struct.pack("iHH8s", socket.if_nametoindex(name), PACKET_MR_PROMISC, 0, b"")
             sock.setsockopt(SOL_PACKET, PACKET_ADD_MEMBERSHIP, mreq)
-        if fanout_id is not None:
-            join_fanout(sock, name, fanout_id, self.program)
-        else:
-            attach_filter(sock, self.program)
+        join_fanout(sock, name, fanout_id, self.program)
         self.kernel_stats()  # the frames refused while the socket was set up are none of our business
         self.received = self.drops = self.freezes = 0
 

@@ -130,10 +130,7 @@ def replace_sockets(lib, eal_args, port_name, fanout_id):
             ours.setsockopt(SOL_PACKET, PACKET_RX_RING, struct.pack("IIII", block, blocks, frame, frames))
             lib.af_packet_map(ours.fileno(), addr, rx_bytes, 2 * rx_bytes)
             ours.bind((ifname, ETH_P_ALL))
-            if fanout_id is not None:
-                join_fanout(ours, ifname, fanout_id, ACCEPT_ALL)
-            else:
-                attach_filter(ours, ACCEPT_ALL)
+            join_fanout(ours, ifname, fanout_id, ACCEPT_ALL)
             os.dup2(ours.fileno(), fd)
         finally:
             ours.close()
