@@ -47,7 +47,7 @@ TARGET_SPEEDUP = 1.8
 QUICK_PACKETS = 100_000
 # A read whose workers each decompress the file themselves (instead of the parent once, into pipes).
 EACH_DECOMPRESSES = ("import sys, probe.run.offline as o; o._opens_itself = lambda path: True;"
-                     " from probe.cli import main; sys.exit(main(sys.argv[1:]))")
+                     " from probe.console import main; sys.exit(main()))")
 
 
 def proc_stat():

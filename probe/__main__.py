@@ -1,3 +1,3 @@
-from probe.cli import main
+from probe.console import main
 
 raise SystemExit(main())

@@ -112,3 +112,10 @@ SCHEMA = pa.schema([pa.field(name, typ) for name, typ, _ in COLUMNS])
 UNIQUE_VALUED = frozenset(
     ("time", "time_micro", "id", "srcp", "udp_sum", "tcp_hs_rtt", "response_delay_us", "query_time", "response_time")
 )
+# Of those, the times: delta-encoded (DELTA_BINARY_PACKED), which is both smaller and cheaper to write than plain
+# values, as times rise through a row group and time_micro stays within six digits.
+DELTA_ENCODED = frozenset(("time", "time_micro", "query_time", "response_time"))
+# Columns written without min/max statistics (nor the page index, which is built from them) unless export.sort
+# orders the rows by them: names and client addresses span nearly their whole range in every row group of
+# unsorted rows, so those statistics would let an engine skip nothing, and they are the costliest to compute.
+UNSORTED_WITHOUT_STATISTICS = frozenset(("qname", "domainname", "src", "edns_client_subnet"))

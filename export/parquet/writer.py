@@ -26,7 +26,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from export.base import FileExporter, file_stamp, free_path, live_path
-from export.parquet.schema import SCHEMA, UNIQUE_VALUED
+from export.parquet.schema import DELTA_ENCODED, SCHEMA, UNIQUE_VALUED, UNSORTED_WITHOUT_STATISTICS
 
 DAY_US = 86_400_000_000
 HOUR_US = 3_600_000_000
@@ -46,9 +46,11 @@ def _first_time_ns(table):
 
 def open_parquet(path, export_cfg, memory_pool=None):
     """(ParquetWriter, its file) of an output file: export.compression and its level, dictionaries but for the
-    columns whose values rarely repeat, the page index, and the sorting columns of export.sort; memory_pool: the
-    writer's Arrow pool (default: pyarrow's)."""
+    columns whose values rarely repeat (the times delta-encoded), statistics and the page index but for the
+    unsorted names and client addresses, and the sorting columns of export.sort; memory_pool: the writer's Arrow
+    pool (default: pyarrow's)."""
     sort_keys = SORT_KEYS.get(export_cfg.sort)
+    sorted_by = {name for name, _ in sort_keys or ()}
     sink = pa.OSFile(str(path), "wb")
     try:
         writer = pq.ParquetWriter(
@@ -57,7 +59,9 @@ def open_parquet(path, export_cfg, memory_pool=None):
             compression=None if export_cfg.compression == "none" else export_cfg.compression,
             compression_level=export_cfg.compression_level,
             use_dictionary=[name for name in SCHEMA.names if name not in UNIQUE_VALUED],
-            write_page_index=True,  # column and offset indexes: engines skip pages by time, name, ...
+            column_encoding=dict.fromkeys(DELTA_ENCODED, "DELTA_BINARY_PACKED"),
+            write_statistics=[n for n in SCHEMA.names if n not in UNSORTED_WITHOUT_STATISTICS or n in sorted_by],
+            write_page_index=True,  # column and offset indexes: engines skip pages by time, server, type, ...
             sorting_columns=pq.SortingColumn.from_ordering(SCHEMA, sort_keys) if sort_keys else None,
             memory_pool=memory_pool,
         )

@@ -103,6 +103,29 @@ def test_empty_server_name_and_bad_settings(tmp_path, out_dir):
     assert proc.returncode == 2 and "the hive layout is for Parquet output" in proc.stderr
 
 
+def test_statistics_page_index_and_encodings_of_an_unsorted_file(out_dir):
+    run_dnsprobe("read", SAMPLE, "-o", out_dir, "-q", "--row-group-size", "5000")
+    (f,) = files_of(out_dir)
+    meta = pq.ParquetFile(f).metadata
+    assert meta.num_row_groups >= 2
+    for i in range(meta.num_row_groups):
+        columns = {meta.row_group(i).column(j).path_in_schema: meta.row_group(i).column(j)
+                   for j in range(meta.num_columns)}
+        # Names and client addresses: no min/max, so no column index; the rest have both.
+        for name in ("qname", "domainname", "src", "edns_client_subnet"):
+            assert not columns[name].is_stats_set and not columns[name].has_column_index, name
+        for name in ("time", "query_time", "dst", "qtype", "rcode", "transport", "country"):
+            assert columns[name].is_stats_set and columns[name].has_column_index, name
+            assert columns[name].has_offset_index
+        times = columns["time"].statistics
+        assert times.min <= times.max and times.min > 1_000_000_000_000_000
+        # Times delta-encoded, without a dictionary; names with one.
+        for name in ("time", "time_micro", "query_time", "response_time"):
+            assert "DELTA_BINARY_PACKED" in columns[name].encodings, (name, columns[name].encodings)
+            assert "RLE_DICTIONARY" not in columns[name].encodings, name
+        assert "RLE_DICTIONARY" in columns["qname"].encodings
+
+
 def test_rotation_by_size_page_index_and_sorting(out_dir):
     limit = 150_000
     run_dnsprobe("read", SAMPLE, "-o", out_dir, "-q", "--set", f"export.rotate_bytes={limit}",

@@ -1,0 +1,48 @@
+"""The command's entry point (probe.console): dnsprobe runs without NumPy, which pyarrow would import when installed."""
+
+import os
+import subprocess
+import sys
+
+from tests.support import ROOT, read_output
+
+SAMPLE = ROOT / "samples" / "sample-mix.pcap.xz"
+
+# A NumPy that leaves a mark when imported, then fails as an absent one would.
+FAKE_NUMPY = """import os
+open(os.environ["NUMPY_MARK"], "w").close()
+raise ImportError("the test stand-in for NumPy")
+"""
+
+
+def _env(tmp_path):
+    (tmp_path / "site" / "numpy").mkdir(parents=True)
+    (tmp_path / "site" / "numpy" / "__init__.py").write_text(FAKE_NUMPY)
+    mark = tmp_path / "numpy-imported"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path / "site"), str(ROOT)]), "NUMPY_MARK": str(mark)}
+    return env, mark
+
+
+def test_the_command_does_not_import_numpy(tmp_path):
+    env, mark = _env(tmp_path)
+    # The stand-in is the NumPy pyarrow finds: importing pyarrow alone imports it.
+    subprocess.run([sys.executable, "-c", "import pyarrow.parquet"], env=env, check=True, cwd=tmp_path)
+    assert mark.exists()
+    mark.unlink()
+    out = tmp_path / "out"
+    out.mkdir()
+    for command in ([sys.executable, "-m", "probe"], [sys.executable, "-c", "from probe.console import main; main()"]):
+        proc = subprocess.run([*command, "read", str(SAMPLE), "-o", str(out), "-q", "--workers", "2"], env=env,
+                              cwd=tmp_path, capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr
+        assert not mark.exists(), f"{command} imported NumPy"
+    assert read_output(out).num_rows > 0
+
+
+def test_bench_keeps_numpy_importable(tmp_path):
+    # Its plot draws with matplotlib, which needs NumPy.
+    env, mark = _env(tmp_path)
+    code = "import sys; sys.argv = ['dnsprobe', 'bench']; import probe.cli; probe.cli.main = lambda: 0; " \
+           "from probe.console import main; main(); import pyarrow"
+    subprocess.run([sys.executable, "-c", code], env=env, check=True, cwd=tmp_path)
+    assert mark.exists()
