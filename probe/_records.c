@@ -107,7 +107,13 @@ static size_t utf8_sequence(const unsigned char *s, size_t n)
 static size_t utf8_backslashreplace(const unsigned char *s, size_t n, char *out)
 {
     static const char hex[] = "0123456789abcdef";
-    size_t i = 0, o = 0;
+    size_t i = 0, o;
+    uint64_t w;
+    /* The common case, ASCII: eight bytes at a time as long as no byte has its high bit set. */
+    while (i + 8 <= n && (memcpy(&w, s + i, 8), (w & 0x8080808080808080ULL) == 0))
+        i += 8;
+    memcpy(out, s, i);
+    o = i;
     while (i < n) {
         if (s[i] < 0x80) {
             out[o++] = (char)s[i++];

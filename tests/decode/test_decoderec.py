@@ -69,6 +69,16 @@ def test_utf8_backslashreplace_equals_python():
     rng = random.Random(1)
     for _ in range(20000):
         check(bytes(rng.choice(interesting) for _ in range(rng.randrange(12))))
+    # Longer, mostly ASCII (the C side takes eight ASCII bytes at a time): one other byte anywhere, or two.
+    for n in range(1, 41):
+        for at in range(n):
+            for x in (0x80, 0xC3, 0xE2, 0xF0, 0xFF):
+                b = bytearray(rng.choice(b"abc-.0") for _ in range(n))
+                b[at] = x
+                check(bytes(b))
+                b[rng.randrange(n)] = rng.choice(interesting)
+                check(bytes(b))
+        check(b"x" * n)
 
 
 @pytest.mark.parametrize("filtering", [False, True], ids=["unfiltered", "ip-lists"])

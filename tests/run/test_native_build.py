@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -78,12 +79,16 @@ def test_static_analyser_findings_are_explained_at_their_line():
     # gcc -fanalyzer on every extension: each finding must be explained in a comment that names the analyser, on
     # its line or the two above (a new finding fails until it is fixed or explained).
     include = sysconfig.get_paths()["include"]
-    unexplained = []
-    for source in SOURCES:
-        if not source.exists() or (source.name == "_dpdk.c" and not DPDK_CFLAGS):
-            continue
-        proc = subprocess.run(["gcc", "-fanalyzer", "-O2", "-fPIC", f"-I{include}", f"-I{ROOT / 'include'}",
+    sources = [s for s in SOURCES if s.exists() and (s.name != "_dpdk.c" or DPDK_CFLAGS)]
+
+    def analyse(source):
+        return subprocess.run(["gcc", "-fanalyzer", "-O2", "-fPIC", f"-I{include}", f"-I{ROOT / 'include'}",
                                *DPDK_CFLAGS, "-c", source, "-o", os.devnull], capture_output=True, text=True)
+
+    unexplained = []
+    with ThreadPoolExecutor(os.cpu_count()) as pool:  # one gcc per core
+        procs = list(pool.map(analyse, sources))
+    for source, proc in zip(sources, procs, strict=True):
         assert proc.returncode == 0, proc.stderr
         lines = source.read_text().splitlines()
         for file, line, what in WARNING.findall(proc.stderr):

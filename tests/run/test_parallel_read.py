@@ -65,11 +65,24 @@ def rows_and_counters(pcap, out, *extra):
     return sorted(map(repr, (sorted(r.items()) for r in rows))), {k: v for k, v in counters.items() if k != "files"}
 
 
+@pytest.fixture(scope="module")
+def one_worker(tmp_path_factory):
+    """rows_and_counters of a one-worker read of a capture, made once per capture for the module."""
+    made = {}
+
+    def of(path):
+        if path not in made:
+            made[path] = rows_and_counters(path, tmp_path_factory.mktemp("one") / path.name)
+        return made[path]
+
+    return of
+
+
 @pytest.mark.parametrize("workers", [2, 3])
-def test_union_equals_one_worker(captures, workers, tmp_path):
+def test_union_equals_one_worker(captures, one_worker, workers, tmp_path):
     for path in captures:
         label = f"{path.name} x{workers}"
-        one = rows_and_counters(path, tmp_path / f"{path.name}-1")
+        one = one_worker(path)
         many = rows_and_counters(path, tmp_path / f"{path.name}-{workers}", "--workers", str(workers))
         assert many[0] == one[0], label
         assert many[1] == one[1], label
