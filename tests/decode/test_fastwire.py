@@ -387,9 +387,17 @@ def tcp_frames():
 @pytest.fixture(scope="module")
 def generated_captures(tmp_path_factory):
     """Captures made by the tests: the live-capture test's traffic and the edge frames above."""
+    if not _GENERATED:  # once per test run: test_decoderec uses them too
+        _GENERATED.extend(_generate_captures(tmp_path_factory.mktemp("fastwire")))
+    return list(_GENERATED)
+
+
+_GENERATED = []
+
+
+def _generate_captures(d):
     from support import build_traffic
 
-    d = tmp_path_factory.mktemp("fastwire")
     build_traffic(d / "traffic.pcap", 1, 400)
     wrpcap(str(d / "edge.pcap"), edge_frames())
     wrpcap(str(d / "tcp.pcap"), [f for f, _ in tcp_frames()])
