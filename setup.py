@@ -30,7 +30,7 @@ CORE = (
     # The columnar pipeline: message records (probe._records) decoded, matched and written to Parquet in C.
     ("probe._records", "probe/_records.c", ("records.h",)),
     ("probe.decode._decoderec", "probe/decode/_decoderec.c",
-     ("frameloop.h", "records.h", "tcpstream_api.h", "wire.h")),
+     ("frameloop.h", "records.h", "tcpstream_api.h", "valuetext.h", "wire.h")),
     ("probe.match._matchrec", "probe/match/_matchrec.c", ("records.h",)),
     ("export.parquet._parquetrec", "export/parquet/_parquetrec.c", ("records.h", "valuetext.h")),
 )

@@ -24,7 +24,7 @@ from probe.capture.pcapfile import read_capture
 from probe.config import load_config
 from probe.decode.ipfilter import IpFilter
 from probe.decode.packets import PacketDecoder
-from probe.model import FrameBatch, M
+from probe.model import EDNS_FIELDS, FrameBatch, M
 from probe.stats import Stats
 
 FILTERED = {"filter.ipv4_deny": ["10.0.0.0/8", "192.0.2.0/25"], "filter.ipv6_deny": ["2001:db8::/33"]}
@@ -111,6 +111,54 @@ def test_records_equal_python_decoder(captures, filtering):
             compared += len(want)
             filtered += sc.ip_filtered
     assert compared > 50000 and (filtered > 1000) == filtering
+
+
+def test_client_subnet_ipv6_text_equals_python(tmp_path):
+    # The C decoder writes an IPv6 client subnet's text itself but where the last 32 bits may be written as an IPv4
+    # address (::/96, ::ffff:0:0/96), which it leaves to Python's ipaddress as the Python walker does.
+    import ipaddress
+    import struct
+
+    from scapy.layers.dns import DNS, DNSQR, DNSRROPT, EDNS0TLV
+    from scapy.layers.inet import UDP
+    from scapy.layers.inet6 import IPv6
+    from scapy.layers.l2 import Ether
+    from scapy.utils import wrpcap
+
+    rng = random.Random(7)
+    edges = ["::", "::1", "::2", "::1:0", "1::", "1::1", "::ffff:0:0", "::ffff:1.2.3.4", "::1.2.3.4", "::0.0.1.0",
+             "::ffff:0:1.2.3.4", "::fffe:1.2.3.4", "0:0:0:0:1::", "1:0:0:1:0:0:1:0", "1:0:1:0:1:0:1:0",
+             "1:0:0:2:0:0:0:3", "2001:db8::", "2001:db8:0:0:1::1", "fe80::1:2", "ffff:ffff::ffff:ffff:ffff:ffff",
+             "0:0:0:0:0:1:0:0", "0:0:0:0:0:0:1:0"]
+    addresses = [ipaddress.IPv6Address(a).packed for a in edges]
+    for _ in range(400):  # groups of random values, zero or not, so that runs of zeros fall everywhere
+        addresses.append(b"".join(rng.choice([b"\0\0", b"\0\0", b"\0\1", rng.randbytes(2)]) for _ in range(8)))
+    frames = []
+    for i, a in enumerate(addresses):
+        source = rng.choice([128, 128, 64, 56, 48, 33, 0]) if i >= len(edges) else 128
+        option = struct.pack("!HBB", 2, source, 0) + a[: (source + 7) // 8]
+        dns = DNS(id=i, rd=1, qd=DNSQR(qname="example.com"), ar=DNSRROPT(rdata=[EDNS0TLV(optcode=8, optdata=option)]))
+        frames.append(Ether(src="02:00:00:00:00:01", dst="02:00:00:00:00:35") / IPv6(src="2001:db8::1", dst="2001:db8::53") / UDP(sport=40000 + i, dport=53) / dns)
+    pcap = tmp_path / "ecs.pcap"
+    wrpcap(str(pcap), frames)
+    subnet = lambda m: m[M.EDNS][EDNS_FIELDS.index("client_subnet")]  # noqa: E731
+    cfg = load_config(overrides={"decode.parser": "fast"})
+    wire = load_config(overrides={"decode.parser": "wire"})
+    c = PacketDecoder(cfg.decode, cfg.decode.dns_ports, Stats(), IpFilter(cfg.filter))
+    py = PacketDecoder(wire.decode, wire.decode.dns_ports, Stats(), IpFilter(wire.filter))
+    batch = _records.MsgBatch()
+    got, want = [], []
+    for frames in read_capture(pcap):
+        batch.clear()
+        c.decode_into(frames, batch, "ecs")
+        got += batch.to_tuples()
+        want += py.decode(frames, "ecs")
+    assert len(got) == len(want) == len(addresses)
+    for a, b in zip(got, want, strict=True):
+        assert typed(a) == typed(b), (subnet(a), subnet(b))
+    texts = [subnet(m) for m in got]
+    assert texts[:2] == ["::/128", "::1/128"] and texts[7] == f"{ipaddress.IPv6Address('::ffff:1.2.3.4')}/128"
+    assert len(set(texts)) > 250
 
 
 def test_tuples_survive_records(captures):
