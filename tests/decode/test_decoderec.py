@@ -138,7 +138,8 @@ def test_client_subnet_ipv6_text_equals_python(tmp_path):
         source = rng.choice([128, 128, 64, 56, 48, 33, 0]) if i >= len(edges) else 128
         option = struct.pack("!HBB", 2, source, 0) + a[: (source + 7) // 8]
         dns = DNS(id=i, rd=1, qd=DNSQR(qname="example.com"), ar=DNSRROPT(rdata=[EDNS0TLV(optcode=8, optdata=option)]))
-        frames.append(Ether(src="02:00:00:00:00:01", dst="02:00:00:00:00:35") / IPv6(src="2001:db8::1", dst="2001:db8::53") / UDP(sport=40000 + i, dport=53) / dns)
+        frames.append(Ether(src="02:00:00:00:00:01", dst="02:00:00:00:00:35") /
+                      IPv6(src="2001:db8::1", dst="2001:db8::53") / UDP(sport=40000 + i, dport=53) / dns)
     pcap = tmp_path / "ecs.pcap"
     wrpcap(str(pcap), frames)
     subnet = lambda m: m[M.EDNS][EDNS_FIELDS.index("client_subnet")]  # noqa: E731
