@@ -93,11 +93,16 @@ class InterfaceUnavailable(ConfigError):
     """The interface does not exist or is down: a capture may wait for it (capture.wait_for_interface)."""
 
 
+def instructions(program):
+    """A program's instructions as the array of struct sock_filter the kernel reads."""
+    return b"".join(struct.pack("HBBI", code, jt, jf, k) for code, jt, jf, k in program)
+
+
 class SockFprog:
     """A program as the struct sock_fprog the kernel takes (`value`), with the instructions it points at."""
 
     def __init__(self, program):
-        raw = b"".join(struct.pack("HBBI", code, jt, jf, k) for code, jt, jf, k in program)
+        raw = instructions(program)
         self.buf = ctypes.create_string_buffer(raw, len(raw))  # kept alive as long as value is used
         self.value = struct.pack("HxxxxxxP" if struct.calcsize("P") == 8 else "HxxP", len(program),
                                  ctypes.addressof(self.buf))
@@ -131,18 +136,23 @@ def join_fanout(sock, name, fanout_id, program):
     From the join on, the group hands the socket its share, which the reject-all filter it had until then
     would drop uncounted; so its own filter comes at once, both programs made beforehand. Setting the group's
     program waits for an RCU grace period (the kernel's synchronize_net), milliseconds under load: a worker
-    restarted under traffic that set it before its own filter lost the frames of that wait. A group's first
+    restarted under traffic that set it before its own filter lost the frames of that wait; and a switch to
+    another Python thread between the two calls lost a frame now and then under load, so the C twin
+    (_ring.join_fanout) makes them without one. A group's first
     member has no group program until then: the kernel hands it every frame, which is its share. fanout_id None:
     no group, the socket's filter alone."""
     if fanout_id is None:
         attach_filter(sock, program)
         return
-    arg = struct.pack("I", (fanout_id & 0xFFFF) | (PACKET_FANOUT_CBPF << 16))
-    fanout, own = SockFprog(fanout_program()), SockFprog(program)
+    arg = (fanout_id & 0xFFFF) | (PACKET_FANOUT_CBPF << 16)
     try:
-        sock.setsockopt(SOL_PACKET, PACKET_FANOUT, arg)
-        sock.setsockopt(socket.SOL_SOCKET, SO_ATTACH_FILTER, own.value)
-        sock.setsockopt(SOL_PACKET, PACKET_FANOUT_DATA, fanout.value)
+        if _ring is not None:  # no other Python thread between the join and the filter
+            _ring.join_fanout(sock.fileno(), arg, instructions(program), instructions(fanout_program()))
+        else:
+            fanout, own = SockFprog(fanout_program()), SockFprog(program)
+            sock.setsockopt(SOL_PACKET, PACKET_FANOUT, struct.pack("I", arg))
+            sock.setsockopt(socket.SOL_SOCKET, SO_ATTACH_FILTER, own.value)
+            sock.setsockopt(SOL_PACKET, PACKET_FANOUT_DATA, fanout.value)
     except OSError as exc:
         raise ConfigError(
             f"interface {name!r}: cannot join packet fanout group {fanout_id} ({exc.strerror}); another "
@@ -294,9 +304,9 @@ class AfPacketSource:
         if cfg.promiscuous:
             mreq = struct.pack("iHH8s", socket.if_nametoindex(name), PACKET_MR_PROMISC, 0, b"")
             sock.setsockopt(SOL_PACKET, PACKET_ADD_MEMBERSHIP, mreq)
-        join_fanout(sock, name, fanout_id, self.program)
-        self.kernel_stats()  # the frames refused while the socket was set up are none of our business
+        self.kernel_stats()  # what the set-up passed (its reject-all filter: nothing) is none of our business
         self.received = self.drops = self.freezes = 0
+        join_fanout(sock, name, fanout_id, self.program)  # (from here on the socket has its share: all counted)
 
     def fileno(self):
         return self.sock.fileno()

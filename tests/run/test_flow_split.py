@@ -9,6 +9,7 @@ sender: three sockets of one fanout group stand in for them, frame for frame."""
 
 import os
 import shutil
+import struct
 from collections import Counter
 from pathlib import Path
 
@@ -173,7 +174,8 @@ def test_probe_helper_is_the_live_tests_one():
     assert Probe.__module__ == "support"
 
 
-def test_a_socket_joining_the_group_under_traffic_loses_no_frame(testbed, edge):
+@pytest.mark.parametrize("twin", ["c", "python"])
+def test_a_socket_joining_the_group_under_traffic_loses_no_frame(testbed, edge, twin, monkeypatch):
     """A worker (re)started while traffic flows joins its interface's fanout group: from the join on the group
     hands its socket a share, so the socket's own filter must be in place at once. Setting the group's program
     waits for an RCU grace period; a socket that set it before its own filter dropped its share of that wait,
@@ -184,10 +186,15 @@ def test_a_socket_joining_the_group_under_traffic_loses_no_frame(testbed, edge):
     import threading
     import time
 
+    from probe.capture import afpacket
     from probe.capture.afpacket import AfPacketSource
     from probe.config import load_config
     from probe.run.fanout import fanout_ids
 
+    if twin == "python":  # the reference, where probe.capture._ring is not built
+        monkeypatch.setattr(afpacket, "_ring", None)
+    else:
+        assert afpacket._ring is not None
     pcap, frames, _ = edge
     cfg = load_config()
     capture_cfg = dataclasses.replace(cfg.capture, block_size=1 << 18, block_count=16, block_timeout_ms=20)
@@ -212,4 +219,28 @@ def test_a_socket_joining_the_group_under_traffic_loses_no_frame(testbed, edge):
         for s in sockets:
             s.close()
     assert counters[1]["kernel_received"] > 0  # it had its share
+    # Every frame received after the join is counted (the counters were reset before it, not after).
+    assert [c["kernel_received"] for c in counters] == [c["frames"] for c in counters], counters
     assert sum(c["kernel_drops"] for c in counters) == 0 and got == frames, (got, frames, counters)
+
+
+@pytest.mark.parametrize("twin", ["c", "python"])
+def test_a_group_id_taken_by_another_kind_of_group_is_named(testbed, twin, monkeypatch):
+    import socket
+
+    from probe.capture import afpacket
+    from probe.capture.afpacket import PACKET_FANOUT, SOL_PACKET, AfPacketSource
+    from probe.config import load_config
+    from probe.errors import ConfigError
+
+    if twin == "python":
+        monkeypatch.setattr(afpacket, "_ring", None)
+    cfg = load_config()
+    other = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(0x0003))
+    try:
+        other.bind((testbed.iface, 0x0003))
+        other.setsockopt(SOL_PACKET, PACKET_FANOUT, struct.pack("I", 0x4321 | 0 << 16))  # PACKET_FANOUT_HASH
+        with pytest.raises(ConfigError, match="cannot join packet fanout group 17185 .*capture.fanout_group"):
+            AfPacketSource(testbed.iface, cfg.capture, (53,), 0x4321)
+    finally:
+        other.close()
