@@ -1,7 +1,7 @@
 """Benchmark suite: loss-free pkts/s and CPU per packet by worker count, dnsprobe against dnscap, netsniff-ng, tcpdump.
 
     dnsprobe bench                          # (or make bench) every tool, workers 1..cores-1, rate search
-    dnsprobe bench --smoke                  # seconds: 2,000 packets at 2k pkts/s, no search (the test's run)
+    dnsprobe bench --smoke                  # seconds: 2,000 packets at 10k pkts/s, no search (the test's run)
     dnsprobe bench --workers 1,2,4 --max-rate 1M --packets 2000000 --tools dnsprobe,netsniff-ng
     dnsprobe bench --generator trafgen --tools tcpdump --rates 50k,100k      # trafgen for every trial
     dnsprobe bench --generators-only --packets 50000 --rates 50k,100k,200k   # what each generator reaches here
@@ -81,7 +81,7 @@ from probe.capture.pcapfile import read_capture  # noqa: E402
 from probe.errors import CaptureFileError  # noqa: E402
 
 SMOKE_PACKETS = 2_000
-SMOKE_RATE = 2_000
+SMOKE_RATE = 10_000
 DEFAULT_PACKETS = 300_000
 FANOUT_GROUP = 0x4D53
 DNSCAP_OPTIONS = ("-m", "qun", "-e", "nytfsxir", "-s", "ir", "-T", "-f")

@@ -122,7 +122,7 @@ def test_bench_smoke_trafgen(tmp_path):
     for s in ran.values():
         f = s["fixed"]
         check_fixed(f, "trafgen")
-        assert f["generator"]["reported"] == f["sent"] and f["generator"]["mode"] == "2,000 pkts/s"
+        assert f["generator"]["reported"] == f["sent"] and f["generator"]["mode"] == f"{suite.SMOKE_RATE:,} pkts/s"
         assert f["generator"]["config"] == f"standard-n2000-s1-v2.trafgen-v{traffic.TRAFGEN_CFG_VERSION}.cfg"
         assert s["best_generator"] == "trafgen"
     assert "| dnsprobe parquet | 1 | trafgen | " in md  # the fixed-rate trials' generator column
@@ -143,9 +143,9 @@ def test_bench_smoke(tmp_path):
     for label in TOOLS:  # every tool ran, or was skipped with its reason
         assert label in ran or res["skipped"].get(label), (label, res["skipped"])
     assert "dnsprobe parquet" in ran and "dnsprobe cdns" in ran
-    gens = res["generators"]  # auto: tcpreplay below its measured reach, which 2k pkts/s is
+    gens = res["generators"]  # auto: tcpreplay below its measured reach, which the smoke rate is
     assert gens["requested"] == "auto"
-    assert not gens["trafgen"] or gens["tcpreplay_max_pps"] > 2000 < gens["tcpreplay_topspeed_pps"]
+    assert not gens["trafgen"] or gens["tcpreplay_max_pps"] > suite.SMOKE_RATE < gens["tcpreplay_topspeed_pps"]
     for label, s in ran.items():
         f = s["fixed"]
         check_fixed(f, "tcpreplay")
