@@ -19,7 +19,7 @@
  *   then PACKET_FANOUT_DATA `group` (programs as packed struct sock_filter arrays): afpacket.join_fanout in C.
  *   From the join on the group hands the socket its share, which its reject-all filter drops uncounted until
  *   its own filter is in place: here the two calls follow each other without a chance for another Python
- *   thread to run between them (a GIL switch took milliseconds under load). The group's program, whose call
+ *   thread to run between them (a GIL switch can take milliseconds under load). The group's program, whose call
  *   waits for an RCU grace period, is set with the GIL released.
  */
 #define PY_SSIZE_T_CLEAN

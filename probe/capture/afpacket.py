@@ -136,11 +136,11 @@ def join_fanout(sock, name, fanout_id, program):
     From the join on, the group hands the socket its share, which the reject-all filter it had until then
     would drop uncounted; so its own filter comes at once, both programs made beforehand. Setting the group's
     program waits for an RCU grace period (the kernel's synchronize_net), milliseconds under load: a worker
-    restarted under traffic that set it before its own filter lost the frames of that wait; and a switch to
-    another Python thread between the two calls lost a frame now and then under load, so the C twin
-    (_ring.join_fanout) makes them without one. A group's first
-    member has no group program until then: the kernel hands it every frame, which is its share. fanout_id None:
-    no group, the socket's filter alone."""
+    restarted under traffic that set it before its own filter lost the frames of that wait. Between the join
+    and the filter a switch to another Python thread could come (one frame was lost there once under load): the
+    C twin (_ring.join_fanout) makes the two calls with none. A group's first member has no group program until
+    then: the kernel hands it every frame, which is its share. fanout_id None: no group, the socket's filter
+    alone."""
     if fanout_id is None:
         attach_filter(sock, program)
         return
