@@ -18,6 +18,8 @@ COUNTERS = (
     ("kernel_received", "live capture: frames the kernel's filter passed to the capture sockets (drops included)"),
     ("kernel_drops", "live capture: frames the kernel dropped because a capture ring was full"),
     ("kernel_freezes", "live capture: times a capture ring filled up and froze (tp_freeze_q_cnt)"),
+    ("join_overlap", "live capture, several workers: frames a worker's socket received between its bind and its"
+     " fanout join, set aside (the other workers had them; some may have come in the join's microseconds)"),
     ("dpdk_ipackets", "DPDK capture: frames the port received (rte_eth_stats ipackets)"),
     ("dpdk_imissed", "DPDK capture: frames the port dropped because its RX rings were full (imissed)"),
     ("dpdk_ierrors", "DPDK capture: erroneous frames the port received (ierrors)"),
@@ -97,6 +99,8 @@ COUNTERS = (
 )
 
 COUNTER_NAMES = tuple(name for name, _ in COUNTERS)
+# The counters of one capture socket (AfPacketSource.counters), per worker and interface.
+SOCKET_COUNTERS = ("kernel_received", "kernel_drops", "kernel_freezes", "join_overlap")
 
 # The sources a counter belongs to; one not listed applies to every run. The table printed at the end of a run
 # shows the counters of its source only (no kernel rows for a file, no DPDK rows for AF_PACKET).
@@ -106,6 +110,7 @@ ONLY = {
     "kernel_received": ("af_packet",),
     "kernel_drops": ("af_packet",),
     "kernel_freezes": ("af_packet",),
+    "join_overlap": ("af_packet",),
     "dpdk_ipackets": ("dpdk",),
     "dpdk_imissed": ("dpdk",),
     "dpdk_ierrors": ("dpdk",),

@@ -14,22 +14,12 @@
  *   tp_nsec, wire length tp_len, the snaplen bytes at tp_mac; a VLAN tag the kernel took off, TP_STATUS_VLAN_
  *   VALID, given as TPID << 16 | TCI with TPID 0x8100 unless TP_STATUS_VLAN_TPID_VALID gives another). Returns
  *   the next block to read, the sequence number of the last block read (0: none) and the frames added.
- *
- * join_fanout(fd, fanout_arg, own, group): PACKET_FANOUT (fanout_arg: id | type << 16), SO_ATTACH_FILTER `own`,
- *   then PACKET_FANOUT_DATA `group` (programs as packed struct sock_filter arrays): afpacket.join_fanout in C.
- *   From the join on the group hands the socket its share, which its reject-all filter drops uncounted until
- *   its own filter is in place: here the two calls follow each other without a chance for another Python
- *   thread to run between them (a GIL switch can take milliseconds under load). The group's program, whose call
- *   waits for an RCU grace period, is set with the GIL released.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
-#include <errno.h>
-#include <linux/filter.h>
 #include <linux/if_packet.h>
 #include <stdint.h>
 #include <string.h>
-#include <sys/socket.h>
 
 #include "records.h"
 
@@ -134,52 +124,7 @@ done:
     return result;
 }
 
-static int fprog_of(Py_buffer *b, struct sock_fprog *f)
-{
-    if (b->len <= 0 || b->len % sizeof(struct sock_filter) || b->len / sizeof(struct sock_filter) > BPF_MAXINSNS) {
-        PyErr_SetString(PyExc_ValueError, "a program is 1 to BPF_MAXINSNS packed struct sock_filter");
-        return -1;
-    }
-    f->len = (unsigned short)(b->len / sizeof(struct sock_filter));
-    f->filter = b->buf;
-    return 0;
-}
-
-static PyObject *join_fanout(PyObject *Py_UNUSED(self), PyObject *args)
-{
-    int fd, rc, err;
-    unsigned int arg;
-    Py_buffer own, group;
-    struct sock_fprog o, g;
-    if (!PyArg_ParseTuple(args, "iIy*y*", &fd, &arg, &own, &group))
-        return NULL;
-    if (fprog_of(&own, &o) < 0 || fprog_of(&group, &g) < 0) {
-        PyBuffer_Release(&own);
-        PyBuffer_Release(&group);
-        return NULL;
-    }
-    rc = setsockopt(fd, SOL_PACKET, PACKET_FANOUT, &arg, sizeof arg);
-    if (rc == 0)
-        rc = setsockopt(fd, SOL_SOCKET, SO_ATTACH_FILTER, &o, sizeof o);
-    if (rc == 0) {
-        Py_BEGIN_ALLOW_THREADS
-        rc = setsockopt(fd, SOL_PACKET, PACKET_FANOUT_DATA, &g, sizeof g);
-        Py_END_ALLOW_THREADS
-    }
-    err = errno;
-    PyBuffer_Release(&own);
-    PyBuffer_Release(&group);
-    if (rc != 0) {
-        errno = err;
-        return PyErr_SetFromErrno(PyExc_OSError);
-    }
-    Py_RETURN_NONE;
-}
-
 static PyMethodDef methods[] = {
-    {"join_fanout", join_fanout, METH_VARARGS,
-     "join_fanout(fd, fanout_arg, own, group): PACKET_FANOUT, SO_ATTACH_FILTER own, PACKET_FANOUT_DATA group, the "
-     "first two with no other Python thread between them (afpacket.join_fanout in C)."},
     {"read_blocks", read_blocks, METH_VARARGS,
      "read_blocks(ring, next_block, block_size, block_count, max_frames, frames) -> (next_block, last_seq, n): "
      "the ready blocks of a TPACKET_V3 ring as packed frames (AfPacketSource.read in C)."},

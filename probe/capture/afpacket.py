@@ -59,6 +59,7 @@ PACKET_FANOUT_CBPF = 6
 PACKET_FANOUT_DATA = 22
 ETH_P_ALL = 0x0003
 SO_ATTACH_FILTER = 26
+SO_DETACH_FILTER = 27
 
 TP_STATUS_KERNEL = 0
 TP_STATUS_USER = 1
@@ -115,6 +116,11 @@ def attach_filter(sock, program, level=socket.SOL_SOCKET, option=SO_ATTACH_FILTE
     sock.setsockopt(level, option, fprog.value)
 
 
+def detach_filter(sock):
+    """SO_DETACH_FILTER: every frame passes (at once: there is no program to compile)."""
+    sock.setsockopt(socket.SOL_SOCKET, SO_DETACH_FILTER, 0)
+
+
 # ---------------------------------------------------------------------------------------------
 
 
@@ -129,35 +135,28 @@ def _bind(sock, name):
         raise ConfigError(f"cannot bind a packet socket to {name!r}: {exc.strerror}") from None
 
 
-def join_fanout(sock, name, fanout_id, program):
-    """Join the PACKET_FANOUT_CBPF group, give the socket its own filter, `program`, then set the group's
-    program, the address-pair hash (bpf.fanout_program; each member sets it, the same one).
+def join_fanout(sock, name, fanout_id, after_join=None):
+    """Join the bound socket to the PACKET_FANOUT_CBPF group fanout_id, then set the group's program, the
+    address-pair hash (bpf.fanout_program; each member sets it, the same one). Returns what after_join()
+    returns (None without it), called right after the join, before the group program's RCU wait.
 
-    From the join on, the group hands the socket its share, which the reject-all filter it had until then
-    would drop uncounted; so its own filter comes at once, both programs made beforehand. Setting the group's
-    program waits for an RCU grace period (the kernel's synchronize_net), milliseconds under load: a worker
-    restarted under traffic that set it before its own filter lost the frames of that wait. Between the join
-    and the filter a switch to another Python thread could come (one frame was lost there once under load): the
-    C twin (_ring.join_fanout) makes the two calls with none. A group's first member has no group program until
-    then: the kernel hands it every frame, which is its share. fanout_id None: no group, the socket's filter
-    alone."""
-    if fanout_id is None:
-        attach_filter(sock, program)
-        return
+    From the join on the group hands the socket its share, so its own filter must be in place by then; but
+    attaching a filter compiles it (checks, JIT), long enough for frames to come, and a socket that got its
+    filter only after the join dropped its share of them, uncounted. So AfPacketSource attaches its
+    filter before the bind, and sets aside (counted) what the socket received from the bind to the join,
+    which the group's other members had too; after_join counts it in the ring. A group's first member has no
+    group program until it sets it: the kernel hands it every frame, which is its share."""
     arg = (fanout_id & 0xFFFF) | (PACKET_FANOUT_CBPF << 16)
     try:
-        if _ring is not None:  # no other Python thread between the join and the filter
-            _ring.join_fanout(sock.fileno(), arg, instructions(program), instructions(fanout_program()))
-        else:
-            fanout, own = SockFprog(fanout_program()), SockFprog(program)
-            sock.setsockopt(SOL_PACKET, PACKET_FANOUT, struct.pack("I", arg))
-            sock.setsockopt(socket.SOL_SOCKET, SO_ATTACH_FILTER, own.value)
-            sock.setsockopt(SOL_PACKET, PACKET_FANOUT_DATA, fanout.value)
+        sock.setsockopt(SOL_PACKET, PACKET_FANOUT, struct.pack("I", arg))
+        counted = after_join() if after_join is not None else None
+        attach_filter(sock, fanout_program(), SOL_PACKET, PACKET_FANOUT_DATA)
     except OSError as exc:
         raise ConfigError(
             f"interface {name!r}: cannot join packet fanout group {fanout_id} ({exc.strerror}); another "
             "capture may use that group id: set capture.fanout_group"
         ) from None
+    return counted
 
 
 def ip_lists_fit(dns_ports, ip_filter):
@@ -189,12 +188,9 @@ class RejectedCounter:
         )
         self.sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)
         try:
-            attach_filter(self.sock, reject_all_filter())
+            attach_filter(self.sock, program)
             self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 0)  # raised to the kernel's minimum
             _bind(self.sock, ifname)
-            attach_filter(self.sock, program)
-            self.read()
-            self.count = 0
         except BaseException:
             self.close()
             raise
@@ -250,6 +246,8 @@ class AfPacketSource:
         self.last_seq = 0  # sequence number of the last block read (the kernel numbers blocks from 1)
         self.received = self.drops = self.freezes = 0  # accumulated PACKET_STATISTICS
         self.frames = 0  # frames read out of the ring
+        self.overlap = 0  # the first frames of the ring, received before the fanout join: set aside
+        self.join_overlap = 0  # those set aside so far
         link = interface_link_type(ifname)
         if link not in (ARPHRD_ETHER, ARPHRD_LOOPBACK):
             raise ConfigError(f"interface {ifname!r} has link type {link}; only Ethernet interfaces are supported")
@@ -276,8 +274,7 @@ class AfPacketSource:
             raise ConfigError(f"cannot open a packet socket on {name!r}: permission denied; {NET_RAW_HINT}") from None
         sock = self.sock
         sock.setsockopt(SOL_PACKET, PACKET_VERSION, TPACKET_V3)
-        # Nothing passes until the socket is in its fanout group, so no frame is seen twice.
-        attach_filter(sock, reject_all_filter())
+        attach_filter(sock, self.program)  # before the bind: see join_fanout
         frames_per_block = self.block_size // _FRAME_SIZE
         req = _TPACKET_REQ3.pack(
             self.block_size, self.block_count, _FRAME_SIZE, frames_per_block * self.block_count,
@@ -301,12 +298,22 @@ class AfPacketSource:
         except OSError as exc:
             raise ConfigError(f"interface {name!r}: cannot map a capture ring of {size >> 20} MiB: {exc}") from None
         _bind(sock, name)
+        if fanout_id is not None:
+            self.overlap = join_fanout(sock, name, fanout_id, self.written)
         if cfg.promiscuous:
             mreq = struct.pack("iHH8s", socket.if_nametoindex(name), PACKET_MR_PROMISC, 0, b"")
             sock.setsockopt(SOL_PACKET, PACKET_ADD_MEMBERSHIP, mreq)
-        self.kernel_stats()  # what the set-up passed (its reject-all filter: nothing) is none of our business
-        self.received = self.drops = self.freezes = 0
-        join_fanout(sock, name, fanout_id, self.program)  # (from here on the socket has its share: all counted)
+
+    def written(self):
+        """Frames the kernel has put in the ring so far (before any is read): the blocks it handed over and the
+        one it fills, whose count it raises as it reserves each frame's place."""
+        total = 0
+        for block in range(self.block_count):
+            status, num = struct.unpack_from("<II", self.ring, block * self.block_size + _BLOCK_STATUS)
+            total += num
+            if not status & TP_STATUS_USER:
+                break
+        return total
 
     def fileno(self):
         return self.sock.fileno()
@@ -324,7 +331,7 @@ class AfPacketSource:
         if self.sock is not None:
             self.kernel_stats()
         return {"kernel_received": self.received, "kernel_drops": self.drops, "kernel_freezes": self.freezes,
-                "frames": self.frames}
+                "join_overlap": self.join_overlap, "frames": self.frames}
 
     def ready(self):
         """True when the next block of the ring is ours to read."""
@@ -351,15 +358,27 @@ class AfPacketSource:
         """The frames of the blocks ready now, up to about max_frames (whole blocks), as one FrameBatch: packed
         (FrameBatch.packed, walked in C by probe.capture._ring) where built, else by read_python."""
         if _ring is None:
-            return self.read_python(max_frames)
-        frames = _records.Frames()
-        self.next_block, seq, n = _ring.read_blocks(
-            self.ring, self.next_block, self.block_size, self.block_count, max_frames, frames
-        )
-        if seq:
-            self.last_seq = seq
-        self.frames += n
-        return FrameBatch(LINKTYPE_ETHERNET, packed=frames)
+            batch = self.read_python(max_frames)
+        else:
+            frames = _records.Frames()
+            self.next_block, seq, n = _ring.read_blocks(
+                self.ring, self.next_block, self.block_size, self.block_count, max_frames, frames
+            )
+            if seq:
+                self.last_seq = seq
+            self.frames += n
+            batch = FrameBatch(LINKTYPE_ETHERNET, packed=frames)
+        return self.set_overlap_aside(batch) if self.overlap else batch
+
+    def set_overlap_aside(self, batch):
+        """The batch without the frames received from the bind to the fanout join (join_fanout), the first of
+        the ring; they are counted in join_overlap, not in frames."""
+        ts_ns, wirelen, data = batch.ts_ns, batch.wirelen, batch.data
+        n = min(self.overlap, len(data))
+        self.overlap -= n
+        self.join_overlap += n
+        self.frames -= n
+        return FrameBatch(batch.linktype, ts_ns[n:], wirelen[n:], data[n:])
 
     def read_python(self, max_frames=4096):
         """read() in Python: the reference of probe.capture._ring (and the path where it is not built). A frame

@@ -32,13 +32,13 @@ from probe.capture.afpacket import (
     PACKET_VERSION,
     SOL_PACKET,
     attach_filter,
+    detach_filter,
     join_fanout,
 )
 from probe.capture.bpf import reject_all_filter
 
 TPACKET_V2 = 1
 SO_DOMAIN = 39
-ACCEPT_ALL = [(0x06, 0, 0, 0xFFFFFFFF)]  # ret #-1: the whole frame
 DRIVERS = ("net_af_packet", "eth_af_packet")
 _SOCKET_MAP = re.compile(r"^([0-9a-f]+)-([0-9a-f]+) .* socket:\[(\d+)\]$")
 
@@ -130,7 +130,12 @@ def replace_sockets(lib, eal_args, port_name, fanout_id):
             ours.setsockopt(SOL_PACKET, PACKET_RX_RING, struct.pack("IIII", block, blocks, frame, frames))
             lib.af_packet_map(ours.fileno(), addr, rx_bytes, 2 * rx_bytes)
             ours.bind((ifname, ETH_P_ALL))
-            join_fanout(ours, ifname, fanout_id, ACCEPT_ALL)
+            # The PMD reads the ring from its first frame: nothing may come before the join, so the socket
+            # rejects all until then, and lets all in (no filter, which takes no compiling) right after it.
+            if fanout_id is None:
+                detach_filter(ours)
+            else:
+                join_fanout(ours, ifname, fanout_id, lambda sock=ours: detach_filter(sock))
             os.dup2(ours.fileno(), fd)
         finally:
             ours.close()

@@ -17,11 +17,11 @@ import time
 from probe.capture.afpacket import InterfaceUnavailable
 from probe.errors import ConfigError
 from probe.run.log import log
+from probe.stats import SOCKET_COUNTERS
 
 RTMGRP_LINK = 1
 RETRY_FIRST_S = 0.5
 RETRY_MAX_S = 30.0
-KERNEL_COUNTERS = ("kernel_received", "kernel_drops", "kernel_freezes")
 
 
 def interface_state(ifname):
@@ -79,7 +79,7 @@ class CaptureInterface:
         self.since = time.monotonic()
         self.delay = RETRY_FIRST_S
         self.next_try = 0.0
-        self.retired = dict.fromkeys(KERNEL_COUNTERS + ("frames",), 0)  # counters of the sockets closed
+        self.retired = dict.fromkeys(SOCKET_COUNTERS + ("frames",), 0)  # counters of the sockets closed
         self.rejected_retired = 0
         self.last_problem = None
 

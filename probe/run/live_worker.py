@@ -30,6 +30,7 @@ from probe.run.links import CaptureInterface, LinkEvents
 from probe.run.log import log
 from probe.run.pipeline import Pipeline
 from probe.run.worker import STATS_PUSH_S
+from probe.stats import SOCKET_COUNTERS
 
 POLL_MS = 200  # longest wait of a worker for a ring block or a command
 IDLE_PUSH_S = 0.2  # an idle worker whose counters changed reports them after this long, not a second later
@@ -144,12 +145,12 @@ class LiveWorker:
 
     def _push(self, final=False):
         stats = self.stats
-        for name in ("kernel_received", "kernel_drops", "kernel_freezes"):
+        for name in SOCKET_COUNTERS:
             setattr(stats, name, 0)
         interfaces = {}
         for link in self.links:
             counters = interfaces[link.ifname] = link.counters()
-            for name in ("kernel_received", "kernel_drops", "kernel_freezes"):
+            for name in SOCKET_COUNTERS:
                 setattr(stats, name, getattr(stats, name) + counters[name])
         if self.spec.kernel_ip_filter and self.spec.worker_id == 0:
             stats.ip_filtered = sum(link.rejected() for link in self.links)

@@ -13,9 +13,8 @@ import os
 import platform
 
 from probe.errors import ConfigError
-from probe.stats import COUNTERS, applicable
+from probe.stats import COUNTERS, SOCKET_COUNTERS, applicable
 
-KERNEL = ("kernel_received", "kernel_drops", "kernel_freezes")
 TRANSPORTS = {17: "udp", 6: "tcp"}
 
 
@@ -78,7 +77,7 @@ def serve_prometheus(supervisor):
                 per_worker = [(str(s.worker_id), s.counters(), s.interfaces(), s.proc is not None)
                               for s in supervisor.slots]
             for name, meaning in counters:
-                if name in KERNEL:
+                if name in SOCKET_COUNTERS:
                     fam = CounterMetricFamily(f"dnsprobe_{name}", meaning, labels=["worker", "interface"])
                     for wid, _, interfaces, _ in per_worker:
                         for ifname, values in interfaces.items():

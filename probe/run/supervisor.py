@@ -540,6 +540,8 @@ class Supervisor:
                 f"{', '.join(what)}, {total.records:,} records in {total.files:,} file(s)")
         if self.source == "af_packet" and self.interfaces:
             line += f", kernel drops {total.kernel_drops:,}, capture interruptions {total.capture_interruptions:,}"
+            if total.join_overlap:
+                line += f", set aside at fanout joins {total.join_overlap:,} (join_overlap)"
         line += f", worker restarts {total.worker_restarts:,}, lost in dead workers {total.lost_in_dead_worker:,}"
         if self.stats_path is not None:
             line += f"; statistics: {self.stats_path}"

@@ -48,6 +48,7 @@ def source(ring, blocks, next_block):
     src = object.__new__(afpacket.AfPacketSource)
     src.ring, src.block_size, src.block_count = ring, BLOCK, blocks
     src.next_block, src.last_seq, src.frames = next_block, 0, 0
+    src.overlap = src.join_overlap = 0
     return src
 
 
@@ -71,6 +72,27 @@ def test_c_equals_python(seed):
         assert (c.next_block, c.last_seq, c.frames) == (py.next_block, py.last_seq, py.frames)
         assert c.ring == py.ring  # the same blocks handed back
     assert c.frames > 0 or not ready or start not in ready
+
+
+@pytest.mark.parametrize("twin", ["c", "python"])
+def test_the_frames_before_the_fanout_join_are_set_aside_and_counted(twin, monkeypatch):
+    """written() counts the frames of the handed-over blocks and of the one the kernel fills (the first not
+    handed over); read() then leaves out that many of the ring's first frames, across reads and blocks, and
+    counts them in join_overlap instead of frames."""
+    if twin == "python":
+        monkeypatch.setattr(afpacket, "_ring", None)
+    rng = random.Random(7)
+    ring = make_ring(rng, 4, {0, 1})
+    nums = [struct.unpack_from("<I", ring, b * BLOCK + 12)[0] for b in range(4)]
+    whole = source(bytearray(ring), 4, 0).read_python(4096)
+    src = source(ring, 4, 0)
+    assert src.written() == nums[0] + nums[1] + nums[2]
+    src.overlap = nums[0] + 3  # into the second block
+    first = src.read(1)  # one block
+    assert first.data == [] and (src.overlap, src.join_overlap, src.frames) == (3, nums[0], 0)
+    rest = src.read(4096)
+    assert rest.data == whole.data[nums[0] + 3 :] and rest.ts_ns == whole.ts_ns[nums[0] + 3 :]
+    assert (src.overlap, src.join_overlap, src.frames) == (0, nums[0] + 3, nums[1] - 3)
 
 
 def one_block(frames, num=None, blen=None):
