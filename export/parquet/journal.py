@@ -25,9 +25,11 @@ from export.parquet.writer import ParquetExporter, _File, open_parquet, write_ro
 
 JOURNAL_SUFFIX = ".journal"
 # Buffers compressed one by one (export.journal_compression): the journal is written at the capture's pace, so its
-# codec's CPU is paid per packet; lz4 costs the least of the two, zstd gives the smaller journal.
-IPC_OPTIONS = {codec: ipc.IpcWriteOptions(compression=None if codec == "none" else codec)
+# codec's CPU is paid per packet; lz4 costs the least of the two, zstd gives the smaller journal. In the calling
+# thread: handing a batch's buffers to Arrow's thread pool cost more CPU than it saved time (docs/performance.md).
+IPC_OPTIONS = {codec: ipc.IpcWriteOptions(compression=None if codec == "none" else codec, use_threads=False)
                for codec in ("lz4", "zstd", "none")}
+IPC_READ_OPTIONS = ipc.IpcReadOptions(use_threads=False)
 BUFFER_BYTES = 1 << 20
 
 
@@ -91,7 +93,7 @@ class _Batches:
             return
         with source:
             try:
-                reader = ipc.open_stream(source, memory_pool=self.memory_pool)
+                reader = ipc.open_stream(source, options=IPC_READ_OPTIONS, memory_pool=self.memory_pool)
             except (pa.ArrowInvalid, OSError):  # not even the schema (an empty file)
                 self.was_cut = True
                 return
