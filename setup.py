@@ -6,9 +6,11 @@ a compiler (or without libdpdk) still installs the package, which then runs the 
 (`dnsprobe capture --dpdk` says that DPDK support was not built); the tests require them all.
 """
 
+import os
 import subprocess
 
 from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
 
 INCLUDE = "include"  # C headers shared by several extensions
 # (module, source, shared headers it includes: a change to one rebuilds it)
@@ -37,6 +39,15 @@ CORE = (
 DPDK = ("probe.capture._dpdk", "probe/capture/_dpdk.c", ("records.h",))
 # The extensions build without a warning at these (tests/run/test_native_build.py fails on a new one)
 WARNINGS = ("-Wall", "-Wextra")
+
+
+class ParallelBuildExt(build_ext):
+    """build_ext compiling one extension per core unless told otherwise (-j): pip builds a wheel without it."""
+
+    def finalize_options(self):
+        super().finalize_options()
+        if not self.parallel:
+            self.parallel = os.cpu_count() or 1
 
 
 def pkg_config(*args):
@@ -70,4 +81,4 @@ def extensions():
     return out
 
 
-setup(ext_modules=extensions())
+setup(ext_modules=extensions(), cmdclass={"build_ext": ParallelBuildExt})
