@@ -94,16 +94,11 @@ class InterfaceUnavailable(ConfigError):
     """The interface does not exist or is down: a capture may wait for it (capture.wait_for_interface)."""
 
 
-def instructions(program):
-    """A program's instructions as the array of struct sock_filter the kernel reads."""
-    return b"".join(struct.pack("HBBI", code, jt, jf, k) for code, jt, jf, k in program)
-
-
 class SockFprog:
     """A program as the struct sock_fprog the kernel takes (`value`), with the instructions it points at."""
 
     def __init__(self, program):
-        raw = instructions(program)
+        raw = b"".join(struct.pack("HBBI", code, jt, jf, k) for code, jt, jf, k in program)
         self.buf = ctypes.create_string_buffer(raw, len(raw))  # kept alive as long as value is used
         self.value = struct.pack("HxxxxxxP" if struct.calcsize("P") == 8 else "HxxP", len(program),
                                  ctypes.addressof(self.buf))
