@@ -288,6 +288,8 @@ def start_probe(bed, out_dir, log, cores=(WORKER_CORE,), source=None, extra=(), 
     `-i IFACE`); returns (process, pid of worker 0, command) once every worker runs (pids: the list of their
     distinct pids instead of worker 0's)."""
     code_dir = OPTIONS["code_dir"]
+    if code_dir:
+        offline.compile_bytecode(code_dir)
     base = [sys.executable, "-m", "probe"] if code_dir else offline.dnsprobe_command()
     mask = sum(1 << c for c in cores)
     cmd = [*base, "capture", *(source or ("-i", bed.iface)), "--coremask", hex(mask), "-o", str(out_dir),

@@ -18,10 +18,12 @@ def make_exporter(cfg, directory, worker_id, stats, client=None, live=False, met
     export.metrics.DnsMetrics counting what is written (None: not counted)."""
     fmt = cfg.export.format
     if fmt == "parquet":
-        make_enricher, TablePrivacy, RecordBuilder, ParquetExporter = _parquet_parts()
+        make_enricher, RecordBuilder, ParquetExporter = _parquet_parts()
         # Enrichment looks the real addresses up; privacy transforms them afterwards (docs/enrichment.md).
         steps = [make_enricher(cfg)]
         if client is not None:
+            from export.parquet.privacy import TablePrivacy  # with pyarrow.compute: only when configured
+
             steps.append(TablePrivacy(client, cfg.enrich.cache_size))
         cls = ParquetExporter
         if live and cfg.export.flush_seconds:
@@ -41,11 +43,10 @@ def make_exporter(cfg, directory, worker_id, stats, client=None, live=False, met
 def _parquet_parts():
     # Imported when first asked for: a C-DNS run does without pyarrow's Parquet writer.
     from export.enrich import make_enricher
-    from export.parquet.privacy import TablePrivacy
     from export.parquet.records import RecordBuilder
     from export.parquet.writer import ParquetExporter
 
-    return make_enricher, TablePrivacy, RecordBuilder, ParquetExporter
+    return make_enricher, RecordBuilder, ParquetExporter
 
 
 def _cdns_exporter():

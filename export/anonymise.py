@@ -23,7 +23,6 @@ Every block depends only on the input address, so one address costs one cipher c
 """
 
 import dataclasses
-import hashlib
 import ipaddress
 import os
 import struct
@@ -170,6 +169,8 @@ def _blowfish(key):
 
 
 def _digest(name, length):
+    import hashlib  # with OpenSSL: loaded only for a key that uses it
+
     new = getattr(hashlib, name)
 
     def bits(blocks, byte):

@@ -18,9 +18,6 @@ import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
-from yaml.constructor import ConstructorError, SafeConstructor
-
 from probe.decode.dnstap_types import DEFAULT_TYPES as DNSTAP_DEFAULT_TYPES
 from probe.decode.dnstap_types import TYPE_NAMES as DNSTAP_TYPE_NAMES
 from probe.decode.ipfilter import check_network
@@ -455,6 +452,15 @@ class Text(str):
     """A value given as text (--set KEY=VALUE): read by the key's type, as a scalar of a YAML file is."""
 
 
+def _yaml():
+    """PyYAML, imported when a configuration is read or written as YAML: a run without -c or --set starts
+    without it."""
+    import yaml
+    import yaml.constructor
+
+    return yaml
+
+
 def _unwrap(typ):
     """(the type of one value, whether the option takes a list, whether it may be null)."""
     optional = typing.get_origin(typ) is typing.Union
@@ -467,6 +473,7 @@ def _unwrap(typ):
 
 def _from_node(key, node, typ):
     """The value of a YAML node for an option of type typ: text options take scalars as written."""
+    yaml = _yaml()
     item, many, optional = _unwrap(typ)
     if optional and isinstance(node, yaml.ScalarNode) and node.tag == "tag:yaml.org,2002:null":
         return None
@@ -477,13 +484,14 @@ def _from_node(key, node, typ):
         if isinstance(node, yaml.ScalarNode):
             return node.value
     try:
-        return SafeConstructor().construct_object(node, deep=True)
-    except ConstructorError as exc:
+        return yaml.constructor.SafeConstructor().construct_object(node, deep=True)
+    except yaml.constructor.ConstructorError as exc:
         raise ConfigError(f"config key '{key}': {exc.problem}") from None
 
 
 def _from_text(key, text, typ):
     """The value of --set KEY=TEXT for an option of type typ."""
+    yaml = _yaml()
     item, many, _ = _unwrap(typ)
     stripped = text.strip()
     if item is str and not many and not stripped.startswith(("'", '"')) and stripped not in ("null", "~"):
@@ -512,6 +520,7 @@ def _unknown_key(key, origin=None):
 
 def _read_yaml(path):
     """The YAML document of a configuration file, composed (not constructed: values are read by type)."""
+    yaml = _yaml()
     try:
         text = Path(path).read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
@@ -535,6 +544,7 @@ def _read_yaml(path):
 def flatten(doc, origin):
     """A composed YAML mapping {section: {name: value}} → {'section.name': value read by its type}, rejecting
     unknown sections and keys (naming the nearest known one)."""
+    yaml = _yaml()
     types = {key: typ for key, _, typ in options()}
     flat = {}
     for section_node, body in (doc.value if doc is not None else ()):
@@ -584,6 +594,7 @@ def render_default_yaml():
 def render_yaml(cfg):
     """A configuration as YAML that `-c` reads back to the same configuration: every option with a one-line
     comment; cfg None: the built-in defaults (the text of config/dnsprobe.yml)."""
+    yaml = _yaml()
     if cfg is None:
         lines = [
             "# dnsprobe default configuration. Every option is listed with its default value.",

@@ -9,7 +9,6 @@ import importlib
 import importlib.abc
 import importlib.machinery
 import importlib.util
-import logging
 import os
 import sys
 from pathlib import Path
@@ -90,6 +89,8 @@ def say_not_built(name, what=None):
     """Log once per process that extension `name` is missing and its twin runs in Python."""
     if name not in _said:
         _said.add(name)
+        import logging  # a warning seldom given: no start-up cost
+
         logging.getLogger("dnsprobe").warning(
             "the C extension %s was not built (no compiler?): %s in Python, slower",
             name, what or EXTENSIONS.get(name, name),

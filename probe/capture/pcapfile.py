@@ -43,10 +43,12 @@ class _Buffered:
         avail = len(self.buf) - self.pos
         if avail >= need:
             return True
+        # The bytes left in the buffer (a record the chunk cut) are completed by reading only what they lack, and
+        # the next chunk is then used as read: joining them to a whole chunk would copy it.
+        chunks = [self.buf[self.pos :]] if avail else []
         try:
-            chunks = [self.buf[self.pos :]]
             while avail < need:
-                chunk = self.stream.read(max(CHUNK, need - avail))
+                chunk = self.stream.read(need - avail if chunks else max(CHUNK, need - avail))
                 if not chunk:
                     break
                 chunks.append(chunk)
@@ -56,7 +58,7 @@ class _Buffered:
         except Exception as exc:  # zstandard raises its own ZstdError type
             raise CaptureFileError(self.path, f"read failed: {exc}") from None
         self.consumed += self.pos
-        self.buf = b"".join(chunks)
+        self.buf = chunks[0] if len(chunks) == 1 else b"".join(chunks)
         self.pos = 0
         return avail >= need
 

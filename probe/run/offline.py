@@ -20,7 +20,6 @@ worker over a socket (SCM_RIGHTS) when it comes to that input: inputs are copied
 workers read them.
 """
 
-import multiprocessing
 import os
 import resource
 import signal
@@ -137,6 +136,8 @@ def _opens_itself(path):
 
 def _read_parallel(cfg, files, out_dir, workers, cores, on_error):
     """read_files with `workers` processes (see the module docstring)."""
+    import multiprocessing  # here: a one-worker run starts without it
+
     copied = [i for i, f in enumerate(files) if not _opens_itself(f)]
     preload(cfg)
     ctx = multiprocessing.get_context("fork")
