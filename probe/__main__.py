@@ -1,3 +1,3 @@
-from probe.console import main
+from probe.console import run
 
-raise SystemExit(main())
+raise SystemExit(run())

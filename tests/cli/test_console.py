@@ -70,3 +70,25 @@ def test_a_plain_read_starts_without_the_modules_of_options_it_does_not_use(tmp_
     proc = subprocess.run([sys.executable, "-c", code, str(SAMPLE), str(tmp_path / "o2"), str(tmp_path / "c.yml"),
                            *NOT_AT_START], cwd=ROOT, capture_output=True, text=True, check=True)
     assert proc.stdout.split() == ["yaml"]
+
+
+def test_the_command_ends_without_the_teardown_but_runs_the_atexit_functions(tmp_path):
+    # A module-level object's __del__ runs in the interpreter's teardown, which run() skips once the command is done
+    # (main(), the same command without it, shows the teardown would have run); atexit functions and the buffered
+    # output still come out, and the exit status is the command's.
+    out = tmp_path / "out"
+    out.mkdir()
+    code = ("import atexit, sys; from probe.console import main, run\n"
+            "class Teardown:\n    def __del__(self): print('teardown')\n"
+            "kept = Teardown(); atexit.register(print, 'atexit'); print('before', end=' ')\n"
+            "sys.argv = ['dnsprobe', 'read', sys.argv[1], '-o', sys.argv[2], '-q']; sys.exit(ENTRY())")
+
+    def command(entry, directory):
+        proc = subprocess.run([sys.executable, "-c", code.replace("ENTRY", entry), str(SAMPLE), str(directory)],
+                              cwd=ROOT, capture_output=True, text=True)
+        return proc.returncode, proc.stdout.split()
+
+    assert command("run", out) == (0, ["before", "atexit"])
+    assert read_output(out).num_rows > 0
+    assert command("run", tmp_path / "missing") == (2, ["before", "atexit"])
+    assert command("main", tmp_path / "missing") == (2, ["before", "atexit", "teardown"])
