@@ -6,9 +6,6 @@ silent fallback. The tests require every core extension to be built (tests/test_
 """
 
 import importlib
-import importlib.abc
-import importlib.machinery
-import importlib.util
 import os
 import sys
 from pathlib import Path
@@ -45,8 +42,9 @@ _errors = {}
 BUILD_DIR_VARIABLE = "DNSPROBE_NATIVE_DIR"
 
 
-class _BuildDirFinder(importlib.abc.MetaPathFinder):
-    """Finds the extensions (EXTENSIONS and OPTIONAL) in a build directory, before the package's own."""
+class _BuildDirFinder:
+    """Finds the extensions (EXTENSIONS and OPTIONAL) in a build directory, before the package's own: a meta path
+    finder (find_spec is all the import system asks of one; importlib.abc would cost every start its import)."""
 
     def __init__(self, directory):
         self.directory = Path(directory)
@@ -54,6 +52,9 @@ class _BuildDirFinder(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path=None, target=None):
         if name not in EXTENSIONS and name not in OPTIONAL:
             return None
+        import importlib.machinery
+        import importlib.util
+
         *package, module = name.split(".")
         for suffix in importlib.machinery.EXTENSION_SUFFIXES:
             file = self.directory.joinpath(*package, module + suffix)
