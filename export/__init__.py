@@ -57,7 +57,9 @@ def _cdns_exporter():
 
 def preload(cfg):
     """Import what make_exporter imports for cfg.export.format, so that the processes forked afterwards (read
-    --workers) share the loaded modules instead of each importing them again."""
+    --workers) share the loaded modules instead of each importing them again. The steps of options a run may not
+    use (client privacy, the hive layout: pyarrow.compute) are imported by the workers that use them, in
+    parallel."""
     {"parquet": _parquet_parts, "cdns": _cdns_exporter}.get(cfg.export.format, lambda: None)()
 
 

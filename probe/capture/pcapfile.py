@@ -58,7 +58,7 @@ class _Buffered:
         except Exception as exc:  # zstandard raises its own ZstdError type
             raise CaptureFileError(self.path, f"read failed: {exc}") from None
         self.consumed += self.pos
-        self.buf = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        self.buf = b"".join(chunks)  # one chunk: that chunk itself, not a copy
         self.pos = 0
         return avail >= need
 
