@@ -15,7 +15,7 @@ from setuptools.command.build_ext import build_ext
 INCLUDE = "include"  # C headers shared by several extensions
 # (module, source, shared headers it includes: a change to one rebuilds it)
 CORE = (
-    ("probe.capture._pcaprecords", "probe/capture/_pcaprecords.c", ("records.h",)),
+    ("probe.capture._pcaprecords", "probe/capture/_pcaprecords.c", ("records.h", "wire.h")),
     ("probe.capture._ring", "probe/capture/_ring.c", ("records.h",)),
     ("probe.decode._fastwire", "probe/decode/_fastwire.c",
      ("fastwire_api.h", "frameloop.h", "tcpstream_api.h", "wire.h")),

@@ -14,9 +14,9 @@ so that the VM's drift (its speed changes by tens of percent within minutes) fal
             two CPU-bound processes at this moment, 2 x (alone / together). Other sessions' work and the
             hypervisor show here, not in dnsprobe.
   machine   /proc/stat over each run: busy CPU seconds of every process on the machine beside ours, and steal.
-  split     in-process: the whole file into packed frames (read_capture), then one worker's share of each batch
-            taken (include/wire.h flow_hash, keep or skip: _decoderec.select_share), and a share that skips
-            nearly every frame (the cost a worker pays for the others' frames).
+  split     in-process: the whole file into packed frames (read_capture), then the same with one worker's share
+            kept as the splitter lays the frames out (include/wire.h flow_hash, keep or skip: read_capture's
+            share), and a share that skips nearly every frame (the cost a worker pays for the others' frames).
   inputs    xz, gzip and zstd copies of the file: one worker; two with the parent decompressing once and copying
             into pipes (dnsprobe's way); two that each decompress the file themselves (the alternative).
   balance   packets per worker, 2 to 4 workers, of the address-pair hash and of a 5-tuple hash (ports included),
@@ -124,18 +124,17 @@ def ceiling(pcap, tmp):
 
 
 def splitter(pcap):
-    """CPU seconds, in-process, over the whole file: reading it into packed frames; reading it and taking worker 0's
-    share of 2 of every batch; reading it and taking a share that skips nearly every frame."""
+    """CPU seconds, in-process, over the whole file: reading it into packed frames; reading it keeping worker 0's
+    share of 2; reading it keeping a share that skips nearly every frame."""
     from probe.capture.pcapfile import read_capture
-    from probe.decode import _decoderec
 
     out = {}
     for name, share in (("read", None), ("read + share 0 of 2", (0, 2)),
                         ("read + skip nearly every frame", ((1 << 20) - 1, 1 << 20))):
         t0 = time.process_time()
         kept = 0
-        for batch in read_capture(pcap, 4096):
-            kept += len(batch if share is None else _decoderec.select_share(batch.packed, batch.linktype, *share))
+        for batch in read_capture(pcap, 4096, share=share):
+            kept += len(batch)
         out[name] = {"cpu_seconds": round(time.process_time() - t0, 3), "frames_kept": kept}
     return out
 

@@ -37,13 +37,19 @@ class FrameBatch:
     packed: the same frames without an object per frame (a probe._records.Frames, made by the C sources: the
     pcap splitter, the ring reader), or None. With it, the three lists are made from it when first read; the
     columnar decoder reads it directly.
+
+    share: (k, n) when the source kept only the frames of read worker k of n (`dnsprobe read --workers n`, the
+    pcap splitter), else None; read: then (frames read, capture time of the last one), theirs included, on which
+    the worker's capture clock runs (frames_read, last_ts).
     """
 
-    __slots__ = ("linktype", "_ts_ns", "_wirelen", "_data", "packed")
+    __slots__ = ("linktype", "_ts_ns", "_wirelen", "_data", "packed", "share", "read")
 
-    def __init__(self, linktype, ts_ns=None, wirelen=None, data=None, packed=None):
+    def __init__(self, linktype, ts_ns=None, wirelen=None, data=None, packed=None, share=None, read=None):
         self.linktype = linktype
         self.packed = packed
+        self.share = share
+        self.read = read
         if packed is None:
             self._ts_ns = [] if ts_ns is None else ts_ns
             self._wirelen = [] if wirelen is None else wirelen
@@ -73,14 +79,24 @@ class FrameBatch:
         return self._data
 
     def last_ts(self):
-        """Capture time of the last frame (the batch is not empty)."""
+        """Capture time of the last frame read (frames_read() is not 0)."""
+        if self.read is not None:
+            return self.read[1]
         return self.packed.last_ts() if self._ts_ns is None else self._ts_ns[-1]
+
+    def frames_read(self):
+        """The frames the source read for this batch: len(self), and with a share also the other workers'."""
+        return len(self) if self.read is None else self.read[0]
 
     def __len__(self):
         return len(self.packed) if self._data is None else len(self._data)
 
     def __repr__(self):
-        return f"FrameBatch(linktype={self.linktype}, {len(self)} frames{', packed' if self._data is None else ''})"
+        packed = ", packed" if self._data is None else ""
+        share = ""
+        if self.share is not None:
+            share = f", worker {self.share[0]} of {self.share[1]}'s of {self.frames_read()} read"
+        return f"FrameBatch(linktype={self.linktype}, {len(self)} frames{packed}{share})"
 
 
 @dataclass(slots=True)

@@ -14,12 +14,19 @@
  * split_packed(buf, pos, big_endian, ts_mult, limit, frames) -> (pos, status)
  *   The same into a probe._records.Frames (FrameBatch.packed): the frames point into buf (a bytes object the
  *   Frames then keeps), so no object is made per record. Available where probe._records is built.
+ *
+ * split_packed(buf, pos, big_endian, ts_mult, limit, frames, linktype, k, n) -> (pos, status, taken, last_ts)
+ *   With a share (`dnsprobe read --workers n`, worker k): up to `limit` records are taken as above, but only those
+ *   whose flow_hash (include/wire.h) modulo n is k go into frames, the frames _decoderec.select_share would keep.
+ *   taken counts every record taken and last_ts is the last one's time (0 when none): the worker's capture clock
+ *   runs on all of them. Selecting here spares a worker the layout of the frames it skips.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
 
 #include "records.h"
+#include "wire.h"
 
 /* Largest captured length accepted, as the Python reader (and libpcap's 256 KiB maximum snaplen). */
 #define MAX_CAPLEN 0x40000u
@@ -99,16 +106,21 @@ static PyObject *split_packed(PyObject *Py_UNUSED(self), PyObject *args)
 {
     PyObject *buf_obj;
     Frames *frames;
-    Py_ssize_t pos, limit;
-    int big;
+    Py_ssize_t pos, limit, k = 0, n = 0;
+    int big, linktype = 0;
     long long ts_mult;
     if (records == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "split_packed needs probe._records, which is not built");
         return NULL;
     }
-    if (!PyArg_ParseTuple(args, "O!npLnO!:split_packed", &PyBytes_Type, &buf_obj, &pos, &big, &ts_mult, &limit,
-                          records->frames_type, &frames))
+    if (!PyArg_ParseTuple(args, "O!npLnO!|inn:split_packed", &PyBytes_Type, &buf_obj, &pos, &big, &ts_mult, &limit,
+                          records->frames_type, &frames, &linktype, &k, &n))
         return NULL;
+    int shared = PyTuple_GET_SIZE(args) > 6;
+    if (shared && (n < 1 || k < 0 || k >= n)) {
+        PyErr_SetString(PyExc_ValueError, "split_packed: worker k of n with 0 <= k < n");
+        return NULL;
+    }
     const unsigned char *buf = (const unsigned char *)PyBytes_AS_STRING(buf_obj);
     Py_ssize_t end = PyBytes_GET_SIZE(buf_obj);
     int status = 0;
@@ -118,7 +130,9 @@ static PyObject *split_packed(PyObject *Py_UNUSED(self), PyObject *args)
     }
     if (limit > 0 && pos + 16 <= end && records->frames_own(frames, buf_obj) < 0)
         return NULL;
-    for (Py_ssize_t done = 0; done < limit && pos + 16 <= end; done++) {
+    Py_ssize_t done = 0;
+    long long last_ts = 0;
+    for (; done < limit && pos + 16 <= end; done++) {
         long long ts;
         uint32_t caplen, wirelen;
         if (record_header(buf + pos, big, ts_mult, &ts, &caplen, &wirelen)) {
@@ -127,10 +141,15 @@ static PyObject *split_packed(PyObject *Py_UNUSED(self), PyObject *args)
         }
         if (pos + 16 + (Py_ssize_t)caplen > end)
             break;
-        if (records->frames_add(frames, buf + pos + 16, caplen, wirelen, ts, 0) < 0)
+        const unsigned char *f = buf + pos + 16;
+        if ((!shared || (Py_ssize_t)(flow_hash(f, caplen, linktype) % (uint32_t)n) == k)
+            && records->frames_add(frames, f, caplen, wirelen, ts, 0) < 0)
             return NULL;
+        last_ts = ts;
         pos += 16 + caplen;
     }
+    if (shared)
+        return Py_BuildValue("(ninL)", pos, status, done, last_ts);
     return Py_BuildValue("(ni)", pos, status);
 }
 
@@ -138,7 +157,8 @@ static PyMethodDef methods[] = {
     {"split", split, METH_VARARGS,
      "split(buf, pos, big_endian, ts_mult, limit, ts_list, wirelen_list, data_list) -> (pos, status)"},
     {"split_packed", split_packed, METH_VARARGS,
-     "split_packed(buf, pos, big_endian, ts_mult, limit, frames) -> (pos, status): split into a probe._records.Frames"},
+     "split_packed(buf, pos, big_endian, ts_mult, limit, frames[, linktype, k, n]) -> (pos, status[, taken, last_ts]): "
+     "split into a probe._records.Frames (with a share: worker k of n's frames only)"},
     {NULL, NULL, 0, NULL},
 };
 

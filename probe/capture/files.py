@@ -29,16 +29,17 @@ def _head(stream, path):
     return b"".join(chunks)
 
 
-def open_file_source(path, batch_size=4096, on_progress=None, raw=None):
+def open_file_source(path, batch_size=4096, on_progress=None, raw=None, share=None):
     """The source for a capture file: PcapFileSource or DnstapFileSource; CaptureFileError when it is neither.
-    raw: the file already open (probe.compressed.open_stream), path its name."""
+    raw: the file already open (probe.compressed.open_stream), path its name. share: (k, n), a read worker's
+    (probe.capture.pcapfile.read_capture)."""
     stream, raw = open_stream(path, raw)
     try:
         head = _head(stream, path)
         if is_dnstap(head):
             return DnstapFileSource(path, stream, raw, head, batch_size, on_progress)
         if head[:4] in PCAP_MAGICS:
-            return PcapFileSource(path, batch_size, on_progress, opened=(stream, raw, head))
+            return PcapFileSource(path, batch_size, on_progress, opened=(stream, raw, head), share=share)
         if not head:
             raise CaptureFileError(path, "empty file, not a pcap, pcapng or dnstap file")
         raise CaptureFileError(path, f"not a pcap, pcapng or dnstap file (first bytes {head[:8].hex()})")

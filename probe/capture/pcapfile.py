@@ -66,7 +66,7 @@ class _Buffered:
         return self.consumed + self.pos
 
 
-def read_capture(path, batch_size=4096, on_progress=None, opened=None):
+def read_capture(path, batch_size=4096, on_progress=None, opened=None, share=None):
     """Yield FrameBatch objects from a pcap or pcapng file (optionally compressed).
 
     Raises CaptureFileError naming the file and the problem; batches yielded before the error
@@ -74,6 +74,8 @@ def read_capture(path, batch_size=4096, on_progress=None, opened=None):
     is called after each batch with the number of bytes of the (compressed) file consumed. The file
     may be a pipe (/dev/stdin, a FIFO, a shell's <(...)). opened: (decompressed stream, raw file, the
     bytes already read from the stream) when the caller opened the file to see what it is (probe.capture.files).
+    share: (k, n), this is read worker k of n: a classic pcap file's batches then hold only its frames, where the C
+    splitter is built (FrameBatch.share; the decoder selects the others' itself).
     """
     stream, raw, head = opened if opened is not None else (*open_stream(path), b"")
     try:
@@ -83,7 +85,7 @@ def read_capture(path, batch_size=4096, on_progress=None, opened=None):
             raise CaptureFileError(path, "empty file, not a pcap or pcapng capture")
         magic = reader.buf[:4]
         if magic in _PCAP_MAGICS:
-            batches = _read_pcap(reader, *_PCAP_MAGICS[magic], batch_size)
+            batches = _read_pcap(reader, *_PCAP_MAGICS[magic], batch_size, share)
         elif magic == _PCAPNG_SHB:
             batches = _read_pcapng(reader, batch_size)
         else:
@@ -98,7 +100,7 @@ def read_capture(path, batch_size=4096, on_progress=None, opened=None):
                 if on_progress is not None:
                     on_progress(position())
         except CaptureFileError:
-            if reader.batch:  # frames read before the problem: still decoded and written
+            if reader.batch is not None and reader.batch.frames_read():  # read before the problem: still written
                 yield reader.batch
             raise
     finally:
@@ -109,17 +111,17 @@ def read_capture(path, batch_size=4096, on_progress=None, opened=None):
 class PcapFileSource:
     """A capture file as a Source (probe.capture): read() gives its batches in order, then None."""
 
-    def __init__(self, path, batch_size=4096, on_progress=None, opened=None):
+    def __init__(self, path, batch_size=4096, on_progress=None, opened=None, share=None):
         self.name = str(path)
         self.frames = 0
-        self._batches = read_capture(path, batch_size, on_progress, opened)
+        self._batches = read_capture(path, batch_size, on_progress, opened, share)
 
     def read(self, max_frames=None):
         """The next batch (of the batch size given at creation), or None at the end of the file. Raises
         CaptureFileError, after the batch that holds the frames read before the problem."""
         batch = next(self._batches, None)
         if batch is not None:
-            self.frames += len(batch)
+            self.frames += batch.frames_read()
         return batch
 
     def fileno(self):
@@ -177,7 +179,7 @@ _pcaprecords = load("probe.capture._pcaprecords")
 _records = load("probe._records")
 
 
-def _read_pcap(r, endian, ts_mult, batch_size):
+def _read_pcap(r, endian, ts_mult, batch_size, share=None):
     if not r.fill(24):
         raise CaptureFileError(r.path, "truncated pcap file header")
     _, _, _, _, _, snaplen, linktype = struct.unpack_from(endian + "IHHiIII", r.buf, 0)
@@ -189,9 +191,16 @@ def _read_pcap(r, endian, ts_mult, batch_size):
     # Packed batches (FrameBatch.packed: the frames point into the read buffer, no object per frame) where the
     # C splitter and probe._records are built; else the three lists.
     packed = _pcaprecords is not None and _records is not None
+    if not packed:
+        share = None
+    # With a share, a batch still ends after batch_size frames read (seen counts them, theirs too), as it does for
+    # one worker: the capture clock then moves by the same steps in every worker.
+    seen = last_ts = 0
 
     def new_batch():
-        return FrameBatch(linktype, packed=_records.Frames()) if packed else FrameBatch(linktype)
+        if not packed:
+            return FrameBatch(linktype)
+        return FrameBatch(linktype, packed=_records.Frames(), share=share)
 
     split = split_records if _pcaprecords is None else _pcaprecords.split
     unpack = _REC_BE if big else _REC_LE
@@ -204,26 +213,38 @@ def _read_pcap(r, endian, ts_mult, batch_size):
         buf = r.buf
         # Records fully present in the buffer are split in one call: no per-record read() calls.
         while True:
-            room = batch_size - len(batch)
-            if packed:
-                r.pos, status = _pcaprecords.split_packed(buf, r.pos, big, ts_mult, room, batch.packed)
+            if share is not None:
+                r.pos, status, taken, ts = _pcaprecords.split_packed(
+                    buf, r.pos, big, ts_mult, batch_size - seen, batch.packed, linktype, *share
+                )
+                if taken:
+                    seen += taken
+                    last_ts = ts
+                batch.read = (seen, last_ts)
+                full = seen == batch_size
             else:
-                r.pos, status = split(buf, r.pos, big, ts_mult, room, batch.ts_ns, batch.wirelen, batch.data)
+                room = batch_size - len(batch)
+                if packed:
+                    r.pos, status = _pcaprecords.split_packed(buf, r.pos, big, ts_mult, room, batch.packed)
+                else:
+                    r.pos, status = split(buf, r.pos, big, ts_mult, room, batch.ts_ns, batch.wirelen, batch.data)
+                full = len(batch) == batch_size
             if status:
                 caplen, wirelen = unpack(buf, r.pos)[2:]
                 why = _bad_lengths(caplen, wirelen)
                 raise CaptureFileError(r.path, f"corrupt record at byte {r.offset()}: {why}")
-            if len(batch) < batch_size:
+            if not full:
                 break
             yield batch
             batch = r.batch = new_batch()
+            seen = 0
         if r.pos + 16 <= len(buf):
             caplen = unpack(buf, r.pos)[2]
             if not r.fill(16 + caplen):
                 raise CaptureFileError(
                     r.path, f"truncated record at byte {r.offset()} ({caplen} bytes announced)"
                 )
-    if len(batch):  # (a file of only its header, as tcpdump leaves when it captured nothing: no batch)
+    if batch.frames_read():  # (a file of only its header, as tcpdump leaves when it captured nothing: no batch)
         yield batch
 
 

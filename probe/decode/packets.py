@@ -150,7 +150,12 @@ class PacketDecoder:
 
     def _share_of(self, batch):
         """The frames of the batch that are this worker's (share: (k, n), `dnsprobe read --workers n`): those whose
-        IP address pair hashes to k (include/wire.h flow_hash); the whole batch when there is no share."""
+        IP address pair hashes to k (include/wire.h flow_hash); the whole batch when there is no share. The pcap
+        reader may have kept only them already (batch.share)."""
+        if batch.share is not None:
+            if batch.share != self.share:
+                raise ValueError(f"a batch of read worker {batch.share} given to the decoder of worker {self.share}")
+            return batch
         if self.share is None or not len(batch):
             return batch
         frames = batch.packed
@@ -176,7 +181,7 @@ class PacketDecoder:
         """Add a batch's counts to the statistics (its `kept` frames: all but those of other workers); advance the
         capture clock (expiry of fragments and TCP) with every frame of it, so that it runs as in one worker."""
         stats = self.stats
-        n = len(batch)
+        n = batch.frames_read()
         stats.packets += kept
         stats.bytes += counts[0]
         stats.non_ip += counts[1]

@@ -83,7 +83,7 @@ def _feed_files(pipeline, cfg, files, progress=None, on_error=None, share=None, 
             on_progress = progress(f, size) if progress else None
             source = None
             try:
-                source = open_file_source(f, cfg.run.batch_size, on_progress, raw)
+                source = open_file_source(f, cfg.run.batch_size, on_progress, raw, share)
                 if share is not None and type(source) is DnstapFileSource:
                     if dnstap_worker(source.name, share[1]) != share[0]:
                         source.close()
