@@ -11,7 +11,6 @@ ConfigError naming the key (exit status 2).
 """
 
 import dataclasses
-import difflib
 import ipaddress
 import math
 import typing
@@ -508,6 +507,8 @@ def _from_text(key, text, typ):
 
 
 def _suggest(name, known):
+    import difflib  # here: only a configuration error needs it
+
     close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
     return f" (did you mean '{close[0]}'?)" if close else ""
 

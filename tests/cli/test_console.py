@@ -51,7 +51,7 @@ def test_bench_keeps_numpy_importable(tmp_path):
 # Modules a plain one-worker `read` to Parquet does without, imported by the options that need them: YAML (-c, --set),
 # pyarrow.compute (client privacy, the hive layout), multiprocessing (--workers), logging (a missing C extension's
 # warning), hashlib (a digest key). Each is start-up time a short read pays for nothing.
-NOT_AT_START = ("yaml", "pyarrow.compute", "multiprocessing", "logging", "hashlib")
+NOT_AT_START = ("yaml", "pyarrow.compute", "multiprocessing", "logging", "hashlib", "difflib")
 
 
 def test_a_plain_read_starts_without_the_modules_of_options_it_does_not_use(tmp_path):
