@@ -193,9 +193,6 @@ def _read_pcap(r, endian, ts_mult, batch_size, share=None):
     packed = _pcaprecords is not None and _records is not None
     if not packed:
         share = None
-    # With a share, a batch still ends after batch_size frames read (seen counts them, theirs too), as it does for
-    # one worker: the capture clock then moves by the same steps in every worker.
-    seen = last_ts = 0
 
     def new_batch():
         if not packed:
@@ -211,33 +208,29 @@ def _read_pcap(r, endian, ts_mult, batch_size, share=None):
                 raise CaptureFileError(r.path, f"truncated record header at byte {r.offset()}")
             break
         buf = r.buf
-        # Records fully present in the buffer are split in one call: no per-record read() calls.
+        # Records fully present in the buffer are split in one call: no per-record read() calls. With a share, a
+        # batch still ends after batch_size frames read, theirs too (FrameBatch.read), as it does for one worker: the
+        # capture clock then moves by the same steps in every worker.
         while True:
+            room = batch_size - batch.frames_read()
             if share is not None:
                 r.pos, status, taken, ts = _pcaprecords.split_packed(
-                    buf, r.pos, big, ts_mult, batch_size - seen, batch.packed, linktype, *share
+                    buf, r.pos, big, ts_mult, room, batch.packed, linktype, *share
                 )
-                if taken:
-                    seen += taken
-                    last_ts = ts
-                batch.read = (seen, last_ts)
-                full = seen == batch_size
+                if taken:  # (frames_read() before this call: batch_size - room)
+                    batch.read = (batch_size - room + taken, ts)
+            elif packed:
+                r.pos, status = _pcaprecords.split_packed(buf, r.pos, big, ts_mult, room, batch.packed)
             else:
-                room = batch_size - len(batch)
-                if packed:
-                    r.pos, status = _pcaprecords.split_packed(buf, r.pos, big, ts_mult, room, batch.packed)
-                else:
-                    r.pos, status = split(buf, r.pos, big, ts_mult, room, batch.ts_ns, batch.wirelen, batch.data)
-                full = len(batch) == batch_size
+                r.pos, status = split(buf, r.pos, big, ts_mult, room, batch.ts_ns, batch.wirelen, batch.data)
             if status:
                 caplen, wirelen = unpack(buf, r.pos)[2:]
                 why = _bad_lengths(caplen, wirelen)
                 raise CaptureFileError(r.path, f"corrupt record at byte {r.offset()}: {why}")
-            if not full:
+            if batch.frames_read() < batch_size:
                 break
             yield batch
             batch = r.batch = new_batch()
-            seen = 0
         if r.pos + 16 <= len(buf):
             caplen = unpack(buf, r.pos)[2]
             if not r.fill(16 + caplen):
