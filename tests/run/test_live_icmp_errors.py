@@ -87,25 +87,44 @@ def address_events(out_dir):
     return events
 
 
-def test_icmp_errors_about_dns_live_as_read(testbed, probes, out_dir, tmp_path):
+# IP lists that reject a router's errors (IPv6) and some clients with their errors (IPv4): in the kernel filter, they
+# judge an error by its own addresses as the decoder does, and the kernel counts what they reject.
+LISTS = ("--ipv4-deny", "10.3.0.0/20", "--ipv6-deny", ROUTER6 + "/128")
+
+
+@pytest.mark.parametrize("lists", [(), LISTS], ids=["no-lists", "lists-in-kernel"])
+def test_icmp_errors_about_dns_live_as_read(testbed, probes, out_dir, tmp_path, lists):
     pcap = tmp_path / "errors.pcap"
     frames = errors_about_dns(pcap)
     ref = tmp_path / "read"
     ref.mkdir()
-    run_dnsprobe("read", pcap, "-o", ref, "-q", "--no-progress", "--format", "cdns")
+    run_dnsprobe("read", pcap, "-o", ref, "-q", "--no-progress", "--format", "cdns", *lists)
     expected = json.loads(next(ref.glob("*.stats.json")).read_text())["counters"]
-    assert expected["icmp_unreachable"] == 28 and expected["icmp_other_errors"] == 24  # the capture is as meant
+    if not lists:  # the capture is as meant
+        assert expected["icmp_unreachable"] == 28 and expected["icmp_other_errors"] == 24
+    else:
+        assert expected["ip_filtered"] > 30 and expected["icmp_unreachable"] < 28 and expected["icmp_other_errors"] < 24
 
-    probe = probes(testbed, out_dir, "--format", "cdns")
+    probe = probes(testbed, out_dir, "--format", "cdns", *lists)
     probe.wait_ready()
     testbed.send(pcap, pps=1000)
-    probe.wait_counter("packets", frames)
+    # Every frame is read or, rejected by the lists in the kernel filter, counted there (not in packets).
+    probe.wait_for(lambda d: d["counters"]["packets"] + d["counters"]["ip_filtered"] >= frames, "every frame")
     assert probe.stop() == 0, probe.stderr
-    got = probe.stats()["counters"]
-    assert got["kernel_received"] == frames and got["kernel_drops"] == 0  # the kernel filter passed every error
-    assert got == expected | {"kernel_received": frames}  # every other counter as read counts it
+    doc = probe.stats()
+    got = doc["counters"]
+    assert got["kernel_received"] == got["packets"] and got["kernel_drops"] == 0  # the filter passed every error
+    if lists:
+        assert doc["ip_filter"] == "kernel"
+        # The frames the lists reject never reach the ring: neither their count nor their bytes are read.
+        unread = {"packets": expected["packets"] - got["ip_filtered"], "bytes": got["bytes"]}
+        assert got == expected | unread | {"kernel_received": unread["packets"]}
+    else:
+        assert got == expected | {"kernel_received": frames}  # every other counter as read counts it
     events = address_events(ref)
     assert address_events(out_dir) == events
-    assert {t for t, _, _ in events} == {F.AE_TCP_RESET, F.AE_ICMP_DEST_UNREACHABLE, F.AE_ICMP_TIME_EXCEEDED,
-                                         F.AE_ICMPV6_DEST_UNREACHABLE, F.AE_ICMPV6_TIME_EXCEEDED,
-                                         F.AE_ICMPV6_PACKET_TOO_BIG}
+    kinds = {F.AE_TCP_RESET, F.AE_ICMP_DEST_UNREACHABLE, F.AE_ICMP_TIME_EXCEEDED, F.AE_ICMPV6_DEST_UNREACHABLE,
+             F.AE_ICMPV6_TIME_EXCEEDED, F.AE_ICMPV6_PACKET_TOO_BIG}
+    if lists:  # the IPv6 router's errors rejected
+        kinds -= {F.AE_ICMPV6_TIME_EXCEEDED, F.AE_ICMPV6_PACKET_TOO_BIG}
+    assert {t for t, _, _ in events} == kinds
