@@ -1,10 +1,15 @@
-"""What the exporters share: the Exporter interface, file names, .part files, rotation on time, output errors.
+"""What the exporters share: the Exporter interface, file names, .part files, rotation, output errors.
 
 Files are written as NAME.part (live Parquet: the journal NAME.journal, export.parquet.journal; in the hive
 layout .NAME.part and .NAME.journal, names engines skip) and renamed to NAME when complete; NAME is
 <prefix><UTC start YYYYmmdd.HHMMSS.ffffff>.w<worker><suffix>, the start being the capture time of the file's
 first record. Every name is taken by creating its file exclusively, so two runs writing into one directory
 never replace each other's files, even when they start at the same moment.
+
+Rotation is decided here, in FileExporter, for every format: a file is closed export.rotate_seconds of capture
+time after its first record (due()), once it holds export.rotate_records records, and once it holds
+export.rotate_bytes bytes. A format's writer only opens and closes its files and says what each holds
+(OutputFile.records, OutputFile.size()).
 """
 
 import datetime
@@ -13,15 +18,20 @@ import fcntl
 import os
 import time
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from probe.errors import ConfigError, OutputError
 
+if TYPE_CHECKING:
+    from export.metrics import DnsMetrics
+
 
 class Exporter(Protocol):
-    """The export stage's interface, as the pipeline (probe.run.pipeline) uses it."""
+    """The export stage's interface, as the pipeline (probe.run.pipeline) uses it. Every exporter is made as
+    cls(cfg, directory, worker_id, stats, client=None, live=False, metrics=None) (export.make_exporter)."""
 
     completed: list  # final paths of the files closed so far
+    metrics: "DnsMetrics | None"  # export.metrics.DnsMetrics counting what is written (Prometheus), or None
 
     def write(self, txs, address_events=None, now_ns=None):
         """Append completed transactions (and, for C-DNS, the decoder's address events)."""
@@ -30,10 +40,13 @@ class Exporter(Protocol):
         """A file is open."""
 
     def due(self, now_ns) -> bool:
-        """The open file has reached its time limit (capture time now_ns)."""
+        """An open file has reached its time limit (capture time now_ns)."""
 
     def rotate(self):
-        """Close the current file now; the next records open a new one."""
+        """Close the open files now; the next records open new ones."""
+
+    def reload(self):
+        """Read again what the rows are enriched from (databases, lists) when it changed on disk: at rotation."""
 
     def close(self):
         """End of output: close, and wait for anything still finishing the files."""
@@ -143,36 +156,63 @@ def tx_time_ns(tx):
     return m[0]
 
 
+class OutputFile:
+    """A file being written, as rotation sees it: its names, the capture time of its first record, the records
+    its writer has put in it and the bytes it holds (size(), each format's own measure)."""
+
+    def __init__(self, final_path, part_path, start_ns):
+        self.final_path = final_path
+        self.part_path = part_path
+        self.start_ns = start_ns
+        self.records = 0  # records handed to the file (export.rotate_records)
+
+    def size(self):
+        """Bytes the file holds (export.rotate_bytes)."""
+        raise NotImplementedError
+
+
 class FileExporter:
-    """What the exporters share: names, .part paths, rotation on time, output errors."""
+    """What the file exporters share: names, .part paths, rotation, output errors.
+
+    A format's writer (a subclass) makes its OutputFile in _new_file(key, ts_ns) and finishes it in _close(file);
+    it gets the open file with _open(ts_ns, key), adds to file.records what it puts in it, puts no more records
+    in it than _room() allows, and calls _end_if_full() where the file may have reached its records or bytes
+    (after a row group, a block). One file is open per key: the partition of the hive layout, else None."""
 
     suffix = ""
     live_suffix = ".part"  # what the file is called while it is written: NAME + this
 
-    def __init__(self, export_cfg, directory, worker_id, stats):
-        self.cfg = export_cfg
+    def __init__(self, cfg, directory, worker_id, stats, metrics=None):
+        self.cfg = cfg.export
         self.dir = Path(directory)
         self.worker_id = worker_id
         self.stats = stats
-        self.part_path = None
-        self.final_path = None
-        self.file_start_ns = None
+        self.files = {}  # key → OutputFile open, in order of opening
+        self.file_start_ns = None  # capture time of the newest file's first record
         self.completed = []  # final paths of closed files
-        self.metrics = None  # export.metrics.DnsMetrics of what is written, when asked for (Prometheus)
+        self.metrics = metrics
+
+    @property
+    def part_path(self):
+        """The name of the newest file being written (None: none is open)."""
+        return next(reversed(self.files.values())).part_path if self.files else None
 
     def is_open(self):
-        raise NotImplementedError
-
-    def rotate(self):
-        raise NotImplementedError
+        return bool(self.files)
 
     def due(self, now_ns):
-        """True when the open file has reached its time limit."""
-        return (
-            self.is_open()
-            and self.cfg.rotate_seconds > 0
-            and now_ns - self.file_start_ns >= int(self.cfg.rotate_seconds * 1e9)
-        )
+        """True when an open file has reached its time limit."""
+        if self.cfg.rotate_seconds <= 0:
+            return False
+        limit = int(self.cfg.rotate_seconds * 1e9)
+        return any(now_ns - f.start_ns >= limit for f in self.files.values())
+
+    def rotate(self):
+        for key in list(self.files):
+            self._end(key)
+
+    def reload(self):
+        pass  # (a format whose rows are enriched reads its databases again)
 
     def close(self):
         self.rotate()
@@ -184,19 +224,60 @@ class FileExporter:
         return 0
 
     def live_files(self):
-        return [self.part_path] if self.is_open() else []
+        return [f.part_path for f in self.files.values()]
 
-    def _name(self, ts_ns):
-        """Choose and take the paths of a new file starting at ts_ns (a .N is added if the name is taken): the file
-        being written (part_path) is created here, empty."""
+    # -- rotation --
+
+    def _open(self, ts_ns, key=None):
+        """The open file of key; a new one, starting at capture time ts_ns, when there is none."""
+        f = self.files.get(key)
+        if f is None:
+            f = self.files[key] = self._new_file(key, ts_ns)
+            self.file_start_ns = ts_ns
+        return f
+
+    def _room(self, f, records):
+        """How many of `records` records the file f takes before it holds export.rotate_records."""
+        limit = self.cfg.rotate_records
+        return min(records, limit - f.records) if limit else records
+
+    def _over_size(self, f):
+        return 0 < self.cfg.rotate_bytes <= f.size()
+
+    def _full(self, f):
+        """The file f is complete: it holds export.rotate_records records or export.rotate_bytes bytes."""
+        return (0 < self.cfg.rotate_records <= f.records) or self._over_size(f)
+
+    def _end_if_full(self, key=None):
+        """Close the file of key when it is full; True when it was."""
+        f = self.files.get(key)
+        if f is None or not self._full(f):
+            return False
+        self._end(key)
+        return True
+
+    def _end(self, key):
+        self._close(self.files.pop(key))
+
+    # -- what a format's writer provides --
+
+    def _new_file(self, key, ts_ns):
+        """Open a file of key starting at capture time ts_ns (its name: _take_name) and return its OutputFile."""
+        raise NotImplementedError
+
+    def _close(self, f):
+        """Finish the file f (no longer in self.files): write what it still waits for, close it, rename it."""
+        raise NotImplementedError
+
+    def _take_name(self, directory, ts_ns, hidden=False):
+        """(final path, live path) of a new file in directory starting at ts_ns (a .N is added if the name is
+        taken): the live one is created here, empty (free_path), so no other run can take the name."""
         base = f"{self.cfg.file_prefix}{file_stamp(ts_ns)}.w{self.worker_id}"
         try:
-            final = free_path(self.dir, base, self.suffix, take=lambda p: live_path(p, self.live_suffix))
+            final = free_path(directory, base, self.suffix, take=lambda p: live_path(p, self.live_suffix, hidden))
         except OSError as exc:
-            raise self._output_error(exc, self.dir) from None
-        self.final_path = final
-        self.part_path = Path(f"{final}{self.live_suffix}")
-        self.file_start_ns = ts_ns
+            raise self._output_error(exc, directory) from None
+        return final, live_path(final, self.live_suffix, hidden)
 
     def _output_error(self, exc, where=None):
         where = where or self.part_path or self.dir

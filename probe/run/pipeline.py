@@ -8,7 +8,7 @@ decoder, made on the first such batch; both feed the one transaction table and e
 import gc
 import time
 
-from export import make_exporter, reads_raw, reload
+from export import make_exporter, reads_raw
 from export.anonymise import client_privacy
 from probe.decode.ipfilter import IpFilter
 from probe.decode.packets import PacketDecoder
@@ -120,10 +120,10 @@ class Pipeline:
 
     def rotate(self):
         """Close the current file now (live capture: SIGHUP, wall-clock rotation); pending queries stay pending.
-        Enrichment databases and lists changed on disk are read again (export.reload), for the next file."""
+        Enrichment databases and lists changed on disk are read again (Exporter.reload), for the next file."""
         self._export()
         self.exporter.rotate()
-        reload(self.exporter)
+        self.exporter.reload()
 
     def _export(self):
         txs = self._txs

@@ -156,7 +156,7 @@ def test_journal_conversion_makes_the_direct_writers_files(tmp_path, settings):
     from export.parquet.writer import ParquetExporter
     from probe.stats import Stats
 
-    cfg = load_config(None, {"export.row_group_size": 700, **settings}).export
+    cfg = load_config(None, {"export.row_group_size": 700, **settings})
     table = reference(tmp_path, "parquet", "none")
     files = {}
     for name, cls in (("direct", ParquetExporter), ("journal", JournalingParquetExporter)):
@@ -193,7 +193,7 @@ def test_journal_codec_is_export_journal_compression(tmp_path):
     for codec in ("none", "lz4", "zstd"):
         d = tmp_path / codec
         d.mkdir()
-        cfg = load_config(None, {"export.journal_compression": codec}).export
+        cfg = load_config(None, {"export.journal_compression": codec})
         exporter = JournalingParquetExporter(cfg, d, 0, Stats())
         exporter.write_table(table)
         exporter.flush()
