@@ -60,7 +60,7 @@ AE_TCP_RESET = 0
 class PacketDecoder:
     """Stateful decoder for one worker: fragment and TCP reassembly persist across batches."""
 
-    def __init__(self, decode_cfg, dns_ports, stats, ip_filter=None, keep_raw=True):
+    def __init__(self, decode_cfg, dns_ports, stats, ip_filter=None, keep_raw=True, share=None):
         """keep_raw: fill the raw field of the messages (probe.model.DNS_FIELDS); False leaves it None, which
         saves a copy of every message where the exporter never reads it (only C-DNS does)."""
         self.stats = stats
@@ -106,7 +106,7 @@ class PacketDecoder:
             self._portmap = bytes(portmap)
         self.keep_raw = keep_raw
         # (k, n): this decoder is worker k of n and decodes only the flows that hash to k (_share_of); None: all.
-        self.share = None
+        self.share = share
         # decode_into (message records) can run: the C decoder and its record twin are built.
         self.records = self._c_frames is not None and _decoderec is not None
         self.now_ns = 0

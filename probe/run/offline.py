@@ -134,13 +134,8 @@ def _opens_itself(path):
         return True  # every worker meets the same problem and says so
 
 
-def _read_parallel(cfg, files, out_dir, workers, cores, on_error):
-    """read_files with `workers` processes (see the module docstring)."""
-    import multiprocessing  # here: a one-worker run starts without it
-
-    copied = [i for i, f in enumerate(files) if not _opens_itself(f)]
-    preload(cfg)
-    ctx = multiprocessing.get_context("fork")
+def _start_workers(ctx, cfg, files, out_dir, workers, cores, copied):
+    """The read worker processes: (processes, the pipes of their results, the sockets of their inputs' pipes)."""
     procs, conns, commands = [], [], []
     for k in range(workers):
         receive, send = ctx.Pipe(duplex=False)
@@ -154,6 +149,31 @@ def _read_parallel(cfg, files, out_dir, workers, cores, on_error):
         procs.append(proc)
         conns.append(receive)
         commands.append(ours)
+    return procs, conns, commands
+
+
+def _merged_errors(files, results, copy_errors):
+    """The input errors of a parallel read, once each, in the order of the inputs. Every worker reads every pcap
+    file and meets the same errors in it; a dnstap file's are its worker's. An input the parent could not read to
+    its end ended there for the workers too: its error is the parent's."""
+    seen = {(str(e.path), e.problem): None for e in copy_errors}
+    cut = {str(e.path) for e in copy_errors}
+    for result in results:
+        for e in result["errors"]:
+            if str(e[0]) not in cut:
+                seen.setdefault(tuple(e), None)
+    order = {str(f): i for i, f in enumerate(files)}
+    return [CaptureFileError(*e) for e in sorted(seen, key=lambda e: order.get(str(e[0]), len(order)))]
+
+
+def _read_parallel(cfg, files, out_dir, workers, cores, on_error):
+    """read_files with `workers` processes (see the module docstring)."""
+    import multiprocessing  # here: a one-worker run starts without it
+
+    copied = [i for i, f in enumerate(files) if not _opens_itself(f)]
+    preload(cfg)
+    procs, conns, commands = _start_workers(multiprocessing.get_context("fork"), cfg, files, out_dir, workers, cores,
+                                            copied)
     interrupts = []
 
     def on_interrupt(signum, frame):
@@ -203,16 +223,7 @@ def _read_parallel(cfg, files, out_dir, workers, cores, on_error):
         for name, value in result["counters"].items():
             setattr(part, name, value)
         stats.add(part)
-    # Every worker reads every pcap file and meets the same errors in it; a dnstap file's are its worker's. An input
-    # the parent could not read to its end ended there for the workers too: its error is the parent's.
-    seen = {(str(e.path), e.problem): None for e in copy_errors}
-    cut = {str(e.path) for e in copy_errors}
-    for result in results:
-        for e in result["errors"]:
-            if str(e[0]) not in cut:
-                seen.setdefault(tuple(e), None)
-    order = {str(f): i for i, f in enumerate(files)}
-    errors = [CaptureFileError(*e) for e in sorted(seen, key=lambda e: order.get(str(e[0]), len(order)))]
+    errors = _merged_errors(files, results, copy_errors)
     for exc in errors:
         if on_error:
             on_error(exc)
@@ -321,8 +332,7 @@ def _worker(cfg, files, out_dir, k, n, core, conn, commands, copied, others):
     try:
         if core is not None:
             os.sched_setaffinity(0, {core})
-        pipeline = Pipeline(cfg, out_dir, worker_id=k)
-        pipeline.decoder.share = (k, n)
+        pipeline = Pipeline(cfg, out_dir, worker_id=k, share=(k, n))
         errors, interrupted = _feed_files(pipeline, cfg, files, share=(k, n), piped=piped, stop=stop)
         commands.close()
         stats = pipeline.finish()

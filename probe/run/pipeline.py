@@ -42,12 +42,14 @@ class Pipeline:
     pending queries and transactions taken over (dnstap messages stay tuples). The output is the same either way
     (tests/run/test_columnar.py)."""
 
-    def __init__(self, cfg, out_dir, worker_id=0, stats=None, live=False, columnar=None):
+    def __init__(self, cfg, out_dir, worker_id=0, stats=None, live=False, columnar=None, share=None):
+        """share: (k, n), this pipeline is read worker k of n (`dnsprobe read --workers n`) and keeps only the
+        frames whose IP address pair hashes to k (PacketDecoder.share); None: every frame."""
         tune_gc()
         self.cfg = cfg
         self.stats = stats if stats is not None else Stats()
         self.decoder = PacketDecoder(
-            cfg.decode, cfg.decode.dns_ports, self.stats, IpFilter(cfg.filter), keep_raw=reads_raw(cfg)
+            cfg.decode, cfg.decode.dns_ports, self.stats, IpFilter(cfg.filter), keep_raw=reads_raw(cfg), share=share
         )
         self.dnstap = None  # the DnstapDecoder, made for the first DnstapBatch
         if columnar is None:

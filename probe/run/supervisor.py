@@ -121,8 +121,8 @@ class _Slot:
 class Supervisor:
     def __init__(self, cfg, out_dir, interfaces, cores, worker_class, show_status=False, ip_filter_where=None,
                  dnstap_listeners=(), dnstap=(), fanout_ids=None):
-        """worker_class: what a worker process runs (probe.run.live_worker.LiveWorker,
-        probe.run.dpdk_worker.DpdkWorker); ip_filter_where: where the filter.* IP lists are applied: "kernel",
+        """worker_class: what a worker process runs, a WorkerShell backend (LiveWorker, DpdkGroup,
+        DpdkThreadsWorker); ip_filter_where: where the filter.* IP lists are applied: "kernel",
         "workers" or None (no lists); dnstap_listeners: the dnstap listening sockets every worker accepts from,
         described by the dnstap lines (for the log and the statistics); fanout_ids: the fanout group of each
         interface (probe.run.fanout; None: derived from the process id)."""

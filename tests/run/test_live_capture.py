@@ -227,7 +227,6 @@ def test_stopping_worker_reads_a_block_handed_over_after_its_deadline(monkeypatc
     worker.sources, worker.counters, worker.batch_size, worker.drain_s = [Ring()], [], 4096, 0.7
     worker.dnstap = None
     worker.pipeline = type("Pipeline", (), {"feed": lambda self, batch, name: fed.append(len(batch.data))})()
-    worker._push = worker._close_sources = lambda: None
     worker._drain()
     assert fed == [25]
 
