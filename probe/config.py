@@ -47,11 +47,14 @@ def _hex_mask(value):
     return hex(value) if isinstance(value, int) and not isinstance(value, bool) else value
 
 
-def opt(default, help, *, min=None, max=None, choices=None, check=None, allow_empty=False, from_int=None):
+def opt(default, help, *, min=None, max=None, choices=None, check=None, allow_empty=False, from_int=None,
+        only=None):
     """check: a function of each value returning it (or raising ValueError with the problem);
-    allow_empty: a list option may be empty; from_int: a text option takes an integer through this."""
+    allow_empty: a list option may be empty; from_int: a text option takes an integer through this;
+    only: the export.format the option is for (another value than its default with the other format is refused:
+    probe.run.checks.check_config)."""
     meta = {"help": help, "min": min, "max": max, "choices": choices, "check": check, "allow_empty": allow_empty,
-            "from_int": from_int}
+            "from_int": from_int, "only": only}
     if isinstance(default, (list, tuple)):
         return field(default=tuple(default), metadata=meta)
     return field(default=default, metadata=meta)
@@ -116,8 +119,9 @@ class ExportConfig:
     layout: str = opt(
         "flat", "Parquet: flat (every file in the output directory) or hive (year=/month=/day=[/hour=]/server="
         " directories by capture time and server name, as ENTRADA writes them)", choices=("flat", "hive"),
+        only="parquet",
     )
-    partition_hour: bool = opt(False, "hive layout: also an hour=H directory below day=D")
+    partition_hour: bool = opt(False, "hive layout: also an hour=H directory below day=D", only="parquet")
     server_name: typing.Optional[str] = opt(  # noqa: UP045
         None, "this probe's server name: the hive layout's server=NAME directory and the server_location column"
         " (null: the host name in the hive layout, and server_location left empty as DNS Probe; '' is __default__)",
@@ -125,45 +129,49 @@ class ExportConfig:
     )
     sort: str = opt(
         "none", "Parquet: sort the rows of each row group by domainname, then qname (none: capture order)",
-        choices=("none", "domainname"),
+        choices=("none", "domainname"), only="parquet",
     )
     answers: bool = opt(
         False, "Parquet: the answers column, every resource record of the response in presentation format"
-        " (the decoder then keeps each response's bytes)",
+        " (the decoder then keeps each response's bytes)", only="parquet",
     )
     flush_seconds: float = opt(
         2.0, "live capture: every completed transaction is in a readable file within this many seconds, whatever"
         " happens to the worker afterwards (0: only once its file is closed)", min=0,
     )
-    row_group_size: int = opt(100000, "Parquet rows per row group", min=1)
+    row_group_size: int = opt(100000, "Parquet rows per row group", min=1, only="parquet")
     journal_compression: str = opt(
         "lz4", "live Parquet: compression of the journal's buffers, the file's first form until its rotation (lz4:"
         " least CPU; zstd: about half the journal's size, for more CPU; none)", choices=("lz4", "zstd", "none"),
+        only="parquet",
     )
     compression: str = opt(
-        "zstd", "Parquet compression codec", choices=("zstd", "snappy", "gzip", "brotli", "lz4", "none")
+        "zstd", "Parquet compression codec", choices=("zstd", "snappy", "gzip", "brotli", "lz4", "none"),
+        only="parquet",
     )
     compression_level: typing.Optional[int] = opt(  # noqa: UP045
         None, "level of the Parquet codec or of cdns_compression (null: the codec's default)"
     )
-    rotate_blocks: int = opt(0, "C-DNS: close a file after this many blocks (0: no limit)", min=0)
+    rotate_blocks: int = opt(0, "C-DNS: close a file after this many blocks (0: no limit)", min=0, only="cdns")
     cdns_block_items: int = opt(
-        10000, "C-DNS max-block-items: Q/R items (and malformed messages, address events) per block", min=1
+        10000, "C-DNS max-block-items: Q/R items (and malformed messages, address events) per block", min=1,
+        only="cdns",
     )
     cdns_compression: str = opt(
         "none", "C-DNS whole-file compression, done in a thread off the capture path: none, gzip, xz, zstd",
-        choices=("none", "gzip", "xz", "zstd"),
+        choices=("none", "gzip", "xz", "zstd"), only="cdns",
     )
     cdns_full_sections: bool = opt(
-        False, "C-DNS: also record the question (2nd and later), answer, authority and additional sections"
+        False, "C-DNS: also record the question (2nd and later), answer, authority and additional sections",
+        only="cdns",
     )
     cdns_qr_type: typing.Optional[str] = opt(  # noqa: UP045
         None, "C-DNS qr-type of every item (null: not recorded)",
-        choices=("stub", "client", "resolver", "auth", "forwarder", "tool"),
+        choices=("stub", "client", "resolver", "auth", "forwarder", "tool"), only="cdns",
     )
     cdns_server_addresses: tuple[str, ...] = opt(
         (), "C-DNS collection parameter server-addresses: addresses of the servers watched (metadata only)",
-        check=lambda text: str(ipaddress.ip_address(text)), allow_empty=True,
+        check=lambda text: str(ipaddress.ip_address(text)), allow_empty=True, only="cdns",
     )
 
 
@@ -176,11 +184,11 @@ class RunConfig:
     stats_json: bool = opt(True, "write the run statistics as JSON next to the data")
     workers: int = opt(
         1, "`dnsprobe read`: worker processes; each reads every input and keeps the flows whose IP address pair"
-        " hashes to it (docs/usage.md)", min=1, max=1024,
+        " hashes to it; at most one per core it may run on (docs/usage.md)", min=1, max=1024,
     )
     coremask: typing.Optional[str] = opt(  # noqa: UP045
         None, "`dnsprobe read`: cores to run the read workers on, one worker per core (a hex mask, quoted, e.g."
-        " '0x3'); replaces run.workers"
+        " '0x3'); not with run.workers"
     )
 
 
@@ -214,8 +222,9 @@ class CaptureConfig:
         " the traffic between them)"
     )
     wait_for_interface: bool = opt(
-        True, "an interface that does not exist or is down at start is waited for (logged), not an error (false:"
-        " exit status 2); one that goes down or away later is always waited for"
+        False, "an interface that does not exist at start is waited for (logged every minute) instead of exit status"
+        " 2 naming the interfaces there are; one that is down at start, or goes down or away later, is always"
+        " waited for"
     )
     stats_interval: float = opt(
         10.0, "seconds between writes of the statistics JSON file, also written at start and exit (0: only then)", min=0
@@ -581,10 +590,7 @@ def load_config(path=None, overrides=None):
         section, name = key.split(".")
         if key in values:
             sections.setdefault(section, {})[name] = check_value(key, values[key], typ, f.metadata)
-    cfg = Config(**{s: SECTIONS[s](**sections.get(s, {})) for s in SECTIONS})
-    if cfg.export.layout == "hive" and cfg.export.format != "parquet":
-        raise ConfigError("config key 'export.layout': the hive layout is for Parquet output (export.format parquet)")
-    return cfg
+    return Config(**{s: SECTIONS[s](**sections.get(s, {})) for s in SECTIONS})
 
 
 def render_default_yaml():

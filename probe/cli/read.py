@@ -7,6 +7,7 @@ from pathlib import Path
 from probe.cli.flags import CONFIG_FLAGS, add_pipeline_options, overrides
 from probe.cli.output import error, need_file, show_progress
 from probe.config import load_config
+from probe.run.checks import check_config
 from probe.run.offline import read_files
 
 READ_EPILOG = """\
@@ -53,24 +54,15 @@ def add_parser(sub):
 
 def run(args):
     cfg = load_config(args.config, overrides(args, READ_FLAGS))
+    check_config(cfg, "read")
     for f in args.files:
         need_file(f, "input file ")
-    parallel = cfg.run.workers > 1 or cfg.run.coremask
-    bar = _progress_bar() if show_progress(cfg) and not parallel else None  # (workers: no bar)
-
-    def progress(path, size):
-        task = bar.add_task(Path(path).name, total=size)
-        return lambda pos: bar.update(task, completed=pos)
-
-    if bar:
-        bar.start()
+    bar = ProgressBar() if show_progress(cfg) else None
     try:
-        stats, errors, interrupted = read_files(
-            cfg, args.files, progress if bar else None, on_error=lambda exc: error(str(exc))
-        )
+        stats, errors, interrupted = read_files(cfg, args.files, bar, on_error=lambda exc: error(str(exc)))
     finally:
         if bar:
-            bar.stop()
+            bar.close()
     if interrupted:
         error("interrupted; writing what was decoded")
     if not args.quiet:
@@ -82,11 +74,23 @@ def run(args):
     return 1 if errors else 0
 
 
-def _progress_bar():
-    from rich.console import Console
-    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
+class ProgressBar:
+    """A bar per input on stderr, shown from the first input on, by the process that reads it (with several read
+    workers, worker 0, a forked process: the bar starts there, not before the fork)."""
 
-    return Progress(
-        TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TimeRemainingColumn(),
-        console=Console(file=sys.stderr),
-    )
+    def __init__(self):
+        from rich.console import Console
+        from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
+
+        self.bars = Progress(
+            TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TimeRemainingColumn(),
+            console=Console(file=sys.stderr),
+        )
+
+    def __call__(self, path, size):
+        self.bars.start()  # (once: a started display ignores it)
+        task = self.bars.add_task(Path(path).name, total=size)
+        return lambda pos: self.bars.update(task, completed=pos)
+
+    def close(self):
+        self.bars.stop()  # (nothing when it was not started here)

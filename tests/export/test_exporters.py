@@ -23,7 +23,7 @@ from probe.stats import Stats
 SAMPLE = ROOT / "samples" / "sample-mix.pcap.xz"
 FORMATS = ("parquet", "cdns")
 # Small row groups and blocks: a file passes export.rotate_bytes by less than one of them.
-SMALL_UNITS = ("--row-group-size", "500", "--set", "export.cdns_block_items=500", "--cdns-compression", "none")
+SMALL_UNITS = {"parquet": ("--row-group-size", "500"), "cdns": ("--set", "export.cdns_block_items=500")}
 
 
 def records_of(path):
@@ -38,7 +38,7 @@ def read_files(out_dir, fmt, *extra):
     """(output files in order, the run's record counter), no time rotation."""
     out_dir.mkdir()
     run_dnsprobe("read", SAMPLE, "-o", out_dir, "-q", "--no-progress", "--format", fmt, "--rotate-seconds", "0",
-                 *SMALL_UNITS, *extra)
+                 *SMALL_UNITS[fmt], *extra)
     counters = json.loads(next(Path(out_dir).glob("*.stats.json")).read_text())["counters"]
     files = sorted(p for p in out_dir.iterdir() if p.name.endswith((".parquet", ".cdns")))
     assert counters["files"] == len(files) and not list(out_dir.glob("*.part"))

@@ -100,7 +100,7 @@ def test_empty_server_name_and_bad_settings(tmp_path, out_dir):
         assert proc.returncode == 2 and problem in proc.stderr, proc.stderr
     proc = run_dnsprobe("read", pcap, "-o", out_dir, "-q", "--format", "cdns", "--set", "export.layout=hive",
                         check=False)
-    assert proc.returncode == 2 and "the hive layout is for Parquet output" in proc.stderr
+    assert proc.returncode == 2 and "'export.layout': 'hive' is for Parquet output" in proc.stderr
 
 
 def test_statistics_page_index_and_encodings_of_an_unsorted_file(out_dir):

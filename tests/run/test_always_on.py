@@ -150,12 +150,12 @@ def test_link_down_and_up_during_traffic(testbed, traffic, probes, out_dir):
 
 
 def test_interface_created_after_start_is_waited_for(traffic, probes, out_dir):
-    """An interface that does not exist at start is a warning and a wait, not an error: once it is created (and
-    up), capture starts on it."""
+    """An interface that does not exist at start is, with --wait-for-interface, a warning and a wait, not an error:
+    once it is created (and up), capture starts on it."""
     pcap, passed, expected = traffic["A"]
     late = Testbed("l", pairs=1)
     try:
-        probe = probes(late, out_dir, "--set", "export.flush_seconds=1")
+        probe = probes(late, out_dir, "--set", "export.flush_seconds=1", "--wait-for-interface")
         probe.wait_ready()
         assert f"interface {late.iface!r} does not exist" in probe.stderr and "waiting for it" in probe.stderr
         late.up()
