@@ -162,29 +162,9 @@ static int tail_opt(Tail *t, Rec *r, const unsigned char *p, Py_ssize_t start, P
     return 0;
 }
 
-/* The record of the message p[0..n) with the network part net, appended to out (the capsule's put_record). */
-static int put_record(MsgBatch *out, const MsgNet *net, const unsigned char *p, Py_ssize_t n, int keep_raw,
-                      int32_t *flags, int *malformed)
+/* The network part, scope and origin of a record (its dnstap texts into the tail). */
+static void set_net(Rec *r, Tail *t, const MsgNet *net)
 {
-    Walk w;
-    walk_message(p, n, &w);
-    size_t opt_len = w.has_opt ? (size_t)(w.opt_end - w.opt_start) : 0;
-    /* Bound of the tail: the QNAME escaped (4 bytes per byte), the EDNS texts (each option's bytes at most 4
-     * times over, the codes of `other` 1.5 times, an ECS text 64), the OPT RDATA, the raw message and the dnstap
-     * texts. */
-    size_t bound = align8(sizeof(Rec) + 4 * (size_t)w.jlen + 8 * opt_len + 128 + (keep_raw ? (size_t)n : 0)
-                          + (net->identity ? net->identity_len : 0) + (net->family ? net->scope_name_len : 0));
-    if (bound > UINT32_MAX) {
-        PyErr_SetString(PyExc_OverflowError, "message record over 4 GiB");
-        return -1;
-    }
-    RecBuf *rb = &out->recs;
-    if (records->reserve(rb, bound) < 0)
-        return -1;
-    size_t start = rb->len;
-    Rec *r = (Rec *)(rb->buf + start);
-    memset(r, 0, sizeof *r);
-    Tail t = {(char *)r, sizeof(Rec)};
     r->ts_ns = net->ts;
     r->wirelen = net->wirelen;
     r->ipv = (uint8_t)net->ipv;
@@ -208,9 +188,35 @@ static int put_record(MsgBatch *out, const MsgNet *net, const unsigned char *p, 
     r->identity.len = r->scope_name.len = SPAN_NONE;
     if (net->family) {
         if (net->identity)
-            r->identity = tail_put(&t, net->identity, net->identity_len);
-        r->scope_name = tail_put(&t, net->scope_name, net->scope_name_len);
+            r->identity = tail_put(t, net->identity, net->identity_len);
+        r->scope_name = tail_put(t, net->scope_name, net->scope_name_len);
     }
+}
+
+/* The record of the message p[0..n) with the network part net, appended to out (the capsule's put_record). */
+static int put_record(MsgBatch *out, const MsgNet *net, const unsigned char *p, Py_ssize_t n, int keep_raw,
+                      int32_t *flags, int *malformed)
+{
+    Walk w;
+    walk_message(p, n, &w);
+    size_t opt_len = w.has_opt ? (size_t)(w.opt_end - w.opt_start) : 0;
+    /* Bound of the tail: the QNAME escaped (4 bytes per byte), the EDNS texts (each option's bytes at most 4
+     * times over, the codes of `other` 1.5 times, an ECS text 64), the OPT RDATA, the raw message and the dnstap
+     * texts. */
+    size_t bound = align8(sizeof(Rec) + 4 * (size_t)w.jlen + 8 * opt_len + 128 + (keep_raw ? (size_t)n : 0)
+                          + (net->identity ? net->identity_len : 0) + (net->family ? net->scope_name_len : 0));
+    if (bound > UINT32_MAX) {
+        PyErr_SetString(PyExc_OverflowError, "message record over 4 GiB");
+        return -1;
+    }
+    RecBuf *rb = &out->recs;
+    if (records->reserve(rb, bound) < 0)
+        return -1;
+    size_t start = rb->len;
+    Rec *r = (Rec *)(rb->buf + start);
+    memset(r, 0, sizeof *r);
+    Tail t = {(char *)r, sizeof(Rec)};
+    set_net(r, &t, net);
     r->dns_len = n;
     r->id = (int32_t)w.id;
     r->flags = (int32_t)w.flags;

@@ -361,6 +361,14 @@ static int ends(const Frame *f)
     return ipv;
 }
 
+/* The IP protocol of the frame's transport (0: none), as DnstapDecoder._message: DoH over HTTP/3 is UDP. */
+static int proto_of(const Frame *f)
+{
+    if (!f->protocol)
+        return 0;
+    return f->protocol == TRANSPORT_DOH && f->http == HTTP3 ? 17 : PROTO_OF[f->protocol];
+}
+
 /* The records of frame f's message (the query it carries first) appended to run->out, or the frame counted as
  * dropped. -1: error. */
 static int map_frame(Run *run, const Frame *f)
@@ -405,19 +413,13 @@ static int map_frame(Run *run, const Frame *f)
             return yes;
         }
     }
-    int proto = 0;
-    if (f->protocol) {
-        proto = PROTO_OF[f->protocol];
-        if (f->protocol == TRANSPORT_DOH && f->http == HTTP3)
-            proto = 17;
-    }
     unsigned long long ts = sec * NS + nsec;
     if (ts > run->max_ts)
         run->max_ts = ts;
     const unsigned char *qa = f->qaddr.n ? f->qaddr.p : NULL, *ra = f->raddr.n ? f->raddr.p : NULL;
     int32_t qp = f->qport ? (int32_t)f->qport : -1, rp = f->rport ? (int32_t)f->rport : -1;
     /* the message family's code is the type's pair: probe.decode.dnstap_types FAMILIES (the tests check it) */
-    MsgNet net = {.ts = (int64_t)ts, .wirelen = -1, .ipv = ipv, .proto = proto, .transport = f->protocol,
+    MsgNet net = {.ts = (int64_t)ts, .wirelen = -1, .ipv = ipv, .proto = proto_of(f), .transport = f->protocol,
                   .src = qa, .dst = ra, .sport = qp, .dport = rp, .ttl = -1, .udp_sum = -1, .vlan = -1,
                   .family = (f->type + 1) / 2};
     PyObject *text = NULL;
