@@ -18,7 +18,7 @@ CORE = (
     ("probe.capture._pcaprecords", "probe/capture/_pcaprecords.c", ("records.h", "wire.h")),
     ("probe.capture._ring", "probe/capture/_ring.c", ("records.h",)),
     ("probe.decode._fastwire", "probe/decode/_fastwire.c",
-     ("fastwire_api.h", "frameloop.h", "tcpstream_api.h", "wire.h")),
+     ("frameloop.h", "tcpstream_api.h", "wire.h")),
     ("probe.decode._dnstap", "probe/decode/_dnstap.c", ("decoderec_api.h", "records.h")),
     ("probe.decode._tcpstream", "probe/decode/_tcpstream.c", ("tcpstream_api.h",)),
     ("probe.match._match", "probe/match/_match.c", ("fastint.h",)),
