@@ -237,7 +237,7 @@ static int dnstap_scope(const Rec *r, PyObject **scope, PyObject **origin)
         return -1;
     }
     PyObject *sv[3] = {r->transport ? PyLong_FromLong(r->transport) : Py_NewRef(Py_None), Py_NewRef(fam),
-                       span_str(r, r->scope_name)};
+                       PyUnicode_DecodeUTF8(rec_at(r, r->scope_name), r->scope_name.len, "surrogatepass")};
     PyObject *ov[2] = {Py_NewRef(fam), span_str(r, r->identity)};
     *scope = tuple_of(sv, 3);
     *origin = tuple_of(ov, 2);
@@ -385,9 +385,21 @@ static int family_code(PyObject *v)
     return bad_value("family", v);
 }
 
+/* The scope name's UTF-8, with surrogatepass: a producer's name may be a file name that is not UTF-8 (Python keeps
+ * its bytes as surrogates); *hold: the bytes object it is in. */
+static int get_scope_name(PyObject *v, const char **data, uint32_t *len, PyObject **hold)
+{
+    if (!PyUnicode_CheckExact(v))
+        return bad_value("scope", v);
+    *hold = PyUnicode_AsEncodedString(v, "utf-8", "surrogatepass");
+    if (*hold == NULL)
+        return -1;
+    return get_data(*hold, "scope", 0, 0, data, len);
+}
+
 /* scope and origin into r and the identity and scope name texts: a packet's (proto, None), or a dnstap message's
  * ((transport, family, identity or producer), (family, identity)). */
-static int get_scope(PyObject *scope, PyObject *origin, Rec *r, const char **data, uint32_t *len)
+static int get_scope(PyObject *scope, PyObject *origin, Rec *r, const char **data, uint32_t *len, PyObject **hold)
 {
     if (origin == Py_None) {
         if (!PyLong_CheckExact(scope) || r->proto == 0 || PyLong_AsLong(scope) != r->proto)
@@ -408,7 +420,7 @@ static int get_scope(PyObject *scope, PyObject *origin, Rec *r, const char **dat
     if (family_code(PyTuple_GET_ITEM(origin, 0)) != family)
         return PyErr_Occurred() ? -1 : bad_value("origin", origin);
     r->family = (uint8_t)family;
-    if (get_data(PyTuple_GET_ITEM(scope, 2), "scope", 1, 0, &data[S_SCOPE], &len[S_SCOPE]) < 0
+    if (get_scope_name(PyTuple_GET_ITEM(scope, 2), &data[S_SCOPE], &len[S_SCOPE], hold) < 0
         || get_data(PyTuple_GET_ITEM(origin, 1), "origin", 1, 1, &data[S_IDENTITY], &len[S_IDENTITY]) < 0)
         return -1;
     return 0;
@@ -427,7 +439,8 @@ static int get_address(PyObject *a, const char *field, Rec *r, int absent_bit, u
     return 0;
 }
 
-static int msgbatch_append_tuple(MsgBatch *b, PyObject *t)
+/* msgbatch_append_tuple's work; *hold: an object the record's texts may be in until it is written. */
+static int append_tuple(MsgBatch *b, PyObject *t, PyObject **hold)
 {
     static const char *names[] = {"qname", "raw", "nsid", "dau", "dhu", "n3u", "client_subnet", "other", "rdata"};
     int copy = Py_TYPE(t) == (PyTypeObject *)query_copy_type;
@@ -472,7 +485,7 @@ static int msgbatch_append_tuple(MsgBatch *b, PyObject *t)
     if (v32 == 0)
         return bad_value("transport", m[F_TRANSPORT]);
     r.transport = v32 < 0 ? 0 : (uint8_t)v32;
-    if (get_scope(m[F_SCOPE], m[F_ORIGIN], &r, data, len) < 0)
+    if (get_scope(m[F_SCOPE], m[F_ORIGIN], &r, data, len, hold) < 0)
         return -1;
     m += F_DNS; /* the DNS fields, numbered from 0 */
     if (get_i64(m[0], "dns_len", &r.dns_len) < 0)
@@ -552,6 +565,14 @@ static int msgbatch_append_tuple(MsgBatch *b, PyObject *t)
     memset(base + off, 0, size - off);
     rb->len += size;
     return recbuf_push(rb, start);
+}
+
+static int msgbatch_append_tuple(MsgBatch *b, PyObject *t)
+{
+    PyObject *hold = NULL;
+    int rc = append_tuple(b, t, &hold);
+    Py_XDECREF(hold);
+    return rc;
 }
 
 /* ---------------------------------------------------------------------------------------------

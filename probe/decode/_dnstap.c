@@ -489,10 +489,13 @@ static PyObject *decode(PyObject *Py_UNUSED(self), PyObject *args)
             return NULL;
         }
     }
-    if ((run.producer = PyUnicode_AsUTF8AndSize(producer, &run.producer_len)) == NULL)
+    /* (surrogatepass: a file's name that is not UTF-8 has surrogates in Python; _records reads it back so) */
+    PyObject *name = PyUnicode_AsEncodedString(producer, "utf-8", "surrogatepass");
+    if (name == NULL)
         return NULL;
+    run.producer = PyBytes_AS_STRING(name);
+    run.producer_len = PyBytes_GET_SIZE(name);
     Py_INCREF(frames); /* the list is the caller's; the IP lists' callables may run any Python code */
-    Py_INCREF(producer);
     Py_ssize_t i = start < 0 ? 0 : start;
     int failed = 0;
     for (; i < PyList_GET_SIZE(frames); i++) {
@@ -515,7 +518,7 @@ static PyObject *decode(PyObject *Py_UNUSED(self), PyObject *args)
             break;
     }
     Py_DECREF(frames);
-    Py_DECREF(producer);
+    Py_DECREF(name);
     if (add_counts(counts, run.counts, N_COUNTS) < 0 || add_counts(type_counts, run.type_counts, N_TYPES) < 0)
         failed = 1;
     if (failed)
