@@ -1,7 +1,8 @@
-"""A dnstap frame through the C decoder (probe.decode._dnstap), the Python decoder and protobuf's own parser
-(upb): the C reader accepts exactly what upb accepts, and both decoders give the same messages, counters and
-refusals. The entry point is tests/decode/fuzz_dnstap.py's one_input (which tests/decode/test_dnstap_c.py also
-runs over crafted and mutated frames); this runs it under atheris with the fuzz build."""
+"""A dnstap frame through the C decoder (probe.decode._dnstap, message records), the Python decoder (message tuples)
+and protobuf's own parser (upb): the C reader accepts exactly what upb accepts, and both decoders give the same
+messages (the records read back as tuples, field by field), counters and refusals. The entry point is
+tests/decode/fuzz_dnstap.py's one_input (which tests/decode/test_dnstap_c.py also runs over crafted and mutated
+frames); this runs it under atheris with the fuzz build."""
 
 import importlib.util
 

@@ -822,13 +822,14 @@ static int tx_of_tuple(PyObject *tx, Tx *t)
     return 1;
 }
 
-/* A transaction of message records as a Tx: 1, or 0 for the malformed (Python adds it). The raw message is
- * in the records (C-DNS decodes with keep_raw). */
+/* A transaction of message records as a Tx: 1, or 0 for the malformed and for a dnstap message without an
+ * address or a port (Python adds them). The raw message is in the records (C-DNS decodes with keep_raw). */
 static int tx_of_record(const TxHead *h, Tx *t)
 {
     const Rec *q = tx_query(h), *r = tx_response(h), *m = q ? q : r;
     memset(t, 0, offsetof(Tx, name_buf));
-    if (m == NULL || m->malformed || m->ts_ns < 0 || m->raw.len == SPAN_NONE || (q && q->raw.len == SPAN_NONE))
+    if (m == NULL || m->malformed || m->ts_ns < 0 || m->raw.len == SPAN_NONE || (q && q->raw.len == SPAN_NONE)
+        || m->absent || m->sport < 0 || m->dport < 0)
         return 0;
     t->q = q != NULL, t->r = r != NULL;
     t->nresp = h->messages;
@@ -852,6 +853,8 @@ static int tx_of_record(const TxHead *h, Tx *t)
     t->tflags = (m->ipv == 6 ? 1 : 0) | cdns_transport(m->transport) << 1;
     if (q != NULL) {
         t->hop = q->ttl;
+        if (q->ttl < 0) /* dnstap: no TTL */
+            t->nones |= N_HOP;
         t->qsize = q->dns_len;
         if (q->has_edns) {
             t->ednsv = q->e_version;

@@ -28,15 +28,12 @@
  *   len(data) at the end), so the caller decodes frames i..j-1 in Python and calls again from j:
  *   messages stay in capture order. counts: a list [bytes, messages, responses, malformed,
  *   ip_filtered] that is added to for the frames handled.
- *
- * _C_API: a capsule with the walker for the other extensions (include/fastwire_api.h; the dnstap decoder).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
 #include <string.h>
 
-#include "fastwire_api.h"
 #include "frameloop.h"
 #include "wire.h"
 
@@ -856,18 +853,6 @@ static PyObject *decode_frames(PyObject *Py_UNUSED(self), PyObject *args)
                     frame_loop(ts, wl, data, start, portmap, s.tcp != Py_None, keep4, keep6, counts, fast_frame, &s));
 }
 
-/* The C API of include/fastwire_api.h: fill_dns as the frame fast path calls it (the table of recent names in
- * front of the dict), with the names cache bounded first. */
-static int api_fill_dns(PyObject *t, Py_ssize_t first, const unsigned char *p, Py_ssize_t n, PyObject *raw,
-                        PyObject *names, Py_ssize_t max_names, long *flags, int *malformed)
-{
-    if (bound_cache(names, max_names) < 0)
-        return -1;
-    return fill_dns(t, first, p, n, raw, names, 1, flags, malformed);
-}
-
-static FastwireAPI api = {FASTWIRE_API_VERSION, api_fill_dns};
-
 static PyMethodDef methods[] = {
     {"parse_message", parse_message, METH_VARARGS,
      "parse_message(buf, names=None, max_names=-1) -> the DNS tuple of probe.decode.dnswire.parse_message."},
@@ -890,14 +875,5 @@ PyMODINIT_FUNC PyInit__fastwire(void)
     empty_str = PyUnicode_FromStringAndSize("", 0);
     if (empty_str == NULL)
         return NULL;
-    PyObject *mod = PyModule_Create(&module);
-    if (mod == NULL)
-        return NULL;
-    PyObject *capsule = PyCapsule_New(&api, FASTWIRE_CAPSULE, NULL);
-    if (capsule == NULL || PyModule_AddObject(mod, "_C_API", capsule) < 0) {
-        Py_XDECREF(capsule);
-        Py_DECREF(mod);
-        return NULL;
-    }
-    return mod;
+    return PyModule_Create(&module);
 }

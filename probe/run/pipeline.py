@@ -36,10 +36,9 @@ def tune_gc():
 
 
 class Pipeline:
-    """columnar: packets become C message records (probe._records) through PacketDecoder.decode_into, RecordTable
-    and a TxBatch, rather than tuples; None: whenever it can (the C decoder runs, the record extensions are built,
-    the query timeout fits in 64 bits). The first dnstap batch turns a columnar pipeline into a tuple one, its
-    pending queries and transactions taken over (dnstap messages stay tuples). The output is the same either way
+    """columnar: packets and dnstap messages become C message records (probe._records) through the decoders'
+    decode_into, RecordTable and a TxBatch, rather than tuples; None: whenever it can (the C decoder runs, the
+    record extensions are built, the query timeout fits in 64 bits). The output is the same either way
     (tests/run/test_columnar.py)."""
 
     def __init__(self, cfg, out_dir, worker_id=0, stats=None, live=False, columnar=None, share=None):
@@ -88,16 +87,13 @@ class Pipeline:
             self._collections += 1
             # Young generations usually; all of them now and then, for cycles among long-lived objects.
             gc.collect(1 if self._collections % GC_FULL_EVERY else 2)
-        if type(batch) is DnstapBatch:
-            if self.columnar:
-                self._to_tuples()
-            msgs = self._dnstap_decoder().decode(batch, source_name)
-        elif self.columnar:
+        decoder = self._dnstap_decoder() if type(batch) is DnstapBatch else self.decoder
+        if self.columnar:
             msgs = self._msgs
             msgs.clear()
-            self.decoder.decode_into(batch, msgs, source_name)
+            decoder.decode_into(batch, msgs, source_name)
         else:
-            msgs = self.decoder.decode(batch, source_name)
+            msgs = decoder.decode(batch, source_name)
         if self.exporter.due(self.now_ns):
             # Close on time first: what completed before this batch belongs to the closing file.
             self._export()
@@ -110,15 +106,6 @@ class Pipeline:
             self._txs += self.table.add(msgs, self.now_ns)
         if len(self._txs) >= EXPORT_BATCH or (not self.exporter.is_open() and (msgs or len(self._txs))):
             self._export()  # also opens a file as soon as there are records, starting its clock
-
-    def _to_tuples(self):
-        """From here on, message tuples: the C table's state becomes a TransactionTable's, the transactions not yet
-        exported become tuples (dnstap messages carry what records do not: their scope and origin)."""
-        table = TransactionTable(self.cfg.match, self.stats)
-        self.table.hand_over(table)
-        self.table = table
-        self._txs = self._txs.to_tuples()
-        self.columnar = False
 
     def rotate(self):
         """Close the current file now (live capture: SIGHUP, wall-clock rotation); pending queries stay pending.

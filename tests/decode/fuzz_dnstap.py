@@ -1,5 +1,6 @@
-"""Differential fuzzing entry point of the dnstap decoder: the C loop (probe/decode/_dnstap.c) against the Python
-decoder and protobuf's own parser (upb), one frame at a time.
+"""Differential fuzzing entry point of the dnstap decoder: the C loop (probe/decode/_dnstap.c), which writes message
+records, against the Python decoder's message tuples (the records read back as tuples, field by field) and
+protobuf's own parser (upb), one frame at a time.
 
     one_input(data)       raises AssertionError when they disagree on the bytes of one dnstap frame
     python tests/decode/fuzz_dnstap.py [-atheris args]     coverage-guided with atheris when it is installed,
@@ -24,7 +25,10 @@ from probe.decode.dnstap_schema import Dnstap  # noqa: E402
 from probe.decode.dnstap_types import TYPE_NAMES  # noqa: E402
 from probe.decode.ipfilter import IpFilter  # noqa: E402
 from probe.model import DnstapBatch  # noqa: E402
+from probe.native import load  # noqa: E402
 from probe.stats import Stats  # noqa: E402
+
+_records = load("probe._records")
 
 # Every type selected, an IP list on, raw kept: every rule of the mapping runs.
 _CFG = load_config(overrides={"dnstap.message_types": list(TYPE_NAMES), "filter.ipv4_deny": ["10.9.0.0/16"],
@@ -43,22 +47,28 @@ def upb_accepts(frame):
         return False
 
 
-def decode_both(frames):
-    """(messages, counters, refused) of the Python and of the C decoder for one producer's frames."""
+def decode_both(frames, producer="p"):
+    """(messages, counters, refused) of the Python decoder's tuples and of the C decoder's records (read back as
+    tuples: QueryCopy keeps its type) for one producer's frames."""
     out = []
     for python in (True, False):
         decoder = _decoder(python)
-        batch = DnstapBatch([("p", list(frames))])
-        msgs = decoder.decode(batch)
+        batch = DnstapBatch([(producer, list(frames))])
+        if python:
+            msgs = decoder.decode(batch)
+        else:
+            records = _records.MsgBatch()
+            decoder.decode_into(batch, records)
+            msgs = records.to_tuples()
         out.append(([(type(m).__name__, tuple(m)) for m in msgs], decoder.stats.as_dict(), batch.refused))
     return out
 
 
 def one_input(data):
     """The C reader accepts exactly what upb accepts, and both decoders give the same result."""
-    c_out, c_counts = [], [0] * len(COUNTS)
+    c_counts = [0] * len(COUNTS)
     d = _decoder(False)
-    stop, _ = _dnstap.decode([data], 0, "p", c_out, c_counts, [0] * 15, *d._c_args)
+    stop, _ = _dnstap.decode([data], 0, "p", _records.MsgBatch(), c_counts, [0] * 15, *d._c_args)
     assert (stop == 1) == upb_accepts(data), (data.hex(), stop)
     python, c = decode_both([data])
     assert python == c, (data.hex(), python, c)

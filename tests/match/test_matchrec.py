@@ -137,39 +137,73 @@ def test_names_equal_only_through_str_lower():
         assert len(txs) == (1 if qname.lower() == rname.lower() else 2)
 
 
+def dnstap_batches():
+    """dnstap messages that walk every rule of the scope and of query copies, as the Python decoder gives them:
+    families, identities and producers (an identity equal to another producer's name included), transports
+    (DoH over HTTP/3 and /2: one transport, two protocols), ports and addresses None, a non-ASCII identity, query
+    copies (used, dropped beside their query, malformed, one with QR set), a zone transfer (lengths None)."""
+    from support import T0, dnstap_frame, q_dns, r_dns
+
+    from probe.decode.dnstap import DnstapDecoder
+    from probe.decode.dnstap_types import TYPE_NAMES
+    from probe.model import DnstapBatch
+
+    cases = []  # (producer, [(mtype, id, {dnstap_frame arguments})]) runs
+
+    def pair(qid, producer="p1", rproducer=None, q=None, r=None, qtype="A", rtype="CLIENT_RESPONSE"):
+        cases.append((producer, [("CLIENT_QUERY", qid, dict(dns=q_dns(qid, qtype=qtype), **(q or {})))]))
+        cases.append((rproducer or producer, [(rtype, qid, dict(dns=r_dns(qid, qtype=qtype), **(r or {})))]))
+
+    pair(1)
+    pair(2, rtype="AUTH_RESPONSE")  # another family: no pair
+    pair(3, q={"identity": None}, r={"identity": None})  # the producer is the scope: one producer pairs...
+    pair(4, q={"identity": None}, r={"identity": None}, rproducer="p2")  # ... two do not
+    pair(5, producer="x", q={"identity": b"p2"}, r={"identity": None}, rproducer="p2")  # identity == producer
+    pair(6, q={"protocol": None}, r={"protocol": None})
+    pair(7, r={"protocol": None})  # a transport and none: no pair
+    pair(8, q={"protocol": "DOH", "http_protocol": 3}, r={"protocol": "DOH", "http_protocol": 2})
+    pair(9, q={"qport": None, "rport": None}, r={"qport": None, "rport": None})
+    pair(10, q={"qaddr": None, "raddr": None, "family": None}, r={"qaddr": None, "raddr": None, "family": None})
+    pair(11, q={"qaddr": None, "raddr": None}, r={"qaddr": None, "raddr": None, "family": "INET6"})
+    pair(12, q={"qaddr": None}, r={"qaddr": None})
+    pair(13, q={"identity": b"id\xff"}, r={"identity": b"id\xff"})
+    pair(14, q={"identity": b"srv2"})  # another identity: no pair
+    for qid, embedded, log_query in ((20, q_dns(20), False), (21, q_dns(21), True), (22, q_dns(22, "other.example"),
+                                     True), (23, b"\x00\x17", False), (24, r_dns(24), False)):
+        if log_query:
+            cases.append(("p1", [("CLIENT_QUERY", qid, dict(dns=q_dns(qid)))]))
+        cases.append(("p1", [("CLIENT_RESPONSE", qid, dict(dns=r_dns(qid), embedded=embedded))]))
+    cases.append(("p1", [("AUTH_QUERY", 30, dict(dns=q_dns(30, qtype="AXFR"), protocol="TCP")),
+                         ("AUTH_RESPONSE", 30, dict(dns=r_dns(30, qtype="AXFR", answers=3), protocol="TCP")),
+                         ("AUTH_RESPONSE", 30, dict(dns=r_dns(30, qtype="AXFR", rcode=2), protocol="TCP"))]))
+    cases.append(("p1", [("CLIENT_RESPONSE", 40, dict(dns=r_dns(40)))]))  # response only
+    cases.append(("p1", [("CLIENT_QUERY", 41, dict(dns=q_dns(41)))] * 2))  # a retry, left pending
+    cfg = load_config(overrides={"dnstap.message_types": list(TYPE_NAMES)})
+    decoder = DnstapDecoder(cfg.dnstap, cfg.decode, Stats(), python=True)
+    batches, k = [], 0
+    for i in range(0, len(cases), 3):
+        runs = []
+        for producer, msgs in cases[i : i + 3]:
+            frames = []
+            for mtype, qid, kw in msgs:
+                k += 1
+                frames.append(dnstap_frame(mtype, ts=T0 + k * 1000, **{"qport": 30000 + qid, **kw}))
+            runs.append((producer, frames))
+        batches.append(decoder.decode(DnstapBatch(runs)))
+    return batches
+
 
 @pytest.mark.parametrize("config", CONFIGS, ids=str)
-def test_hand_over_carries_on_as_python(generated_capture, config):  # noqa: F811
-    """RecordTable.hand_over (a columnar pipeline meeting dnstap) after every batch: the TransactionTable it
-    fills holds what the Python table holds at that point (keys in the same order, lists as lists, open
-    transfers), and carries on to the same transactions and counters."""
-    batches = python_batches(generated_capture, 32)
-    match_cfg = CONFIGS[config]
-    seen_lists = seen_transfers = False
-    for split in range(1, len(batches)):
-        sc, sp = Stats(), Stats()
-        c, py = RecordTable(match_cfg, sc), TransactionTable(match_cfg, sp, python=True)
-        msgs, out = _records.MsgBatch(), _records.TxBatch()
-        for batch in batches[:split]:
-            msgs.clear()
-            msgs.extend(batch)
-            c.add(msgs, out)
-            py.add(batch)
-        taken = TransactionTable(match_cfg, sc, python=True)
-        c.hand_over(taken)
-        assert len(c) == 0 and c.held == 0
-        label = f"{config} split {split}"
-        assert list(taken.pending) == list(py.pending), label
-        assert [typed(v) for v in taken.pending.values()] == [typed(v) for v in py.pending.values()], label
-        assert (taken.held, taken.now_ns) == (py.held, py.now_ns), label
-        assert [(k, typed(x.query), typed(x.first), x.ancount, x.wirelen, x.dns_len, x.messages, x.last_ts)
-                for k, x in taken.transfers.items()] == [
-                (k, typed(x.query), typed(x.first), x.ancount, x.wirelen, x.dns_len, x.messages, x.last_ts)
-                for k, x in py.transfers.items()], label
-        seen_lists |= any(type(v) is list for v in py.pending.values())
-        seen_transfers |= bool(py.transfers)
-        for batch in batches[split:]:
-            assert [typed(t) for t in taken.add(batch)] == [typed(t) for t in py.add(batch)], label
-        assert [typed(t) for t in taken.flush()] == [typed(t) for t in py.flush()], label
-        assert sc.as_dict() == sp.as_dict(), label
-    assert seen_transfers and (seen_lists or match_cfg.max_pending_per_key <= 1)
+def test_equals_python_on_dnstap(generated_capture, config):  # noqa: F811
+    """dnstap's scopes and query copies, alone and between packets' batches."""
+    from probe.model import QueryCopy
+
+    dnstap = dnstap_batches()
+    assert any(type(m) is QueryCopy for batch in dnstap for m in batch)
+    txs, stats = assert_same_matching(dnstap, CONFIGS[config], f"{config} dnstap")
+    if config == "default":
+        assert stats.dnstap_embedded_used == 3 and stats.matched == 14 and stats.zone_transfer_messages == 1
+    packets = python_batches(generated_capture, 64)
+    mixed = [batch for k, batch in enumerate(packets) for batch in ((batch, dnstap[k]) if k < len(dnstap) else
+                                                                      (batch,))]
+    assert_same_matching(mixed, CONFIGS[config], f"{config} dnstap among packets")

@@ -1,6 +1,7 @@
 """The columnar pipeline (message records: decode_into, RecordTable, the record column pass) writes the same
 files as the pipeline on message tuples, byte for byte, with the same counters: Parquet and C-DNS, on every
-shared capture, the sample, the live-capture test's traffic and the benchmark mix. (Each stage is compared
+shared capture, the sample, the live-capture test's traffic and the benchmark mix, and with dnstap input among
+packets. (Each stage is compared
 with its Python reference in tests/decode/test_decoderec.py, tests/match/test_matchrec.py and
 tests/export/test_parquetrec.py.)"""
 
@@ -50,22 +51,52 @@ def test_same_files_and_counters(captures, fmt, options, tmp_path):
         assert outputs[0] == outputs[1], path.name
 
 
-@pytest.mark.parametrize("fmt", ["parquet", "cdns"])
-def test_dnstap_midway_hands_over(fmt, tmp_path):
-    """A dnstap batch in the middle of packets turns the columnar pipeline into a tuple one (RecordTable.hand_over,
-    the TxBatch not yet written as tuples): the files and counters are still those of the tuple pipeline."""
+def dnstap_batches(t0):
+    """dnstap batches from t0 on: two producers, one without identity; queries and responses of two families,
+    responses with their query (logged or not), addresses, ports and transport missing, a query left pending."""
     from support import dnstap_frame, q_dns, r_dns
 
     from probe.model import DnstapBatch
 
+    batches = []
+    for k in range(6):
+        ts = t0 + k * 50_000_000
+        q, r = 100 + 10 * k, 101 + 10 * k
+        batches.append(DnstapBatch([
+            ("tap-a", [
+                dnstap_frame("CLIENT_QUERY", dns=q_dns(q), ts=ts, qport=1000 + k),
+                dnstap_frame("CLIENT_RESPONSE", dns=r_dns(q), ts=ts + 1000, qport=1000 + k,
+                             embedded=q_dns(q) if k % 2 else None),
+                dnstap_frame("AUTH_RESPONSE", dns=r_dns(r), ts=ts + 2000, embedded=q_dns(r), protocol="TCP"),
+                dnstap_frame("CLIENT_QUERY", dns=q_dns(r + 1), ts=ts + 3000, qaddr=None, raddr=None, family=None,
+                             protocol=None, identity=b"id\xff"),
+                dnstap_frame("CLIENT_RESPONSE", dns=r_dns(r + 1), ts=ts + 4000, qaddr=None, raddr=None, family=None,
+                             protocol=None, identity=b"id\xff"),
+            ]),
+            ("tap-b", [
+                dnstap_frame("CLIENT_QUERY", dns=q_dns(q), ts=ts + 500, identity=None, qport=None, protocol="DOH"),
+                dnstap_frame("CLIENT_RESPONSE", dns=r_dns(q), ts=ts + 900, identity=None, qport=None,
+                             protocol="DOH", http_protocol=3),
+                dnstap_frame("CLIENT_QUERY", dns=q_dns(r + 2), ts=ts + 950, identity=None),  # pending
+            ]),
+        ]))
+    return batches
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "cdns"])
+def test_dnstap_among_packets_stays_on_records(fmt, tmp_path):
+    """dnstap batches among packets: the columnar pipeline stays on message records (the dnstap decoder writes
+    them, RecordTable matches them, the exporters take the TxBatch), and writes what the pipeline on message
+    tuples writes: the same Parquet table, the same C-DNS bytes, the same counters."""
+    import pyarrow.parquet as pq
+
+    from probe import _records
+    from probe.match import RecordTable
+
     path = ROOT / "samples" / "sample-mix.pcap.xz"
     batches = list(read_capture(path, 256))
-    t0 = batches[len(batches) // 2].ts_ns[0]
-    dnstap = DnstapBatch([("test", [
-        dnstap_frame("CLIENT_QUERY", dns=q_dns(7), ts=t0),
-        dnstap_frame("CLIENT_RESPONSE", dns=r_dns(7), ts=t0 + 1000),
-        dnstap_frame("CLIENT_QUERY", dns=q_dns(8), ts=t0 + 2000),  # pending at the end
-    ])])
+    middle = len(batches) // 2
+    dnstap = dnstap_batches(batches[middle].ts_ns[0])
     outputs = []
     for columnar in (True, False):
         out = tmp_path / f"{columnar}"
@@ -73,12 +104,21 @@ def test_dnstap_midway_hands_over(fmt, tmp_path):
         cfg = load_config(overrides={"export.format": fmt, "export.directory": str(out)})
         pipeline = Pipeline(cfg, out, columnar=columnar)
         for k, frames in enumerate(read_capture(path, 256)):
-            if k == len(batches) // 2:
-                assert pipeline.table.held > 0  # queries pending when the table is handed over
-                pipeline.feed(dnstap, "test")
-                assert not pipeline.columnar
+            if middle <= k < middle + len(dnstap):
+                pipeline.feed(dnstap[k - middle], "tap")
+                if columnar:  # still on records
+                    assert pipeline.columnar and type(pipeline.table) is RecordTable
+                    assert type(pipeline._txs) is _records.TxBatch and type(pipeline._msgs) is _records.MsgBatch
             pipeline.feed(frames, str(path))
         stats = pipeline.finish()
-        assert stats.matched > 0
-        outputs.append(([(p.name, p.read_bytes()) for p in sorted(out.iterdir())], stats.as_dict()))
-    assert outputs[0] == outputs[1]
+        assert stats.matched > 0 and stats.dnstap_embedded_used > 0
+        files = sorted(out.iterdir())
+        content = [pq.read_table(p) for p in files] if fmt == "parquet" else [p.read_bytes() for p in files]
+        outputs.append(([p.name for p in files], content, stats.as_dict()))
+    assert outputs[0][0] == outputs[1][0] and outputs[0][2] == outputs[1][2]
+    for a, b in zip(outputs[0][1], outputs[1][1]):
+        assert a.equals(b) if fmt == "parquet" else a == b
+    if fmt == "parquet":
+        table = outputs[0][1][0]
+        assert {"auth", "client"} <= set(table.column("dnstap_type").to_pylist())
+        assert {"srv", "id\ufffd", None} <= set(table.column("server_identity").to_pylist())
