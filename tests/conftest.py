@@ -3,7 +3,8 @@
 from pathlib import Path
 
 import pytest
-from support import HAVE_SHARED, NO_SHARED, SHARED, Hugepages, Probe, VethBed
+from support.data import HAVE_SHARED, NO_SHARED, SHARED
+from support.live import Hugepages, Probe, VethBed
 
 
 def _names_shared(value):

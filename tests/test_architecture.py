@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import pytest
-from support import ROOT
+from support.data import ROOT
 
 from probe import native
 

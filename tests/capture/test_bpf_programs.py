@@ -24,7 +24,11 @@ from scapy.layers.inet import ICMP, IP, TCP, UDP
 from scapy.layers.inet6 import IPv6, IPv6ExtHdrDestOpt, IPv6ExtHdrFragment, IPv6ExtHdrHopByHop
 from scapy.layers.l2 import ARP, Ether
 from scapy.packet import Raw
-from support import SHARED_CAPTURES, bench_mix, build_traffic, edge_traffic, ether, q_dns, received, run_cbpf
+from support.captures import bench_mix, build_traffic, edge_traffic
+from support.cbpf import received, run_cbpf
+from support.data import SHARED_CAPTURES
+from support.frames import ether
+from support.messages import q_dns
 
 from probe.capture.afpacket import attach_filter
 from probe.capture.bpf import MAX_FILTER_PORTS, MAX_IPV6_EXT, PACKET_OUTGOING, dns_filter, fanout_program

@@ -6,7 +6,8 @@ import random
 import struct
 
 import pytest
-from support import COMPACTOR_DATA, DNSPROBE_DATA, needs_shared, run_dnsprobe, shared_params
+from support.data import COMPACTOR_DATA, DNSPROBE_DATA, needs_shared, shared_params
+from support.dnsprobe import run_dnsprobe
 
 from probe.capture import _pcaprecords, pcapfile
 from probe.capture.pcapfile import split_records

@@ -85,7 +85,8 @@ def mutate(rng, frame):
 
 def corpus():
     """Valid frames with every field the decoder reads, and some it does not."""
-    from support import dnstap_frame, q_dns, r_dns
+    from support.dnstap import dnstap_frame
+    from support.messages import q_dns, r_dns
 
     frames = []
     for i, (mtype, proto, family, addrs) in enumerate([

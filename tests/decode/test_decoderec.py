@@ -16,7 +16,8 @@ decoder gives.
 import random
 
 import pytest
-from support import ROOT, bench_mix
+from support.captures import bench_mix
+from support.data import ROOT
 from test_fastwire import all_captures, generated_captures  # noqa: F401  (a fixture)
 
 from probe import _records

@@ -36,7 +36,7 @@ from scapy.all import (
     Raw,
     wrpcap,
 )
-from support import dnsprobe_read
+from support.dnsprobe import dnsprobe_read
 
 T0 = 1_600_000_000  # capture time base, whole seconds (exact in the pcap's microsecond timestamps)
 CLIENT4, SERVER4 = "192.0.2.1", "198.51.100.53"

@@ -6,7 +6,7 @@ import random
 
 import pytest
 from fuzz_dnstap import corpus, decode_both, mutate, one_input, upb_accepts
-from support import dnstap_frame
+from support.dnstap import dnstap_frame
 
 from probe.decode import _dnstap, dnstap
 from probe.model import TRANSPORTS

@@ -44,7 +44,9 @@ from scapy.all import (
     fragment,
     wrpcap,
 )
-from support import ROOT, SHARED_CAPTURES, copy_env, dns_messages, needs_shared, run_python
+from support.data import ROOT, SHARED_CAPTURES, needs_shared
+from support.dnsprobe import copy_env, run_python
+from support.stages import dns_messages
 
 from probe.capture.pcapfile import read_capture
 from probe.config import DecodeConfig, FilterConfig
@@ -396,7 +398,7 @@ _GENERATED = []
 
 
 def _generate_captures(d):
-    from support import build_traffic
+    from support.captures import build_traffic
 
     build_traffic(d / "traffic.pcap", 1, 400)
     wrpcap(str(d / "edge.pcap"), edge_frames())
@@ -729,7 +731,7 @@ def test_not_built_auto_warns_and_says_so(tree_without_extension, tmp_path):
     ref.mkdir()
     proc = run_in(ROOT, "read", SAMPLE, "-o", ref, "-q", "--no-progress")
     assert proc.returncode == 0, proc.stderr
-    from support import as_rows, read_output
+    from support.dnsprobe import as_rows, read_output
 
     assert as_rows(read_output(out)) == as_rows(read_output(ref))
     assert json.loads(next(ref.glob("*.stats.json")).read_text())["counters"] == doc["counters"]

@@ -18,7 +18,8 @@ from scapy.layers.inet6 import IPv6
 from scapy.layers.l2 import Ether
 from scapy.packet import Raw
 from scapy.utils import wrpcap
-from support import COMPACTOR_DATA, DNSPROBE_DATA, ROOT, transactions
+from support.data import COMPACTOR_DATA, DNSPROBE_DATA, ROOT
+from support.stages import transactions
 
 from export.cdns import block as cdns
 from export.cdns import format as F
@@ -421,7 +422,9 @@ def test_colliding_names_cost_a_bounded_number_of_probes(tmp_path):
 def test_c_block_equals_python_block_for_dnstap(tmp_path):
     """dnstap transactions (no frame lengths, TTL or checksum; every transport, one without any): the C loop and
     the Python one make the same block."""
-    from support import T0, dnstap_frame, q_dns, r_dns
+    from support.dnstap import dnstap_frame
+    from support.frames import T0
+    from support.messages import q_dns, r_dns
 
     from probe.decode.dnstap import DnstapDecoder
     from probe.match import TransactionTable

@@ -6,7 +6,9 @@ benchmark mix, added in chunks of several sizes; only the malformed transactions
 """
 
 import pytest
-from support import COMPACTOR_DATA, DNSPROBE_DATA, bench_mix, transactions
+from support.captures import bench_mix
+from support.data import COMPACTOR_DATA, DNSPROBE_DATA
+from support.stages import transactions
 from test_cdns_block import CAPTURES, CHUNKS, assert_same, exporter
 
 from export.cdns import block as cdns

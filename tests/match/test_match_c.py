@@ -21,19 +21,9 @@ from scapy.layers.inet import IP, UDP
 from scapy.layers.inet6 import IPv6
 from scapy.layers.l2 import Ether
 from scapy.packet import Raw
-from support import (
-    COMPACTOR_DATA,
-    DNSPROBE_DATA,
-    MAC_C,
-    MAC_S,
-    ROOT,
-    TcpConn,
-    framed,
-    needs_shared,
-    run_python,
-    shared_params,
-    write_pcap,
-)
+from support.data import COMPACTOR_DATA, DNSPROBE_DATA, ROOT, needs_shared, shared_params
+from support.dnsprobe import run_python
+from support.frames import MAC_C, MAC_S, TcpConn, framed, write_pcap
 
 from probe.capture.pcapfile import read_capture
 from probe.config import MatchConfig, load_config

@@ -10,7 +10,7 @@ malformed messages); at three batch sizes and three configurations (default, a 2
 """
 
 import pytest
-from support import ROOT
+from support.data import ROOT
 from test_match_c import CONFIGS, SHARED_CAPTURES, bench_capture, generated_capture  # noqa: F401  (a fixture)
 
 from probe import _records

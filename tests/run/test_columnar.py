@@ -5,7 +5,8 @@ with its Python reference in tests/decode/test_decoderec.py, tests/match/test_ma
 tests/export/test_parquetrec.py.)"""
 
 import pytest
-from support import ROOT, columnar_captures
+from support.captures import columnar_captures
+from support.data import ROOT
 
 from probe.capture.pcapfile import read_capture
 from probe.config import load_config
@@ -54,7 +55,8 @@ def test_same_files_and_counters(captures, fmt, options, tmp_path):
 def test_dnstap_midway_hands_over(fmt, tmp_path):
     """A dnstap batch in the middle of packets turns the columnar pipeline into a tuple one (RecordTable.hand_over,
     the TxBatch not yet written as tuples): the files and counters are still those of the tuple pipeline."""
-    from support import dnstap_frame, q_dns, r_dns
+    from support.dnstap import dnstap_frame
+    from support.messages import q_dns, r_dns
 
     from probe.model import DnstapBatch
 

@@ -20,22 +20,12 @@ from pathlib import Path
 
 import pytest
 import yaml
-from support import (
-    ROOT,
-    Probe,
-    VethBed,
-    as_rows,
-    build_traffic,
-    copy_env,
-    keys,
-    q_dns,
-    read_output,
-    rows_of,
-    run_dnsprobe,
-    run_python,
-    udp_frame,
-    write_pcap,
-)
+from support.captures import build_traffic, keys
+from support.data import ROOT
+from support.dnsprobe import as_rows, copy_env, read_output, rows_of, run_dnsprobe, run_python
+from support.frames import udp_frame, write_pcap
+from support.live import Probe, VethBed
+from support.messages import q_dns
 
 LIBDPDK = shutil.which("pkg-config") is not None and subprocess.run(
     ["pkg-config", "--exists", "libdpdk"], capture_output=True).returncode == 0

@@ -10,7 +10,8 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from support import build_traffic, keys, rows_of, run_dnsprobe
+from support.captures import build_traffic, keys
+from support.dnsprobe import rows_of, run_dnsprobe
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0 or len(os.sched_getaffinity(0)) < 2,
                                 reason="needs root and 2 cores")

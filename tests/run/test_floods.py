@@ -17,7 +17,8 @@ import struct
 
 import floods  # (benchmarks/, on the path through support)
 import pytest
-from support import build_traffic, rows_of, run_dnsprobe
+from support.captures import build_traffic
+from support.dnsprobe import rows_of, run_dnsprobe
 
 from probe.capture.pcapfile import read_capture
 

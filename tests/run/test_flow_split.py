@@ -14,7 +14,9 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from support import Probe, edge_traffic, rows_of, run_dnsprobe
+from support.captures import edge_traffic
+from support.dnsprobe import rows_of, run_dnsprobe
+from support.live import Probe
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("ip"), reason="needs root and iproute2")
 TIME_COLUMNS = {"unixtime", "time", "time_micro", "query_time", "response_time", "response_delay_us", "tcp_hs_rtt"}

@@ -21,7 +21,9 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from support import ROOT, received, run_cbpf, run_dnsprobe
+from support.cbpf import received, run_cbpf
+from support.data import ROOT
+from support.dnsprobe import run_dnsprobe
 
 from probe.capture.bpf import dns_filter
 from probe.decode.link import LINK_NAMES

@@ -1,0 +1,20 @@
+"""Test helpers, one module per thing they build (docs/testing.md):
+
+- data: where the shared test data is, and skipping without it
+- dnsprobe: running the real `dnsprobe` command (and Python in a fresh interpreter), reading back what it wrote
+- frames: Ethernet/IP/UDP/TCP frames around DNS bytes, TCP connections, pcap and pcapng files
+- messages: DNS messages as bytes
+- stages: the messages and transactions of a capture through the stages in-process
+- captures: generated captures (live traffic, traffic a flow split keeps whole, the benchmark mix)
+- matching: traffic that walks every branch of matching, and the matching configurations the tests run
+- live: the veth testbed, hugepages, the capture probe under test
+- dnstap: dnstap messages, Frame Streams files and a producer
+- servers: Knot DNS, Knot Resolver and Unbound in a network namespace
+- cbpf: a classic BPF interpreter (what the kernel runs)
+"""
+
+import sys
+from pathlib import Path
+
+# The benchmark scripts are plain modules in benchmarks/ (the veth testbed, the traffic generator): importable.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent.parent / "benchmarks"))
