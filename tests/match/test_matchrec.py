@@ -2,7 +2,7 @@
 gives: the same transactions in the same order after every batch and at flush, the same counters.
 
 The same decoded messages go to both (as a MsgBatch of records and as tuples). Inputs: every capture of
-test_match_c (DNS Probe's and compactor's), the benchmark's standard mix, and its generated traffic that
+support.matching (DNS Probe's and compactor's), the benchmark's standard mix, and its generated traffic that
 walks every branch of matching (retries reusing ID and port, names differing in ASCII case and equal only
 through str.lower, responses without a question, answers after the timeout, AXFR/IXFR over TCP and UDP,
 malformed messages); at three batch sizes and three configurations (default, a 2 ms timeout, max_pending
@@ -10,8 +10,9 @@ malformed messages); at three batch sizes and three configurations (default, a 2
 """
 
 import pytest
+from support.captures import bench_mix
 from support.data import ROOT
-from test_match_c import CONFIGS, SHARED_CAPTURES, bench_capture, generated_capture  # noqa: F401  (a fixture)
+from support.matching import CONFIGS, MATCH_CAPTURES
 
 from probe import _records
 from probe.capture.pcapfile import read_capture
@@ -82,7 +83,7 @@ def assert_same_matching(batches, match_cfg, label, clocks=None):
 @pytest.mark.parametrize("config", CONFIGS, ids=str)
 def test_equals_python_on_captures(config):
     total = 0
-    for path in SHARED_CAPTURES + [ROOT / "samples" / "sample-mix.pcap.xz", bench_capture()]:
+    for path in MATCH_CAPTURES + [ROOT / "samples" / "sample-mix.pcap.xz", bench_mix()]:
         for batch_size in (1, 4096) if path.stat().st_size < 200_000 else (4096,):
             txs, _ = assert_same_matching(python_batches(path, batch_size), CONFIGS[config], path.name)
             total += len(txs)
@@ -90,7 +91,7 @@ def test_equals_python_on_captures(config):
 
 
 @pytest.mark.parametrize("config", CONFIGS, ids=str)
-def test_equals_python_on_generated_traffic(generated_capture, config):  # noqa: F811
+def test_equals_python_on_generated_traffic(generated_capture, config):
     for batch_size in (4096, 16, 1):
         label = f"{generated_capture.name}/{batch_size}"
         txs, stats = assert_same_matching(python_batches(generated_capture, batch_size), CONFIGS[config], label)
@@ -105,7 +106,7 @@ def test_equals_python_on_generated_traffic(generated_capture, config):  # noqa:
 
 
 @pytest.mark.parametrize("config", ["default", "timeout-2ms", "max-pending-3"])
-def test_equals_python_on_the_frame_clock(generated_capture, config):  # noqa: F811
+def test_equals_python_on_the_frame_clock(generated_capture, config):
     """With the pipeline's clock (its last frame's time, also after a batch without messages, as `read --workers`
     gives it to every worker): the same expiry, at the same points, in C and in Python."""
     for batch_size in (16, 1):
@@ -139,7 +140,7 @@ def test_names_equal_only_through_str_lower():
 
 
 @pytest.mark.parametrize("config", CONFIGS, ids=str)
-def test_hand_over_carries_on_as_python(generated_capture, config):  # noqa: F811
+def test_hand_over_carries_on_as_python(generated_capture, config):
     """RecordTable.hand_over (a columnar pipeline meeting dnstap) after every batch: the TransactionTable it
     fills holds what the Python table holds at that point (keys in the same order, lists as lists, open
     transfers), and carries on to the same transactions and counters."""

@@ -136,7 +136,7 @@ DPDK_SHAPES = {"one process": ("0x1", 1, False), "threads": ("0x3", 2, False), "
 
 @pytest.mark.parametrize("shape", list(DPDK_SHAPES))
 def test_capture_dpdk(testbed, edge, out_dir, request, shape):
-    from test_dpdk import LIBDPDK, NO_HUGE, DpdkProbe
+    from support.live import LIBDPDK, NO_HUGE, DpdkProbe
 
     if not LIBDPDK:
         pytest.skip("libdpdk is not installed, so the DPDK extension is not built")

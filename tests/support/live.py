@@ -17,6 +17,10 @@ from support.data import ROOT
 CLIENT_MAC = bytes.fromhex("020000000001")
 SERVER_MAC = bytes.fromhex("020000000035")
 WAIT_S = 30.0
+# Whether libdpdk is installed (the DPDK extension is built where it is); EAL flags for a process without hugepages.
+LIBDPDK = shutil.which("pkg-config") is not None and subprocess.run(
+    ["pkg-config", "--exists", "libdpdk"], capture_output=True).returncode == 0
+NO_HUGE = "--no-huge --no-pci -m 512"
 
 
 class VethBed(Testbed):
@@ -159,3 +163,13 @@ class Probe:
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
+
+
+class DpdkProbe(Probe):
+    """`dnsprobe capture --dpdk` as a subprocess: Probe, given a configuration file (which
+    names no interface) and DPDK's flags instead of an interface."""
+
+    def __init__(self, out_dir, dpdk_args, coremask="0x1", mbuf_size=2048):
+        conf = Path(out_dir).parent / "dpdk.yml"
+        conf.write_text(f"capture:\n  coremask: '{coremask}'\ndpdk:\n  mbuf_size: {mbuf_size}\n")
+        super().__init__(None, out_dir, "--dpdk", f"--dpdk-args={dpdk_args}", config=conf)
