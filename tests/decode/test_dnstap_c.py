@@ -1,6 +1,6 @@
 """The dnstap decoder's C loop (probe/decode/_dnstap.c) against its Python twin and protobuf's parser (upb):
 the same messages, counters and refusals, and the same bytes accepted, on crafted, real-shaped and mutated
-frames (tests/decode/fuzz_dnstap.py is the entry point a coverage-guided fuzzer drives)."""
+frames (fuzz/fuzz_dnstap.py's one_input, which the coverage-guided fuzzer drives)."""
 
 import random
 

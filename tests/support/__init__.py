@@ -16,5 +16,7 @@
 import sys
 from pathlib import Path
 
-# The benchmark scripts are plain modules in benchmarks/ (the veth testbed, the traffic generator): importable.
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent.parent / "benchmarks"))
+ROOT = Path(__file__).resolve().parent.parent.parent
+# The benchmark scripts are plain modules in benchmarks/ (the veth testbed, the traffic generator), and the fuzz
+# harnesses in fuzz/ hold differential checks the tests run too (fuzz_dnstap.one_input): importable.
+sys.path[:0] = [str(ROOT / "benchmarks"), str(ROOT / "fuzz")]
