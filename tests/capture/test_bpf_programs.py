@@ -1,7 +1,7 @@
 """The classic BPF programs of live capture, run by a small interpreter of the kernel's semantics
-(support.run_cbpf) on the frames of every capture:
+(support.cbpf.run_cbpf) on the frames of every capture:
 
-- the fanout program gives, for every Ethernet frame as the kernel's receive path holds it (support.received:
+- the fanout program gives, for every Ethernet frame as the kernel's receive path holds it (support.cbpf.received:
   the outer VLAN tag taken off, loads from the network header), exactly include/wire.h's flow_hash of the frame
   (the hash `dnsprobe read --workers` splits by), so a live worker gets the flows a read worker gets; frames
   with 0 to 3 VLAN tags of every kind too;

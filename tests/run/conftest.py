@@ -25,7 +25,7 @@ def nobody_dir():
 
 @pytest.fixture(scope="module")
 def hugepages():
-    """A hugetlbfs with pages reserved for DPDK's multi-process tests (support.Hugepages), removed afterwards."""
+    """A hugetlbfs with pages reserved for DPDK's multi-process tests (support.live.Hugepages), removed afterwards."""
     with Hugepages() as huge:
         if huge.skip_reason:
             pytest.skip(huge.skip_reason)

@@ -2,7 +2,7 @@
 workers and with DPDK, and `dnsprobe read` with 1, 2 and 3 workers, give exactly the transactions of a
 one-worker `read` of the same capture, on traffic replayed through a veth that has every IPv6 extension header
 the decoder walks (hop-by-hop, routing, destination options, AH) and fragments of both families in both
-directions (support.edge_traffic): the kernel filter keeps those frames, and the fanout program keeps every
+directions (support.captures.edge_traffic): the kernel filter keeps those frames, and the fanout program keeps every
 flow, fragments included, on one worker. Every column is compared but the capture times (the kernel's, not the
 file's) and what is computed from them. Three capture workers need more cores than this machine has beside the
 sender: three sockets of one fanout group stand in for them, frame for frame."""
