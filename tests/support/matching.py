@@ -14,7 +14,7 @@ from scapy.packet import Raw
 
 from probe.config import MatchConfig
 from probe.decode import dnswire
-from probe.model import TRANSPORT_TCP, TRANSPORT_UDP
+from probe.model import NET_FIELDS, TRANSPORT_TCP, TRANSPORT_UDP
 from support.data import COMPACTOR_DATA, DNSPROBE_DATA
 from support.frames import C4, MAC_C, MAC_S, S4, TcpConn, framed
 
@@ -169,7 +169,10 @@ def message(ts, dns, to_server=True, cport=40000, client=C4, server=S4, sport=53
     family = socket.AF_INET6 if v6 else socket.AF_INET
     ends = (socket.inet_pton(family, client), cport, socket.inet_pton(family, server), sport)
     src, src_port, dst, dst_port = ends if to_server else ends[2:] + ends[:2]
-    transport = TRANSPORT_UDP if proto == 17 else TRANSPORT_TCP
-    net = (ts, len(dns) + (62 if v6 else 42) if wirelen is None else wirelen, 6 if v6 else 4, proto, src, src_port,
-           dst, dst_port, 64, 0, None, None, transport, proto, None)
-    return net + dnswire.parse_message(dns)
+    net = {
+        "ts_ns": ts, "wirelen": len(dns) + (62 if v6 else 42) if wirelen is None else wirelen, "ipv": 6 if v6 else 4,
+        "proto": proto, "src": src, "sport": src_port, "dst": dst, "dport": dst_port, "ttl": 64, "udp_sum": 0,
+        "vlan": None, "tcp_rtt_ms": None, "transport": TRANSPORT_UDP if proto == 17 else TRANSPORT_TCP,
+        "scope": proto, "origin": None,
+    }
+    return tuple(net[name] for name in NET_FIELDS) + dnswire.parse_message(dns)
