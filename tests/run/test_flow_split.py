@@ -173,7 +173,7 @@ def test_capture_dpdk(testbed, edge, out_dir, request, shape):
 
 
 def test_probe_helper_is_the_live_tests_one():
-    assert Probe.__module__ == "support"
+    assert Probe.__module__ == "support.live"
 
 
 @pytest.mark.parametrize("twin", ["c", "python"])
