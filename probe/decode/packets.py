@@ -159,7 +159,7 @@ class PacketDecoder:
         if self.share is None or not len(batch):
             return batch
         frames = batch.packed
-        if frames is None or batch._data is not None:
+        if frames is None or batch.has_lists:
             frames = _records.Frames()
             for ts, wirelen, data in zip(batch.ts_ns, batch.wirelen, batch.data):
                 frames.add(data, ts, wirelen)

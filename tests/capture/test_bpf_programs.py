@@ -1,7 +1,7 @@
 """The classic BPF programs of live capture, run by a small interpreter of the kernel's semantics
-(support.run_cbpf) on the frames of every capture:
+(support.cbpf.run_cbpf) on the frames of every capture:
 
-- the fanout program gives, for every Ethernet frame as the kernel's receive path holds it (support.received:
+- the fanout program gives, for every Ethernet frame as the kernel's receive path holds it (support.cbpf.received:
   the outer VLAN tag taken off, loads from the network header), exactly include/wire.h's flow_hash of the frame
   (the hash `dnsprobe read --workers` splits by), so a live worker gets the flows a read worker gets; frames
   with 0 to 3 VLAN tags of every kind too;
@@ -24,7 +24,11 @@ from scapy.layers.inet import ICMP, IP, TCP, UDP, IPOption_RR
 from scapy.layers.inet6 import IPv6, IPv6ExtHdrDestOpt, IPv6ExtHdrFragment, IPv6ExtHdrHopByHop, IPv6ExtHdrRouting
 from scapy.layers.l2 import ARP, Ether
 from scapy.packet import Raw
-from support import SHARED_CAPTURES, bench_mix, build_traffic, edge_traffic, ether, q_dns, received, run_cbpf
+from support.captures import bench_mix, build_traffic, edge_traffic
+from support.cbpf import received, run_cbpf
+from support.data import SHARED_CAPTURES
+from support.frames import ether
+from support.messages import q_dns
 
 from probe.capture.afpacket import attach_filter
 from probe.capture.bpf import (

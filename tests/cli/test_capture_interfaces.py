@@ -11,7 +11,7 @@ import sys
 import time
 
 import pytest
-from support import ROOT
+from support.data import ROOT
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("ip"), reason="needs root and iproute2")
 

@@ -6,7 +6,8 @@ import re
 import pyarrow.parquet as pq
 import pytest
 import yaml
-from support import DNSPROBE_DATA, ROOT, needs_shared, read_output, run_dnsprobe
+from support.data import DNSPROBE_DATA, ROOT, needs_shared
+from support.dnsprobe import read_output, run_dnsprobe
 
 from probe.config import load_config, options, render_default_yaml
 

@@ -7,7 +7,8 @@ import subprocess
 import sys
 
 import pytest
-from support import ROOT, read_output, run_dnsprobe
+from support.data import ROOT
+from support.dnsprobe import read_output, run_dnsprobe
 
 SAMPLE = ROOT / "samples" / "sample-mix.pcap.xz"
 CORES = len(os.sched_getaffinity(0))

@@ -7,7 +7,7 @@ decoder gives.
   matter (overlong forms, surrogates, beyond U+10FFFF, cut sequences) and on random strings of them.
 - decode_into: the records of a batch read back as message tuples equal the pure-Python decoder's tuples
   (decode.parser wire), values and types, with the same counters and address events, on every capture of
-  test_fastwire (DNS Probe's, compactor's, the sample, the generated live, edge-case and TCP traffic) and the
+  the decoding tests (DNS Probe's, compactor's, the sample, the generated live, edge-case and TCP traffic) and the
   benchmark mix; at two batch sizes, with and without the raw message, with and without IP lists.
 - Every message tuple survives the trip through a record unchanged; values the decoders never give are
   refused, the batch untouched.
@@ -16,8 +16,8 @@ decoder gives.
 import random
 
 import pytest
-from support import ROOT, bench_mix
-from test_fastwire import all_captures, generated_captures  # noqa: F401  (a fixture)
+from support.captures import bench_mix
+from support.data import ROOT
 
 from probe import _records
 from probe.capture.pcapfile import read_capture
@@ -38,8 +38,8 @@ def typed(value):
 
 
 @pytest.fixture(scope="module")
-def captures(generated_captures):  # noqa: F811
-    return all_captures(generated_captures) + [bench_mix()]
+def captures(decode_captures):
+    return decode_captures + [bench_mix()]
 
 
 def test_extensions_are_built():

@@ -1,12 +1,12 @@
 """The dnstap decoder's C loop (probe/decode/_dnstap.c) against its Python twin and protobuf's parser (upb):
 the same messages, counters and refusals, and the same bytes accepted, on crafted, real-shaped and mutated
-frames (tests/decode/fuzz_dnstap.py is the entry point a coverage-guided fuzzer drives)."""
+frames (fuzz/fuzz_dnstap.py's one_input, which the coverage-guided fuzzer drives)."""
 
 import random
 
 import pytest
 from fuzz_dnstap import corpus, decode_both, mutate, one_input, upb_accepts
-from support import dnstap_frame
+from support.dnstap import dnstap_frame
 
 from probe.decode import _dnstap, dnstap
 from probe.model import TRANSPORTS

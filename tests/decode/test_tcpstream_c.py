@@ -269,7 +269,7 @@ def test_frame_loops_write_the_c_steps_counts_at_each_call(tmp_path, form):
     every batch the counters equal those of the Python decoder (the decoder's own expiry writes them too, but it
     runs once a second of capture time: most batches here have none)."""
     from scapy.utils import wrpcap
-    from test_fastwire import tcp_frames
+    from support.edge_frames import tcp_frames
 
     from probe._records import Frames, MsgBatch
     from probe.capture.pcapfile import read_capture

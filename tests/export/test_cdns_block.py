@@ -18,29 +18,15 @@ from scapy.layers.inet6 import IPv6
 from scapy.layers.l2 import Ether
 from scapy.packet import Raw
 from scapy.utils import wrpcap
-from support import COMPACTOR_DATA, DNSPROBE_DATA, ROOT, transactions
+from support.cdns import CAPTURES, CHUNKS, assert_same, exporter
+from support.data import ROOT
+from support.stages import transactions
 
 from export.cdns import block as cdns
 from export.cdns import format as F
-from export.cdns.writer import CdnsExporter
 from probe.config import load_config
 from probe.model import E, M
 from probe.stats import Stats
-
-CAPTURES = sorted((DNSPROBE_DATA / "test_pcaps").glob("*.pcap")) + [
-    COMPACTOR_DATA / name
-    for name in (
-        "gold.pcap.xz", "matching.pcap.xz", "unmatched.pcap.xz", "malformed.pcap.xz",
-        "testcontent-ednsflags.pcap.xz", "knot-live.raw.pcap.xz",
-    )
-] + [ROOT / "samples" / "sample-mix.pcap.xz"]
-TABLES = ("ip", "names", "classtype", "sigs", "qrr", "qlist", "rr", "rrlist", "mm_data")
-CHUNKS = (1, 7, 500, 10_000)  # add() calls of several sizes, so that earliest-time and counters carry over
-
-
-def exporter(tmp_path, **overrides):
-    cfg = load_config(overrides={"export.format": "cdns", **overrides})
-    return CdnsExporter(cfg, tmp_path, 0, Stats())
 
 
 def chunks(txs):
@@ -59,24 +45,6 @@ def both(txs, writer):
         fast.add(chunk)
         slow.add_python(chunk)
     return fast, slow
-
-
-def assert_same(fast, slow):
-    for name in TABLES:
-        assert list(getattr(fast, name).items()) == list(getattr(slow, name).items()), f"table {name} differs"
-    assert fast.items == slow.items
-    assert fast.malformed == slow.malformed
-    for name in ("earliest", "processed", "unmatched_q", "unmatched_r"):
-        assert getattr(fast, name) == getattr(slow, name), name
-    assert fast.encode() == slow.encode(python=True)  # C tables and C encoding against no C at all
-    if fast.items:  # the item maps as encode writes them, against cbor2 over the reference's maps
-        args = (fast.items, fast.earliest, list(range(len(fast.ip))), list(range(len(fast.sigs))),
-                list(range(len(fast.names))))
-        assert cdns._cdnsblock.encode_items(*args) == cbor2.dumps(cdns.item_maps_python(*args))
-    if fast.sigs:  # likewise the signature table
-        sigs, new_ip, new_name = list(reversed(fast.sigs)), list(range(len(fast.ip))), list(range(len(fast.names)))
-        want = cbor2.dumps([cdns._signature(sig, new_ip, new_name) for sig in sigs])
-        assert cdns._cdnsblock.encode_signatures(sigs, new_ip, new_name) == want
 
 
 def as_pairs(maps):
@@ -421,7 +389,9 @@ def test_colliding_names_cost_a_bounded_number_of_probes(tmp_path):
 def test_c_block_equals_python_block_for_dnstap(tmp_path):
     """dnstap transactions (no frame lengths, TTL or checksum; every transport, one without any): the C loop and
     the Python one make the same block."""
-    from support import T0, dnstap_frame, q_dns, r_dns
+    from support.dnstap import dnstap_frame
+    from support.frames import T0
+    from support.messages import q_dns, r_dns
 
     from probe.decode.dnstap import DnstapDecoder
     from probe.match import TransactionTable

@@ -1,13 +1,15 @@
 """The C-DNS block builder on message records (export.cdns._cdnsblock.add_records, the columnar pipeline's
 C-DNS) against its Python reference (Block.add_python on the same transactions as tuples): every table with the
 same entries in the same order, the same items, earliest-time, statistics and encoded bytes, on the captures
-of test_cdns_block (DNS Probe's, compactor's matching/unmatched/malformed/EDNS cases, the sample) and the
+of support.cdns (DNS Probe's, compactor's matching/unmatched/malformed/EDNS cases, the sample) and the
 benchmark mix, added in chunks of several sizes; only the malformed transactions go to Python.
 """
 
 import pytest
-from support import COMPACTOR_DATA, DNSPROBE_DATA, bench_mix, transactions
-from test_cdns_block import CAPTURES, CHUNKS, assert_same, exporter
+from support.captures import bench_mix
+from support.cdns import CAPTURES, CHUNKS, assert_same, exporter
+from support.data import COMPACTOR_DATA, DNSPROBE_DATA
+from support.stages import transactions
 
 from export.cdns import block as cdns
 from probe import _records

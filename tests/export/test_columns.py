@@ -11,7 +11,9 @@ import struct
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
-from support import COMPACTOR_DATA, DNSPROBE_DATA, ROOT, needs_shared, run_python, transactions
+from support.data import COMPACTOR_DATA, DNSPROBE_DATA, ROOT, needs_shared
+from support.dnsprobe import run_python
+from support.stages import transactions
 
 from export.parquet import columns
 from export.parquet.records import _CLIENT, _FIELDS, _RESPONSE_RAW

@@ -10,7 +10,8 @@ from pathlib import Path
 import cbor2
 import pyarrow.parquet as pq
 import pytest
-from support import ROOT, run_dnsprobe
+from support.data import ROOT
+from support.dnsprobe import run_dnsprobe
 
 from export import make_exporter
 from export.cdns import format as F

@@ -13,7 +13,8 @@ from scapy.layers.dns import DNS, DNSQR
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 from scapy.utils import wrpcap
-from support import ROOT, read_output, run_dnsprobe
+from support.data import ROOT
+from support.dnsprobe import read_output, run_dnsprobe
 
 MIDNIGHT = datetime.datetime(2026, 12, 3, tzinfo=datetime.timezone.utc).timestamp()
 SAMPLE = ROOT / "samples" / "sample-mix.pcap.xz"

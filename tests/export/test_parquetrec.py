@@ -8,7 +8,8 @@ by the Python loop and copied into a TxBatch.
 """
 
 import pytest
-from support import columnar_captures, transactions
+from support.captures import columnar_captures
+from support.stages import transactions
 
 import export.parquet.records as records
 from export.parquet import columns

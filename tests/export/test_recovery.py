@@ -10,7 +10,8 @@ import signal
 
 import pyarrow.parquet as pq
 import pytest
-from support import ROOT, run_python
+from support.data import ROOT
+from support.dnsprobe import run_python
 
 from export.cdns.reader import read_table
 from export.recovery import orphans, recover

@@ -13,27 +13,16 @@ through the Python loop and still give the same.
 """
 
 import random
-import sys
 
 import pytest
-from scapy.layers.dns import DNS, DNSQR, DNSRR, DNSRRSOA
+from scapy.layers.dns import DNS, DNSQR
 from scapy.layers.inet import IP, UDP
-from scapy.layers.inet6 import IPv6
 from scapy.layers.l2 import Ether
-from scapy.packet import Raw
-from support import (
-    COMPACTOR_DATA,
-    DNSPROBE_DATA,
-    MAC_C,
-    MAC_S,
-    ROOT,
-    TcpConn,
-    framed,
-    needs_shared,
-    run_python,
-    shared_params,
-    write_pcap,
-)
+from support.captures import bench_mix
+from support.data import needs_shared, shared_params
+from support.dnsprobe import run_python
+from support.frames import MAC_C, MAC_S, write_pcap
+from support.matching import CONFIGS, MATCH_CAPTURES, SERVER4, T0
 
 from probe.capture.pcapfile import read_capture
 from probe.config import MatchConfig, load_config
@@ -43,23 +32,6 @@ from probe.match import TransactionTable
 from probe.match import table as match
 from probe.model import FLAG_QR, MESSAGE_FIELDS, M
 from probe.stats import Stats
-
-NS = 1_000_000_000
-T0 = 1_700_000_000 * NS
-SHARED_CAPTURES = sorted((DNSPROBE_DATA / "test_pcaps").glob("*")) + sorted(
-    p for p in COMPACTOR_DATA.glob("*.pcap*") if p.name.endswith((".pcap", ".pcap.xz"))
-)
-BENCH_CAPTURE = ROOT / "benchmarks" / "cache" / "standard-n20000-s1-v2.pcap"
-
-# Default, a timeout shorter than many answers, a table that evicts all the time, and keys that hold one or two
-# queries (a retry evicts the oldest).
-CONFIGS = {
-    "default": MatchConfig(),
-    "timeout-2ms": MatchConfig(query_timeout=0.002),
-    "max-pending-3": MatchConfig(max_pending=3),
-    "per-key-1": MatchConfig(max_pending_per_key=1),
-    "per-key-2": MatchConfig(max_pending_per_key=2),
-}
 
 
 def test_extension_is_built():
@@ -141,7 +113,7 @@ def decoded(path, batch_size):
 
 @needs_shared
 def test_captures_found():
-    names = {p.name for p in SHARED_CAPTURES}
+    names = {p.name for p in MATCH_CAPTURES}
     assert {
         "udp_simple.pcap",
         "tcp_axfr_zone_transfer.pcap",
@@ -154,7 +126,7 @@ def test_captures_found():
 
 
 @pytest.mark.parametrize("config", CONFIGS, ids=str)
-@pytest.mark.parametrize("path", shared_params(SHARED_CAPTURES), ids=lambda p: p.name)
+@pytest.mark.parametrize("path", shared_params(MATCH_CAPTURES), ids=lambda p: p.name)
 def test_c_equals_python_on_captures(path, config):
     for batch_size in (1, 7, 4096):
         txs, table, _ = assert_same_run(decoded(path, batch_size), CONFIGS[config], f"{path.name}/{batch_size}")
@@ -164,158 +136,15 @@ def test_c_equals_python_on_captures(path, config):
         assert table.in_python < max(10, len(txs) // 10), (table.in_python, len(txs))
 
 
-def bench_capture():
-    if not BENCH_CAPTURE.exists():
-        sys.path.insert(0, str(ROOT / "benchmarks"))
-        import traffic
-
-        return traffic.generate("standard", 20000, 1)
-    return BENCH_CAPTURE
-
-
 @pytest.mark.parametrize("config", CONFIGS, ids=str)
 def test_c_equals_python_on_benchmark_mix(config):
-    path = bench_capture()
+    path = bench_mix()
     txs, table, lists_seen = assert_same_run(decoded(path, 4096), CONFIGS[config], path.name)
     assert len(txs) > 9000 and table.in_python == 0
     stats = table.stats
     assert stats.matched > 5000 and stats.query_only > 0
     if config == "max-pending-3":
         assert stats.match_evicted > 0
-
-
-# --- generated traffic: every branch ---------------------------------------------------------------------------------
-
-CLIENTS = ("192.0.2.1", "192.0.2.2", "2001:db8::1")
-SERVER4, SERVER6 = "198.51.100.53", "2001:db8:53::53"
-PORTS = (40000, 40001, 40002)  # few ports and IDs: keys collide, retries share them
-IDS = range(6)
-NAME_GROUPS = (  # names in one group are equal after str.lower() (the decoders give UTF-8 names decoded)
-    (b"www.example.com", b"WWW.Example.COM"),
-    (b"mail.example.net",),
-    (b"k.example", "\u212a.example".encode()),  # KELVIN SIGN lowers to an ASCII k
-    ("\u00c4.example".encode(), "\u00e4.example".encode()),
-    ("\u0130.example".encode(), "i\u0307.example".encode()),  # one character lowers to two
-    (b"\xff\xfe.bad", b"\xff\xfe.BAD"),  # not UTF-8: kept as backslash escapes
-    (b"x",),
-)
-NAMES = [n for group in NAME_GROUPS for n in group]
-
-
-def ascii_case(rng, name):
-    return bytes(c ^ 0x20 if chr(c).isascii() and chr(c).isalpha() and rng.random() < 0.5 else c for c in name)
-
-
-def answer_name(rng, name):
-    """The QNAME a response carries: the query's (case changed or not), an equal one, or another."""
-    x = rng.random()
-    if x < 0.5:
-        return ascii_case(rng, name)
-    if x < 0.8:
-        return rng.choice(next(g for g in NAME_GROUPS if name in g))
-    return rng.choice(NAMES)
-
-
-def udp_frame(ts, client, cport, dns, to_server):
-    v6 = ":" in client
-    server = SERVER6 if v6 else SERVER4
-    ip = (IPv6 if v6 else IP)(src=client, dst=server) if to_server else (IPv6 if v6 else IP)(src=server, dst=client)
-    udp = UDP(sport=cport, dport=53) if to_server else UDP(sport=53, dport=cport)
-    return ts, bytes(Ether(src=MAC_C, dst=MAC_S) / ip / udp / Raw(dns))
-
-
-def maybe_damaged(rng, dns):
-    """Now and then the message cut short (malformed; under 12 bytes, even its header is missing)."""
-    return dns[: rng.randrange(len(dns))] if rng.random() < 0.05 else dns
-
-
-def exchange(rng, t):
-    """Queries (retries on the same key, the same or other names) and their answers, late, duplicated,
-    without a question or of another QTYPE now and then."""
-    client, cport, qid = rng.choice(CLIENTS), rng.choice(PORTS), rng.choice(IDS)
-    frames = []
-    for k in range(rng.choice((1, 1, 1, 2, 3))):
-        name = rng.choice(NAMES)
-        qtype = rng.choice(("A", "AAAA", "MX"))
-        tq = t + k * rng.choice((1_000, 300_000))
-        q = bytes(DNS(id=qid, rd=1, qd=[DNSQR(qname=name, qtype=qtype)]))
-        frames.append(udp_frame(tq, client, cport, maybe_damaged(rng, q), True))
-        if rng.random() < 0.15:
-            continue  # never answered
-        x = rng.random()
-        qd = [] if x < 0.1 else [DNSQR(qname=answer_name(rng, name), qtype="TXT" if x < 0.15 else qtype)]
-        r = bytes(DNS(id=qid, qr=1, rd=1, ra=1, rcode=rng.choice((0, 0, 0, 3)), qd=qd))
-        tr = tq + rng.choice((50_000, 1_000_000, 2_000_000, 3_000_000, 5 * NS, 6 * NS))  # (2 ms, 5 s: just in time)
-        for _ in range(2 if rng.random() < 0.1 else 1):  # a duplicate answer
-            frames.append(udp_frame(tr, client, cport, maybe_damaged(rng, r), False))
-            tr += 10_000
-    return frames
-
-
-def soa(zone):
-    return DNSRRSOA(rrname=zone, ttl=3600, mname="ns." + zone, rname="h." + zone, serial=42)
-
-
-def transfer(rng, t, cport):
-    """AXFR or IXFR over TCP: one to four response messages, the last ending with the SOA (or not: the
-    transfer stays open until it expires or the input ends), or an error closing it at once."""
-    zone = rng.choice(("zone.example", "Zone.Example", "other.example"))
-    qtype = rng.choice(("AXFR", "IXFR"))
-    qid = rng.choice(IDS)
-    conn = TcpConn(cport)
-    frames = conn.handshake(t, t + 1_000, t + 2_000)
-    query = DNS(id=qid, qd=[DNSQR(qname=zone, qtype=qtype)])
-    frames.append((t + 3_000, conn.data("c", framed(bytes(query)))))
-    n = rng.choice((1, 2, 4))
-    ends = rng.random()
-    for i in range(n):
-        an = [DNSRR(rrname=f"h{i}.{zone}", type="A", ttl=60, rdata=f"192.0.2.{i + 1}")]
-        if i == 0:
-            an.insert(0, soa(zone))
-        if i == n - 1 and ends < 0.7:
-            an.append(soa(zone))
-        rcode = 5 if ends > 0.9 and i == 0 else 0
-        qd = [DNSQR(qname=ascii_case(rng, zone.encode()), qtype=qtype)] if i == 0 else []
-        msg = DNS(id=qid, qr=1, aa=1, rcode=rcode, qd=qd, an=an)
-        frames.append((t + 4_000 + i * rng.choice((1_000, 2 * NS)), conn.data("s", framed(bytes(msg)))))
-    return frames
-
-
-def udp_ixfr(rng, t):
-    """IXFR over UDP: one response, ending with the SOA (closed at once), or without it (left open)."""
-    client, cport, qid = rng.choice(CLIENTS), rng.choice(PORTS), rng.choice(IDS)
-    q = bytes(DNS(id=qid, qd=[DNSQR(qname="zone.example", qtype="IXFR")]))
-    an = [soa("zone.example")] if rng.random() < 0.7 else [DNSRR(rrname="a.zone.example", rdata="192.0.2.9")]
-    r = bytes(DNS(id=qid, qr=1, aa=1, qd=[DNSQR(qname="zone.example", qtype="IXFR")], an=an))
-    return [udp_frame(t, client, cport, q, True), udp_frame(t + 200_000, client, cport, r, False)]
-
-
-def orphan(rng, t):
-    client, cport, qid = rng.choice(CLIENTS), rng.choice(PORTS), rng.choice(IDS)
-    r = bytes(DNS(id=qid, qr=1, qd=[DNSQR(qname=rng.choice(NAMES))]))
-    return [udp_frame(t, client, cport, r, False)]
-
-
-def generated_frames(seed, events):
-    rng = random.Random(seed)
-    frames = []
-    t = T0
-    tcp_ports = iter(range(50000, 60000))
-    for _ in range(events):
-        t += rng.choice((1_000, 100_000, 1_000_000)) + (6 * NS if rng.random() < 0.01 else 0)
-        kind = rng.choices(("exchange", "transfer", "udp_ixfr", "orphan"), (85, 5, 5, 5))[0]
-        if kind == "transfer":
-            frames += transfer(rng, t, next(tcp_ports))
-        else:
-            frames += {"exchange": exchange, "udp_ixfr": udp_ixfr, "orphan": orphan}[kind](rng, t)
-    frames.sort(key=lambda f: f[0])  # (stable: a TCP connection's frames stay in order)
-    return frames
-
-
-@pytest.fixture(scope="module", params=[1, 2, 3])
-def generated_capture(request, tmp_path_factory):
-    path = tmp_path_factory.mktemp("match") / f"generated-{request.param}.pcap"
-    return write_pcap(path, generated_frames(request.param, 700))
 
 
 @pytest.mark.parametrize("config", CONFIGS, ids=str)

@@ -2,7 +2,7 @@
 gives: the same transactions in the same order after every batch and at flush, the same counters.
 
 The same decoded messages go to both (as a MsgBatch of records and as tuples). Inputs: every capture of
-test_match_c (DNS Probe's and compactor's), the benchmark's standard mix, and its generated traffic that
+support.matching (DNS Probe's and compactor's), the benchmark's standard mix, and its generated traffic that
 walks every branch of matching (retries reusing ID and port, names differing in ASCII case and equal only
 through str.lower, responses without a question, answers after the timeout, AXFR/IXFR over TCP and UDP,
 malformed messages); at three batch sizes and three configurations (default, a 2 ms timeout, max_pending
@@ -10,8 +10,9 @@ malformed messages); at three batch sizes and three configurations (default, a 2
 """
 
 import pytest
-from support import ROOT
-from test_match_c import CONFIGS, SHARED_CAPTURES, bench_capture, generated_capture  # noqa: F401  (a fixture)
+from support.captures import bench_mix
+from support.data import ROOT
+from support.matching import CONFIGS, MATCH_CAPTURES
 
 from probe import _records
 from probe.capture.pcapfile import read_capture
@@ -82,7 +83,7 @@ def assert_same_matching(batches, match_cfg, label, clocks=None):
 @pytest.mark.parametrize("config", CONFIGS, ids=str)
 def test_equals_python_on_captures(config):
     total = 0
-    for path in SHARED_CAPTURES + [ROOT / "samples" / "sample-mix.pcap.xz", bench_capture()]:
+    for path in MATCH_CAPTURES + [ROOT / "samples" / "sample-mix.pcap.xz", bench_mix()]:
         for batch_size in (1, 4096) if path.stat().st_size < 200_000 else (4096,):
             txs, _ = assert_same_matching(python_batches(path, batch_size), CONFIGS[config], path.name)
             total += len(txs)
@@ -90,7 +91,7 @@ def test_equals_python_on_captures(config):
 
 
 @pytest.mark.parametrize("config", CONFIGS, ids=str)
-def test_equals_python_on_generated_traffic(generated_capture, config):  # noqa: F811
+def test_equals_python_on_generated_traffic(generated_capture, config):
     for batch_size in (4096, 16, 1):
         label = f"{generated_capture.name}/{batch_size}"
         txs, stats = assert_same_matching(python_batches(generated_capture, batch_size), CONFIGS[config], label)
@@ -105,7 +106,7 @@ def test_equals_python_on_generated_traffic(generated_capture, config):  # noqa:
 
 
 @pytest.mark.parametrize("config", ["default", "timeout-2ms", "max-pending-3"])
-def test_equals_python_on_the_frame_clock(generated_capture, config):  # noqa: F811
+def test_equals_python_on_the_frame_clock(generated_capture, config):
     """With the pipeline's clock (its last frame's time, also after a batch without messages, as `read --workers`
     gives it to every worker): the same expiry, at the same points, in C and in Python."""
     for batch_size in (16, 1):
@@ -142,7 +143,9 @@ def dnstap_batches():
     families, identities and producers (an identity equal to another producer's name included), transports
     (DoH over HTTP/3 and /2: one transport, two protocols), ports and addresses None, a non-ASCII identity, query
     copies (used, dropped beside their query, malformed, one with QR set), a zone transfer (lengths None)."""
-    from support import T0, dnstap_frame, q_dns, r_dns
+    from support.dnstap import dnstap_frame
+    from support.frames import T0
+    from support.messages import q_dns, r_dns
 
     from probe.decode.dnstap import DnstapDecoder
     from probe.decode.dnstap_types import TYPE_NAMES
@@ -194,7 +197,7 @@ def dnstap_batches():
 
 
 @pytest.mark.parametrize("config", CONFIGS, ids=str)
-def test_equals_python_on_dnstap(generated_capture, config):  # noqa: F811
+def test_equals_python_on_dnstap(generated_capture, config):
     """dnstap's scopes and query copies, alone and between packets' batches."""
     from probe.model import QueryCopy
 

@@ -9,7 +9,8 @@ from collections import Counter
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
-from support import ROOT, at_us, read_output, run_dnsprobe
+from support.data import ROOT
+from support.dnsprobe import at_us, read_output, run_dnsprobe
 
 SAMPLE = ROOT / "samples" / "sample-mix.pcap.xz"
 

@@ -18,7 +18,10 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from support import ROOT, Probe, Testbed, as_rows, keys, rows_of, run_dnsprobe, traffic_parts
+from support.captures import keys, traffic_parts
+from support.data import ROOT
+from support.dnsprobe import as_rows, rows_of, run_dnsprobe
+from support.live import Probe, Testbed
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("ip"), reason="needs root and iproute2")
 

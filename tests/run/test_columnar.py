@@ -6,7 +6,8 @@ with its Python reference in tests/decode/test_decoderec.py, tests/match/test_ma
 tests/export/test_parquetrec.py.)"""
 
 import pytest
-from support import ROOT, columnar_captures
+from support.captures import columnar_captures
+from support.data import ROOT
 
 from probe.capture.pcapfile import read_capture
 from probe.config import load_config
@@ -54,7 +55,8 @@ def test_same_files_and_counters(captures, fmt, options, tmp_path):
 def dnstap_batches(t0):
     """dnstap batches from t0 on: two producers, one without identity; queries and responses of two families,
     responses with their query (logged or not), addresses, ports and transport missing, a query left pending."""
-    from support import dnstap_frame, q_dns, r_dns
+    from support.dnstap import dnstap_frame
+    from support.messages import q_dns, r_dns
 
     from probe.model import DnstapBatch
 

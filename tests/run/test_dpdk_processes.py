@@ -11,7 +11,8 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from support import build_traffic, keys, rows_of, run_dnsprobe
+from support.captures import build_traffic, keys
+from support.dnsprobe import rows_of, run_dnsprobe
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0 or len(os.sched_getaffinity(0)) < 2,
                                 reason="needs root and 2 cores")
@@ -32,7 +33,7 @@ def parts(tmp_path_factory):
 
 
 def test_dead_processes_are_restarted(testbed, hugepages, parts, out_dir):
-    from test_dpdk import LIBDPDK, DpdkProbe
+    from support.live import LIBDPDK, DpdkProbe
 
     if not LIBDPDK:
         pytest.skip("libdpdk is not installed, so the DPDK extension is not built")
@@ -74,7 +75,7 @@ def test_device_with_rss_gives_each_process_its_queue(hugepages, out_dir):
     # net_null hashes (RSS on IP among its offloads) and has queues to spare: no distribution, each process reads
     # the RX queue of its number. It makes frames of zeros as fast as they are read (not IP: counted as non_ip),
     # and never runs dry: the stop reads it for a bounded time.
-    from test_dpdk import LIBDPDK, DpdkProbe
+    from support.live import LIBDPDK, DpdkProbe
 
     if not LIBDPDK:
         pytest.skip("libdpdk is not installed, so the DPDK extension is not built")

@@ -4,8 +4,8 @@ length and offset fields rewritten) replayed through a veth into `dnsprobe captu
 - No worker dies and none is restarted; the capture stops cleanly (exit 0).
 - Every frame is counted: the kernel's count is what the workers read plus what it dropped, and what the workers
   read is classified exactly as `dnsprobe read` classifies the frames the kernel filter keeps (run through the
-  filter program by support.run_cbpf, on the frame as support.received says the kernel holds it: outer VLAN tag
-  off): packets, non-IP, non-DNS, ICMP errors, damaged frames, fragments, TCP segments, DNS messages, malformed
+  filter program by support.cbpf.run_cbpf, on the frame as support.cbpf.received says the kernel holds it: outer
+  VLAN tag off): packets, non-IP, non-DNS, ICMP errors, damaged frames, fragments, TCP segments, DNS messages, malformed
   messages.
 - The output files read back (pyarrow), with as many records as the workers counted.
 
@@ -21,7 +21,9 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from support import ROOT, received, run_cbpf, run_dnsprobe
+from support.cbpf import received, run_cbpf
+from support.data import ROOT
+from support.dnsprobe import run_dnsprobe
 
 from probe.capture.bpf import dns_filter
 from probe.decode.link import LINK_NAMES

@@ -20,7 +20,7 @@ from scapy.layers.inet6 import IPv6, IPv6ExtHdrHopByHop
 from scapy.layers.l2 import Dot1Q, Ether
 from scapy.packet import Raw
 from scapy.utils import wrpcap
-from support import run_dnsprobe
+from support.dnsprobe import run_dnsprobe
 
 from export.cdns import format as F
 

@@ -17,7 +17,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from support import ROOT, run_python
+from support.data import ROOT
+from support.dnsprobe import run_python
 
 from probe import native
 

@@ -18,28 +18,11 @@ from scapy.layers.inet import IP, UDP, fragment
 from scapy.layers.inet6 import IPv6, IPv6ExtHdrFragment, fragment6
 from scapy.layers.l2 import Dot1Q, Ether
 from scapy.packet import Raw
-from support import (
-    C4,
-    NS,
-    ROOT,
-    S4,
-    SHARED_CAPTURES,
-    T0,
-    TcpConn,
-    as_rows,
-    bench_mix,
-    build_traffic,
-    edge_traffic,
-    ether,
-    framed,
-    probe_run,
-    q_dns,
-    r_dns,
-    read_output,
-    run_dnsprobe,
-    udp_frame,
-    write_pcap,
-)
+from support.captures import bench_mix, build_traffic, edge_traffic
+from support.data import ROOT, SHARED_CAPTURES
+from support.dnsprobe import as_rows, probe_run, read_output, run_dnsprobe
+from support.frames import C4, NS, S4, T0, TcpConn, ether, framed, udp_frame, write_pcap
+from support.messages import q_dns, r_dns
 
 from probe import _records
 from probe.capture.pcapfile import read_capture
@@ -293,7 +276,10 @@ def test_hash_is_symmetric_and_fragments_share_it():
 def test_dnstap_files_go_to_one_worker_each(tmp_path):
     """pcap and dnstap files mixed: each dnstap file is read by one worker (the hash of its name), so its queries
     and responses meet; the union is the one-worker output and a dnstap file's error is reported once."""
-    from support import NS, T0, as_rows, dnstap_frame, fstrm_file, q_dns, r_dns, read_output
+    from support.dnsprobe import as_rows, read_output
+    from support.dnstap import dnstap_frame, fstrm_file
+    from support.frames import NS, T0
+    from support.messages import q_dns, r_dns
 
     from probe.run.offline import dnstap_worker
 
