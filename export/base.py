@@ -10,12 +10,17 @@ Rotation is decided here, in FileExporter, for every format: a file is closed ex
 time after its first record (due()), once it holds export.rotate_records records, and once it holds
 export.rotate_bytes bytes. A format's writer only opens and closes its files and says what each holds
 (OutputFile.records, OutputFile.size()).
+
+A file is finished once it has its final name: it is announced to the run there, by the code that renamed it (the
+exporter's _close, the thread that converts or compresses a file, export.recovery for a dead writer's files), and
+the run's export.on_close command ships it (probe.run.onclose).
 """
 
 import datetime
 import errno
 import fcntl
 import os
+import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
@@ -116,6 +121,30 @@ def stats_json_path(export_cfg, directory, started):
         directory = Path(directory) / STATS_DIR
         directory.mkdir(exist_ok=True)
     return free_path(directory, f"{export_cfg.file_prefix}{stamp}", ".stats.json")
+
+
+# Where finished files are announced: the write end of the run's pipe (probe.run.onclose), set before the run starts
+# the processes that write files, which inherit it (fork). None: nothing listens (no export.on_close).
+_announce_fd = None
+
+
+def announce_finished_to(fd):
+    """Announce every file finished from now on, in this process and the ones it forks, on fd (None: stop)."""
+    global _announce_fd
+    _announce_fd = fd
+
+
+def announce_finished(path):
+    """The file is complete under its final name: tell the run (its absolute path, NUL-terminated; one write of
+    up to PIPE_BUF bytes, so processes writing at once never interleave their names)."""
+    if _announce_fd is None:
+        return
+    data = os.fsencode(os.path.abspath(path)) + b"\0"
+    try:
+        while data:
+            data = data[os.write(_announce_fd, data):]
+    except OSError as exc:  # (the file itself is fine: not an output error)
+        print(f"dnsprobe: {path}: not announced to export.on_close: {exc}", file=sys.stderr, flush=True)
 
 
 def lock_live_file(path):
@@ -258,6 +287,14 @@ class FileExporter:
 
     def _end(self, key):
         self._close(self.files.pop(key))
+
+    def _finished(self, final_path, announced=False):
+        """A file is complete and renamed: counted, and announced (export.on_close) unless the thread that
+        renamed it has done so already (announced: at once, whatever happens to this process after)."""
+        self.completed.append(final_path)
+        self.stats.files += 1
+        if not announced:
+            announce_finished(final_path)
 
     # -- what a format's writer provides --
 

@@ -13,6 +13,7 @@ ConfigError naming the key (exit status 2).
 import dataclasses
 import ipaddress
 import math
+import shlex
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,13 +49,14 @@ def _hex_mask(value):
 
 
 def opt(default, help, *, min=None, max=None, choices=None, check=None, allow_empty=False, from_int=None,
-        only=None):
+        only=None, split=None):
     """check: a function of each value returning it (or raising ValueError with the problem);
     allow_empty: a list option may be empty; from_int: a text option takes an integer through this;
     only: the export.format the option is for (another value than its default with the other format is refused:
-    probe.run.checks.check_config)."""
+    probe.run.checks.check_config); split: a list option given as one text is split into its items by this (else
+    it is a list of one)."""
     meta = {"help": help, "min": min, "max": max, "choices": choices, "check": check, "allow_empty": allow_empty,
-            "from_int": from_int, "only": only}
+            "from_int": from_int, "only": only, "split": split}
     if isinstance(default, (list, tuple)):
         return field(default=tuple(default), metadata=meta)
     return field(default=default, metadata=meta)
@@ -172,6 +174,16 @@ class ExportConfig:
     cdns_server_addresses: tuple[str, ...] = opt(
         (), "C-DNS collection parameter server-addresses: addresses of the servers watched (metadata only)",
         check=lambda text: str(ipaddress.ip_address(text)), allow_empty=True, only="cdns",
+    )
+    on_close: typing.Optional[tuple[str, ...]] = opt(  # noqa: UP045
+        None, "command run for every finished file (complete and renamed), its path added as the last argument: a"
+        " list (program, arguments) or a text split into words as a shell would, never run by a shell (null: none)",
+        split=shlex.split,
+    )
+    on_close_jobs: int = opt(2, "export.on_close commands running at once; the others wait their turn", min=1, max=64)
+    on_close_timeout: float = opt(
+        600.0, "seconds an export.on_close command may run; then it is sent SIGTERM (SIGKILL 5 s later) and counted"
+        " as failed (0: no limit)", min=0,
     )
 
 
@@ -447,7 +459,12 @@ def check_value(key, value, typ, meta):
         origin = typing.get_origin(typ)
     if origin is tuple:
         item = typing.get_args(typ)[0]
-        if isinstance(value, (int, str)) and not isinstance(value, bool):
+        if isinstance(value, str) and meta.get("split"):
+            try:
+                value = meta["split"](value)
+            except ValueError as exc:
+                raise ConfigError(f"config key '{key}': {value!r}: {exc}") from None
+        elif isinstance(value, (int, str)) and not isinstance(value, bool):
             value = [value]
         if not isinstance(value, (list, tuple)) or not (value or meta.get("allow_empty")):
             what = "a list" if meta.get("allow_empty") else "a non-empty list"
@@ -497,13 +514,15 @@ def _from_node(key, node, typ):
         raise ConfigError(f"config key '{key}': {exc.problem}") from None
 
 
-def _from_text(key, text, typ):
-    """The value of --set KEY=TEXT for an option of type typ."""
+def _from_text(key, text, typ, split=False):
+    """The value of --set KEY=TEXT for an option of type typ (split: a list option that splits a text itself)."""
     yaml = _yaml()
     item, many, _ = _unwrap(typ)
     stripped = text.strip()
     if item is str and not many and not stripped.startswith(("'", '"')) and stripped not in ("null", "~"):
         return stripped  # as written: 0x3, ::1, yes
+    if split and not stripped.startswith("[") and stripped not in ("null", "~"):
+        return stripped  # words as written (a shell's quotes, a colon), split by the option
     try:
         node = yaml.compose(text)
     except yaml.YAMLError as exc:
@@ -581,10 +600,11 @@ def load_config(path=None, overrides=None):
     read by the key's type)."""
     values = {} if path is None else flatten(_read_yaml(path), f"config file {path}")
     types = {key: typ for key, _, typ in options()}
+    splits = {key for key, f, _ in options() if f.metadata["split"]}
     for key, value in (overrides or {}).items():
         if key not in types:
             raise _unknown_key(key)
-        values[key] = _from_text(key, value, types[key]) if isinstance(value, Text) else value
+        values[key] = _from_text(key, value, types[key], key in splits) if isinstance(value, Text) else value
     sections = {}
     for key, f, typ in options():
         section, name = key.split(".")

@@ -44,7 +44,7 @@ import zlib
 
 import cbor2
 
-from export.base import FileExporter, OutputFile, lock_live_file, off_capture_cores, tx_time_ns
+from export.base import FileExporter, OutputFile, announce_finished, lock_live_file, off_capture_cores, tx_time_ns
 from export.cdns import format as F
 from export.cdns.block import QR_FIELDS, SECTION_FIELDS, TICKS_PER_SECOND, Block, Clients
 from probe import __version__
@@ -264,6 +264,7 @@ class FileSink(OutputFile):
             fh.close()
             self.durable += pending
             os.replace(self.part_path, self.final_path)
+            announce_finished(self.final_path)
         except OSError as exc:
             self.error = exc
             try:
@@ -407,8 +408,7 @@ class CdnsExporter(FileExporter):
                 raise self._output_error(sink.error, sink.part_path)
             self.stats.records += sink.durable - sink.counted  # (the last ones, written as the thread ended)
             sink.counted = sink.durable
-            self.completed.append(sink.final_path)
-            self.stats.files += 1
+            self._finished(sink.final_path, announced=True)
         for sink in self._sinks():
             if sink.error is not None:
                 raise self._output_error(sink.error, sink.part_path)

@@ -19,7 +19,7 @@ import threading
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
-from export.base import live_path, lock_live_file, off_capture_cores
+from export.base import announce_finished, live_path, lock_live_file, off_capture_cores
 from export.parquet.schema import SCHEMA
 from export.parquet.writer import ParquetExporter, _File, open_parquet, write_row_groups
 
@@ -166,7 +166,8 @@ class _Conversion(threading.Thread):
     def run(self):
         off_capture_cores()
         try:
-            convert_journal(self.journal, self.final, self.cfg)
+            if convert_journal(self.journal, self.final, self.cfg):
+                announce_finished(self.final)
         except OSError as exc:
             self.error = exc
         finally:
@@ -244,5 +245,4 @@ class JournalingParquetExporter(ParquetExporter):
             conversion = self.converting.pop(0)
             if conversion.error is not None:
                 raise self._output_error(conversion.error, conversion.journal)
-            self.completed.append(conversion.final)
-            self.stats.files += 1
+            self._finished(conversion.final, announced=True)

@@ -239,8 +239,7 @@ class ParquetExporter(FileExporter):
             os.replace(f.part_path, f.final_path)
         except OSError as exc:
             raise self._output_error(exc, f.part_path) from None
-        self.completed.append(f.final_path)
-        self.stats.files += 1
+        self._finished(f.final_path)
 
     def _flush_row_groups(self, f, force):
         try:

@@ -38,6 +38,7 @@ from probe.compressed import compression, open_stream
 from probe.errors import CaptureFileError, DnsprobeError
 from probe.run import tee
 from probe.run.checks import read_workers
+from probe.run.onclose import OnCloseCommands
 from probe.run.pipeline import Pipeline
 from probe.stats import COUNTER_NAMES, Stats
 
@@ -52,20 +53,34 @@ def read_files(cfg, files, progress=None, on_error=None):
     out_dir = Path(cfg.export.directory)
     check_output_dir(out_dir)
     workers, cores = read_workers(cfg.run)
-    if workers > 1:
-        return _read_parallel(cfg, files, out_dir, workers, cores, progress, on_error)
-    if cores:
-        os.sched_setaffinity(0, cores)
-    pipeline = Pipeline(cfg, out_dir)
+    on_close = OnCloseCommands(cfg.export)  # before the workers are forked: they announce their files to it
     try:
-        errors, interrupted = _feed_files(pipeline, cfg, files, progress, on_error)
+        if workers > 1:
+            return _read_parallel(cfg, files, out_dir, workers, cores, progress, on_error, on_close)
+        if cores:
+            os.sched_setaffinity(0, cores)
+        on_close.start_thread()
+        pipeline = Pipeline(cfg, out_dir)
+        try:
+            errors, interrupted = _feed_files(pipeline, cfg, files, progress, on_error)
+        finally:
+            if progress is not None:
+                progress.close()
+        stats = pipeline.finish()
+        interrupted = _finish_commands(on_close, stats) or interrupted
+        if cfg.run.stats_json:
+            _write_stats(cfg, out_dir, stats, pipeline.started, pipeline.summary(), files, errors)
+        return stats, errors, interrupted
     finally:
-        if progress is not None:
-            progress.close()
-    stats = pipeline.finish()
-    if cfg.run.stats_json:
-        _write_stats(cfg, out_dir, stats, pipeline.started, pipeline.summary(), files, errors)
-    return stats, errors, interrupted
+        on_close.wait()  # (the files finished before an error get their command too)
+
+
+def _finish_commands(on_close, stats):
+    """The end of the reading: wait for the export.on_close commands, and count them; True when the waiting was
+    interrupted."""
+    interrupted = on_close.wait()
+    on_close.count(stats)
+    return interrupted
 
 
 def _feed_files(pipeline, cfg, files, progress=None, on_error=None, share=None, piped=None, stop=()):
@@ -170,14 +185,15 @@ def _merged_errors(files, results, copy_errors):
     return [CaptureFileError(*e) for e in sorted(seen, key=lambda e: order.get(str(e[0]), len(order)))]
 
 
-def _read_parallel(cfg, files, out_dir, workers, cores, progress, on_error):
-    """read_files with `workers` processes (see the module docstring)."""
+def _read_parallel(cfg, files, out_dir, workers, cores, progress, on_error, on_close):
+    """read_files with `workers` processes (see the module docstring); on_close: the OnCloseCommands of the run."""
     import multiprocessing  # here: a one-worker run starts without it
 
     copied = [i for i, f in enumerate(files) if not _opens_itself(f)]
     preload(cfg)
     procs, conns, commands = _start_workers(multiprocessing.get_context("fork"), cfg, files, out_dir, workers, cores,
                                             copied, progress)
+    on_close.start_thread()
     interrupts = []
 
     def on_interrupt(signum, frame):
@@ -231,7 +247,7 @@ def _read_parallel(cfg, files, out_dir, workers, cores, progress, on_error):
     for exc in errors:
         if on_error:
             on_error(exc)
-    interrupted = interrupted or any(r["interrupted"] for r in results)
+    interrupted = _finish_commands(on_close, stats) or interrupted or any(r["interrupted"] for r in results)
     if cfg.run.stats_json:
         summary = dict(results[0]["summary"])
         summary["files_written"] = sorted(name for r in results for name in r["summary"]["files_written"])
