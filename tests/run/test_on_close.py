@@ -13,7 +13,9 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from support import ROOT, rows_of, run_dnsprobe, traffic_parts
+from support.captures import traffic_parts
+from support.data import ROOT
+from support.dnsprobe import rows_of, run_dnsprobe
 
 from probe.config import Text, load_config
 from probe.errors import ConfigError
