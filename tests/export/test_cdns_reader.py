@@ -117,7 +117,7 @@ def test_inspect_cdns_like_parquet(gold_parquet, tmp_path):
     assert len(lines) == 999
     assert json.loads(lines[1])["response_time"] == "2016-06-29T15:52:14.331104Z"
     proc = run_dnsprobe("inspect", GOLD_CDNS, "--columns", "udp_sum", check=False)
-    assert proc.returncode == 2 and "unknown column(s): udp_sum" in proc.stderr
+    assert proc.returncode == 2 and "'udp_sum' (a Parquet column, not recorded in C-DNS)" in proc.stderr
     both = run_dnsprobe("inspect", GOLD_CDNS, parquet, "--json", "--limit", "0").stdout.splitlines()
     assert len(both) == 2 * 999
 

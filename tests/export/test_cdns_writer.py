@@ -730,7 +730,8 @@ def test_bad_compression_level_is_a_config_error(tmp_path):
         "--set", "export.compression_level=12", check=False,
     )
     assert proc.returncode == 2
-    assert proc.stderr.strip() == "dnsprobe: error: config key 'export.compression_level': 12 is not a xz level (0..9)"
+    assert proc.stderr.strip() == ("dnsprobe: error: config key 'export.compression_level': 12 is not a xz level"
+                                   " (0..9); see dnsprobe read --help")
 
 
 @needs_shared
