@@ -9,13 +9,14 @@
 import probe.native  # noqa: F401 (first: a DNSPROBE_NATIVE_DIR build of the extensions is found by every import)
 
 
-def make_exporter(cfg, directory, worker_id, stats, client=None, live=False, metrics=None):
+def make_exporter(cfg, directory, worker_id, stats, client=None, live=False, metrics=None, records=False):
     """The exporter for cfg.export.format; a new format is one new module and one entry here.
 
     client: the export.anonymise.ClientPrivacy applied to client addresses (None: written as they are);
     live: the records come from live capture (C-DNS collection parameters say so; Parquet is written as a
     journal first, export.parquet.journal, when export.flush_seconds asks for it); metrics: an
-    export.metrics.DnsMetrics counting what is written (None: not counted)."""
+    export.metrics.DnsMetrics counting what is written (None: not counted); records: the transactions come as
+    probe._records.TxBatch (the production pipeline), else as tuples (the Python reference)."""
     fmt = cfg.export.format
     if fmt == "parquet":
         make_enricher, RecordBuilder, ParquetExporter = _parquet_parts()
@@ -30,10 +31,10 @@ def make_exporter(cfg, directory, worker_id, stats, client=None, live=False, met
             from export.parquet.journal import JournalingParquetExporter as cls
         exporter = cls(
             cfg.export, directory, worker_id, stats, RecordBuilder(answers=cfg.export.answers),
-            steps=[s for s in steps if s is not None], late_ns=int(cfg.match.query_timeout * 1e9),
+            steps=[s for s in steps if s is not None], late_ns=int(cfg.match.query_timeout * 1e9), records=records,
         )
     elif fmt == "cdns":
-        exporter = _cdns_exporter()(cfg, directory, worker_id, stats, client=client, live=live)
+        exporter = _cdns_exporter()(cfg, directory, worker_id, stats, client=client, live=live, records=records)
     else:
         raise ValueError(f"unknown export format {fmt!r}")
     exporter.metrics = metrics

@@ -276,8 +276,11 @@ class FileSink:
 class CdnsExporter(FileExporter):
     """Writes transactions as C-DNS files (see the module docstring); the exporter interface is in export/."""
 
-    def __init__(self, cfg, directory, worker_id, stats, client=None, live=False):
+    def __init__(self, cfg, directory, worker_id, stats, client=None, live=False, records=False):
+        """records: write() is given probe._records.TxBatch (the production pipeline), else transaction tuples
+        (the Python reference)."""
         super().__init__(cfg.export, directory, worker_id, stats)
+        self.records = records
         ecfg = cfg.export
         check_level(ecfg.cdns_compression, ecfg.compression_level)
         self.suffix = ".cdns" + F.COMPRESSION_SUFFIXES[ecfg.cdns_compression]
@@ -300,9 +303,9 @@ class CdnsExporter(FileExporter):
 
     def write(self, txs, address_events=None, now_ns=None):
         self._reap()
-        records = not isinstance(txs, list)  # a probe._records.TxBatch (the columnar pipeline)
-        if self.metrics is not None:  # (Prometheus on: the tuples of records are made for it only)
-            self.metrics.add_transactions(txs.to_tuples() if records else txs)
+        records = self.records
+        if self.metrics is not None:
+            (self.metrics.add_records if records else self.metrics.add_transactions)(txs)
         limit = self.cfg.rotate_records
         i = 0
         n = len(txs)

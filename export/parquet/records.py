@@ -13,7 +13,7 @@ columns are null in a query-only row, so `dns_len > 0` means "has a query" and `
 import pyarrow as pa
 
 from export.parquet.answers import answers_column
-from export.parquet.columns import extract
+from export.parquet.columns import extract_python
 from export.parquet.schema import ANSWERS, BOOL, I32, SCHEMA, STR, TS_US
 from probe.model import (
     FLAG_AA,
@@ -86,7 +86,6 @@ _CLIENT = {"client": (((Q, M.SRC), (R, M.DST)), "a")}
 _RESPONSE_RAW = {"r_raw": ((R, M.RAW), "y")}
 
 
-_records = load("probe._records")
 _parquetrec = load("export.parquet._parquetrec")
 
 
@@ -105,18 +104,11 @@ class RecordBuilder:
         self._answers = answers
         self._specs = dict(_FIELDS, **_CLIENT, **(_RESPONSE_RAW if answers else {}))
 
-    def build(self, txs):
-        """The Arrow table of the transactions: a probe._records.TxBatch (message records), or a list of
-        (query, response, response_messages) tuples."""
-        if _records is not None and isinstance(txs, _records.TxBatch):
-            return self._build_records(txs)
-        return self._build_tuples(txs)
-
-    def _build_records(self, txs):
-        """One C pass over the records writes every column (export/parquet/_parquetrec.c) but the enrichment
-        ones (null until export.enrich fills them) and the answers, made here from the responses' bytes (which
-        the pass gives as the r_raw column); _build_tuples, whose column pass has its own reference in Python
-        (columns.extract_python), is the reference of this one."""
+    def build_records(self, txs):
+        """The Arrow table of a probe._records.TxBatch (transactions of message records), the production path: one
+        C pass over the records writes every column (export/parquet/_parquetrec.c) but the enrichment ones (null
+        until export.enrich fills them) and the answers, made here from the responses' bytes (which the pass
+        gives as the r_raw column). build() is its reference."""
         n = len(txs)
         names = _C_NAMES + (["r_raw"] if self._answers else [])
         made = dict(zip(names, _parquetrec.parquet_columns(txs, names)))
@@ -130,11 +122,13 @@ class RecordBuilder:
                 arrays.append(pa.nulls(n, field.type))
         return pa.Table.from_arrays(arrays, schema=SCHEMA)
 
-    def _build_tuples(self, txs):
+    def build(self, txs):
+        """The Arrow table of a list of (query, response, response_messages) tuples: the Python reference (the
+        reference pipeline, the C-DNS reader)."""
         import pyarrow.compute as pc
 
         specs = self._specs
-        f = dict(zip(specs, extract(txs if isinstance(txs, list) else list(txs), list(specs.values()))))
+        f = dict(zip(specs, extract_python(txs, list(specs.values()))))
         n = len(txs)
         q_present = f["q_ts"].is_valid()
         r_present = f["r_ts"].is_valid()
@@ -235,6 +229,13 @@ class RecordBuilder:
 # The columns the C pass writes: all but the enrichment ones and the answers.
 _C_NAMES = [name for name in SCHEMA.names if name not in ("public_resolver", "registered_domain", "public_suffix",
                                                           "answers")]
+
+
+def record_columns(txs, names):
+    """The columns `names` of the schema, made by the C column pass from a probe._records.TxBatch, as a table."""
+    fields = [SCHEMA.field(name) for name in names]
+    made = _parquetrec.parquet_columns(txs, names)
+    return pa.Table.from_arrays([_wrap(f.type, len(txs), m) for f, m in zip(fields, made)], schema=pa.schema(fields))
 
 
 def _wrap(typ, n, result):

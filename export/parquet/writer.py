@@ -111,16 +111,18 @@ class ParquetExporter(FileExporter):
     suffix = ".parquet"
     live_suffix = ".part"  # (hidden in the hive layout: .NAME.parquet.part)
 
-    def __init__(self, export_cfg, directory, worker_id, stats, builder=None, steps=(), late_ns=0):
+    def __init__(self, export_cfg, directory, worker_id, stats, builder=None, steps=(), late_ns=0, records=False):
         """steps: table → table functions applied to every batch of records before it is written, in order
         (export.enrich, then client privacy); late_ns: how long after a hive partition's end a transaction
-        of it can still complete (the query timeout)."""
+        of it can still complete (the query timeout); records: write() is given probe._records.TxBatch (built by
+        the C column pass), else transaction tuples (the Python reference)."""
         super().__init__(export_cfg, directory, worker_id, stats)
         if builder is None:
             from export.parquet.records import RecordBuilder
 
             builder = RecordBuilder()
         self.builder = builder
+        self.records = records
         self.steps = tuple(steps)
         self.files = {}  # partition (None in the flat layout, else its bucket number) → _File
         self.late_ns = late_ns
@@ -136,7 +138,7 @@ class ParquetExporter(FileExporter):
         if self.hive and now_ns is not None:
             self._close_ended(now_ns)
         if txs:
-            table = self.builder.build(txs)
+            table = self.builder.build_records(txs) if self.records else self.builder.build(txs)
             for step in self.steps:
                 table = step(table)
             self.write_table(table)

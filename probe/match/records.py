@@ -1,6 +1,6 @@
-"""The matching stage on message records, for the columnar pipeline: probe.match._matchrec.Matcher, the whole
-table in C (probe/match/_matchrec.c), with TransactionTable's rules and order. TransactionTable's Python loop
-stays the reference (tests/match/test_matchrec.py compares the two).
+"""The matching stage on message records, the production pipeline's: probe.match._matchrec.Matcher, the whole
+table in C (probe/match/_matchrec.c), with TransactionTable's rules and order. TransactionTable (Python, on
+message tuples) is the reference (tests/match/test_matchrec.py compares the two).
 """
 
 import os

@@ -50,6 +50,8 @@ def test_record_block_equals_python_block(path, tmp_path):
     assert handed == [i for i, (q, r, _) in enumerate(txs) if (q if q is not None else r)[M.MALFORMED]]
 
 
-def test_add_records_takes_only_a_txbatch():
+def test_add_records_takes_only_a_txbatch_and_items():
     with pytest.raises(TypeError, match="TxBatch"):
-        cdns._cdnsblock.add_records([], 0, 0, {}, {}, {}, {}, [], None, None)
+        cdns._cdnsblock.add_records([], 0, 0, {}, {}, {}, {}, cdns._cdnsblock.Items(), None, None)
+    with pytest.raises(TypeError, match="Items"):
+        cdns._cdnsblock.add_records(_records.TxBatch(), 0, 0, {}, {}, {}, {}, [], None, None)
