@@ -73,9 +73,9 @@ def main():
                 match = [rng.randrange(256) for _ in range(3)]
                 save("fuzz_matchrec", bytes(match[:1] + [match[1] | 0x80] + match[2:]) + run)  # decoded messages
                 # Frames packed or as lists, the raw message kept or not, the IP lists on or off, VLAN offload.
-                mode = ethernet | (0x08 if seeds % 2 else 0) | (0x10 if seeds % 3 else 0) | (0x20 if seeds % 4 == 0
-                                                                                              else 0)
-                save("fuzz_decoderec", bytes([mode | (0x40 if seeds % 5 == 0 else 0)]) + join_frames(eth[i : i + 3]))
+                mode = (0x08 if seeds % 2 else 0) | (0x10 if seeds % 3 else 0) | (0x20 if seeds % 4 == 0 else 0)
+                mode |= 0x40 if seeds % 5 == 0 else 0
+                save("fuzz_decoderec", bytes([ethernet | mode]) + join_frames(eth[i : i + 3]))
                 seeds += 1
         decoder = PacketDecoder(DecodeConfig(parser="wire"), (53,), Stats())
         decoded = [m for b in read_capture(path, 4096) for m in decoder.decode(b, str(path))]
