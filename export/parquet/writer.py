@@ -112,10 +112,11 @@ class ParquetExporter(FileExporter):
     suffix = ".parquet"
     live_suffix = ".part"  # (hidden in the hive layout: .NAME.parquet.part)
 
-    def __init__(self, cfg, directory, worker_id, stats, client=None, live=False, metrics=None):
+    def __init__(self, cfg, directory, worker_id, stats, client=None, live=False, metrics=None, records=False):
         """client: the export.anonymise.ClientPrivacy of client addresses (None: written as they are); live: not
         used here (live capture's journal is a class of its own, chosen by export.make_exporter); metrics: an
-        export.metrics.DnsMetrics counting what is written (None: not counted)."""
+        export.metrics.DnsMetrics counting what is written (None: not counted); records: write() is given
+        probe._records.TxBatch (built by the C column pass), else transaction tuples (the Python reference)."""
         # Imported here: recovering journals (export.recovery) needs none of them.
         from export.enrich import make_enricher
         from export.parquet.records import RecordBuilder
@@ -123,6 +124,7 @@ class ParquetExporter(FileExporter):
         super().__init__(cfg, directory, worker_id, stats, metrics)
         export_cfg = cfg.export
         self.builder = RecordBuilder(answers=export_cfg.answers)
+        self.records = records
         # Applied to every batch of records before it is written, in order. Enrichment looks the real addresses
         # up; privacy transforms them afterwards (docs/enrichment.md).
         self.enricher = make_enricher(cfg)
@@ -146,7 +148,7 @@ class ParquetExporter(FileExporter):
         if self.hive and now_ns is not None:
             self._close_ended(now_ns)
         if txs:
-            table = self.builder.build(txs)
+            table = self.builder.build_records(txs) if self.records else self.builder.build(txs)
             for step in self.steps:
                 table = step(table)
             self.write_table(table)
