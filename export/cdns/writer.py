@@ -288,7 +288,7 @@ class CdnsExporter(FileExporter):
         """client: the export.anonymise.ClientPrivacy of client addresses (None: recorded as they are); live: the
         records come from live capture (the collection parameters say so); metrics: an export.metrics.DnsMetrics
         counting what is written (None: not counted)."""
-        super().__init__(cfg, directory, worker_id, stats, metrics)
+        super().__init__(cfg, directory, worker_id, stats, metrics, live)
         ecfg = cfg.export
         check_level(ecfg.cdns_compression, ecfg.compression_level)
         self.suffix = ".cdns" + F.COMPRESSION_SUFFIXES[ecfg.cdns_compression]
