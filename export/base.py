@@ -332,7 +332,7 @@ class FileExporter:
             except OSError as exc:
                 raise self._output_error(exc, directory) from None
             if not self.live:  # another run took the name since we looked
-                raise self._name_exists(final)
+                raise self._name_exists(part)
 
     def _may_take(self, final, part):
         """Whether the name final may be written: it is not in use, or export.overwrite replaces it (a live file of
