@@ -9,7 +9,10 @@ import json
 
 import pyarrow.parquet as pq
 import pytest
-from support import ROOT, T0, q_dns, run_dnsprobe, udp_frame, write_pcap
+from support.data import ROOT
+from support.dnsprobe import run_dnsprobe
+from support.frames import T0, udp_frame, write_pcap
+from support.messages import q_dns
 
 from probe.capture.files import open_file_source
 from probe.config import load_config
