@@ -289,7 +289,7 @@ class CdnsExporter(FileExporter):
         records come from live capture (the collection parameters say so); metrics: an export.metrics.DnsMetrics
         counting what is written (None: not counted); records: write() is given probe._records.TxBatch (the
         production pipeline), else transaction tuples (the Python reference)."""
-        super().__init__(cfg, directory, worker_id, stats, metrics)
+        super().__init__(cfg, directory, worker_id, stats, metrics, live)
         self.records = records
         ecfg = cfg.export
         check_level(ecfg.cdns_compression, ecfg.compression_level)
