@@ -2,6 +2,7 @@
 
     python benchmarks/summary.py                  # 10 files of the standard mix's ~1M transactions each, 3 rounds
     python benchmarks/summary.py --copies 2 --rounds 1   # 2M records, one round (a quick look)
+    python benchmarks/summary.py --data /var/tmp/sumdata  # the data sets kept there, and reused by the next run
 
 The data set is real `dnsprobe read` output: the standard mix (benchmarks/traffic.py, 2,120,000 packets: about
 1,000,000 transactions) read into one Parquet file, then written `--copies` times into a directory by the product's
@@ -22,6 +23,7 @@ import argparse
 import datetime
 import json
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -74,7 +76,7 @@ def shifted(table, k, span_us, unique_names):
 
 
 def write_dataset(table, directory, copies, unique_names):
-    """`copies` Parquet files in directory, written with the product's writer settings."""
+    """`copies` Parquet files in directory, written with the product's writer settings; their number of records."""
     from export.parquet.writer import open_parquet
     from probe.config import load_config
 
@@ -114,29 +116,54 @@ def markdown(res):
     return "\n".join(lines) + "\n"
 
 
+def data_sets_in(top, copies, tmp):
+    """{name: (directory, records)} of the two data sets under top, written unless there already."""
+    import pyarrow.parquet as pq
+
+    dirs = {name: top / f"{name.replace(' ', '-')}-{copies}" for name in ("standard mix", "unique names")}
+    table = None
+    out = {}
+    for name, directory in dirs.items():
+        if not directory.is_dir():
+            table = base_table(tmp) if table is None else table
+            part = directory.with_name(directory.name + ".part")  # an interrupted writing is not reused
+            shutil.rmtree(part, ignore_errors=True)
+            write_dataset(table, part, copies, name == "unique names")
+            part.rename(directory)
+        out[name] = directory, sum(pq.read_metadata(f).num_rows for f in directory.glob("*.parquet"))
+    return out
+
+
+def run_rounds(args, tmp, core):
+    """The measurements of each data set, round by round (the data sets alternated), and their records."""
+    if args.data:
+        args.data.mkdir(parents=True, exist_ok=True)
+    data = data_sets_in(args.data or tmp, args.copies, tmp)
+    samples = {name: [] for name in data}
+    for i in range(args.rounds):
+        for name, (directory, records) in data.items():
+            m = measure(directory, core)
+            assert m["summary"]["records"] == records, (m["summary"]["records"], records)
+            samples[name].append(m)
+            print(f"round {i + 1}/{args.rounds} {name}: {m['cpu_seconds']:.2f} s CPU, {m['wall_seconds']:.2f} s",
+                  flush=True)
+    return samples, {name: records for name, (_, records) in data.items()}
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--copies", type=int, default=10, help="files of about 1M records each (default 10)")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--core", type=int)
+    ap.add_argument("--data", type=Path, help="where to write the data sets and keep them (a later run with the same "
+                    "--data and --copies reuses them); default: a temporary directory")
     ap.add_argument("--no-save", action="store_true")
     args = ap.parse_args(argv)
     core = args.core if args.core is not None else max(os.sched_getaffinity(0))
     started = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    data_sets = {}
     with tempfile.TemporaryDirectory(prefix="dnsprobe-summary-bench-") as tmp:
-        table = base_table(tmp)
-        dirs = {name: Path(tmp) / name.replace(" ", "-") for name in ("standard mix", "unique names")}
-        records = {name: write_dataset(table, d, args.copies, name == "unique names") for name, d in dirs.items()}
-        del table
-        samples = {name: [] for name in dirs}
-        for i in range(args.rounds):
-            for name, directory in dirs.items():
-                m = measure(directory, core)
-                assert m["summary"]["records"] == records[name], (m["summary"]["records"], records[name])
-                samples[name].append(m)
-                print(f"round {i + 1}/{args.rounds} {name}: {m['cpu_seconds']:.2f} s CPU, {m['wall_seconds']:.2f} s",
-                      flush=True)
+        samples, records = run_rounds(args, Path(tmp), core)
+    data_sets = {}
     for name, runs in samples.items():
         cpu = statistics.median(r["cpu_seconds"] for r in runs)
         data_sets[name] = {

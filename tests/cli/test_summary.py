@@ -120,6 +120,9 @@ def test_registered_domains_are_the_public_suffix_lists(outputs):
     for s in (summary(outputs["parquet"]), summary(enriched)):
         assert [[r["registered_domain"], r["count"]] for r in s["registered_domains"]["top"]] == expected
         assert s["registered_domains"]["distinct"] == distinct
+    both = summary(outputs["parquet"], enriched)  # files with them and files without
+    assert [[r["registered_domain"], r["count"] // 2] for r in both["registered_domains"]["top"]] == expected
+    assert all(r["count"] % 2 == 0 for r in both["registered_domains"]["top"])
 
 
 def test_cdns_hive_and_mixed_directories(outputs):
@@ -150,6 +153,8 @@ def test_the_text_is_for_people(outputs):
     assert f"top 10 QNAMEs of {s['qnames']['distinct']:,}" in lines and "NXDOMAIN" in text and "AAAA" in text
     bars = [line for line in lines if "█" in line]
     assert len(bars) == len(s["response_delay_us"]["histogram"])
+    short = run_dnsprobe("inspect", "--summary", directory, "--limit", "0").stdout.splitlines()
+    assert f"{s['clients']['distinct']:,} clients" in short and not any(x.startswith("top ") for x in short)
 
 
 def test_wrong_use_is_a_usage_error(outputs, tmp_path):
