@@ -16,7 +16,9 @@ Two data sets:
 
 Registered domains are not in the files (enrichment off, the default), so the summary finds them itself. Each run
 is the real command, `dnsprobe inspect --summary DIR --json`, pinned to one core (offline.run_measured), charged
-its CPU time; the figure is the median over the rounds. Results: benchmarks/results/summary.json and summary.md.
+its CPU time; the figure is the median over the rounds. For scale, each round also times DuckDB (one thread, the
+same core) answering one of the summary's questions in SQL, the ten most frequent QNAMEs with their number of
+distinct ones. Results: benchmarks/results/summary.json and summary.md.
 """
 
 import argparse
@@ -92,10 +94,44 @@ def write_dataset(table, directory, copies, unique_names):
     return table.num_rows * copies
 
 
+# The command as `python -m probe` runs it (probe.console.run), writing its peak memory (VmHWM) to the file argv[1]
+# as it exits. The child's rusage cannot tell it: its maxrss starts at this (large) process's, from the fork.
+PEAK_MEMORY_WRAPPER = """
+import atexit, sys
+out = sys.argv.pop(1)
+
+def peak():
+    with open("/proc/self/status") as status, open(out, "w") as f:
+        f.write(next(line.split()[1] for line in status if line.startswith("VmHWM")))
+
+atexit.register(peak)
+from probe.console import run
+sys.exit(run())
+"""
+
+
 def measure(directory, core):
-    stdout, m = offline.run_measured([*COMMAND, "inspect", "--summary", str(directory), "--json"],
-                                     core)
+    with tempfile.NamedTemporaryFile("r") as peak:
+        stdout, m = offline.run_measured([sys.executable, "-c", PEAK_MEMORY_WRAPPER, peak.name, "inspect",
+                                          "--summary", str(directory), "--json"], core)
+        m["max_rss_mb"] = round(int(peak.read()) / 1024, 1)
     m["summary"] = json.loads(stdout)
+    return m
+
+
+# DuckDB's answer to one question of the summary, for scale: the top QNAMEs and how many distinct ones.
+DUCKDB_QUERY = """
+import duckdb, sys
+con = duckdb.connect()
+con.execute("set threads = 1")
+files = sys.argv[1] + "/*.parquet"
+con.execute(f"select qname, count(*) c from '{files}' group by 1 order by c desc, qname limit 10").fetchall()
+con.execute(f"select count(distinct qname) from '{files}'").fetchall()
+"""
+
+
+def measure_duckdb(directory, core):
+    _, m = offline.run_measured([sys.executable, "-c", DUCKDB_QUERY, str(directory)], core)
     return m
 
 
@@ -107,12 +143,14 @@ def markdown(res):
         f"on one core (machine: {res['machine']['cpu_model']}, load at start {res['machine']['load_average_at_start']}"
         f"); commit {res['code'].get('git_commit') or '?'}.",
         "",
-        "| data set | records | distinct QNAMEs | CPU s | wall s | records per CPU-second | max RSS MiB |",
-        "|---|---|---|---|---|---|---|",
+        "| data set | records | distinct QNAMEs | CPU s | wall s | records per CPU-second | max RSS MiB | DuckDB, top "
+        "QNAMEs only: CPU s |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for name, v in res["data_sets"].items():
         lines.append(f"| {name} | {v['records']:,} | {v['distinct_qnames']:,} | {v['cpu_seconds']:.2f} | "
-                     f"{v['wall_seconds']:.2f} | {v['records_per_cpu_second']:,} | {v['max_rss_mb']:,.0f} |")
+                     f"{v['wall_seconds']:.2f} | {v['records_per_cpu_second']:,} | {v['max_rss_mb']:,.0f} | "
+                     f"{v['duckdb_top_qnames_cpu_seconds']:.2f} |")
     return "\n".join(lines) + "\n"
 
 
@@ -144,6 +182,7 @@ def run_rounds(args, tmp, core):
         for name, (directory, records) in data.items():
             m = measure(directory, core)
             assert m["summary"]["records"] == records, (m["summary"]["records"], records)
+            m["duckdb"] = measure_duckdb(directory, core)
             samples[name].append(m)
             print(f"round {i + 1}/{args.rounds} {name}: {m['cpu_seconds']:.2f} s CPU, {m['wall_seconds']:.2f} s",
                   flush=True)
@@ -174,6 +213,7 @@ def main(argv=None):
             "wall_seconds": statistics.median(r["wall_seconds"] for r in runs),
             "records_per_cpu_second": round(records[name] / cpu),
             "max_rss_mb": max(r["max_rss_mb"] for r in runs),
+            "duckdb_top_qnames_cpu_seconds": statistics.median(r["duckdb"]["cpu_seconds"] for r in runs),
         }
     res = {"started": started, "copies": args.copies, "rounds": args.rounds, "machine": offline.machine(),
            "code": offline.code(), "data_sets": data_sets}
