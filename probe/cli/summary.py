@@ -4,12 +4,12 @@ Records and time span, transactions per second (mean and peak second), the most 
 domains and clients, the QTYPE, RCODE and transport mix, matched / query-only / response-only, response-delay
 percentiles and a histogram.
 
-Every figure is computed by Arrow's compute functions, table by table (a Parquet file's batches of a million rows,
-only the columns needed; a C-DNS file or a live journal whole): each table is reduced to (value, count) tables by
-hash grouping, the partial counts of all tables are summed by one more grouping at the end, and only the short
-results reach Python. The delays too are counted by value, so their percentiles and histogram are exact whatever
-the number of records. Registered domains are taken from the files where they hold them (enrich.public_suffix),
-else found with the bundled Public Suffix List (ICANN section) once per distinct QNAME.
+Every figure is computed by Arrow's compute functions, table by table (a Parquet file's row groups, only the
+columns needed; a C-DNS file or a live journal whole): each table is reduced to (value, count) tables by hash
+grouping, the partial counts of all tables are summed by one more grouping at the end, and only the short results
+reach Python. The delays too are counted by value, so their percentiles and histogram are exact whatever the number
+of records. Registered domains are taken from the files where they hold them (enrich.public_suffix), else found
+with the bundled Public Suffix List (ICANN section) for each table's distinct QNAMEs.
 """
 
 import bisect
@@ -30,7 +30,6 @@ BATCH_ROWS = 1 << 20  # Parquet rows reduced at a time (at most: a batch ends wi
 DICTIONARY_COLUMNS = ("qname", "src", "registered_domain")
 # Percentiles of the response delay, in thousandths: integer arithmetic picks the rank exactly.
 PERCENTILES_PERMILLE = (500, 900, 950, 990, 999)
-PROT_TRANSPORT = {17: "udp", 6: "tcp"}  # the transport of a record without one: its IP protocol's
 COUNTED = ("second", "qtype", "rcode", "qname", "registered_domain", "src", "transport", "delay", "presence")
 
 
@@ -126,6 +125,7 @@ class Tally:
         if low.is_valid:
             self.first = low.as_py() if self.first is None else min(self.first, low.as_py())
             self.last = high.as_py() if self.last is None else max(self.last, high.as_py())
+        # A record without a transport (files written before the column) has its IP protocol's.
         by_prot = pc.if_else(pc.equal(table.column("prot"), 17), "udp",
                              pc.if_else(pc.equal(table.column("prot"), 6), "tcp", pa.scalar(None, pa.string())))
         delays = pc.drop_null(table.column("response_delay_us"))

@@ -164,3 +164,17 @@ def test_wrong_use_is_a_usage_error(outputs, tmp_path):
     proc = run_dnsprobe("inspect", "--summary", tmp_path / "x.parquet", check=False)
     assert proc.returncode == 1 and "neither a Parquet file nor a C-DNS file" in proc.stderr
     assert Path(tmp_path / "x.parquet").exists()
+
+
+def test_a_file_read_in_part_is_counted_to_its_problem(tmp_path):
+    """A C-DNS file cut in its third block: the records of its first two are summed, then an error line, exit 1."""
+    out = read(tmp_path / "cdns", "--format", "cdns", "--set", "export.cdns_block_items=3000")
+    (whole,) = out.glob("*.cdns")
+    data = whole.read_bytes()
+    cut = tmp_path / "cut.cdns"
+    cut.write_bytes(data[: len(data) * 5 // 6])
+    full = summary(whole)
+    proc = run_dnsprobe("inspect", "--summary", cut, "--json", check=False)
+    assert proc.returncode == 1 and "(the records before it are counted)" in proc.stderr
+    part = json.loads(proc.stdout)
+    assert part["records"] == 6000 < full["records"] and part["transactions"]["matched"] <= 6000
