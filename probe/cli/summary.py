@@ -58,7 +58,8 @@ def read_tables(paths):
 
 
 def _summary_columns(table):
-    """The table's SUMMARY_COLUMNS in their schema types (or dictionaries of them), null where the file has none."""
+    """The table's SUMMARY_COLUMNS in their schema types, null where the file has none; a record batch's
+    dictionaries as they are (Arrow's grouping takes one dictionary, not chunks of differing ones)."""
     import pyarrow as pa
 
     from export.parquet.schema import SCHEMA
@@ -68,8 +69,9 @@ def _summary_columns(table):
         typ = SCHEMA.field(name).type
         if name not in table.schema.names:
             columns[name] = pa.nulls(table.num_rows, typ)
-        elif pa.types.is_dictionary(column_type := table.schema.field(name).type) and column_type.value_type == typ:
-            columns[name] = table.column(name)
+        elif pa.types.is_dictionary(column_type := table.schema.field(name).type) and column_type.value_type == typ \
+                and not isinstance(column := table.column(name), pa.ChunkedArray):
+            columns[name] = column  # one dictionary (a record batch's): grouped by its indexes
         else:
             columns[name] = table.column(name).cast(typ)
     return pa.table(columns)
