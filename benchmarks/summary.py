@@ -2,7 +2,7 @@
 
     python benchmarks/summary.py                  # 10 files of the standard mix's ~1M transactions each, 3 rounds
     python benchmarks/summary.py --copies 2 --rounds 1   # 2M records, one round (a quick look)
-    python benchmarks/summary.py --data /var/tmp/sumdata  # the data sets kept there, and reused by the next run
+    python benchmarks/summary.py --data DIR      # the data sets kept in DIR, and reused by the next run
 
 The data set is real `dnsprobe read` output: the standard mix (benchmarks/traffic.py, 2,120,000 packets: about
 1,000,000 transactions) read into one Parquet file, then written `--copies` times into a directory by the product's
