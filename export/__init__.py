@@ -9,14 +9,15 @@
 import probe.native  # noqa: F401 (first: a DNSPROBE_NATIVE_DIR build of the extensions is found by every import)
 
 
-def make_exporter(cfg, directory, worker_id, stats, client=None, live=False, metrics=None):
+def make_exporter(cfg, directory, worker_id, stats, client=None, live=False, metrics=None, records=False):
     """The exporter for cfg.export.format; a new format is one new module and one entry here. Every exporter
     takes these arguments (export.base.Exporter).
 
     client: the export.anonymise.ClientPrivacy applied to client addresses (None: written as they are);
     live: the records come from live capture (C-DNS collection parameters say so; Parquet is written as a
     journal first, export.parquet.journal, when export.flush_seconds asks for it); metrics: an
-    export.metrics.DnsMetrics counting what is written (None: not counted)."""
+    export.metrics.DnsMetrics counting what is written (None: not counted); records: the transactions come as
+    probe._records.TxBatch (the production pipeline), else as tuples (the Python reference)."""
     fmt = cfg.export.format
     if fmt == "parquet":
         cls = _parquet_exporter()
@@ -26,7 +27,7 @@ def make_exporter(cfg, directory, worker_id, stats, client=None, live=False, met
         cls = _cdns_exporter()
     else:
         raise ValueError(f"unknown export format {fmt!r}")
-    return cls(cfg, directory, worker_id, stats, client=client, live=live, metrics=metrics)
+    return cls(cfg, directory, worker_id, stats, client=client, live=live, metrics=metrics, records=records)
 
 
 def _parquet_exporter():

@@ -2,9 +2,13 @@
 
 Files are written as NAME.part (live Parquet: the journal NAME.journal, export.parquet.journal; in the hive
 layout .NAME.part and .NAME.journal, names engines skip) and renamed to NAME when complete; NAME is
-<prefix><UTC start YYYYmmdd.HHMMSS.ffffff>.w<worker><suffix>, the start being the capture time of the file's
-first record. Every name is taken by creating its file exclusively, so two runs writing into one directory
-never replace each other's files, even when they start at the same moment.
+<prefix><UTC start YYYYmmdd.HHMMSS.ffffff>.w<worker>[.N]<suffix>, the start being the capture time of the file's
+first record, and .N counting the files of one run that start in the same microsecond. A name is a function of
+the input, so that the same input read twice meets its own names: reading files, a name that exists (finished,
+or being written) is refused (ConfigError, exit 2), unless export.overwrite, which replaces the file; live
+capture never reads the same packets twice, and a name an earlier run left (a restart in the same microsecond)
+is kept beside with the next free .N. Every name is taken by creating its live file exclusively, so two runs
+writing into one directory never write one file, even when they start at the same moment.
 
 Rotation is decided here, in FileExporter, for every format: a file is closed export.rotate_seconds of capture
 time after its first record (due()), once it holds export.rotate_records records, and once it holds
@@ -86,41 +90,42 @@ def hidden_part(path):
     return live_path(path, ".part", hidden=True)
 
 
-def free_path(directory, base, suffix, take=None):
-    """DIR/BASE+SUFFIX, or DIR/BASE.N+SUFFIX with the first N that is free, counting the live names of a file
-    (NAME.part, NAME.journal, .NAME.part, .NAME.journal) as taken. The name is taken by creating a file
-    exclusively: take(path) names it (default: path itself); take=False returns the free name without taking it.
+def name_in_use(path):
+    """path, or the live name of it (NAME.part, NAME.journal, .NAME.part, .NAME.journal) that exists; None: neither
+    does."""
+    names = [path] + [live_path(path, s, h) for s in LIVE_SUFFIXES for h in (False, True)]
+    return next((p for p in names if p.exists()), None)
 
-    Output names carry a time to the second (statistics) or microsecond (data); two runs writing to one
-    directory can still meet on a name, even at the same moment, and neither may replace the other's file."""
+
+def take(path):
+    """Create path exclusively (empty): the name is this run's. False when another run took it first."""
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+    except FileExistsError:
+        return False
+    return True
+
+
+def free_path(directory, base, suffix):
+    """DIR/BASE+SUFFIX, or DIR/BASE.N+SUFFIX with the first N that is free (name_in_use), taken by creating it.
+
+    For the statistics JSON, named after the run's start to the second: two runs in one second each keep theirs."""
     directory = Path(directory)
     seq = 0
     while True:
         path = directory / (f"{base}{suffix}" if not seq else f"{base}.{seq}{suffix}")
         seq += 1
-        if path.exists() or any(live_path(path, s, h).exists() for s in LIVE_SUFFIXES for h in (False, True)):
-            continue
-        if take is False:
+        if name_in_use(path) is None and take(path):
             return path
-        try:
-            os.close(os.open(take(path) if take else path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
-        except FileExistsError:  # another run took it since we looked
-            continue
-        return path
-
-
-STATS_DIR = "_stats"  # the hive layout's directory of statistics JSON files, skipped by engines as hidden
 
 
 def stats_json_path(export_cfg, directory, started):
-    """Where a run's statistics JSON goes: PREFIX<UTC start to the second>.stats.json, made unique and taken
-    (created empty) at once: call it when the file is about to be written. In the hive layout under _stats/, so
-    that the output directory holds nothing but the dataset."""
+    """Where a run's statistics JSON goes: _PREFIX<UTC start to the second>.stats.json in the output directory,
+    made unique and taken (created empty) at once: call it when the file is about to be written. The leading '_'
+    is Hadoop's mark of a file that is not data: Spark, Hive, Trino and pyarrow reading the directory skip it, in
+    either layout."""
     stamp = time.strftime("%Y%m%d.%H%M%S", time.gmtime(started))
-    if export_cfg.layout == "hive":
-        directory = Path(directory) / STATS_DIR
-        directory.mkdir(exist_ok=True)
-    return free_path(directory, f"{export_cfg.file_prefix}{stamp}", ".stats.json")
+    return free_path(directory, f"_{export_cfg.file_prefix}{stamp}", ".stats.json")
 
 
 # Where finished files are announced: the write end of the run's pipe (probe.run.onclose), set before the run starts
@@ -211,7 +216,8 @@ class FileExporter:
     suffix = ""
     live_suffix = ".part"  # what the file is called while it is written: NAME + this
 
-    def __init__(self, cfg, directory, worker_id, stats, metrics=None):
+    def __init__(self, cfg, directory, worker_id, stats, metrics=None, live=False):
+        """live: the records come from live capture, whose file names are never refused nor replaced (_take_name)."""
         self.cfg = cfg.export
         self.dir = Path(directory)
         self.worker_id = worker_id
@@ -220,6 +226,8 @@ class FileExporter:
         self.file_start_ns = None  # capture time of the newest file's first record
         self.completed = []  # final paths of closed files
         self.metrics = metrics
+        self.live = live
+        self.named = {}  # (directory, NAME without .N and suffix) → files this run has named so
 
     @property
     def part_path(self):
@@ -307,14 +315,43 @@ class FileExporter:
         raise NotImplementedError
 
     def _take_name(self, directory, ts_ns, hidden=False):
-        """(final path, live path) of a new file in directory starting at ts_ns (a .N is added if the name is
-        taken): the live one is created here, empty (free_path), so no other run can take the name."""
+        """(final path, live path) of a new file in directory starting at ts_ns; the live one is created here,
+        empty, so that no other run takes the name. A name this run gave already gets the next .N (files of one
+        rotation starting in the same microsecond); one that exists otherwise is an earlier run's (see the module
+        docstring)."""
         base = f"{self.cfg.file_prefix}{file_stamp(ts_ns)}.w{self.worker_id}"
-        try:
-            final = free_path(directory, base, self.suffix, take=lambda p: live_path(p, self.live_suffix, hidden))
-        except OSError as exc:
-            raise self._output_error(exc, directory) from None
-        return final, live_path(final, self.live_suffix, hidden)
+        key = (str(directory), base)
+        while True:
+            seq = self.named.get(key, 0)
+            self.named[key] = seq + 1
+            final = Path(directory) / (f"{base}.{seq}{self.suffix}" if seq else f"{base}{self.suffix}")
+            part = live_path(final, self.live_suffix, hidden)
+            try:
+                if self._may_take(final, part) and take(part):
+                    return final, part
+            except OSError as exc:
+                raise self._output_error(exc, directory) from None
+            if not self.live:  # another run took the name since we looked
+                raise self._name_exists(part)
+
+    def _may_take(self, final, part):
+        """Whether the name final may be written: it is not in use, or export.overwrite replaces it (a live file of
+        it left by an interrupted run is removed). Live capture passes on to the next .N; reading files, a name in
+        use is refused."""
+        found = name_in_use(final)
+        if found is None:
+            return True
+        if self.live:
+            return False
+        if not self.cfg.overwrite:
+            raise self._name_exists(found)
+        if part.exists():
+            part.unlink()
+        return True  # (the finished file is replaced when ours is renamed to it)
+
+    def _name_exists(self, path):
+        return ConfigError(f"{path} exists (this input written there before?): not written twice; --overwrite"
+                           " (export.overwrite) replaces it")
 
     def _output_error(self, exc, where=None):
         where = where or self.part_path or self.dir

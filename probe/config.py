@@ -111,6 +111,10 @@ class ExportConfig:
     format: str = opt("parquet", "output format: parquet, or cdns (C-DNS, RFC 8618)", choices=("parquet", "cdns"))
     directory: str = opt(".", "output directory (the -o flag)")
     file_prefix: str = opt("dnsprobe.", "output file name prefix", check=_file_name_part)
+    overwrite: bool = opt(
+        False, "`dnsprobe read`: replace an output file whose name exists (the same input read again) instead of"
+        " refusing it; live capture never replaces a file (docs/usage.md)",
+    )
     rotate_records: int = opt(5000000, "close a file after this many records (0: no limit)", min=0)
     rotate_seconds: float = opt(300.0, "close a file this many seconds after it was opened (0: no limit)", min=0)
     rotate_bytes: int = opt(
@@ -193,7 +197,7 @@ class RunConfig:
     progress: str = opt(
         "auto", "progress bar: auto (on a terminal), always, never", choices=("auto", "always", "never")
     )
-    stats_json: bool = opt(True, "write the run statistics as JSON next to the data")
+    stats_json: bool = opt(True, "write the run statistics as _PREFIX<start>.stats.json in the output directory")
     workers: int = opt(
         1, "`dnsprobe read`: worker processes; each reads every input and keeps the flows whose IP address pair"
         " hashes to it; at most one per core it may run on (docs/usage.md)", min=1, max=1024,

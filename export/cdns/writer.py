@@ -284,11 +284,13 @@ class FileSink(OutputFile):
 class CdnsExporter(FileExporter):
     """Writes transactions as C-DNS files (see the module docstring); the exporter interface is in export/."""
 
-    def __init__(self, cfg, directory, worker_id, stats, client=None, live=False, metrics=None):
+    def __init__(self, cfg, directory, worker_id, stats, client=None, live=False, metrics=None, records=False):
         """client: the export.anonymise.ClientPrivacy of client addresses (None: recorded as they are); live: the
         records come from live capture (the collection parameters say so); metrics: an export.metrics.DnsMetrics
-        counting what is written (None: not counted)."""
-        super().__init__(cfg, directory, worker_id, stats, metrics)
+        counting what is written (None: not counted); records: write() is given probe._records.TxBatch (the
+        production pipeline), else transaction tuples (the Python reference)."""
+        super().__init__(cfg, directory, worker_id, stats, metrics, live)
+        self.records = records
         ecfg = cfg.export
         check_level(ecfg.cdns_compression, ecfg.compression_level)
         self.suffix = ".cdns" + F.COMPRESSION_SUFFIXES[ecfg.cdns_compression]
@@ -309,9 +311,9 @@ class CdnsExporter(FileExporter):
 
     def write(self, txs, address_events=None, now_ns=None):
         self._reap()
-        records = not isinstance(txs, list)  # a probe._records.TxBatch (the columnar pipeline)
-        if self.metrics is not None:  # (Prometheus on: the tuples of records are made for it only)
-            self.metrics.add_transactions(txs.to_tuples() if records else txs)
+        records = self.records
+        if self.metrics is not None:
+            (self.metrics.add_records if records else self.metrics.add_transactions)(txs)
         i = 0
         n = len(txs)
         while i < n:

@@ -1,8 +1,8 @@
 /* export.parquet._parquetrec: a TxBatch of message records -> the Arrow buffers of the Parquet columns
  * (export/parquet/schema.py), in one pass, derived columns included.
  *
- * Why: the record builder over transaction tuples (export/parquet/_columns.c, then Arrow compute kernels for the derived
- * columns) waited on the scattered tuples for most of its time; the records of a TxBatch are contiguous, and
+ * Why: a record builder over transaction tuples (a column pass, then Arrow compute kernels for the derived columns)
+ * waited on the scattered tuples for most of its time; the records of a TxBatch are contiguous, and
  * every column, the derived ones too (times, flag bits, opcode, RCODE with its extended bits, the delay, the
  * domain name, address text), is written here from them. RecordBuilder.build over the transaction tuples stays
  * the reference; tests/export/test_parquetrec.py checks that both give equal tables.
@@ -10,8 +10,8 @@
  * parquet_columns(txs, names) -> [(null_count, validity or None, buffers...), ...]
  *   One result per name in `names` (export/parquet/schema.py SCHEMA names but the enrichment ones and answers,
  *   and r_raw: the response's DNS bytes as binary, for the answers column; ValueError for another), with the
- *   buffers of Arrow's layout as export/parquet/_columns.c gives them (fixed width and bool: (data,); strings and
- *   binary: (offsets, data); list<int32>: (offsets, values)).
+ *   buffers of Arrow's layout (fixed width and bool: (data,); strings and binary: (offsets, data); list<int32>:
+ *   (offsets, values)).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>

@@ -3,7 +3,8 @@ client privacy (export.parquet.privacy) → rotating files, flat or in hive part
 
 A file is written as NAME.parquet.part (hive layout: .NAME.parquet.part, a name engines skip) and renamed
 to NAME.parquet only once complete, so readers never see a half-written file. NAME = <prefix><UTC start
-YYYYmmdd.HHMMSS.ffffff>.w<worker>, the start being the capture time of the file's first record. Rotation
+YYYYmmdd.HHMMSS.ffffff>.w<worker>[.N], the start being the capture time of the file's first record (a name that
+exists: export.base). Rotation
 (export.base.FileExporter): after rotate_records records, once the file holds rotate_bytes bytes (checked after
 each row group; the rows not yet in a row group then go to the next file), and rotate_seconds after the file's
 start (the pipeline asks due() with capture time offline; live, the supervisor rotates on the wall clock, so a
@@ -112,17 +113,20 @@ class ParquetExporter(FileExporter):
     suffix = ".parquet"
     live_suffix = ".part"  # (hidden in the hive layout: .NAME.parquet.part)
 
-    def __init__(self, cfg, directory, worker_id, stats, client=None, live=False, metrics=None):
-        """client: the export.anonymise.ClientPrivacy of client addresses (None: written as they are); live: not
-        used here (live capture's journal is a class of its own, chosen by export.make_exporter); metrics: an
-        export.metrics.DnsMetrics counting what is written (None: not counted)."""
+    def __init__(self, cfg, directory, worker_id, stats, client=None, live=False, metrics=None, records=False):
+        """client: the export.anonymise.ClientPrivacy of client addresses (None: written as they are); live: the
+        records come from live capture (names: export.base.FileExporter._take_name; its journal is a class of its
+        own, chosen by export.make_exporter); metrics: an export.metrics.DnsMetrics counting what is written (None:
+        not counted); records: write() is given probe._records.TxBatch (built by the C column pass), else
+        transaction tuples (the Python reference)."""
         # Imported here: recovering journals (export.recovery) needs none of them.
         from export.enrich import make_enricher
         from export.parquet.records import RecordBuilder
 
-        super().__init__(cfg, directory, worker_id, stats, metrics)
+        super().__init__(cfg, directory, worker_id, stats, metrics, live)
         export_cfg = cfg.export
         self.builder = RecordBuilder(answers=export_cfg.answers)
+        self.records = records
         # Applied to every batch of records before it is written, in order. Enrichment looks the real addresses
         # up; privacy transforms them afterwards (docs/enrichment.md).
         self.enricher = make_enricher(cfg)
@@ -146,7 +150,7 @@ class ParquetExporter(FileExporter):
         if self.hive and now_ns is not None:
             self._close_ended(now_ns)
         if txs:
-            table = self.builder.build(txs)
+            table = self.builder.build_records(txs) if self.records else self.builder.build(txs)
             for step in self.steps:
                 table = step(table)
             self.write_table(table)

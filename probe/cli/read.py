@@ -19,7 +19,9 @@ dnstap.message_types, default AUTH_* and CLIENT_*). Packets and dnstap may be mi
 with each other, and the dnstap_type column tells their rows apart. Files are
 read in the order given, as one continuous capture: a query in one file can match a response in
 the next. Records are written as NAME.parquet.part (C-DNS: NAME.cdns[.gz|.xz|.zst].part) and renamed
-when complete; a statistics JSON file is written next to them.
+when complete; NAME comes from the capture time of the file's first record and the worker, so the same
+input read again meets its names: refused (exit 2), or replaced with --overwrite. The statistics go to
+_PREFIX<start>.stats.json beside them (a name engines reading the directory skip).
 
 examples:
   dnsprobe read capture.pcap.xz -o out/
@@ -37,6 +39,11 @@ READ_FLAGS = (
     (("--workers",), "run.workers", int, "worker processes, each reading its share of the flows (default 1)"),
     (("--coremask",), "run.coremask", str, "hex mask of the cores to run one read worker on each, e.g. 0x3"),
 )
+# Switches of read only (set the key to true).
+READ_SWITCHES = (
+    (("--overwrite",), "export.overwrite", "replace output files whose names exist (the same input read again);"
+     " without it such a name is refused (exit 2)"),
+)
 
 
 def add_parser(sub):
@@ -52,10 +59,12 @@ def add_parser(sub):
                          "the statistics, the rate and the files written")
     for flags, key, typ, help_ in READ_FLAGS:
         read.add_argument(*flags, dest=key, type=typ, metavar=key.split(".")[1].upper(), help=help_)
+    for flags, key, help_ in READ_SWITCHES:
+        read.add_argument(*flags, dest=key, action="store_const", const=True, help=help_)
 
 
 def run(args):
-    cfg = load_config(args.config, overrides(args, READ_FLAGS))
+    cfg = load_config(args.config, overrides(args, READ_FLAGS + READ_SWITCHES))
     check_config(cfg, "read")
     for f in args.files:
         need_file(f, "input file ")

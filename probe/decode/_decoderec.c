@@ -1,10 +1,11 @@
 /* probe.decode._decoderec: the common-frame fast path of PacketDecoder (probe/decode/packets.py) writing message
- * records (include/records.h) into a MsgBatch instead of message tuples into a list: PacketDecoder.decode_into.
+ * records (include/records.h) into a MsgBatch: PacketDecoder.decode_into. Its Python reference is PacketDecoder's
+ * frame loop (PacketDecoder.decode, message tuples; tests/decode/test_decoderec.py compares the two).
  *
- * The same frames as probe.decode._fastwire.decode_frames (wire.h classify: Ethernet with VLAN tags, IPv4
- * without fragments, IPv6 without extension headers, UDP, and TCP through the Python stream step), the same
- * checks, counters and stopping rule: it stops at the first frame it does not handle and returns (i, j), the
- * caller decodes frames i..j-1 with the Python code and appends their tuples to the batch. The message walk is
+ * The common frames (wire.h classify: Ethernet with VLAN tags, IPv4 without fragments, IPv6 without extension
+ * headers, UDP, and TCP through the stream step), with the Python code's checks and counters; it stops at the
+ * first frame it does not handle and returns (i, j), the caller decodes frames i..j-1 with the Python code and
+ * appends their tuples to the batch. The message walk is
  * wire.h's walk_message; what the Python walker makes objects of (the QNAME text, the EDNS fields) is written
  * into the record's tail here.
  *
@@ -324,8 +325,8 @@ static int tcp_message(void *ctx, PyObject *m)
                        t->keep_raw, t->counts);
 }
 
-/* A TCP segment through the stream step, with the arguments _fastwire gives it. ts and wl: the frame's time and
- * length objects (NULL: made here from ts_ns and wirelen). */
+/* A TCP segment through the stream step, with the arguments PacketDecoder._tcp_step takes. ts and wl: the
+ * frame's time and length objects (NULL: made here from ts_ns and wirelen). */
 static int tcp_frame(PyObject *ts, PyObject *wl, long long ts_ns, long long wirelen, const unsigned char *f,
                      const Fast *x, PyObject *src, PyObject *dst, PyObject *tcp, int keep_raw, MsgBatch *out,
                      long long *counts)
@@ -558,7 +559,7 @@ static PyMethodDef methods[] = {
      "flow_hash(frame, linktype) -> int: the symmetric hash of the frame's IP address pair (include/wire.h)."},
     {"decode_frames", decode_frames, METH_VARARGS,
      "decode_frames(ts, wirelen, data, start, out, portmap, keep4, keep6, counts, tcp, keep_raw) -> (i, j): "
-     "probe.decode._fastwire.decode_frames with records appended to the MsgBatch out."},
+     "the common-frame fast path of PacketDecoder.decode_into, records appended to the MsgBatch out."},
     {"decode_packed", decode_packed, METH_VARARGS,
      "decode_packed(frames, start, out, portmap, keep4, keep6, counts, tcp, keep_raw) -> (i, j): decode_frames over "
      "a probe._records.Frames (FrameBatch.packed)."},

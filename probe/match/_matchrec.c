@@ -1,12 +1,12 @@
 /* probe.match._matchrec: the matching stage (probe/match/table.py TransactionTable) on message records.
  *
- * Why: the C loop over message tuples (probe/match/_match.c) still hashed a key tuple and went through a Python dict
- * per message; here the pending queries are copies of their records in a hash table of its own, and completed
+ * Why: matching message tuples hashes a key tuple and goes through a Python dict per message; here the pending
+ * queries are copies of their records in a hash table of its own, and completed
  * transactions are written into a TxBatch. Everything TransactionTable does is done here, with its exact
  * rules and order: the question check, the timeout rule, retries under one key, duplicates, response-only and
  * malformed messages, expiry and the max_pending bound (walking keys in the dict's insertion order, retries
  * re-inserted at the young end), zone transfers (summed counts capped to int32), and the flush order.
- * TransactionTable.add_python stays the reference; tests/match/test_matchrec.py compares the two on every capture.
+ * TransactionTable stays the reference; tests/match/test_matchrec.py compares the two on every capture.
  *
  * Matcher(timeout_ns, max_pending, max_pending_per_key, seed)
  *   m.add(msgs, out, now_ns=None) -> counts

@@ -1,7 +1,7 @@
-"""The matching stage on message records, for the columnar pipeline: probe.match._matchrec.Matcher, the whole
+"""The matching stage on message records, the production pipeline's: probe.match._matchrec.Matcher, the whole
 table in C (probe/match/_matchrec.c), with TransactionTable's rules and order, for packets' and dnstap's messages
-(their scopes, query copies). TransactionTable's Python loop stays the reference (tests/match/test_matchrec.py
-compares the two).
+(their scopes, query copies). TransactionTable (Python, on message tuples) is the reference
+(tests/match/test_matchrec.py compares the two).
 """
 
 import os

@@ -3,6 +3,11 @@
 The same object serves offline reading (`dnsprobe read`) and each live-capture worker. The decoder follows
 the batch's type: packets (FrameBatch) go to the packet decoder, dnstap frames (DnstapBatch) to the dnstap
 decoder, made on the first such batch; both feed the one transaction table and exporter.
+
+It runs one of two pipelines, picked once at construction: in production, C message records (probe._records:
+PacketDecoder.decode_into, RecordTable, an exporter given TxBatch); where those extensions are not built, the
+Python reference end to end (message tuples: PacketDecoder.decode, TransactionTable, an exporter given tuples).
+The output is the same either way (tests/run/test_columnar.py).
 """
 
 import gc
@@ -14,7 +19,7 @@ from probe.decode.ipfilter import IpFilter
 from probe.decode.packets import PacketDecoder
 from probe.match import RecordTable, TransactionTable
 from probe.model import DnstapBatch
-from probe.native import load
+from probe.native import load, records_built
 from probe.stats import Stats
 
 _records = load("probe._records")
@@ -36,10 +41,10 @@ def tune_gc():
 
 
 class Pipeline:
-    """columnar: packets and dnstap messages become C message records (probe._records) through the decoders'
-    decode_into, RecordTable and a TxBatch, rather than tuples; None: whenever it can (the C decoder runs, the
-    record extensions are built, the query timeout fits in 64 bits). The output is the same either way
-    (tests/run/test_columnar.py)."""
+    """columnar: the production pipeline on C message records (probe._records): packets and dnstap messages through
+    the decoders' decode_into, RecordTable and a TxBatch; False: the Python reference on message tuples; None: the
+    records whenever they can run (the record extensions are built, probe.native.RECORD_EXTENSIONS, and the query
+    timeout fits in 64 bits), with any decode.parser. The output is the same either way (tests/run/test_columnar.py)."""
 
     def __init__(self, cfg, out_dir, worker_id=0, stats=None, live=False, columnar=None, share=None):
         """share: (k, n), this pipeline is read worker k of n (`dnsprobe read --workers n`) and keeps only the
@@ -52,7 +57,7 @@ class Pipeline:
         )
         self.dnstap = None  # the DnstapDecoder, made for the first DnstapBatch
         if columnar is None:
-            columnar = self.decoder.parser == "fast" and self.decoder.records and RecordTable.supports(cfg.match)
+            columnar = records_built() and RecordTable.supports(cfg.match)
         self.columnar = columnar
         if columnar:
             self.table = RecordTable(cfg.match, self.stats)
@@ -62,7 +67,8 @@ class Pipeline:
             self.table = TransactionTable(cfg.match, self.stats)
             self._txs = []
         client = client_privacy(cfg.privacy)
-        self.exporter = make_exporter(cfg, out_dir, worker_id, self.stats, client=client, live=live)
+        self.exporter = make_exporter(cfg, out_dir, worker_id, self.stats, client=client, live=live,
+                                      records=columnar)
         self._until_gc = GC_EVERY_PACKETS
         self._collections = 0
         self.started = time.time()

@@ -1,22 +1,19 @@
-"""The C decoder (probe.decode._fastwire) must give exactly what the Python code gives.
+"""The C walker (probe.decode._fastwire) must give exactly what the Python walker gives.
 
 - The extension is built (a broken build must fail CI, not silently fall back to Python).
 - parse_message: C == Python (values and types, and the names cache they fill) on every DNS message of
   every capture the tests use, and on many thousands of messages damaged from real ones: truncation
   at every length, byte flips, compression pointers and label types corrupted, huge counts, OPT
   options rewritten.
-- PacketDecoder with decode.parser fast == wire: the same message lists, counters and address events
-  on the same captures, with and without IP lists, at two batch sizes. The captures include TCP
-  traffic made here (tcp_frames: split, merged, retransmitted, reordered segments, RST, TFO, FIN,
-  mid-stream starts, IPv6, VLAN tags), whose frames the C frame loop decodes itself but for the
-  unusual ones, which must reach the Python code, and no others.
-- keep_raw=False (an exporter that does not read the raw message): the same with raw None.
+- The captures the decoder tests share (test_decoderec uses them): the shared ones, the sample, and traffic
+  made here, among it TCP (tcp_frames: split, merged, retransmitted, reordered segments, RST, TFO, FIN,
+  mid-stream starts, IPv6, VLAN tags).
+- keep_raw=False (an exporter that does not read the raw message): the same messages with raw None, with every
+  parser.
 - decode.parser auto/fast where the extension is not built: a copy of the source tree without it.
 """
 
-import collections
 import functools
-import gc
 import json
 import random
 import shutil
@@ -25,22 +22,13 @@ import subprocess
 import sys
 
 import pytest
-from scapy.all import (
-    DNS,
-    DNSQR,
-    IP,
-    UDP,
-    wrpcap,
-)
 from support.data import ROOT, needs_shared
-from support.dnsprobe import copy_env, run_python
-from support.edge_frames import eth, tcp_frames
+from support.dnsprobe import copy_env
 from support.stages import dns_messages
 
 from probe.capture.pcapfile import read_capture
-from probe.config import DecodeConfig, FilterConfig
+from probe.config import DecodeConfig
 from probe.decode import dnswire
-from probe.decode.ipfilter import IpFilter
 from probe.decode.packets import PacketDecoder
 from probe.decode.parsers import effective
 from probe.model import M
@@ -53,7 +41,7 @@ def test_extension_is_built():
     # Not importorskip: a machine where the build failed must fail here (setup.py builds it optional).
     from probe.decode import _fastwire
 
-    assert callable(_fastwire.parse_message) and callable(_fastwire.decode_frames)
+    assert callable(_fastwire.parse_message)
     assert effective("auto") == "fast"
 
 
@@ -248,94 +236,13 @@ def decode_all(path, parser, batch_size, ip_filter=None, keep_raw=True):
     return msgs, stats.as_dict(), decoder.address_events
 
 
-FILTERS = {
-    "none": None,
-    "deny": FilterConfig(ipv4_deny=("192.0.2.0/24", "10.1.0.0/16"), ipv6_deny=("2001:db8::1",)),
-    "allow": FilterConfig(ipv4_allow=("10.0.0.0/9",), ipv6_allow=("2001:db8:c::/48",)),
-}
-
-
-@needs_shared
-@pytest.mark.parametrize("filtering", list(FILTERS))
-def test_decoder_fast_equals_wire(decode_captures, filtering):
-    ip_filter = IpFilter(FILTERS[filtering]) if FILTERS[filtering] else None
-    for path in decode_captures:
-        for batch_size in (4096, 7):
-            if filtering != "none" and (batch_size == 7 or path.stat().st_size > 1 << 20):
-                continue  # the IP lists on the smaller captures, one batch size
-            want = decode_all(path, "wire", batch_size, ip_filter)
-            got = decode_all(path, "fast", batch_size, ip_filter)
-            assert got[1] == want[1], (path.name, batch_size)
-            assert got[2] == want[2], (path.name, batch_size)
-            assert len(got[0]) == len(want[0])
-            for a, b in zip(got[0], want[0]):
-                assert typed(a) == typed(b), (path.name, batch_size, a, b)
-            if filtering == "deny" and path.name == "traffic.pcap":
-                assert want[1]["ip_filtered"] > 0
-
-
-def test_tcp_frames_decoded_in_c(tmp_path):
-    """The C frame loop decodes the TCP frames itself (and VLAN-tagged, IPv4-options UDP): exactly the
-    unusual frames reach the Python code. With the equality test above, the C TCP path is checked."""
-    frames = tcp_frames()
-    path = tmp_path / "tcp.pcap"
-    wrpcap(str(path), [f for f, _ in frames])
-    records = [f for batch in read_capture(path, 4096) for f in batch.data]
-    assert len(records) == len(frames)
-    want = collections.Counter(rec for rec, (_, c) in zip(records, frames) if not c)
-    assert sum(want.values()) == 8
-    stats = Stats()
-    decoder = PacketDecoder(DecodeConfig(parser="fast"), (53,), stats)
-    seen = collections.Counter()
-    python_frames = decoder._frames
-
-    def spy(link, fast, ts, wl, data, out, counts):
-        seen.update(data)
-        python_frames(link, fast, ts, wl, data, out, counts)
-
-    decoder._frames = spy
-    msgs = []
-    for batch in read_capture(path, 4096):
-        msgs += decoder.decode(batch, str(path))
-    decoder.flush()
-    assert seen == want
-    # The traffic does what its comments say (the same counters as the Python path: the test above).
-    s = stats.as_dict()
-    for name in ("tcp_retransmitted", "tcp_out_of_order", "tcp_resync", "tcp_dropped_bytes", "tcp_resets",
-                 "truncated_frames", "non_dns", "fragments", "malformed"):
-        assert s[name] > 0, name
-    assert s["tcp_resets"] == 6  # 5 in C (RST, RST+data, denied RST, two IPv6), 1 in Python (bad offset)
-    assert decoder.address_events[(0, 0, bytes([198, 51, 100, 53]), 4)] == 2
-    tcp = [m for m in msgs if m[M.PROTO] == 6]
-    assert len(tcp) == 39
-    assert {m[M.VLAN] for m in tcp} == {None, 7, 100}
-    assert {m[M.IPV] for m in tcp} == {4, 6}
-    assert any(m[M.TCP_RTT_MS] is not None for m in tcp) and any(m[M.TCP_RTT_MS] is None for m in tcp)
-    assert {m[M.ID] for m in tcp} >= {1, 2, 3, 4, 5, 7, 8, 9, 10, 12, 13, 14, 20, 21, 22, 30, 31, 34, 41, 51, 52}
-    # The C loop takes its message tuples off the cyclic collector's lists (they cannot form cycles), TCP
-    # ones with a handshake RTT included; a capture time that is not a plain int keeps a tuple tracked.
-    c_made = [m for m in msgs if m[M.PROTO] == 6 or m[M.VLAN] is None]
-    assert c_made and not any(gc.is_tracked(m) for m in c_made)
-    query = bytes(eth() / IP(src="192.0.2.1", dst="192.0.2.53") / UDP(sport=1234) / DNS(qd=DNSQR(qname="a.example")))
-    for ts, tracked in ((1, False), ([1], True)):
-        made = []
-        decoder._c_frames([ts], [len(query)], [query], 0, made, *decoder_args(decoder))
-        assert len(made) == 1 and gc.is_tracked(made[0]) is tracked
-
-
-def decoder_args(decoder):
-    """The arguments after `out` that PacketDecoder._decode_c gives its C frame loop."""
-    return (decoder._portmap, decoder.keep4, decoder.keep6, decoder._names, decoder._max_names, [0] * 5,
-            decoder._tcp_step, decoder.keep_raw)
-
-
 @needs_shared
 @pytest.mark.parametrize("parser", ["fast", "wire", "dpkt"])
 def test_raw_left_out(decode_captures, parser):
     """keep_raw=False (an exporter that never reads the raw message): the same messages with raw None, the
-    same counters and events; with the test above, the C and Python paths agree on it too."""
+    same counters and events (the records' raw field: tests/decode/test_decoderec.py)."""
     for path in decode_captures:
-        if path.stat().st_size > 1 << 20 and parser != "fast":
+        if path.stat().st_size > 1 << 20:
             continue
         for batch_size in (4096, 7) if path.name == "tcp.pcap" else (4096,):
             full = decode_all(path, parser, batch_size)
@@ -410,60 +317,3 @@ def test_not_built_auto_warns_and_says_so(tree_without_extension, tmp_path):
 
     assert as_rows(read_output(out)) == as_rows(read_output(ref))
     assert json.loads(next(ref.glob("*.stats.json")).read_text())["counters"] == doc["counters"]
-
-
-# --- callers that run Python code in the middle of the loop (not reachable from packets) --------------------------
-
-CRAFTED_SETUP = """
-from scapy.all import DNS, DNSQR, IP, UDP, Ether
-from probe.decode.parsers import _fastwire
-from probe.model import M
-portmap = bytearray(8192)
-portmap[53 >> 3] |= 1 << (53 & 7)
-portmap = bytes(portmap)
-def udp_frame(src, qid):
-    return bytes(Ether() / IP(src=src, dst="198.51.100.53") / UDP(sport=40000, dport=53)
-                 / DNS(id=qid, qd=DNSQR(qname="held.example.com")))
-"""
-
-
-def test_frames_are_held_while_a_wirelen_runs_python_code():
-    # wirelen's __index__ empties the lists that held the only references to the frame: the loop must hold
-    # the frame before converting it (it read the frame after, freed and its memory reused).
-    code = CRAFTED_SETUP + """
-ts, data, out, junk = [1], [udp_frame("192.0.2.1", 77)], [], []
-n = len(data[0])
-class Wirelen:
-    def __index__(self):
-        ts.clear(); wl.clear(); data.clear()
-        junk.extend(bytes(n) for _ in range(100))  # the freed frame's memory is given to these
-        return n
-wl = [Wirelen()]
-counts = [0] * 5
-print(_fastwire.decode_frames(ts, wl, data, 0, out, portmap, None, None, {}, 1000, counts))
-m = out[0]
-print(m[M.ID], m[M.QNAME], m[M.SRC].hex(), counts[0] == n)
-"""
-    proc = run_python(code)
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.split("\n")[1] == "77 held.example.com c0000201 True", proc.stdout
-
-
-def test_counts_that_are_not_ints_are_refused_before_python_code_runs():
-    # A count's __index__ that empties the counts list made the next count be read from a freed array.
-    code = CRAFTED_SETUP + """
-class Count:
-    def __index__(self):
-        counts.clear()
-        return 0
-counts = [Count(), 0, 0, 0, 0]
-frames = [udp_frame("192.0.2.1", 1), udp_frame("192.0.2.2", 2)]
-keep = lambda src, dst: src == bytes([192, 0, 2, 1])  # the second frame is filtered: two counts to add
-try:
-    _fastwire.decode_frames([1, 2], [100, 100], frames, 0, [], portmap, keep, None, {}, 1000, counts)
-except TypeError as e:
-    print("TypeError", e)
-"""
-    proc = run_python(code)
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.startswith("TypeError counts must be a list of 5 ints"), proc.stdout

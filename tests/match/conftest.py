@@ -23,7 +23,7 @@ class ReferenceMatcher:
 
     def __init__(self, match_cfg):
         self.stats = Stats()
-        self.table = TransactionTable(match_cfg, self.stats, python=True)
+        self.table = TransactionTable(match_cfg, self.stats)
 
     def add(self, msgs, now_ns=None):
         return self.table.add(list(msgs), now_ns)

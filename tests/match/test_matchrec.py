@@ -1,27 +1,47 @@
-"""The record matcher (probe.match._matchrec, RecordTable) must give exactly what TransactionTable's Python loop
-gives: the same transactions in the same order after every batch and at flush, the same counters.
+"""The record matcher (probe.match._matchrec, RecordTable) must give exactly what the reference, TransactionTable
+(Python, on message tuples), gives: the same transactions in the same order after every batch and at flush, the
+same counters, the same pending queries.
 
-The same decoded messages go to both (as a MsgBatch of records and as tuples). Inputs: every capture of
-support.matching (DNS Probe's and compactor's), the benchmark's standard mix, and its generated traffic that
-walks every branch of matching (retries reusing ID and port, names differing in ASCII case and equal only
-through str.lower, responses without a question, answers after the timeout, AXFR/IXFR over TCP and UDP,
-malformed messages); at three batch sizes and three configurations (default, a 2 ms timeout, max_pending
-3, which evicts all the time).
+The same decoded messages go to both (as a MsgBatch of records and as tuples). Inputs: every capture the project
+has (DNS Probe's, compactor's including its matching/unmatched/malformed cases and the knot/nsd live captures),
+the benchmark's standard mix, and generated traffic that walks every branch of matching: retries reusing ID and
+port, answers whose QNAME differs in case (ASCII and not) or equal only through str.lower, responses without a
+question, answers after the timeout, duplicate answers, AXFR/IXFR over TCP and UDP, malformed messages; at
+several batch sizes and configurations (default, a 2 ms timeout, max_pending 3, which evicts all the time, keys
+that hold one or two queries). The table bounds (queries held under one key, queries in all) hold in both.
 """
 
 import pytest
+from scapy.layers.dns import DNS, DNSQR
+from scapy.layers.inet import IP, UDP
+from scapy.layers.l2 import Ether
 from support.captures import bench_mix
-from support.data import ROOT
-from support.matching import CONFIGS, MATCH_CAPTURES
+from support.data import ROOT, needs_shared
+from support.frames import MAC_C, MAC_S, write_pcap
+from support.matching import CONFIGS, MATCH_CAPTURES, SERVER4, T0
 
 from probe import _records
 from probe.capture.pcapfile import read_capture
-from probe.config import load_config
+from probe.config import MatchConfig, load_config
 from probe.decode.ipfilter import IpFilter
 from probe.decode.packets import PacketDecoder
 from probe.match import RecordTable, TransactionTable
 from probe.model import M
 from probe.stats import Stats
+
+
+@needs_shared
+def test_captures_found():
+    names = {p.name for p in MATCH_CAPTURES}
+    assert {
+        "udp_simple.pcap",
+        "tcp_axfr_zone_transfer.pcap",
+        "knot-live.raw.pcap.xz",
+        "nsd-live.raw.pcap.xz",
+        "matching.pcap.xz",
+        "unmatched.pcap.xz",
+        "malformed.pcap.xz",
+    } <= names, names
 
 
 def typed(value):
@@ -57,7 +77,7 @@ def assert_same_matching(batches, match_cfg, label, clocks=None):
     at flush. clocks: the capture clock given with each batch (None: the tables run on their messages' time).
     Returns the transactions and the counters."""
     sc, sp = Stats(), Stats()
-    c, py = RecordTable(match_cfg, sc), TransactionTable(match_cfg, sp, python=True)
+    c, py = RecordTable(match_cfg, sc), TransactionTable(match_cfg, sp)
     msgs, out = _records.MsgBatch(), _records.TxBatch()
     everything = []
     for k, batch in enumerate(batches):
@@ -84,7 +104,7 @@ def assert_same_matching(batches, match_cfg, label, clocks=None):
 def test_equals_python_on_captures(config):
     total = 0
     for path in MATCH_CAPTURES + [ROOT / "samples" / "sample-mix.pcap.xz", bench_mix()]:
-        for batch_size in (1, 4096) if path.stat().st_size < 200_000 else (4096,):
+        for batch_size in (1, 7, 4096) if path.stat().st_size < 200_000 else (4096,):
             txs, _ = assert_same_matching(python_batches(path, batch_size), CONFIGS[config], path.name)
             total += len(txs)
     assert total > 20000
@@ -92,16 +112,21 @@ def test_equals_python_on_captures(config):
 
 @pytest.mark.parametrize("config", CONFIGS, ids=str)
 def test_equals_python_on_generated_traffic(generated_capture, config):
-    for batch_size in (4096, 16, 1):
+    for batch_size in (4096, 16, 1):  # (the checks below look at the last: expiry after every message)
         label = f"{generated_capture.name}/{batch_size}"
         txs, stats = assert_same_matching(python_batches(generated_capture, batch_size), CONFIGS[config], label)
     # The traffic did reach the branches it was made for.
     assert stats.duplicate_queries > 0 and stats.zone_transfer_messages > 0
     assert stats.matched > 100 and stats.response_only > 0 and stats.query_only > 0
     assert any(n > 1 for _, _, n in txs)  # a transfer of several messages
-    named = [(q[M.QNAME], r[M.QNAME]) for q, r, _ in txs if q and r and not q[M.MALFORMED] and r[M.QNAME]]
+    pairs = [(q, r) for q, r, _ in txs if q is not None and r is not None and not q[M.MALFORMED]]
+    assert any(r[M.QNAME] is None for _, r in pairs)  # answered without a question
+    named = [(q[M.QNAME], r[M.QNAME]) for q, r in pairs if r[M.QNAME] is not None]
+    assert any(a != b and a.isascii() and b.isascii() for a, b in named)  # case differs
     assert any(a != b and not (a.isascii() and b.isascii()) for a, b in named)  # equal only after str.lower()
-    if config == "max-pending-3":
+    assert any(q is not None and q[M.MALFORMED] for q, _, _ in txs)
+    assert any(r is not None and r[M.MALFORMED] for _, r, _ in txs)
+    if config in ("max-pending-3", "per-key-1", "per-key-2"):
         assert stats.match_evicted > 0
 
 
@@ -210,3 +235,52 @@ def test_equals_python_on_dnstap(generated_capture, config):
     mixed = [batch for k, batch in enumerate(packets) for batch in ((batch, dnstap[k]) if k < len(dnstap) else
                                                                       (batch,))]
     assert_same_matching(mixed, CONFIGS[config], f"{config} dnstap among packets")
+
+
+def retry_flood(path, queries, keys, unanswered_responses):
+    """`queries` queries spread over `keys` keys (one client port and DNS ID each, QNAMEs all different), then
+    responses under the first key whose QNAME answers none of them (each one scans its key's queries)."""
+    frames, t = [], T0
+    for i in range(queries):
+        t += 1000
+        dns = DNS(id=7, rd=1, qd=[DNSQR(qname=f"q{i}.example.com")])
+        ip = IP(src="192.0.2.9", dst=SERVER4) / UDP(sport=41000 + i % keys, dport=53)
+        frames.append((t, bytes(Ether(src=MAC_C, dst=MAC_S) / ip / dns)))
+    for _ in range(unanswered_responses):
+        t += 1000
+        dns = DNS(id=7, qr=1, qd=[DNSQR(qname="other.example.com")])
+        ip = IP(src=SERVER4, dst="192.0.2.9") / UDP(sport=53, dport=41000)
+        frames.append((t, bytes(Ether(src=MAC_S, dst=MAC_C) / ip / dns)))
+    return write_pcap(path, frames)
+
+
+def test_retries_under_one_key_are_bounded_and_counted(tmp_path):
+    # Queries reusing one port and ID grew one list without bound, scanned by every response under that key:
+    # the structural bound (queries held under a key) is what keeps a response's work constant.
+    cfg = MatchConfig()
+    path = retry_flood(tmp_path / "retries.pcap", 600, 1, 50)
+    for batch_size in (4096, 7):
+        txs, stats = assert_same_matching(python_batches(path, batch_size), cfg, f"retries/{batch_size}")
+        assert stats.duplicate_queries == 599 and stats.response_only == 50
+        assert stats.match_evicted == 600 - cfg.max_pending_per_key
+        assert stats.query_only == 600 and len(txs) == 650
+    table = TransactionTable(cfg, Stats())
+    for msgs in python_batches(path, 64):  # the bound holds after every batch
+        table.add(msgs)
+        assert all(len(v) <= cfg.max_pending_per_key for v in table.pending.values() if type(v) is list)
+
+
+def test_max_pending_counts_queries_not_keys(tmp_path):
+    cfg = MatchConfig(max_pending=50, max_pending_per_key=100)
+    path = retry_flood(tmp_path / "keys.pcap", 400, 10, 0)  # 10 keys, 40 queries each
+    txs, stats = assert_same_matching(python_batches(path, 16), cfg, "keys")
+    assert stats.match_evicted > 0 and stats.query_only == 400
+    table, records = TransactionTable(cfg, Stats()), RecordTable(cfg, Stats())
+    msgs, out = _records.MsgBatch(), _records.TxBatch()
+    for batch in python_batches(path, 16):
+        table.add(batch)
+        msgs.clear()
+        msgs.extend(batch)
+        records.add(msgs, out)
+        assert sum(len(v) if type(v) is list else 1 for v in table.pending.values()) <= 50
+        assert records.held <= 50

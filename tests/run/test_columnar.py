@@ -1,13 +1,20 @@
-"""The columnar pipeline (message records: decode_into, RecordTable, the record column pass) writes the same
-files as the pipeline on message tuples, byte for byte, with the same counters: Parquet and C-DNS, on every
-shared capture, the sample, the live-capture test's traffic and the benchmark mix, and with dnstap input among
-packets. (Each stage is compared
-with its Python reference in tests/decode/test_decoderec.py, tests/match/test_matchrec.py and
-tests/export/test_parquetrec.py.)"""
+"""The production pipeline (message records: decode_into, RecordTable, the record column pass, the C-DNS record
+loop) writes the same files as the reference pipeline on message tuples, byte for byte, with the same counters:
+Parquet and C-DNS, on every shared capture, the sample, the live-capture test's traffic and the benchmark mix, and
+with dnstap input among packets;
+also the reference where no extension is built at all (an install without a compiler). (Each stage is compared
+with its Python reference in tests/decode/test_decoderec.py, tests/match/test_matchrec.py,
+tests/export/test_parquetrec.py and tests/export/test_cdnsrec.py.)"""
 
+import json
+import subprocess
+import sys
+
+import pyarrow.parquet as pq
 import pytest
 from support.captures import columnar_captures
 from support.data import ROOT
+from support.dnsprobe import copy_env
 
 from probe.capture.pcapfile import read_capture
 from probe.config import load_config
@@ -20,8 +27,31 @@ def captures(tmp_path_factory):
 
 
 def test_columnar_is_the_default():
-    assert Pipeline(load_config(), "/nonexistent").columnar
-    assert not Pipeline(load_config(overrides={"decode.parser": "wire"}), "/nonexistent").columnar
+    """The records whatever the DNS parser (the Python decoder's tuples join the MsgBatch); the reference only for
+    what the C matcher cannot take (a query timeout beyond its 64-bit time arithmetic)."""
+    for parser in ("auto", "fast", "wire", "dpkt"):
+        pipeline = Pipeline(load_config(overrides={"decode.parser": parser}), "/nonexistent")
+        assert pipeline.columnar and pipeline.exporter.records, parser
+    pipeline = Pipeline(load_config(overrides={"match.query_timeout": 1e11}), "/nonexistent")
+    assert not pipeline.columnar and not pipeline.exporter.records
+
+
+@pytest.mark.parametrize("parser", ["wire", "dpkt"])
+def test_python_decoders_feed_the_records(captures, parser, tmp_path):
+    """decode.parser wire or dpkt: the Python decoder's tuples go into the MsgBatch, matched and written in C; the
+    same files and counters as the reference pipeline with that parser."""
+    for path in captures[-3:]:  # the sample, the live-capture traffic (TCP too) and the benchmark mix
+        outputs = []
+        for columnar in (True, False):
+            out = tmp_path / f"{path.name}-{parser}-{columnar}"
+            out.mkdir()
+            cfg = load_config(overrides={"decode.parser": parser, "export.format": "cdns"})
+            pipeline = Pipeline(cfg, out, columnar=columnar)
+            for frames in read_capture(path, 512):
+                pipeline.feed(frames, str(path))
+            stats = pipeline.finish()
+            outputs.append(([(p.name, p.read_bytes()) for p in sorted(out.iterdir())], stats.as_dict()))
+        assert outputs[0][0] and outputs[0] == outputs[1], path.name
 
 
 # Parquet options that change what the builder is given or what happens to its table afterwards.
@@ -50,6 +80,59 @@ def test_same_files_and_counters(captures, fmt, options, tmp_path):
             outputs.append(([(p.name, p.read_bytes()) for p in sorted(out.iterdir())], stats.as_dict()))
         assert outputs[0][0], path.name
         assert outputs[0] == outputs[1], path.name
+
+
+# The reference pipeline in a process where no extension can be imported: every C extension (probe.native) is
+# looked for in an empty directory (DNSPROBE_NATIVE_DIR), as on a machine without a compiler.
+WITHOUT_EXTENSIONS = """
+import json, sys
+from pathlib import Path
+from probe.capture.pcapfile import read_capture
+from probe.config import load_config
+from probe.native import EXTENSIONS, load
+from probe.run.pipeline import Pipeline
+assert all(load(name) is None for name in EXTENSIONS)
+fmt, *pairs = sys.argv[1:]
+for path, out in zip(pairs[::2], pairs[1::2]):
+    pipeline = Pipeline(load_config(overrides={"export.format": fmt}), Path(out))
+    assert not pipeline.columnar
+    for frames in read_capture(path, 512):
+        pipeline.feed(frames, path)
+    Path(out, "counters.json").write_text(json.dumps(pipeline.finish().as_dict()))
+"""
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "cdns"])
+def test_reference_without_extensions_writes_the_same(captures, fmt, tmp_path):
+    """The no-compiler fallback: the whole pipeline in Python gives the production pipeline's files (Parquet: equal
+    tables; C-DNS: equal bytes) and counters."""
+    pairs = []
+    for path in captures:
+        for side in ("c", "python"):
+            (tmp_path / side / path.name).mkdir(parents=True)
+        pairs += [path, tmp_path / "python" / path.name]
+    empty = tmp_path / "no-extensions"
+    empty.mkdir()
+    proc = subprocess.run([sys.executable, "-c", WITHOUT_EXTENSIONS, fmt, *map(str, pairs)], capture_output=True,
+                          text=True, cwd=ROOT, env=copy_env() | {"DNSPROBE_NATIVE_DIR": str(empty)})
+    assert proc.returncode == 0, proc.stderr
+    assert "probe._records was not built" in proc.stderr
+    for path in captures:
+        out = tmp_path / "c" / path.name
+        pipeline = Pipeline(load_config(overrides={"export.format": fmt}), out)
+        assert pipeline.columnar
+        for frames in read_capture(path, 512):
+            pipeline.feed(frames, str(path))
+        counters = pipeline.finish().as_dict()
+        ref = tmp_path / "python" / path.name
+        assert json.loads((ref / "counters.json").read_text()) == counters, path.name
+        files = sorted(p.name for p in out.iterdir())
+        assert files and files == sorted(p.name for p in ref.iterdir() if p.name != "counters.json"), path.name
+        for name in files:
+            if fmt == "parquet":
+                assert pq.read_table(out / name).equals(pq.read_table(ref / name)), (path.name, name)
+            else:
+                assert (out / name).read_bytes() == (ref / name).read_bytes(), (path.name, name)
 
 
 def dnstap_batches(t0):

@@ -103,7 +103,7 @@ def test_every_dpdk_worker_rotates_when_told(testbed, parts, shape, out_dir, req
     not answer would keep its transactions in its .part file until the stop). The primary and the secondary of the
     multi-process shape; the queue threads of the one process without hugepages. (AF_PACKET workers:
     test_live_capture.test_sighup_rotates.)"""
-    from test_dpdk import LIBDPDK, NO_HUGE, DpdkProbe
+    from support.live import LIBDPDK, NO_HUGE, DpdkProbe
 
     if not LIBDPDK:
         pytest.skip("libdpdk is not installed, so the DPDK extension is not built")

@@ -54,13 +54,18 @@ def split(data):
 
 
 def corpus_frames():
-    """The Ethernet frames of the fuzz corpus (fuzz/corpus: the frame, decoder, matcher and column seeds)."""
+    """The Ethernet frames of the fuzz corpus (fuzz/corpus: the decoder, matcher, column and C-DNS seeds made of
+    frames)."""
+    frames_of = {
+        "fuzz_decoderec": lambda d: d[1:] if d and d[0] & 0x87 == ETHERNET else b"",  # Ethernet frames, not messages
+        "fuzz_matchrec": lambda d: d[3:] if len(d) > 1 and d[1] & 0x80 else b"",  # decoded, not crafted, messages
+        "fuzz_parquetrec": lambda d: d[1:] if d and not d[0] & 2 else b"",  # frames, not crafted messages
+        "fuzz_cdnsblock": lambda d: d,
+    }
     out = []
-    for name, skip in (("fuzz_frames", 1), ("fuzz_match", 3), ("fuzz_columns", 0), ("fuzz_cdnsblock", 0)):
+    for name, frames in frames_of.items():
         for f in sorted((ROOT / "fuzz" / "corpus" / name).iterdir()):
-            data = f.read_bytes()
-            if name != "fuzz_frames" or data[0] % len(LINK_NAMES) == ETHERNET:
-                out += split(data[skip:])
+            out += split(frames(f.read_bytes()))
     return out
 
 
