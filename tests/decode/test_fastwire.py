@@ -32,7 +32,7 @@ from scapy.all import (
     UDP,
     wrpcap,
 )
-from support.data import ROOT, needs_shared
+from support.data import ROOT
 from support.dnsprobe import copy_env, run_python
 from support.edge_frames import eth, tcp_frames
 from support.stages import dns_messages
@@ -91,7 +91,6 @@ def corpus_of(path):
     return tuple(dns_messages(path))
 
 
-@needs_shared
 def test_captures_found(decode_captures):
     names = {p.name for p in decode_captures}
     assert {"knot-live.raw.pcap.xz", "nsd-live.raw.pcap.xz", "udp_simple.pcap", "sample-mix.pcap.xz",
@@ -99,7 +98,6 @@ def test_captures_found(decode_captures):
     assert len(names) == 19
 
 
-@needs_shared
 def test_every_message_of_every_capture(decode_captures):
     total = 0
     for path in decode_captures:
@@ -183,7 +181,6 @@ def opt_messages(rng, count):
     return out
 
 
-@needs_shared
 def test_damaged_messages(decode_captures):
     rng = random.Random(20240601)
     base = seeds(decode_captures)
@@ -255,7 +252,6 @@ FILTERS = {
 }
 
 
-@needs_shared
 @pytest.mark.parametrize("filtering", list(FILTERS))
 def test_decoder_fast_equals_wire(decode_captures, filtering):
     ip_filter = IpFilter(FILTERS[filtering]) if FILTERS[filtering] else None
@@ -329,7 +325,6 @@ def decoder_args(decoder):
             decoder._tcp_step, decoder.keep_raw)
 
 
-@needs_shared
 @pytest.mark.parametrize("parser", ["fast", "wire", "dpkt"])
 def test_raw_left_out(decode_captures, parser):
     """keep_raw=False (an exporter that never reads the raw message): the same messages with raw None, the

@@ -11,7 +11,7 @@ import struct
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
-from support.data import COMPACTOR_DATA, DNSPROBE_DATA, ROOT, needs_shared
+from support.data import COMPACTOR_DATA, DNSPROBE_DATA, ROOT
 from support.dnsprobe import run_python
 from support.stages import transactions
 
@@ -30,7 +30,6 @@ SPECS = list(_FIELDS.values()) + list(_CLIENT.values()) + list(_RESPONSE_RAW.val
 ]
 
 
-@needs_shared
 def test_captures_found():
     assert all(p.exists() for p in CAPTURES) and len(CAPTURES) >= 7, CAPTURES
 
@@ -210,7 +209,6 @@ DOMAIN_EDGES = [
 ]
 
 
-@needs_shared
 def test_domain_name_rule_equals_dns_probe_regex():
     """The 'D' kind (C) and columns.domain_name (Python) equal the regex replace that defines the column,
     ASCII-lowercased, on every QNAME of the real captures and on edge cases (newlines, non-ASCII case)."""

@@ -19,7 +19,6 @@ from scapy.layers.dns import DNS, DNSQR
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 from support.captures import bench_mix
-from support.data import needs_shared, shared_params
 from support.dnsprobe import run_python
 from support.frames import MAC_C, MAC_S, write_pcap
 from support.matching import CONFIGS, MATCH_CAPTURES, SERVER4, T0
@@ -111,7 +110,6 @@ def decoded(path, batch_size):
 # --- the project's captures ----------------------------------------------------------------------------------------
 
 
-@needs_shared
 def test_captures_found():
     names = {p.name for p in MATCH_CAPTURES}
     assert {
@@ -126,7 +124,7 @@ def test_captures_found():
 
 
 @pytest.mark.parametrize("config", CONFIGS, ids=str)
-@pytest.mark.parametrize("path", shared_params(MATCH_CAPTURES), ids=lambda p: p.name)
+@pytest.mark.parametrize("path", MATCH_CAPTURES, ids=lambda p: p.name)
 def test_c_equals_python_on_captures(path, config):
     for batch_size in (1, 7, 4096):
         txs, table, _ = assert_same_run(decoded(path, batch_size), CONFIGS[config], f"{path.name}/{batch_size}")

@@ -1,6 +1,6 @@
 """The columnar pipeline (message records: decode_into, RecordTable, the record column pass) writes the same
 files as the pipeline on message tuples, byte for byte, with the same counters: Parquet and C-DNS, on every
-shared capture, the sample, the live-capture test's traffic and the benchmark mix, and with dnstap input among
+oracle capture, the sample, the live-capture test's traffic and the benchmark mix, and with dnstap input among
 packets. (Each stage is compared
 with its Python reference in tests/decode/test_decoderec.py, tests/match/test_matchrec.py and
 tests/export/test_parquetrec.py.)"""
