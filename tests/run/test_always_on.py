@@ -243,14 +243,14 @@ def package_for_nobody():
         shutil.rmtree(site, ignore_errors=True)
 
 
-def test_capture_without_root_as_the_hint_says(testbed, traffic, nobody_dir, package_for_nobody):
+def test_capture_without_root_as_the_hint_says(testbed, traffic, nobody_dir, package_for_nobody, monkeypatch):
     """The no-permission message's advice works: an unprivileged user with CAP_NET_RAW as an ambient capability
     (setpriv, as systemd's AmbientCapabilities= does) captures."""
     nobody, out = nobody_dir
     pcap, passed, expected = traffic["A"]
+    monkeypatch.setenv("PYTHONPATH", str(package_for_nobody))  # the probe's environment: found there
     cmd = ["setpriv", "--reuid", "nobody", "--regid", "nogroup", "--clear-groups", "--inh-caps", "+net_raw",
-           "--ambient-caps", "+net_raw", "env", f"PYTHONPATH={package_for_nobody}", sys.executable, "-m", "probe",
-           "capture"]
+           "--ambient-caps", "+net_raw", sys.executable, "-m", "probe", "capture"]
     probe = Probe(testbed, out, "--set", "export.flush_seconds=1", command=cmd)
     try:
         probe.wait_ready()
