@@ -320,12 +320,13 @@ def parquet_rows(directory):
     return rows
 
 
-def assert_same_as_parquet(pcap, tmp_path, *extra):
+def assert_same_as_parquet(pcap, tmp_path, *cdns_extra):
+    """cdns_extra: options of the C-DNS run only (the Parquet run refuses C-DNS options)."""
     pq_dir, c_dir = tmp_path / "parquet", tmp_path / "cdns"
     pq_dir.mkdir()
     c_dir.mkdir()
-    run_dnsprobe("read", pcap, "-o", pq_dir, "-q", "--no-progress", *extra)
-    counters, _ = run(pcap, c_dir, *extra)
+    run_dnsprobe("read", pcap, "-o", pq_dir, "-q", "--no-progress")
+    counters, _ = run(pcap, c_dir, *cdns_extra)
     rows, bad = records(read_cdns(c_dir)[0])
     expected = parquet_rows(pq_dir)
     good = [r for r in expected if not r["malformed"]]
