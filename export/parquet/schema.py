@@ -19,7 +19,7 @@ ANSWER = pa.struct([
 ])
 ANSWERS = pa.list_(ANSWER)
 
-# DNS Probe 1.6's ExportedDataSchema, in order (see ../shared/reference/dnsprobe-parquet-schema.md).
+# DNS Probe 1.6's ExportedDataSchema (its doc/ExportedDataSchema.rst), in order; its expected files are in tests/data.
 DNSPROBE_COLUMNS = (
     ("id", I32, "DNS ID"),
     ("unixtime", I64, "capture time of the transaction (query, else response), seconds"),

@@ -31,7 +31,7 @@ import cbor2
 import dpkt
 import pytest
 import zstandard
-from support.data import COMPACTOR_DATA, DNSPROBE_DATA, ROOT, needs_shared, skip_without_shared
+from support.data import COMPACTOR_DATA, DNSPROBE_DATA, ROOT
 from support.dnsprobe import dnsprobe_read, run_dnsprobe
 
 from export.cdns import format as F
@@ -53,7 +53,6 @@ def gold_parquet(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def gold_cdns():
-    skip_without_shared(GOLD_CDNS)
     return list(read_records(GOLD_CDNS))
 
 
@@ -76,7 +75,6 @@ def test_gold_same_transactions_and_fields(gold_parquet, gold_cdns):
     assert len({r["nscount"] for r in gold_cdns}) > 3 and {r["arcount"] for r in gold_cdns} >= {0, 12}
 
 
-@needs_shared
 def test_gold_preamble():
     with CdnsFile(GOLD_CDNS) as f:
         assert f.version[:2] == (1, 0)
@@ -93,7 +91,6 @@ def test_gold_vlan_is_not_in_the_frames(gold_parquet):
     assert {r["vlan"] for r in gold_parquet} == {None}
 
 
-@needs_shared
 @pytest.mark.parametrize("compress", [gzip.compress, zstandard.ZstdCompressor().compress, lambda b: b])
 def test_compression_recognised_by_content(tmp_path, gold_cdns, compress):
     path = tmp_path / "gold.bin"  # the name says nothing
@@ -104,7 +101,6 @@ def test_compression_recognised_by_content(tmp_path, gold_cdns, compress):
 # -- `dnsprobe inspect` on C-DNS --------------------------------------------------------------------------
 
 
-@needs_shared
 def test_inspect_cdns_like_parquet(gold_parquet, tmp_path):
     run_dnsprobe("read", GOLD_PCAP, "-o", tmp_path, "-q", "--no-progress")
     parquet = sorted(tmp_path.glob("*.parquet"))[0]
@@ -398,7 +394,6 @@ def test_handmade_pcap_reads_back(tmp_path):
     assert opt.type == 41 and opt.cls == 1232 and opt.ttl == 0x8000 and opt.rdata.endswith(b"\xc6\x33\x64")
 
 
-@needs_shared
 def test_pcap_needs_full_sections(tmp_path):
     path = _write(tmp_path / "hand.cdns", _handmade())
     proc = run_dnsprobe("inspect", "--pcap", tmp_path / "x.pcap", path, check=False)
@@ -413,7 +408,6 @@ def test_pcap_needs_full_sections(tmp_path):
 
 
 def _gold_parts():
-    skip_without_shared(GOLD_CDNS)
     return cbor2.loads(lzma.decompress(GOLD_CDNS.read_bytes()))
 
 
@@ -456,7 +450,6 @@ def _deep(tmp_path):
 
 def _xz_cut(tmp_path):
     path = tmp_path / "cut.cdns.xz"
-    skip_without_shared(GOLD_CDNS)
     data = GOLD_CDNS.read_bytes()
     path.write_bytes(data[: len(data) // 2])
     return path
@@ -499,7 +492,6 @@ def test_bad_input(tmp_path, make, printed, message):
     assert proc.returncode in (1, 2) and "Traceback" not in proc.stderr and str(path) in proc.stderr
 
 
-@needs_shared
 def test_trailing_bytes_and_not_cdns(tmp_path):
     path = _write(tmp_path / "t.cdns", _gold_parts())
     path.write_bytes(path.read_bytes() + b"junk")

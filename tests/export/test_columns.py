@@ -16,7 +16,7 @@ import struct
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from support.data import COMPACTOR_DATA, DNSPROBE_DATA, ROOT, needs_shared
+from support.data import COMPACTOR_DATA, DNSPROBE_DATA, ROOT
 from support.stages import transactions
 
 from export.parquet import columns
@@ -31,7 +31,6 @@ CAPTURES = sorted((DNSPROBE_DATA / "test_pcaps").glob("*.pcap")) + [
 ]
 
 
-@needs_shared
 def test_captures_found():
     assert all(p.exists() for p in CAPTURES) and len(CAPTURES) >= 7, CAPTURES
 
@@ -168,7 +167,6 @@ DOMAIN_EDGES = [
 ]
 
 
-@needs_shared
 def test_domain_name_rule_equals_dns_probe_regex():
     """The domainname column of the records (C) and columns.domain_name (Python) equal the regex replace that
     defines the column, ASCII-lowercased, on every QNAME of the real captures and on edge cases (newlines,

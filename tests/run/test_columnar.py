@@ -1,6 +1,6 @@
 """The production pipeline (message records: decode_into, RecordTable, the record column pass, the C-DNS record
 loop) writes the same files as the reference pipeline on message tuples, byte for byte, with the same counters:
-Parquet and C-DNS, on every shared capture, the sample, the live-capture test's traffic and the benchmark mix, and
+Parquet and C-DNS, on every oracle capture, the sample, the live-capture test's traffic and the benchmark mix, and
 with dnstap input among packets;
 also the reference where no extension is built at all (an install without a compiler). (Each stage is compared
 with its Python reference in tests/decode/test_decoderec.py, tests/match/test_matchrec.py,
