@@ -46,7 +46,8 @@ import cbor2
 
 from export.base import FileExporter, OutputFile, announce_finished, lock_live_file, off_capture_cores, tx_time_ns
 from export.cdns import format as F
-from export.cdns.block import QR_FIELDS, SECTION_FIELDS, TICKS_PER_SECOND, Block, Clients
+from export.cdns.block import QR_FIELDS, SECTION_FIELDS, Block, Clients
+from export.cdns.encode import TICKS_PER_SECOND
 from probe import __version__
 from probe.model import SNAPLEN
 
