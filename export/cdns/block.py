@@ -234,8 +234,8 @@ class Block:
         self.rr = _Table()
         self.rrlist = _Table()
         self.mm_data = _Table()
-        # add_records takes the transactions: message records, neither client privacy nor full sections.
-        self._c_loop = writer.records and writer.clients is None and not writer.full_sections
+        # add_records takes the transactions: transaction records, neither client privacy nor full sections.
+        self._c_loop = writer.tx_records and writer.clients is None and not writer.full_sections
         # Item tuples, see add_python; maps are made at encode() once earliest-time is known. With the C loop
         # they are kept as C structs (_cdnsblock.Items reads as this list of tuples).
         self.items = _cdnsblock.Items() if self._c_loop else []
@@ -251,14 +251,14 @@ class Block:
 
     def add(self, txs, start=0, stop=None):
         """Add transactions txs[start:stop]: the hot loop of the C-DNS export. txs: what the writer is given
-        (writer.records): a probe._records.TxBatch of message records, else a list of (query, response,
+        (writer.tx_records): a probe._records.TxBatch of transaction records, else a list of (query, response,
         response_messages) tuples, which add_python takes.
 
         Records go through the C loop (export.cdns._cdnsblock.add_records) unless there is client privacy or there
         are full sections (then add_python takes their tuples); it gives back the transactions it does not take
         (malformed messages), one at a time, to add_python, the reference it must equal."""
         stop = len(txs) if stop is None else stop
-        if not self.w.records:
+        if not self.w.tx_records:
             self.add_python(txs[start:stop])
             return
         if not self._c_loop:

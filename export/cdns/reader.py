@@ -1,4 +1,4 @@
-"""C-DNS (RFC 8618) reader: the transactions of a file as dnsprobe records, and its DNS messages as a pcap.
+"""C-DNS (RFC 8618) reader: the transactions of a file as dnsprobe's rows, and its DNS messages as a pcap.
 
 A file is `["C-DNS", preamble, [block, ...]]`. The outer array header, the file type id and the preamble
 are read first; the block array (definite, or indefinite and closed by a break byte as streaming
@@ -6,15 +6,15 @@ writers leave it) is then decoded **one block at a time** with cbor2, so memory 
 whatever the file size. Plain, gzip, xz and zstd files are recognised by their content.
 
 Format 1.0 rules applied: table indexes are 0-based; a table or a map key that is absent is simply
-not there (an absent table is empty, an absent item field is unknown: null in the record); negative
+not there (an absent table is empty, an absent item field is unknown: null in the row); negative
 (implementation-specific) map keys are ignored; an item's time is the block's earliest time plus its
 time offset in ticks (ticks per second from the block's parameters); the response time is the query
 time plus the signed response delay. Storage hints tell which fields the writer records: a section
 whose hint bit is set and whose index is absent was empty (count 0); with the bit cleared it is
 unknown (null).
 
-Records: each Q/R item becomes a query tuple and/or a response tuple in the layout of
-probe.model.MESSAGE_FIELDS, and export.parquet.records.RecordBuilder turns them into the same columns
+Rows: each Q/R item becomes a query tuple and/or a response tuple in the layout of
+probe.model.MESSAGE_FIELDS, and export.parquet.rows.RowBuilder turns them into the same columns
 as the Parquet output, with the same semantics (client = src, server = dst, query columns null in a
 response-only row, ...). Columns C-DNS does not carry (frame lengths, UDP checksum, VLAN, TCP
 handshake RTT, zone-transfer message count) are left out (see CDNS_ABSENT_COLUMNS). Malformed
@@ -240,12 +240,12 @@ class CdnsFile:
 
 
 def iter_tables(path):
-    """Yield the records of a C-DNS file as Arrow tables (one per block), with Parquet's column names."""
+    """Yield the rows of a C-DNS file as Arrow tables (one per block), with Parquet's column names."""
     import pyarrow as pa
 
-    from export.parquet.records import RecordBuilder
+    from export.parquet.rows import RowBuilder
 
-    builder = RecordBuilder()
+    builder = RowBuilder()
     with CdnsFile(path) as f:
         for items in f.transactions():
             if items:
@@ -257,8 +257,8 @@ def iter_tables(path):
                 yield table.drop_columns(list(CDNS_ABSENT_COLUMNS))
 
 
-def read_records(path):
-    """Yield the records of a C-DNS file as dicts (timestamps as integer nanoseconds)."""
+def read_rows(path):
+    """Yield the rows of a C-DNS file as dicts (timestamps as integer nanoseconds)."""
     import pyarrow as pa
 
     for table in iter_tables(path):
@@ -270,7 +270,7 @@ def read_records(path):
 
 
 def read_table(path, limit=0):
-    """The records of a C-DNS file as one Arrow table (its first `limit` rows when limit > 0, reading no
+    """The rows of a C-DNS file as one Arrow table (its first `limit` rows when limit > 0, reading no
     further blocks than needed), and the CaptureFileError that stopped the reading early, or None."""
     import pyarrow as pa
 

@@ -24,7 +24,7 @@ CHUNKS = (1, 7, 500, 10_000)  # add() calls of several sizes, so that earliest-t
 def exporter(tmp_path, **overrides):
     """The C-DNS exporter of the production pipeline (given message records)."""
     cfg = load_config(overrides={"export.format": "cdns", **overrides})
-    return CdnsExporter(cfg, tmp_path, 0, Stats(), records=True)
+    return CdnsExporter(cfg, tmp_path, 0, Stats(), tx_records=True)
 
 
 def assert_same(fast, slow):
