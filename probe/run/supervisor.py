@@ -4,7 +4,7 @@ Supervisor (the process that runs the command):
   - checks everything it can before starting anything (interfaces, coremask, permissions, output
     directory, user), so a usage or configuration error is exit status 2 with one line naming it;
   - starts one worker per core of the coremask and waits until every worker has opened its sockets;
-  - receives each worker's statistics snapshot once a second over a pipe (never per record), sums them,
+  - receives each worker's statistics snapshot once a second over a pipe (never per message), sums them,
     writes the statistics JSON file at start, every capture.stats_interval seconds and at exit, serves
     them to Prometheus, and shows a status line when stderr is a terminal;
   - rotates the files of all workers together on the wall clock, at multiples of export.rotate_seconds,
