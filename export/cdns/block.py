@@ -287,6 +287,7 @@ class Block:
         clients = self.w.clients
         full = self.w.full_sections
         qr_type = self.w.qr_type
+        question, query_signature = self._question, self._query_signature
         earliest = self.earliest
         processed = unmatched_q = unmatched_r = 0
         for q, r, nresp in txs:
@@ -309,12 +310,12 @@ class Block:
             si = ip_get(server)
             if si is None:
                 si = ip[server] = len(ip)
-            ni, cti, end = self._question(m)
+            ni, cti, end = question(m)
             tflags = transport_flags(m)
             if q is not None:
                 if query_trailing(q, end):
                     tflags |= F.TRANSPORT_QUERY_TRAILINGDATA
-                sflags, dnsflags, qrcode, ednsv, udp, opt_i = self._query_signature(q)
+                sflags, dnsflags, qrcode, ednsv, udp, opt_i = query_signature(q)
                 qan, qns, qar, hop, qsize = q[_AN], q[_NS], q[_AR], q[_TTL], q[_DNS_LEN]
                 processed += 1
             else:
