@@ -1,6 +1,6 @@
 """Run statistics: one declarative table of counters, printed at the end and written as JSON.
 
-Every packet, message and record that does not reach the output is counted under a named reason,
+Every packet, message and transaction that does not reach the output is counted under a named reason,
 so `packets` always equals the sum of what happened to them.
 """
 

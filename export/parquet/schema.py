@@ -1,6 +1,6 @@
 """The Parquet output schema: DNS Probe's 55 columns in its order, then dnsprobe's own.
 
-One table (name, Arrow type, meaning): the writer, the record builder, the C-DNS reader (which gives
+One table (name, Arrow type, meaning): the writer, the row builder, the C-DNS reader (which gives
 its records these names) and the generated documentation all follow it.
 """
 

@@ -20,7 +20,7 @@ from support.data import COMPACTOR_DATA, DNSPROBE_DATA, ROOT
 from support.stages import transactions
 
 from export.parquet import columns
-from export.parquet.records import record_columns
+from export.parquet.rows import columns_from_records
 from probe import _records
 from probe.model import M
 
@@ -47,7 +47,7 @@ def record_column(queries, name):
     batch = _records.TxBatch()
     for q in queries:
         batch.append((q, None, 1))
-    return record_columns(batch, [name]).column(0).to_pylist()
+    return columns_from_records(batch, [name]).column(0).to_pylist()
 
 
 def with_field(m, index, value):

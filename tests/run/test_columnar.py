@@ -31,9 +31,9 @@ def test_columnar_is_the_default():
     what the C matcher cannot take (a query timeout beyond its 64-bit time arithmetic)."""
     for parser in ("auto", "fast", "wire", "dpkt"):
         pipeline = Pipeline(load_config(overrides={"decode.parser": parser}), "/nonexistent")
-        assert pipeline.columnar and pipeline.exporter.records, parser
+        assert pipeline.columnar and pipeline.exporter.tx_records, parser
     pipeline = Pipeline(load_config(overrides={"match.query_timeout": 1e11}), "/nonexistent")
-    assert not pipeline.columnar and not pipeline.exporter.records
+    assert not pipeline.columnar and not pipeline.exporter.tx_records
 
 
 @pytest.mark.parametrize("parser", ["wire", "dpkt"])
