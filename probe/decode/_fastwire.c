@@ -3,7 +3,8 @@
  * Why: walking a DNS message in Python (probe/decode/dnswire.py) was the largest part of decoding a message
  * tuple; PacketDecoder's Python frame loop (the frames the record decoder declines) calls parse_message with
  * decode.parser fast.
- * It is a translation of the Python code, rule for rule: probe/decode/dnswire.py stays the reference (and
+ * The walk is wire.h's (the one DNS walker, shared with the record decoder); this module makes the Python objects
+ * of what it found, rule for rule as probe/decode/dnswire.py does: dnswire.py stays the reference (and
  * the fallback where this module is not built), and tests/decode/test_fastwire.py checks that both give
  * equal results on every message of the test captures and on many thousands of damaged ones.
  *
@@ -78,26 +79,19 @@ static void untrack_if_acyclic(PyObject *t)
     PyObject_GC_UnTrack(t);
 }
 
-/* Move the n new references v (NULL items allowed) into t[first..first+n), or release them when t is NULL;
- * -1 when t is NULL or an item was. */
-static int set_items(PyObject *t, Py_ssize_t first, PyObject **v, Py_ssize_t n)
-{
-    int bad = t == NULL;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        bad |= v[i] == NULL;
-        if (t != NULL)
-            PyTuple_SET_ITEM(t, first + i, v[i]);
-        else
-            Py_XDECREF(v[i]);
-    }
-    return bad ? -1 : 0;
-}
-
 /* A new tuple of n new references (NULL items allowed: then NULL, the others released). */
 static PyObject *tuple_of(PyObject **v, Py_ssize_t n)
 {
     PyObject *t = PyTuple_New(n);
-    if (set_items(t, 0, v, n) < 0) {
+    int bad = t == NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        bad |= v[i] == NULL;
+        if (t != NULL)
+            PyTuple_SET_ITEM(t, i, v[i]);
+        else
+            Py_XDECREF(v[i]);
+    }
+    if (bad) {
         Py_XDECREF(t);
         return NULL;
     }
@@ -162,29 +156,10 @@ static PyObject *decode_text(const char *s, Py_ssize_t n)
 /* ---------------------------------------------------------------------------------------------
  * Names */
 
-/* b".".join(labels), one label at a time. */
-static inline void join_label(char *text, Py_ssize_t *tlen, long *count, const unsigned char *label, unsigned len)
+/* (text, label count) of the first question's name, as the walk joined it. */
+static PyObject *name_tuple(const Walk *w)
 {
-    if (*count)
-        text[(*tlen)++] = '.';
-    memcpy(text + *tlen, label, len);
-    *tlen += len;
-    (*count)++;
-}
-
-/* dnswire._name_from_wire: (text, label count) of an uncompressed name ending with its root label. */
-static PyObject *name_from_wire(const unsigned char *w)
-{
-    char text[MAX_NAME + 1];
-    Py_ssize_t tlen = 0, off = 0;
-    long count = 0;
-    unsigned ln = w[0];
-    while (ln) {
-        join_label(text, &tlen, &count, w + off + 1, ln);
-        off += ln + 1;
-        ln = w[off];
-    }
-    PyObject *v[2] = {decode_text(text, tlen), shared16(count)};
+    PyObject *v[2] = {decode_text(w->joined, w->jlen), shared16(w->labels)};
     return tuple_of(v, 2);
 }
 
@@ -205,9 +180,9 @@ static int unpack_cached(PyObject *cached, PyObject **qname, PyObject **labels)
     return OK;
 }
 
-/* The usual first question: an uncompressed name w[0..wlen) ending with its root label, looked up in and
- * added to the names cache (None: no cache). */
-static int cached_name(const unsigned char *w, Py_ssize_t wlen, PyObject *names, PyObject **qname,
+/* The usual first question: an uncompressed name w[0..wlen) ending with its root label (walk: its text), looked
+ * up in and added to the names cache (None: no cache). */
+static int cached_name(const unsigned char *w, Py_ssize_t wlen, const Walk *walk, PyObject *names, PyObject **qname,
                        PyObject **labels)
 {
     PyObject *key = NULL, *cached = NULL;
@@ -230,7 +205,7 @@ static int cached_name(const unsigned char *w, Py_ssize_t wlen, PyObject *names,
             Py_CLEAR(cached);
     }
     if (cached == NULL) {
-        cached = name_from_wire(w);
+        cached = name_tuple(walk);
         if (cached == NULL)
             goto done;
         if (key != NULL && PyObject_SetItem(names, key, cached) < 0)
@@ -242,66 +217,6 @@ done:
     Py_XDECREF(cached);
     return r;
 }
-
-/* In front of the names dict, for the dnstap decoder only (api_fill_dns): a direct-mapped table of recent question
- * names (wire bytes inline, with their text and label count). A hit costs one or two cache lines where
- * the dict costs a key object, its hash and four or five scattered objects. The table holds what the
- * dict would give (the text is a function of the wire bytes); parse_message does not use it, so that a
- * caller's dict is filled exactly as the Python walker fills it. */
-#define NAME_SLOTS 8192
-#define SLOT_WIRE 46
-static struct {
-    uint16_t len;
-    unsigned char wire[SLOT_WIRE];
-    PyObject *qname, *labels;
-} name_slots[NAME_SLOTS];
-
-/* 1 when the table decided (*r: OK, or ERR), 0 when the caller is to ask the dict (which fills the
- * table through slot_fill). */
-static int slot_name(const unsigned char *w, Py_ssize_t wlen, PyObject *names, PyObject **qname, PyObject **labels,
-                     int *r)
-{
-    if (wlen > SLOT_WIRE)
-        return 0;
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (Py_ssize_t i = 0; i < wlen; i++)
-        h = (h ^ w[i]) * 0x100000001B3ull;
-    unsigned k = (unsigned)(h ^ (h >> 29)) & (NAME_SLOTS - 1);
-    if (name_slots[k].len == wlen && name_slots[k].qname != NULL && memcmp(name_slots[k].wire, w, wlen) == 0) {
-        *qname = Py_NewRef(name_slots[k].qname);
-        *labels = Py_NewRef(name_slots[k].labels);
-        *r = OK;
-        return 1;
-    }
-    *r = cached_name(w, wlen, names, qname, labels);
-    if (*r == OK) {
-        Py_XSETREF(name_slots[k].qname, Py_NewRef(*qname));
-        Py_XSETREF(name_slots[k].labels, Py_NewRef(*labels));
-        name_slots[k].len = (uint16_t)wlen;
-        memcpy(name_slots[k].wire, w, wlen);
-    }
-    return 1;
-}
-
-/* dnswire.read_name: a possibly compressed name at *off; *off is set to the offset after it. */
-static int read_name(const unsigned char *p, Py_ssize_t n, Py_ssize_t *poff, PyObject **qname, PyObject **labels)
-{
-    char text[2 * MAX_NAME + 2];
-    Py_ssize_t off = *poff, tlen;
-    long count;
-    int r = read_name_joined(p, n, &off, text, &tlen, &count);
-    if (r != OK)
-        return r;
-    *qname = decode_text(text, tlen);
-    if (*qname == NULL)
-        return ERR;
-    *labels = shared16(count);
-    if (*labels == NULL)
-        return ERR;
-    *poff = off;
-    return OK;
-}
-
 
 /* ---------------------------------------------------------------------------------------------
  * OPT */
@@ -489,96 +404,6 @@ done:
 /* ---------------------------------------------------------------------------------------------
  * Messages */
 
-/* dnswire.walk_rrs: step over count RRs from *poff. rtype: type of the last RR; edns (additional
- * section only): the first OPT RR decoded. Outputs are set only on OK, as the Python assignment
- * happens only when the call returns. */
-static int walk_rrs(const unsigned char *p, Py_ssize_t n, Py_ssize_t *poff, unsigned count, unsigned *rtype_out,
-                    PyObject **edns_out)
-{
-    Py_ssize_t off = *poff;
-    unsigned rtype = 0;
-    PyObject *edns = NULL;
-    int r;
-    for (unsigned i = 0; i < count; i++) {
-        if (skip_name(p, n, &off) != OK || off + 10 > n)
-            goto fail;
-        rtype = rd16(p + off);
-        unsigned rdlen = rd16(p + off + 8);
-        off += 10 + rdlen;
-        if (rtype == TYPE_OPT && edns_out != NULL && edns == NULL) {
-            if (off > n)
-                goto fail;
-            const unsigned char *h = p + off - rdlen - 8;
-            uint32_t ttl = ((uint32_t)h[2] << 24) | ((uint32_t)h[3] << 16) | ((uint32_t)h[4] << 8) | h[5];
-            r = parse_opt(p, rd16(h), ttl, off - rdlen, off, &edns);
-            if (r != OK)
-                goto fail_r;
-        }
-    }
-    *poff = off;
-    if (rtype_out != NULL)
-        *rtype_out = rtype;
-    if (edns_out != NULL)
-        *edns_out = edns;
-    return OK;
-fail:
-    r = MAL;
-fail_r:
-    Py_XDECREF(edns);
-    return r;
-}
-
-typedef struct {
-    PyObject *qname, *labels, *edns; /* NULL: None */
-    long qtype, qclass, last_an;     /* -1: None */
-} Parsed;
-
-/* The body of dnswire.parse_message after the header; fills m as far as the Python walker gets. */
-static int walk(const unsigned char *p, Py_ssize_t n, unsigned qd, unsigned an, unsigned ns, unsigned ar,
-                PyObject *names, int slots, Parsed *m)
-{
-    Py_ssize_t off = 12;
-    int r;
-    if (qd) {
-        unsigned c;
-        if (step_labels(p, n, &off, &c) != OK)
-            return MAL;
-        if (c == 0 && off - 12 < MAX_NAME) {
-            if (!slots || !slot_name(p + 12, off + 1 - 12, names, &m->qname, &m->labels, &r))
-                r = cached_name(p + 12, off + 1 - 12, names, &m->qname, &m->labels);
-            off += 1;
-        } else {
-            off = 12;
-            r = read_name(p, n, &off, &m->qname, &m->labels);
-        }
-        if (r != OK)
-            return r;
-        if (off + 4 > n)
-            return MAL;
-        m->qtype = rd16(p + off);
-        m->qclass = rd16(p + off + 2);
-        off += 4;
-        for (unsigned i = 1; i < qd; i++) {
-            if ((r = skip_name(p, n, &off)) != OK)
-                return r;
-            off += 4;
-        }
-    }
-    if (off > n)
-        return MAL;
-    if (an) {
-        unsigned t;
-        if ((r = walk_rrs(p, n, &off, an, &t, NULL)) != OK)
-            return r;
-        m->last_an = t;
-    }
-    if (ns && (r = walk_rrs(p, n, &off, ns, NULL, NULL)) != OK)
-        return r;
-    if (ar && (r = walk_rrs(p, n, &off, ar, NULL, &m->edns)) != OK)
-        return r;
-    return off > n ? MAL : OK;
-}
-
 static PyObject *shared16_or_none(long v)
 {
     return v < 0 ? Py_NewRef(Py_None) : shared16(v);
@@ -606,48 +431,49 @@ static int bound_cache(PyObject *names, Py_ssize_t max_names)
     return 0;
 }
 
-/* Store the DNS tuple of the message p[0..n) in t[first..first+N_DNS) (t: a new tuple, items unset); its
- * raw field is raw (NULL: None). *flags_out: the header's flags word or -1 (None); *malformed_out: the
- * malformed flag. */
-static int fill_dns(PyObject *t, Py_ssize_t first, const unsigned char *p, Py_ssize_t n, PyObject *raw,
-                    PyObject *names, int slots, long *flags_out, int *malformed_out)
+/* The first question's name of walk w over p: *qname and *labels (new references; NULL: None). */
+static int question_name(const unsigned char *p, const Walk *w, PyObject *names, PyObject **qname, PyObject **labels)
 {
-    Parsed m = {NULL, NULL, NULL, -1, -1, -1};
-    long hdr[6] = {-1, -1, -1, -1, -1, -1};
-    int malformed = 1;
-    if (n >= 12) {
-        for (int i = 0; i < 6; i++)
-            hdr[i] = rd16(p + 2 * i);
-        int r = walk(p, n, hdr[2], hdr[3], hdr[4], hdr[5], names, slots, &m);
-        if (r == ERR) {
-            Py_XDECREF(m.qname);
-            Py_XDECREF(m.labels);
-            Py_XDECREF(m.edns);
-            return -1;
-        }
-        malformed = r == MAL;
+    if (!w->has_qname)
+        return OK;
+    if (w->qwire)
+        return cached_name(p + 12, w->qwire, w, names, qname, labels);
+    *qname = decode_text(w->joined, w->jlen);
+    *labels = *qname != NULL ? shared16(w->labels) : NULL;
+    return *labels != NULL ? OK : ERR;
+}
+
+/* The DNS tuple of dnswire.parse_message(buf, names) for bytes buf. */
+static PyObject *dns_tuple(PyObject *buf, PyObject *names)
+{
+    const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(buf);
+    Py_ssize_t n = PyBytes_GET_SIZE(buf);
+    PyObject *qname = NULL, *labels = NULL, *edns = NULL;
+    Walk w;
+    walk_message(p, n, &w);
+    int r = question_name(p, &w, names, &qname, &labels);
+    if (r == OK && w.has_opt)
+        r = parse_opt(p, w.opt_class, w.opt_ttl, w.opt_start, w.opt_end, &edns);
+    if (r != OK) { /* (MAL cannot be: the walk made parse_opt's checks) */
+        Py_XDECREF(qname);
+        Py_XDECREF(labels);
+        return NULL;
     }
     PyObject *v[N_DNS];
     v[0] = n < 65536 ? shared16(n) : PyLong_FromSsize_t(n);
-    v[1] = hdr[0] < 0 ? Py_NewRef(Py_None) : u16(hdr[0]); /* the ID: random */
-    for (int i = 1; i < 6; i++)
-        v[1 + i] = shared16_or_none(hdr[i]);
-    v[7] = m.qname != NULL ? m.qname : Py_NewRef(Py_None);
-    v[8] = shared16_or_none(m.qtype);
-    v[9] = shared16_or_none(m.qclass);
-    v[10] = m.labels != NULL ? m.labels : Py_NewRef(Py_None);
-    v[11] = m.edns != NULL ? m.edns : Py_NewRef(Py_None);
-    v[12] = Py_NewRef(malformed ? Py_True : Py_False);
-    v[13] = shared16_or_none(m.last_an);
-    v[14] = Py_NewRef(raw != NULL ? raw : Py_None);
-    if (set_items(t, first, v, N_DNS) < 0) {
-        if (!PyErr_Occurred())
-            PyErr_NoMemory();
-        return -1;
-    }
-    *flags_out = hdr[1];
-    *malformed_out = malformed;
-    return 0;
+    v[1] = w.id < 0 ? Py_NewRef(Py_None) : u16(w.id); /* the ID: random */
+    long hdr[5] = {w.flags, w.qd, w.an, w.ns, w.ar};
+    for (int i = 0; i < 5; i++)
+        v[2 + i] = shared16_or_none(hdr[i]);
+    v[7] = qname != NULL ? qname : Py_NewRef(Py_None);
+    v[8] = shared16_or_none(w.qtype);
+    v[9] = shared16_or_none(w.qclass);
+    v[10] = labels != NULL ? labels : Py_NewRef(Py_None);
+    v[11] = edns != NULL ? edns : Py_NewRef(Py_None);
+    v[12] = Py_NewRef(w.malformed ? Py_True : Py_False);
+    v[13] = shared16_or_none(w.last_an);
+    v[14] = Py_NewRef(buf);
+    return tuple_of(v, N_DNS);
 }
 
 static PyObject *parse_message(PyObject *Py_UNUSED(self), PyObject *args)
@@ -664,18 +490,7 @@ static PyObject *parse_message(PyObject *Py_UNUSED(self), PyObject *args)
             return NULL;
         return PyObject_CallFunctionObjArgs(py_parse_message, buf, names, NULL);
     }
-    PyObject *t = PyTuple_New(N_DNS);
-    if (t == NULL)
-        return NULL;
-    long flags;
-    int malformed;
-    if (fill_dns(t, 0, (const unsigned char *)PyBytes_AS_STRING(buf), PyBytes_GET_SIZE(buf), buf, names, 0, &flags,
-                 &malformed) < 0) {
-        Py_DECREF(t);
-        return NULL;
-    }
-    untrack_if_acyclic(t);
-    return t;
+    return dns_tuple(buf, names);
 }
 
 static PyMethodDef methods[] = {
