@@ -35,7 +35,7 @@ CORE = (
     ("probe.match._matchrec", "probe/match/_matchrec.c", ("records.h",)),
     ("export.parquet._parquetrec", "export/parquet/_parquetrec.c", ("records.h", "valuetext.h")),
 )
-DPDK = ("probe.capture._dpdk", "probe/capture/_dpdk.c", ("records.h",))
+DPDK = ("probe.capture._dpdk", "probe/capture/_dpdk.c", ("records.h", "wire.h"))
 # The extensions build without a warning at these (tests/run/test_native_build.py fails on a new one)
 WARNINGS = ("-Wall", "-Wextra")
 

@@ -1,7 +1,7 @@
 /* Text of the Parquet columns made in C: addresses as inet_ntop (and so socket.inet_ntop) writes them, without
  * its sprintf, and DNS Probe's domain name; and the Arrow buffers of a column as the Python side takes them.
- * Shared by the column passes over tuples (export/parquet/_columns.c) and over message records
- * (export/parquet/_parquetrec.c). */
+ * Shared by the column pass over message records (export/parquet/_parquetrec.c), the record decoder, the answers
+ * column and the resolvers table. */
 #ifndef DNSPROBE_VALUETEXT_H
 #define DNSPROBE_VALUETEXT_H
 

@@ -5,6 +5,17 @@
 
 #include "wire.h"
 
+/* The IP header's fields a frame's message keeps: version, where the addresses are (source, then destination),
+ * TTL (or hop limit) and protocol. */
+static inline void ip_fields(Fast *x, int ipv, Py_ssize_t addr, unsigned ttl, unsigned proto)
+{
+    x->ipv = ipv;
+    x->addr = addr;
+    x->alen = ipv == 4 ? 4 : 16;
+    x->ttl = ttl;
+    x->proto = proto;
+}
+
 /* The general path of PacketDecoder._frames (link.ethernet, _ipv4/_ipv6, _transport) for the frames it
  * decodes without a detour: Ethernet with any VLAN tags, IPv4 (options allowed, not a fragment) or IPv6
  * without extension headers, UDP or (when tcp) TCP, a DNS port, headers and lengths consistent so that
@@ -28,11 +39,7 @@ static int classify_general(const unsigned char *f, Py_ssize_t len, const unsign
         Py_ssize_t hl = (f[off] & 0x0F) * 4, total = rd16(f + off + 2);
         if (hl < 20 || total < hl || off + total > len || (rd16(f + off + 6) & 0x3FFF))
             return 0;
-        x->ipv = 4;
-        x->addr = off + 12;
-        x->alen = 4;
-        x->ttl = f[off + 8];
-        x->proto = f[off + 9];
+        ip_fields(x, 4, off + 12, f[off + 8], f[off + 9]);
         l4 = off + hl;
         end = off + total;
     } else if (etype == 0x86DD) {
@@ -42,11 +49,7 @@ static int classify_general(const unsigned char *f, Py_ssize_t len, const unsign
         end = plen ? off + 40 + plen : len; /* 0: a jumbogram, to the end of the frame */
         if (end > len)
             return 0;
-        x->ipv = 6;
-        x->addr = off + 8;
-        x->alen = 16;
-        x->ttl = f[off + 7];
-        x->proto = f[off + 6];
+        ip_fields(x, 6, off + 8, f[off + 7], f[off + 6]);
         l4 = off + 40;
     } else {
         return 0;
@@ -90,25 +93,18 @@ int classify(const unsigned char *f, Py_ssize_t len, const unsigned char *portma
         return 0;
     if (f[12] == 0x08 && f[13] == 0x00) {
         if (len >= 42 && f[14] == 0x45 && f[23] == PROTO_UDP && !(rd16(f + 20) & 0x3FFF)) {
-            x->ipv = 4;
-            x->addr = 26;
-            x->alen = 4;
-            x->ttl = f[22];
+            ip_fields(x, 4, 26, f[22], PROTO_UDP);
             most = (long)rd16(f + 16) - 20;
         }
     } else if (f[12] == 0x86 && f[13] == 0xDD) {
         if (len >= 62 && (f[14] >> 4) == 6 && f[20] == PROTO_UDP) {
-            x->ipv = 6;
-            x->addr = 22;
-            x->alen = 16;
-            x->ttl = f[21];
+            ip_fields(x, 6, 22, f[21], PROTO_UDP);
             most = rd16(f + 18);
         }
     }
     if (most >= 0) {
         Py_ssize_t udp = x->addr + 2 * x->alen;
         unsigned ulen = rd16(f + udp + 4);
-        x->proto = PROTO_UDP;
         x->vlan = -1;
         x->sport = rd16(f + udp);
         x->dport = rd16(f + udp + 2);
@@ -273,27 +269,42 @@ int skip_questions(const unsigned char *p, Py_ssize_t n, Py_ssize_t *poff, long 
     return OK;
 }
 
-/* The checks dnswire.parse_opt makes on the options of an OPT RR at p[start..end): MAL where it raises. */
-static int opt_options_ok(const unsigned char *p, Py_ssize_t start, Py_ssize_t end)
+/* dnswire.parse_opt's walk over the options of an OPT RR at p[start..end): MAL where it raises. */
+static int opt_scan(const unsigned char *p, Py_ssize_t start, Py_ssize_t end, OptScan *s)
 {
+    for (int k = 0; k < N_OPT_TEXTS; k++)
+        s->last[k] = -1;
+    s->cookie = 0;
+    s->n_ede = 0;
     for (Py_ssize_t pos = start; pos < end;) {
         if (pos + 4 > end)
             return MAL;
         unsigned code = rd16(p + pos), olen = rd16(p + pos + 2);
         const unsigned char *v = p + pos + 4;
-        pos += 4 + olen;
-        if (pos > end)
+        if (pos + 4 + olen > end)
             return MAL;
-        if (code == OPT_ECS) {
+        switch (code) {
+        case OPT_NSID: s->last[AT_NSID] = pos; break;
+        case OPT_DAU: s->last[AT_DAU] = pos; break;
+        case OPT_DHU: s->last[AT_DHU] = pos; break;
+        case OPT_N3U: s->last[AT_N3U] = pos; break;
+        case OPT_COOKIE: s->cookie = 1; break;
+        case OPT_ECS: {
             if (olen < 4)
                 return MAL;
-            unsigned family = rd16(v);
-            Py_ssize_t alen = olen - 4;
+            unsigned family = rd16(v), alen = olen - 4;
             if (!((family == 1 && alen <= 4) || (family == 2 && alen <= 16)))
                 return MAL;
-        } else if (code == OPT_EDE && olen < 2) {
-            return MAL;
+            s->last[AT_ECS] = pos;
+            break;
         }
+        case OPT_EDE:
+            if (olen < 2)
+                return MAL;
+            s->n_ede++;
+            break;
+        }
+        pos += 4 + olen;
     }
     return OK;
 }
@@ -317,7 +328,7 @@ int walk_rrs_at(const unsigned char *p, Py_ssize_t n, Py_ssize_t *poff, unsigned
             if (off > n)
                 return MAL;
             const unsigned char *h = p + off - rdlen - 8;
-            if (opt_options_ok(p, off - rdlen, off) != OK)
+            if (opt_scan(p, off - rdlen, off, &opt->opts) != OK) /* (read only when has_opt is set) */
                 return MAL;
             found = 1;
             opt_class = rd16(h);

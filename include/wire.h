@@ -98,6 +98,21 @@ typedef struct {
     Py_ssize_t dns, dns_len; /* UDP: the DNS message; TCP: the segment's payload (offset and length) */
 } Fast;
 
+/* The options of an OPT RR as dnswire.parse_opt reads them: the last option of each kind that has a text (a later one
+ * replaces an earlier one), whether a COOKIE is there, how many EDE options. */
+enum { AT_NSID, AT_DAU, AT_DHU, AT_N3U, AT_ECS, N_OPT_TEXTS };
+typedef struct {
+    Py_ssize_t last[N_OPT_TEXTS]; /* the option's offset, -1: none */
+    int cookie;
+    long n_ede;
+} OptScan;
+
+/* An option whose code goes into the `other` text (dnswire.parse_opt): one with a payload and no text of its own. */
+static inline int opt_other(unsigned code, unsigned olen)
+{
+    return olen && code != OPT_NSID && code != OPT_DAU && code != OPT_DHU && code != OPT_N3U;
+}
+
 /* The labels of a name: the offset of each one's length byte, in order, pointers followed. */
 typedef struct {
     int count;
@@ -118,6 +133,7 @@ typedef struct {
     unsigned opt_class;
     uint32_t opt_ttl;
     Py_ssize_t opt_start, opt_end;  /* its RDATA */
+    OptScan opts;                   /* its options */
     int malformed;
 } Walk;
 

@@ -278,13 +278,13 @@ static Py_ssize_t put_item(Buf *b, const Walker *w, Item item, const unsigned ch
     case I_TYPE:
         if (pos + 2 > len)
             return -1;
-        PUT(item == I_U16 ? put_uint(b, (unsigned)m[pos] << 8 | m[pos + 1]) : put_type(b, w, m[pos] << 8 | m[pos + 1]));
+        PUT(item == I_U16 ? put_uint(b, rd16(m + pos)) : put_type(b, w, rd16(m + pos)));
         return pos + 2;
     case I_U32:
     case I_TIME: {
         if (pos + 4 > len)
             return -1;
-        uint32_t v = (uint32_t)m[pos] << 24 | (uint32_t)m[pos + 1] << 16 | (uint32_t)m[pos + 2] << 8 | m[pos + 3];
+        uint32_t v = rd32(m + pos);
         if (item == I_U32) {
             PUT(put_uint(b, v));
         } else {
@@ -434,7 +434,7 @@ static int message_records(const Walker *w, const unsigned char *m, Py_ssize_t l
         return 0;
     unsigned counts[4];
     for (int k = 0; k < 4; k++)
-        counts[k] = (unsigned)m[4 + 2 * k] << 8 | m[5 + 2 * k];
+        counts[k] = rd16(m + 4 + 2 * k);
     Py_ssize_t off = 12;
     if (skip_questions(m, len, &off, counts[0]) != OK)
         return 0;
@@ -447,10 +447,10 @@ static int message_records(const Walker *w, const unsigned char *m, Py_ssize_t l
             if (off < 0 || off + 10 > len)
                 return 0;
             const unsigned char *rr = m + off;
-            unsigned type = (unsigned)rr[0] << 8 | rr[1], klass = (unsigned)rr[2] << 8 | rr[3];
-            int64_t ttl = (int64_t)((uint32_t)rr[4] << 24 | (uint32_t)rr[5] << 16 | (uint32_t)rr[6] << 8 | rr[7]);
+            unsigned type = rd16(rr), klass = rd16(rr + 2);
+            int64_t ttl = rd32(rr + 4);
             Py_ssize_t start = off + 10;
-            off = start + ((Py_ssize_t)rr[8] << 8 | rr[9]);
+            off = start + rd16(rr + 8);
             if (off > len)
                 return 0;
             if (type == TYPE_OPT)

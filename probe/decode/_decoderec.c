@@ -296,7 +296,7 @@ static int embeds_ipv4(const unsigned char *a)
     return memcmp(a, zero, 10) == 0 && ((a[10] == 0 && a[11] == 0) || (a[10] == 0xff && a[11] == 0xff));
 }
 
-/* dnswire._ecs for a value opt_options_ok accepted: "address/source-prefix". */
+/* dnswire._ecs for a value the walk accepted (opt_scan): "address/source-prefix". */
 static int tail_ecs(Tail *t, const unsigned char *v, size_t len, Span *out)
 {
     unsigned family = rd16(v), source = v[2];
@@ -336,56 +336,44 @@ static int tail_ecs(Tail *t, const unsigned char *v, size_t len, Span *out)
     return 0;
 }
 
-/* dnswire.parse_opt over the options p[start..end) that opt_options_ok accepted. */
-static int tail_opt(Tail *t, Rec *r, const unsigned char *p, Py_ssize_t start, Py_ssize_t end)
+/* dnswire.parse_opt over the options of the walk's OPT RR (OptScan: the walk checked them). */
+static int tail_opt(Tail *t, Rec *r, const unsigned char *p, const Walk *w)
 {
-    /* The last option of each kind counts, as in the Python walker (later ones replace earlier ones). */
-    Py_ssize_t last[5] = {-1, -1, -1, -1, -1}; /* NSID, DAU, DHU, N3U, ECS: the option's offset */
-    size_t n_ede = 0;
-    r->e_cookie = 0;
+    const Py_ssize_t *last = w->opts.last;
+    r->e_cookie = (uint8_t)w->opts.cookie;
     Span other = {(uint32_t)t->off, 0};
-    for (Py_ssize_t pos = start; pos < end;) {
-        unsigned code = rd16(p + pos), olen = rd16(p + pos + 2);
-        switch (code) {
-        case OPT_NSID: last[0] = pos; break;
-        case OPT_DAU: last[1] = pos; break;
-        case OPT_DHU: last[2] = pos; break;
-        case OPT_N3U: last[3] = pos; break;
-        case OPT_ECS: last[4] = pos; break;
-        case OPT_EDE: n_ede++; break;
-        case OPT_COOKIE: r->e_cookie = 1; break;
-        }
-        if (olen && code != OPT_NSID && code != OPT_DAU && code != OPT_DHU && code != OPT_N3U)
+    for (Py_ssize_t pos = w->opt_start; pos < w->opt_end; pos += 4 + rd16(p + pos + 2)) {
+        unsigned code = rd16(p + pos);
+        if (opt_other(code, rd16(p + pos + 2)))
             t->off += sprintf(t->base + t->off, t->off > other.off ? ",%u" : "%u", code);
-        pos += 4 + olen;
     }
     other.len = (uint32_t)(t->off - other.off);
     r->e_other = other;
     Span empty = {(uint32_t)t->off, 0};
-    Span *text[4] = {&r->e_nsid, &r->e_dau, &r->e_dhu, &r->e_n3u};
-    for (int k = 0; k < 4; k++) {
+    Span *text[N_OPT_TEXTS] = {&r->e_nsid, &r->e_dau, &r->e_dhu, &r->e_n3u, &r->e_ecs};
+    for (int k = 0; k < N_OPT_TEXTS; k++) {
         *text[k] = empty;
         if (last[k] < 0)
             continue;
         const unsigned char *v = p + last[k] + 4;
         unsigned olen = rd16(p + last[k] + 2);
-        *text[k] = k == 0 ? tail_text(t, v, olen) : tail_numbers(t, v, olen);
+        if (k == AT_ECS) {
+            if (tail_ecs(t, v, olen, text[k]) < 0)
+                return -1;
+        } else {
+            *text[k] = k == AT_NSID ? tail_text(t, v, olen) : tail_numbers(t, v, olen);
+        }
     }
-    r->e_ecs = empty;
-    if (last[4] >= 0 && tail_ecs(t, p + last[4] + 4, rd16(p + last[4] + 2), &r->e_ecs) < 0)
-        return -1;
     r->e_ede.off = (uint32_t)t->off;
-    r->e_ede.len = (uint32_t)n_ede;
-    for (Py_ssize_t pos = start; pos < end;) {
-        unsigned code = rd16(p + pos), olen = rd16(p + pos + 2);
-        if (code == OPT_EDE) {
+    r->e_ede.len = (uint32_t)w->opts.n_ede;
+    for (Py_ssize_t pos = w->opt_start; pos < w->opt_end; pos += 4 + rd16(p + pos + 2)) {
+        if (rd16(p + pos) == OPT_EDE) {
             uint16_t info = (uint16_t)rd16(p + pos + 4);
             memcpy(t->base + t->off, &info, 2);
             t->off += 2;
         }
-        pos += 4 + olen;
     }
-    r->e_rdata = tail_put(t, p + start, end - start);
+    r->e_rdata = tail_put(t, p + w->opt_start, w->opt_end - w->opt_start);
     return 0;
 }
 
@@ -469,7 +457,7 @@ static int put_record(MsgBatch *out, const MsgNet *net, const unsigned char *p, 
         r->e_version = (w.opt_ttl >> 16) & 0xFF;
         r->e_do = (w.opt_ttl & 0x8000) != 0;
         r->e_ext_rcode = w.opt_ttl >> 24;
-        if (tail_opt(&t, r, p, w.opt_start, w.opt_end) < 0)
+        if (tail_opt(&t, r, p, &w) < 0)
             return -1;
     }
     size_t size = align8(t.off);

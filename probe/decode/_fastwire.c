@@ -1,4 +1,5 @@
-/* probe.decode._fastwire: the DNS wire walker in C, making the DNS part of a message tuple.
+/* probe.decode._fastwire: the DNS part of a message tuple (probe/decode/dnswire.py parse_message, its reference)
+ * from the walk of include/wire.c.
  *
  * Why: walking a DNS message in Python (probe/decode/dnswire.py) was the largest part of decoding a message
  * tuple; PacketDecoder's Python frame loop (the frames the record decoder declines) calls parse_message with
@@ -18,9 +19,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "model.h"
 #include "wire.h"
-
-#define N_DNS 15 /* probe.model DNS_FIELDS */
 
 static PyObject *empty_str, *ipv6_address, *py_parse_message;
 
@@ -237,41 +237,68 @@ static PyObject *algorithms(const unsigned char *v, Py_ssize_t len)
     return s;
 }
 
-/* dnswire._ecs: "address/source-prefix". */
-static int client_subnet(const unsigned char *v, Py_ssize_t len, PyObject **out)
+/* dnswire._ecs for a value the walk accepted (opt_scan): "address/source-prefix". */
+static PyObject *client_subnet(const unsigned char *v, Py_ssize_t len)
 {
-    if (len < 4)
-        return MAL;
     unsigned family = rd16(v), source = v[2];
-    Py_ssize_t alen = len - 4;
     unsigned char addr[16] = {0};
-    if (family == 1 && alen <= 4) {
-        memcpy(addr, v + 4, alen);
-        *out = PyUnicode_FromFormat("%u.%u.%u.%u/%u", addr[0], addr[1], addr[2], addr[3], source);
-        return *out == NULL ? ERR : OK;
-    }
-    if (family == 2 && alen <= 16) {
-        /* IPv6 text (RFC 5952 with Python's rules for embedded IPv4) from the ipaddress module itself. */
-        memcpy(addr, v + 4, alen);
-        if (python_attr(&ipv6_address, "ipaddress", "IPv6Address") == NULL)
-            return ERR;
-        PyObject *obj = PyObject_CallFunction(ipv6_address, "y#", (const char *)addr, (Py_ssize_t)16);
-        if (obj == NULL)
-            return ERR;
-        *out = PyUnicode_FromFormat("%S/%u", obj, source);
-        Py_DECREF(obj);
-        return *out == NULL ? ERR : OK;
-    }
-    return MAL;
+    memcpy(addr, v + 4, len - 4);
+    if (family == 1)
+        return PyUnicode_FromFormat("%u.%u.%u.%u/%u", addr[0], addr[1], addr[2], addr[3], source);
+    /* IPv6 text (RFC 5952 with Python's rules for embedded IPv4) from the ipaddress module itself. */
+    if (python_attr(&ipv6_address, "ipaddress", "IPv6Address") == NULL)
+        return NULL;
+    PyObject *obj = PyObject_CallFunction(ipv6_address, "y#", (const char *)addr, (Py_ssize_t)16);
+    PyObject *text = obj != NULL ? PyUnicode_FromFormat("%S/%u", obj, source) : NULL;
+    Py_XDECREF(obj);
+    return text;
 }
 
-static PyObject *str_or_empty(PyObject *s)
+/* The text of option kind k (AT_NSID...) at p + at (-1: none, ""). */
+static PyObject *option_text(const unsigned char *p, Py_ssize_t at, int k)
 {
-    return s != NULL ? s : Py_NewRef(empty_str);
+    if (at < 0)
+        return Py_NewRef(empty_str);
+    const unsigned char *v = p + at + 4;
+    unsigned olen = rd16(p + at + 2);
+    if (k == AT_NSID)
+        return decode_text((const char *)v, olen);
+    return k == AT_ECS ? client_subnet(v, olen) : algorithms(v, olen);
 }
 
-static int parse_options(const unsigned char *p, unsigned rclass, uint32_t ttl, Py_ssize_t start, Py_ssize_t end,
-                         PyObject **edns);
+/* dnswire.parse_opt over the options of the walk's OPT RR (OptScan: the walk checked them). */
+static PyObject *parse_options(const unsigned char *p, const Walk *w)
+{
+    PyObject *text[N_OPT_TEXTS] = {NULL}, *other = NULL, *ede = PyTuple_New(w->opts.n_ede);
+    Text codes;
+    text_init(&codes);
+    Py_ssize_t n_ede = 0;
+    for (Py_ssize_t pos = w->opt_start; ede != NULL && pos < w->opt_end; pos += 4 + rd16(p + pos + 2)) {
+        unsigned code = rd16(p + pos);
+        PyObject *info = code == OPT_EDE ? shared16(rd16(p + pos + 4)) : NULL;
+        if (info != NULL)
+            PyTuple_SET_ITEM(ede, n_ede++, info);
+        if ((code == OPT_EDE && info == NULL)
+            || (opt_other(code, rd16(p + pos + 2)) && text_num(&codes, code, codes.len > 0) < 0))
+            Py_CLEAR(ede);
+    }
+    for (int k = 0; k < N_OPT_TEXTS; k++)
+        text[k] = option_text(p, w->opts.last[k], k);
+    other = codes.len ? PyUnicode_FromStringAndSize(codes.p, codes.len) : Py_NewRef(empty_str);
+    text_free(&codes);
+    if (ede != NULL)
+        untrack_if_acyclic(ede);
+    unsigned ttl = w->opt_ttl;
+    PyObject *v[N_EDNS_FIELDS] = {
+        [E_UDP_SIZE] = shared16(w->opt_class), [E_VERSION] = shared16((ttl >> 16) & 0xFF),
+        [E_DO] = Py_NewRef((ttl & 0x8000) ? Py_True : Py_False), [E_EXT_RCODE] = shared16(ttl >> 24),
+        [E_NSID] = text[AT_NSID], [E_DAU] = text[AT_DAU], [E_DHU] = text[AT_DHU], [E_N3U] = text[AT_N3U],
+        [E_CLIENT_SUBNET] = text[AT_ECS], [E_OTHER] = other, [E_EDE] = ede,
+        [E_COOKIE] = Py_NewRef(w->opts.cookie ? Py_True : Py_False),
+        [E_RDATA] = PyBytes_FromStringAndSize((const char *)p + w->opt_start, w->opt_end - w->opt_start),
+    };
+    return tuple_of(v, N_EDNS_FIELDS);
+}
 
 /* The EDNS tuples of OPT RRs without options, by (UDP size, TTL field): a handful of combinations make
  * up most of the traffic, and one shared tuple each saves two allocations per message. */
@@ -281,124 +308,21 @@ static struct {
     PyObject *edns;
 } edns_cache[EDNS_SLOTS];
 
-/* dnswire.parse_opt over p[start..end) (inside the message); *edns is set only on OK. */
-static int parse_opt(const unsigned char *p, unsigned rclass, uint32_t ttl, Py_ssize_t start, Py_ssize_t end,
-                     PyObject **edns)
+/* dnswire.parse_opt for the walk's OPT RR: its EDNS tuple (NULL with an exception). */
+static PyObject *parse_opt(const unsigned char *p, const Walk *w)
 {
-    if (start != end)
-        return parse_options(p, rclass, ttl, start, end, edns);
-    uint64_t key = ((uint64_t)rclass << 32) | ttl;
+    if (w->opt_start != w->opt_end)
+        return parse_options(p, w);
+    uint64_t key = ((uint64_t)w->opt_class << 32) | w->opt_ttl;
     unsigned slot = (unsigned)((key * 0x9E3779B97F4A7C15ull) >> 58);
-    if (edns_cache[slot].edns != NULL && edns_cache[slot].key == key) {
-        *edns = Py_NewRef(edns_cache[slot].edns);
-        return OK;
-    }
-    int r = parse_options(p, rclass, ttl, start, end, edns);
-    if (r == OK) {
-        Py_XSETREF(edns_cache[slot].edns, Py_NewRef(*edns));
+    if (edns_cache[slot].edns != NULL && edns_cache[slot].key == key)
+        return Py_NewRef(edns_cache[slot].edns);
+    PyObject *edns = parse_options(p, w);
+    if (edns != NULL) {
+        Py_XSETREF(edns_cache[slot].edns, Py_NewRef(edns));
         edns_cache[slot].key = key;
     }
-    return r;
-}
-
-static int parse_options(const unsigned char *p, unsigned rclass, uint32_t ttl, Py_ssize_t start, Py_ssize_t end,
-                         PyObject **edns)
-{
-    PyObject *nsid = NULL, *dau = NULL, *dhu = NULL, *n3u = NULL, *ecs = NULL, *ede = NULL;
-    PyObject *other = NULL, *ede_tuple = NULL;
-    int cookie = 0, r = OK;
-    Text codes;
-    text_init(&codes);
-    for (Py_ssize_t pos = start; pos < end;) {
-        if (pos + 4 > end) {
-            r = MAL;
-            goto done;
-        }
-        unsigned code = rd16(p + pos), olen = rd16(p + pos + 2);
-        const unsigned char *v = p + pos + 4;
-        pos += 4 + olen;
-        if (pos > end) {
-            r = MAL;
-            goto done;
-        }
-        PyObject **slot = NULL, *val = NULL;
-        switch (code) {
-        case OPT_NSID:
-            slot = &nsid;
-            val = decode_text((const char *)v, olen);
-            break;
-        case OPT_DAU:
-        case OPT_DHU:
-        case OPT_N3U:
-            slot = code == OPT_DAU ? &dau : code == OPT_DHU ? &dhu : &n3u;
-            val = algorithms(v, olen);
-            break;
-        case OPT_ECS:
-            slot = &ecs;
-            r = client_subnet(v, olen, &val);
-            if (r != OK)
-                goto done;
-            break;
-        case OPT_EDE: {
-            if (olen < 2) {
-                r = MAL;
-                goto done;
-            }
-            if (ede == NULL && (ede = PyList_New(0)) == NULL)
-                goto error;
-            PyObject *info = shared16(rd16(v));
-            if (info == NULL)
-                goto error;
-            int bad = PyList_Append(ede, info);
-            Py_DECREF(info);
-            if (bad)
-                goto error;
-            break;
-        }
-        case OPT_COOKIE:
-            cookie = 1;
-            break;
-        }
-        if (slot != NULL) {
-            if (val == NULL)
-                goto error;
-            Py_XSETREF(*slot, val);
-        }
-        if (olen && code != OPT_NSID && code != OPT_DAU && code != OPT_DHU && code != OPT_N3U) {
-            if (text_num(&codes, code, codes.len > 0) < 0)
-                goto error;
-        }
-    }
-    other = codes.len ? PyUnicode_FromStringAndSize(codes.p, codes.len) : Py_NewRef(empty_str);
-    ede_tuple = ede != NULL ? PyList_AsTuple(ede) : PyTuple_New(0);
-    if (other == NULL || ede_tuple == NULL)
-        goto error;
-    untrack_if_acyclic(ede_tuple);
-    PyObject *v[13] = {
-        shared16(rclass), shared16((ttl >> 16) & 0xFF), Py_NewRef((ttl & 0x8000) ? Py_True : Py_False),
-        shared16(ttl >> 24),
-        str_or_empty(nsid), str_or_empty(dau), str_or_empty(dhu), str_or_empty(n3u), str_or_empty(ecs), other,
-        ede_tuple, Py_NewRef(cookie ? Py_True : Py_False),
-        PyBytes_FromStringAndSize((const char *)p + start, end - start),
-    };
-    nsid = dau = dhu = n3u = ecs = other = ede_tuple = NULL; /* now in v */
-    *edns = tuple_of(v, 13);
-    if (*edns == NULL)
-        goto error;
-    goto done;
-error:
-    r = ERR;
-done:
-    text_free(&codes);
-    Py_XDECREF(nsid);
-    Py_XDECREF(dau);
-    Py_XDECREF(dhu);
-    Py_XDECREF(n3u);
-    Py_XDECREF(ecs);
-    Py_XDECREF(ede);
-    Py_XDECREF(other);
-    Py_XDECREF(ede_tuple);
-    return r;
+    return edns;
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -452,28 +376,25 @@ static PyObject *dns_tuple(PyObject *buf, PyObject *names)
     Walk w;
     walk_message(p, n, &w);
     int r = question_name(p, &w, names, &qname, &labels);
-    if (r == OK && w.has_opt)
-        r = parse_opt(p, w.opt_class, w.opt_ttl, w.opt_start, w.opt_end, &edns);
-    if (r != OK) { /* (MAL cannot be: the walk made parse_opt's checks) */
+    if (r == OK && w.has_opt && (edns = parse_opt(p, &w)) == NULL)
+        r = ERR;
+    if (r != OK) {
         Py_XDECREF(qname);
         Py_XDECREF(labels);
         return NULL;
     }
-    PyObject *v[N_DNS];
-    v[0] = n < 65536 ? shared16(n) : PyLong_FromSsize_t(n);
-    v[1] = w.id < 0 ? Py_NewRef(Py_None) : u16(w.id); /* the ID: random */
-    long hdr[5] = {w.flags, w.qd, w.an, w.ns, w.ar};
-    for (int i = 0; i < 5; i++)
-        v[2 + i] = shared16_or_none(hdr[i]);
-    v[7] = qname != NULL ? qname : Py_NewRef(Py_None);
-    v[8] = shared16_or_none(w.qtype);
-    v[9] = shared16_or_none(w.qclass);
-    v[10] = labels != NULL ? labels : Py_NewRef(Py_None);
-    v[11] = edns != NULL ? edns : Py_NewRef(Py_None);
-    v[12] = Py_NewRef(w.malformed ? Py_True : Py_False);
-    v[13] = shared16_or_none(w.last_an);
-    v[14] = Py_NewRef(buf);
-    return tuple_of(v, N_DNS);
+    PyObject *v[N_DNS_FIELDS] = {
+        [D_DNS_LEN] = n < 65536 ? shared16(n) : PyLong_FromSsize_t(n),
+        [D_ID] = w.id < 0 ? Py_NewRef(Py_None) : u16(w.id), /* the ID: random */
+        [D_FLAGS] = shared16_or_none(w.flags), [D_QDCOUNT] = shared16_or_none(w.qd),
+        [D_ANCOUNT] = shared16_or_none(w.an), [D_NSCOUNT] = shared16_or_none(w.ns),
+        [D_ARCOUNT] = shared16_or_none(w.ar), [D_QNAME] = qname != NULL ? qname : Py_NewRef(Py_None),
+        [D_QTYPE] = shared16_or_none(w.qtype), [D_QCLASS] = shared16_or_none(w.qclass),
+        [D_LABELS] = labels != NULL ? labels : Py_NewRef(Py_None), [D_EDNS] = edns != NULL ? edns : Py_NewRef(Py_None),
+        [D_MALFORMED] = Py_NewRef(w.malformed ? Py_True : Py_False), [D_LAST_AN_TYPE] = shared16_or_none(w.last_an),
+        [D_RAW] = Py_NewRef(buf),
+    };
+    return tuple_of(v, N_DNS_FIELDS);
 }
 
 static PyObject *parse_message(PyObject *Py_UNUSED(self), PyObject *args)
