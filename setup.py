@@ -14,7 +14,7 @@ from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
 INCLUDE = "include"  # C headers shared by several extensions, and the units some of them declare
-UNITS = {"wire.h": "wire.c"}  # a header -> the compilation unit of what it declares, built into each includer
+UNITS = {"valuetext.h": "valuetext.c", "wire.h": "wire.c"}  # a header -> the compilation unit of what it declares, built into each includer
 # (module, source, shared headers it includes: a change to one rebuilds it)
 CORE = (
     ("probe.capture._pcaprecords", "probe/capture/_pcaprecords.c", ("model.h", "records.h", "wire.h")),
