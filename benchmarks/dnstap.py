@@ -184,7 +184,7 @@ def measure_socket(path, messages, worker_core, sender_core, tmp_root, fmt):
 
 def stages(path, messages):
     """Seconds of CPU per message of each stage alone, in this process."""
-    from export.parquet.records import RecordBuilder
+    from export.parquet.rows import RowBuilder
     from probe import _records
     from probe.capture.fstrm_session import Session
     from probe.config import load_config
@@ -219,7 +219,7 @@ def stages(path, messages):
     timed("dnstap decoder, C (message records)", lambda: [decoder.decode_into(b, msgs) for b in batches])
     table, txs = RecordTable(cfg.match, Stats()), _records.TxBatch()
     timed("matching (message records)", lambda: (table.add(msgs, txs), table.flush(txs)))
-    builder = RecordBuilder()
+    builder = RowBuilder()
     timed("Parquet records (Arrow columns, before the writer)", lambda: builder.build(txs))
     return out
 
