@@ -11,7 +11,7 @@ DEMO_OUT := demo-out
 deps:
 	@bash contrib/install-deps.sh
 
-$(VENV)/.installed: pyproject.toml setup.py $(wildcard */*.c */*/*.c include/*.h) | deps
+$(VENV)/.installed: pyproject.toml setup.py $(wildcard */*.c */*/*.c include/*.h include/*.c) | deps
 	@$(PYTHON) -m venv --help >/dev/null 2>&1 || { \
 	  export DEBIAN_FRONTEND=noninteractive; apt-get update -qq && apt-get install -y -qq python3-venv >/dev/null; }
 	$(PYTHON) -m venv $(VENV)

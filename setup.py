@@ -6,34 +6,36 @@ a compiler (or without libdpdk) still installs the package, which then runs the 
 (`dnsprobe capture --dpdk` says that DPDK support was not built); the tests require them all.
 """
 
+import copy
 import os
 import subprocess
 
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
-INCLUDE = "include"  # C headers shared by several extensions
+INCLUDE = "include"  # C headers shared by several extensions, and the units some of them declare
+UNITS = {"valuetext.h": "valuetext.c", "wire.h": "wire.c"}  # a header -> the compilation unit of what it declares, built into each includer
 # (module, source, shared headers it includes: a change to one rebuilds it)
 CORE = (
-    ("probe.capture._pcaprecords", "probe/capture/_pcaprecords.c", ("records.h", "wire.h")),
-    ("probe.capture._ring", "probe/capture/_ring.c", ("records.h",)),
-    ("probe.decode._fastwire", "probe/decode/_fastwire.c", ("wire.h",)),
-    ("probe.decode._dnstap", "probe/decode/_dnstap.c", ("decoderec_api.h", "records.h")),
+    ("probe.capture._pcaprecords", "probe/capture/_pcaprecords.c", ("model.h", "records.h", "wire.h")),
+    ("probe.capture._ring", "probe/capture/_ring.c", ("model.h", "records.h")),
+    ("probe.decode._fastwire", "probe/decode/_fastwire.c", ("model.h", "wire.h")),
+    ("probe.decode._dnstap", "probe/decode/_dnstap.c", ("decoderec_api.h", "model.h", "records.h")),
     ("probe.decode._tcpstream", "probe/decode/_tcpstream.c", ("tcpstream_api.h",)),
-    ("export.cdns._cdnsblock", "export/cdns/_cdnsblock.c", ("fastint.h", "records.h")),
+    ("export.cdns._cdnsblock", "export/cdns/_cdnsblock.c", ("fastint.h", "model.h", "records.h", "wire.h")),
     # Lookups over a record table's string columns: enrichment and client privacy.
     ("export._lookup", "export/_lookup.c", ("strcolumn.h",)),
     ("export.enrich._psl", "export/enrich/_psl.c", ("strcolumn.h",)),
     ("export.enrich._resolvers", "export/enrich/_resolvers.c", ("valuetext.h",)),
-    ("export.parquet._answers", "export/parquet/_answers.c", ("valuetext.h", "strcolumn.h")),
+    ("export.parquet._answers", "export/parquet/_answers.c", ("valuetext.h", "strcolumn.h", "wire.h")),
     # The columnar pipeline: message records (probe._records) decoded, matched and written to Parquet in C.
-    ("probe._records", "probe/_records.c", ("records.h",)),
+    ("probe._records", "probe/_records.c", ("model.h", "records.h")),
     ("probe.decode._decoderec", "probe/decode/_decoderec.c",
-     ("decoderec_api.h", "frameloop.h", "records.h", "tcpstream_api.h", "valuetext.h", "wire.h")),
-    ("probe.match._matchrec", "probe/match/_matchrec.c", ("records.h",)),
-    ("export.parquet._parquetrec", "export/parquet/_parquetrec.c", ("records.h", "valuetext.h")),
+     ("decoderec_api.h", "model.h", "records.h", "tcpstream_api.h", "valuetext.h", "wire.h")),
+    ("probe.match._matchrec", "probe/match/_matchrec.c", ("model.h", "records.h")),
+    ("export.parquet._parquetrec", "export/parquet/_parquetrec.c", ("model.h", "records.h", "valuetext.h")),
 )
-DPDK = ("probe.capture._dpdk", "probe/capture/_dpdk.c", ("records.h",))
+DPDK = ("probe.capture._dpdk", "probe/capture/_dpdk.c", ("model.h", "records.h", "wire.h"))
 # The extensions build without a warning at these (tests/run/test_native_build.py fails on a new one)
 WARNINGS = ("-Wall", "-Wextra")
 
@@ -46,6 +48,13 @@ class ParallelBuildExt(build_ext):
         if not self.parallel:
             self.parallel = os.cpu_count() or 1
 
+    def build_extension(self, ext):
+        # Objects in a directory of the extension's own: the UNITS built into several extensions at once (threads)
+        # must not write one object file. A copy of the command, as the threads share this one.
+        own = copy.copy(self)
+        own.build_temp = os.path.join(self.build_temp, ext.name)
+        super(ParallelBuildExt, own).build_extension(ext)
+
 
 def pkg_config(*args):
     """pkg-config's output split into words, or None when it or libdpdk is missing."""
@@ -57,9 +66,10 @@ def pkg_config(*args):
 
 
 def extension(name, source, headers=(), cflags=(), libs=()):
+    units = [f"{INCLUDE}/{UNITS[h]}" for h in headers if h in UNITS]
     return Extension(
         name,
-        [source],
+        [source, *units],
         include_dirs=[INCLUDE],
         depends=[f"{INCLUDE}/{h}" for h in headers],
         extra_compile_args=[*cflags, "-O2", *WARNINGS],

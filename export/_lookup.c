@@ -1,4 +1,5 @@
-/* export._lookup: a per-worker cache of a function of text, applied to a string column in one pass.
+/* export._lookup: a per-worker cache of a function of text, applied to a string column in one pass (its Python
+ * reference: LookupCache.columns_python in export/lookup.py).
  *
  * Why: the enrichment steps and client privacy map columns whose values repeat (client addresses, client
  * subnets) through Python functions (a MaxMind lookup, a prefix list, Crypto-PAn). Done with Arrow, each step

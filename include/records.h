@@ -20,16 +20,13 @@
 #include <Python.h>
 #include <stdint.h>
 
+#include "model.h"
+
 #define SPAN_NONE 0xFFFFFFFFu
 
-/* probe.model MESSAGE_FIELDS: how many, and where the scope and origin sit. A packet's message (family 0) has
- * its proto as scope and no origin; a dnstap message has the scope (transport, family, identity or else
- * producer) and the origin (family, identity), made of the fields family, transport, identity and scope_name. */
-/* probe.model TRANSPORTS codes of packets' messages */
-#define TRANSPORT_UDP 1
-#define TRANSPORT_TCP 2
-
-enum { F_TRANSPORT = 12, F_SCOPE = 13, F_ORIGIN = 14, F_DNS = 15, N_FIELDS = 30 };
+/* The message tuple's layout (M_, E_ indexes) is model.h's. A packet's message (family 0) has its proto as scope
+ * and no origin; a dnstap message has the scope (transport, family, identity or else producer) and the origin
+ * (family, identity), made of the fields family, transport, identity and scope_name. */
 
 /* dnstap message families (the origin's first item), by code: probe.decode.dnstap_types FAMILIES, whose code is
  * its index + 1; 0 is a packet's message, which has no origin. */

@@ -1,5 +1,5 @@
 /* The C API that probe.decode._tcpstream exports to the frame loops (a capsule, as decoderec_api.h): the TCP stream
- * step without a Python call per segment. The frame loops (include/frameloop.h) take, as their tcp argument, a
+ * step without a Python call per segment. The frame loops (probe/decode/_decoderec.c) take, as their tcp argument, a
  * (TcpReassembler, on_reset) pair: on_reset(src, ipv) runs for a segment with RST before the step, as
  * PacketDecoder._tcp_step does. */
 #ifndef DNSPROBE_TCPSTREAM_API_H

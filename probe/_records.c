@@ -1,4 +1,5 @@
-/* probe._records: DNS messages as C records (include/records.h) and the batches the C stages pass each other.
+/* probe._records: DNS messages as C records (include/records.h) and the batches the C stages pass each other. Its
+ * Python reference: the message and transaction tuples of probe/model.py (rec_to_tuple gives exactly them).
  *
  * Why: a message as a tuple of 30 Python objects cost more to allocate, free and read back than to decode. In
  * the columnar pipeline, frames are decoded into records in a MsgBatch (probe.decode._decoderec), matched into
@@ -209,13 +210,15 @@ static PyObject *edns_tuple(const Rec *r)
         }
         PyTuple_SET_ITEM(ede, k, v);
     }
-    PyObject *v[13] = {
-        PyLong_FromLong(r->e_udp), PyLong_FromLong(r->e_version), PyBool_FromLong(r->e_do),
-        PyLong_FromLong(r->e_ext_rcode), span_str(r, r->e_nsid), span_str(r, r->e_dau), span_str(r, r->e_dhu),
-        span_str(r, r->e_n3u), span_str(r, r->e_ecs), span_str(r, r->e_other), ede, PyBool_FromLong(r->e_cookie),
-        span_bytes(r, r->e_rdata),
+    PyObject *v[N_EDNS_FIELDS] = {
+        [E_UDP_SIZE] = PyLong_FromLong(r->e_udp), [E_VERSION] = PyLong_FromLong(r->e_version),
+        [E_DO] = PyBool_FromLong(r->e_do), [E_EXT_RCODE] = PyLong_FromLong(r->e_ext_rcode),
+        [E_NSID] = span_str(r, r->e_nsid), [E_DAU] = span_str(r, r->e_dau), [E_DHU] = span_str(r, r->e_dhu),
+        [E_N3U] = span_str(r, r->e_n3u), [E_CLIENT_SUBNET] = span_str(r, r->e_ecs),
+        [E_OTHER] = span_str(r, r->e_other), [E_EDE] = ede, [E_COOKIE] = PyBool_FromLong(r->e_cookie),
+        [E_RDATA] = span_bytes(r, r->e_rdata),
     };
-    return tuple_of(v, 13);
+    return tuple_of(v, N_EDNS_FIELDS);
 }
 
 static PyObject *query_copy_type; /* probe.model.QueryCopy */
@@ -258,39 +261,39 @@ static PyObject *rec_to_tuple(const Rec *r)
     } else if (dnstap_scope(r, &scope, &origin) < 0) {
         return NULL;
     }
-    PyObject *v[N_FIELDS] = {
-        PyLong_FromLongLong(r->ts_ns),
-        r->wirelen < 0 ? Py_NewRef(Py_None) : PyLong_FromLongLong(r->wirelen),
-        r->ipv ? PyLong_FromLong(r->ipv) : Py_NewRef(Py_None),
-        r->proto ? PyLong_FromLong(r->proto) : Py_NewRef(Py_None),
-        address(r, ABSENT_SRC, r->src),
-        int_or_none(r->sport),
-        address(r, ABSENT_DST, r->dst),
-        int_or_none(r->dport),
-        int_or_none(r->ttl),
-        int_or_none(r->udp_sum),
-        int_or_none(r->vlan),
-        r->has_rtt ? PyFloat_FromDouble(r->rtt_ms) : Py_NewRef(Py_None),
-        r->transport ? PyLong_FromLong(r->transport) : Py_NewRef(Py_None),
-        scope,
-        origin,
-        PyLong_FromLongLong(r->dns_len),
-        int_or_none(r->id),
-        int_or_none(r->flags),
-        int_or_none(r->qdcount),
-        int_or_none(r->ancount),
-        int_or_none(r->nscount),
-        int_or_none(r->arcount),
-        span_str(r, r->qname),
-        int_or_none(r->qtype),
-        int_or_none(r->qclass),
-        int_or_none(r->labels),
-        r->has_edns ? edns_tuple(r) : Py_NewRef(Py_None),
-        PyBool_FromLong(r->malformed),
-        int_or_none(r->last_an),
-        span_bytes(r, r->raw),
+    PyObject *v[N_MESSAGE_FIELDS] = {
+        [M_TS_NS] = PyLong_FromLongLong(r->ts_ns),
+        [M_WIRELEN] = r->wirelen < 0 ? Py_NewRef(Py_None) : PyLong_FromLongLong(r->wirelen),
+        [M_IPV] = r->ipv ? PyLong_FromLong(r->ipv) : Py_NewRef(Py_None),
+        [M_PROTO] = r->proto ? PyLong_FromLong(r->proto) : Py_NewRef(Py_None),
+        [M_SRC] = address(r, ABSENT_SRC, r->src),
+        [M_SPORT] = int_or_none(r->sport),
+        [M_DST] = address(r, ABSENT_DST, r->dst),
+        [M_DPORT] = int_or_none(r->dport),
+        [M_TTL] = int_or_none(r->ttl),
+        [M_UDP_SUM] = int_or_none(r->udp_sum),
+        [M_VLAN] = int_or_none(r->vlan),
+        [M_TCP_RTT_MS] = r->has_rtt ? PyFloat_FromDouble(r->rtt_ms) : Py_NewRef(Py_None),
+        [M_TRANSPORT] = r->transport ? PyLong_FromLong(r->transport) : Py_NewRef(Py_None),
+        [M_SCOPE] = scope,
+        [M_ORIGIN] = origin,
+        [M_DNS_LEN] = PyLong_FromLongLong(r->dns_len),
+        [M_ID] = int_or_none(r->id),
+        [M_FLAGS] = int_or_none(r->flags),
+        [M_QDCOUNT] = int_or_none(r->qdcount),
+        [M_ANCOUNT] = int_or_none(r->ancount),
+        [M_NSCOUNT] = int_or_none(r->nscount),
+        [M_ARCOUNT] = int_or_none(r->arcount),
+        [M_QNAME] = span_str(r, r->qname),
+        [M_QTYPE] = int_or_none(r->qtype),
+        [M_QCLASS] = int_or_none(r->qclass),
+        [M_LABELS] = int_or_none(r->labels),
+        [M_EDNS] = r->has_edns ? edns_tuple(r) : Py_NewRef(Py_None),
+        [M_MALFORMED] = PyBool_FromLong(r->malformed),
+        [M_LAST_AN_TYPE] = int_or_none(r->last_an),
+        [M_RAW] = span_bytes(r, r->raw),
     };
-    PyObject *t = tuple_of(v, N_FIELDS);
+    PyObject *t = tuple_of(v, N_MESSAGE_FIELDS);
     if (t == NULL || !r->query_copy)
         return t;
     PyObject *copy = PyObject_CallOneArg(query_copy_type, t);
@@ -444,7 +447,7 @@ static int append_tuple(MsgBatch *b, PyObject *t, PyObject **hold)
 {
     static const char *names[] = {"qname", "raw", "nsid", "dau", "dhu", "n3u", "client_subnet", "other", "rdata"};
     int copy = Py_TYPE(t) == (PyTypeObject *)query_copy_type;
-    if ((!PyTuple_CheckExact(t) && !copy) || PyTuple_GET_SIZE(t) != N_FIELDS)
+    if ((!PyTuple_CheckExact(t) && !copy) || PyTuple_GET_SIZE(t) != N_MESSAGE_FIELDS)
         return bad_value("(the message)", t);
     PyObject **m = &PyTuple_GET_ITEM(t, 0);
     Rec r;
@@ -456,71 +459,75 @@ static int append_tuple(MsgBatch *b, PyObject *t, PyObject **hold)
     for (int k = 0; k < N_SPANS; k++)
         len[k] = SPAN_NONE;
     r.wirelen = -1;
-    if (get_i64(m[0], "ts_ns", &r.ts_ns) < 0 || (m[1] != Py_None && get_i64(m[1], "wirelen", &r.wirelen) < 0))
+    if (get_i64(m[M_TS_NS], "ts_ns", &r.ts_ns) < 0
+        || (m[M_WIRELEN] != Py_None && get_i64(m[M_WIRELEN], "wirelen", &r.wirelen) < 0))
         return -1;
-    if (get_i32(m[2], "ipv", 6, 1, &v32) < 0)
+    if (get_i32(m[M_IPV], "ipv", 6, 1, &v32) < 0)
         return -1;
     if (v32 != 4 && v32 != 6 && v32 != -1)
-        return bad_value("ipv", m[2]);
+        return bad_value("ipv", m[M_IPV]);
     r.ipv = v32 < 0 ? 0 : (uint8_t)v32;
-    if (get_i32(m[3], "proto", 255, 1, &v32) < 0)
+    if (get_i32(m[M_PROTO], "proto", 255, 1, &v32) < 0)
         return -1;
     if (v32 == 0)
-        return bad_value("proto", m[3]);
+        return bad_value("proto", m[M_PROTO]);
     r.proto = v32 < 0 ? 0 : (uint8_t)v32;
-    if (get_address(m[4], "src", &r, ABSENT_SRC, r.src) < 0 || get_address(m[6], "dst", &r, ABSENT_DST, r.dst) < 0)
+    if (get_address(m[M_SRC], "src", &r, ABSENT_SRC, r.src) < 0
+        || get_address(m[M_DST], "dst", &r, ABSENT_DST, r.dst) < 0)
         return -1;
-    if (get_i32(m[5], "sport", 65535, 1, &r.sport) < 0 || get_i32(m[7], "dport", 65535, 1, &r.dport) < 0
-        || get_i32(m[8], "ttl", 255, 1, &r.ttl) < 0 || get_i32(m[9], "udp_sum", 65535, 1, &r.udp_sum) < 0
-        || get_i32(m[10], "vlan", 4095, 1, &r.vlan) < 0)
+    if (get_i32(m[M_SPORT], "sport", 65535, 1, &r.sport) < 0 || get_i32(m[M_DPORT], "dport", 65535, 1, &r.dport) < 0
+        || get_i32(m[M_TTL], "ttl", 255, 1, &r.ttl) < 0 || get_i32(m[M_UDP_SUM], "udp_sum", 65535, 1, &r.udp_sum) < 0
+        || get_i32(m[M_VLAN], "vlan", 4095, 1, &r.vlan) < 0)
         return -1;
-    if (m[11] != Py_None) {
-        if (!PyFloat_CheckExact(m[11]))
-            return bad_value("tcp_rtt_ms", m[11]);
+    if (m[M_TCP_RTT_MS] != Py_None) {
+        if (!PyFloat_CheckExact(m[M_TCP_RTT_MS]))
+            return bad_value("tcp_rtt_ms", m[M_TCP_RTT_MS]);
         r.has_rtt = 1;
-        r.rtt_ms = PyFloat_AS_DOUBLE(m[11]);
+        r.rtt_ms = PyFloat_AS_DOUBLE(m[M_TCP_RTT_MS]);
     }
-    if (get_i32(m[F_TRANSPORT], "transport", 255, 1, &v32) < 0)
+    if (get_i32(m[M_TRANSPORT], "transport", 255, 1, &v32) < 0)
         return -1;
     if (v32 == 0)
-        return bad_value("transport", m[F_TRANSPORT]);
+        return bad_value("transport", m[M_TRANSPORT]);
     r.transport = v32 < 0 ? 0 : (uint8_t)v32;
-    if (get_scope(m[F_SCOPE], m[F_ORIGIN], &r, data, len, hold) < 0)
+    if (get_scope(m[M_SCOPE], m[M_ORIGIN], &r, data, len, hold) < 0)
         return -1;
-    m += F_DNS; /* the DNS fields, numbered from 0 */
-    if (get_i64(m[0], "dns_len", &r.dns_len) < 0)
+    if (get_i64(m[M_DNS_LEN], "dns_len", &r.dns_len) < 0)
         return -1;
     int32_t *hdr[] = {&r.id, &r.flags, &r.qdcount, &r.ancount, &r.nscount, &r.arcount};
     static const char *hdr_names[] = {"id", "flags", "qdcount", "ancount", "nscount", "arcount"};
     for (int k = 0; k < 6; k++) {
-        if (get_i32(m[1 + k], hdr_names[k], 65535, 1, hdr[k]) < 0)
+        if (get_i32(m[M_ID + k], hdr_names[k], 65535, 1, hdr[k]) < 0)
             return -1;
     }
-    if (get_data(m[7], "qname", 1, 1, &data[S_QNAME], &len[S_QNAME]) < 0
-        || get_i32(m[8], "qtype", 65535, 1, &r.qtype) < 0 || get_i32(m[9], "qclass", 65535, 1, &r.qclass) < 0
-        || get_i32(m[10], "labels", 255, 1, &r.labels) < 0 || get_bool(m[12], "malformed", &r.malformed) < 0
-        || get_i32(m[13], "last_an_type", 65535, 1, &r.last_an) < 0
-        || get_data(m[14], "raw", 0, 1, &data[S_RAW], &len[S_RAW]) < 0)
+    if (get_data(m[M_QNAME], "qname", 1, 1, &data[S_QNAME], &len[S_QNAME]) < 0
+        || get_i32(m[M_QTYPE], "qtype", 65535, 1, &r.qtype) < 0
+        || get_i32(m[M_QCLASS], "qclass", 65535, 1, &r.qclass) < 0
+        || get_i32(m[M_LABELS], "labels", 255, 1, &r.labels) < 0
+        || get_bool(m[M_MALFORMED], "malformed", &r.malformed) < 0
+        || get_i32(m[M_LAST_AN_TYPE], "last_an_type", 65535, 1, &r.last_an) < 0
+        || get_data(m[M_RAW], "raw", 0, 1, &data[S_RAW], &len[S_RAW]) < 0)
         return -1;
-    PyObject *e = m[11];
+    PyObject *e = m[M_EDNS];
     if (e != Py_None) {
-        if (!PyTuple_CheckExact(e) || PyTuple_GET_SIZE(e) != 13)
+        if (!PyTuple_CheckExact(e) || PyTuple_GET_SIZE(e) != N_EDNS_FIELDS)
             return bad_value("edns", e);
         PyObject **f = &PyTuple_GET_ITEM(e, 0);
         r.has_edns = 1;
-        if (get_i32(f[0], "udp_size", 65535, 0, &r.e_udp) < 0 || get_i32(f[1], "version", 255, 0, &r.e_version) < 0
-            || get_bool(f[2], "do", &r.e_do) < 0 || get_i32(f[3], "ext_rcode", 255, 0, &r.e_ext_rcode) < 0
-            || get_bool(f[11], "cookie", &r.e_cookie) < 0)
+        if (get_i32(f[E_UDP_SIZE], "udp_size", 65535, 0, &r.e_udp) < 0
+            || get_i32(f[E_VERSION], "version", 255, 0, &r.e_version) < 0 || get_bool(f[E_DO], "do", &r.e_do) < 0
+            || get_i32(f[E_EXT_RCODE], "ext_rcode", 255, 0, &r.e_ext_rcode) < 0
+            || get_bool(f[E_COOKIE], "cookie", &r.e_cookie) < 0)
             return -1;
         for (int k = 0; k < 6; k++) {
-            if (get_data(f[4 + k], names[S_NSID + k], 1, 0, &data[S_NSID + k], &len[S_NSID + k]) < 0)
+            if (get_data(f[E_NSID + k], names[S_NSID + k], 1, 0, &data[S_NSID + k], &len[S_NSID + k]) < 0)
                 return -1;
         }
-        if (get_data(f[12], "rdata", 0, 0, &data[S_RDATA], &len[S_RDATA]) < 0)
+        if (get_data(f[E_RDATA], "rdata", 0, 0, &data[S_RDATA], &len[S_RDATA]) < 0)
             return -1;
-        if (!PyTuple_CheckExact(f[10]))
-            return bad_value("ede", f[10]);
-        len[S_EDE] = (uint32_t)PyTuple_GET_SIZE(f[10]);
+        if (!PyTuple_CheckExact(f[E_EDE]))
+            return bad_value("ede", f[E_EDE]);
+        len[S_EDE] = (uint32_t)PyTuple_GET_SIZE(f[E_EDE]);
     }
     size_t tail = 0;
     for (int k = 0; k < N_SPANS; k++) {
@@ -546,7 +553,7 @@ static int append_tuple(MsgBatch *b, PyObject *t, PyObject **hold)
         if (len[k] == SPAN_NONE)
             continue;
         if (k == S_EDE) {
-            PyObject *codes = PyTuple_GET_ITEM(e, 10);
+            PyObject *codes = PyTuple_GET_ITEM(e, E_EDE);
             for (uint32_t j = 0; j < len[k]; j++) {
                 int32_t code;
                 if (get_i32(PyTuple_GET_ITEM(codes, j), "ede", 65535, 0, &code) < 0)

@@ -36,6 +36,7 @@
 
 #include "fastint.h"
 #include "records.h"
+#include "wire.h"
 
 /* export.cdns_format values (compared by the tests through CONSTANTS). */
 #define NS_PER_TICK 1000
@@ -56,7 +57,6 @@ static long cdns_transport(long long transport)
 #define QR_QUERY_HAS_NO_QUESTION (1 << 4)
 #define QR_RESPONSE_HAS_NO_QUESTION (1 << 5)
 #define QUERY_DO (1 << 7)
-#define MAX_NAME 255
 
 #define F(m, i) PyTuple_GET_ITEM((m), (i))
 
@@ -80,76 +80,26 @@ static inline int as_ll(PyObject *o, long long *out)
  * (out holds 256 bytes). 0 where read_name would raise. */
 static int wire_name(const unsigned char *p, Py_ssize_t n, Py_ssize_t off, unsigned char *out, Py_ssize_t *outlen)
 {
-    Py_ssize_t start = off, total = 0, w = 0;
-    for (;;) {
-        if (off >= n)
-            return 0;
-        unsigned c = p[off];
-        if (c == 0)
-            break;
-        if (c >= 0xC0) {
-            if (off + 1 >= n)
-                return 0;
-            Py_ssize_t ptr = ((Py_ssize_t)(c & 0x3F) << 8) | p[off + 1];
-            if (ptr >= start)
-                return 0;
-            start = off = ptr;
-            continue;
-        }
-        if (c & 0xC0)
-            return 0;
-        total += c + 1;
-        if (total > MAX_NAME || off + 1 + (Py_ssize_t)c > n)
-            return 0;
-        memcpy(out + w, p + off, c + 1);
-        w += c + 1;
-        off += c + 1;
+    NameLabels name;
+    if (name_labels(p, n, &off, &name) != OK)
+        return 0;
+    Py_ssize_t w = 0;
+    for (int i = 0; i < name.count; i++) {
+        memcpy(out + w, p + name.at[i], p[name.at[i]] + 1);
+        w += p[name.at[i]] + 1;
     }
     out[w++] = 0;
     *outlen = w;
     return 1;
 }
 
-/* dnswire._skip_name; -1 where it would raise. */
-static Py_ssize_t skip_name(const unsigned char *p, Py_ssize_t n, Py_ssize_t off)
-{
-    Py_ssize_t start = off;
-    if (off >= n)
-        return -1;
-    unsigned c = p[off];
-    while (c > 0 && c < 64) {
-        off += c + 1;
-        if (off >= n)
-            return -1;
-        c = p[off];
-    }
-    if (c == 0)
-        return off + 1;
-    if (c >= 0xC0 && off + 1 < n && ((((Py_ssize_t)(c & 0x3F)) << 8) | p[off + 1]) < start)
-        return off + 2;
-    return -1;
-}
-
 /* cdns.message_end: the offset just past the last RR; -1 where the Python walk would raise. */
 static Py_ssize_t message_end(const unsigned char *p, Py_ssize_t n)
 {
-    if (n < 12)
-        return -1;
-    long qd = p[4] << 8 | p[5];
-    long rrs = (long)(p[6] << 8 | p[7]) + (p[8] << 8 | p[9]) + (p[10] << 8 | p[11]);
     Py_ssize_t off = 12;
-    for (long i = 0; i < qd; i++) {
-        off = skip_name(p, n, off);
-        if (off < 0)
-            return -1;
-        off += 4;
-    }
-    for (long i = 0; i < rrs; i++) {
-        off = skip_name(p, n, off);
-        if (off < 0 || off + 10 > n)
-            return -1;
-        off += 10 + (p[off + 8] << 8 | p[off + 9]);
-    }
+    if (n < 12 || skip_questions(p, n, &off, rd16(p + 4)) != OK
+        || walk_rrs_at(p, n, &off, rd16(p + 6) + rd16(p + 8) + rd16(p + 10), NULL, NULL) != OK)
+        return -1;
     return off;
 }
 

@@ -1,5 +1,5 @@
 /* export.enrich._psl: public suffix and registered domain of every QNAME of a string column, by the rules of
- * the Public Suffix List, in one pass.
+ * the Public Suffix List, in one pass (its Python reference: PublicSuffixes.suffixes in export/enrich/psl.py).
  *
  * Why: QNAMEs repeat far less than addresses, so a cache in front of the publicsuffixlist package (Python)
  * still ran it for many rows. Here the rules are a hash table that also holds every suffix of a rule, and a

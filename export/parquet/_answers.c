@@ -23,6 +23,7 @@
 
 #include "valuetext.h"
 #include "strcolumn.h"
+#include "wire.h"
 
 typedef enum { I_NAME, I_U8, I_U16, I_U32, I_TIME, I_IP4, I_IP6, I_TYPE, I_STR, I_STRS, I_HEX, I_B64, I_SALT,
                I_HASH, I_BITMAP, I_TAG, I_QUOTED, I_END } Item;
@@ -37,7 +38,6 @@ static const struct {
 };
 #define N_ITEMS ((int)(sizeof ITEMS / sizeof ITEMS[0]))
 #define MAX_LAYOUT 16
-#define TYPE_OPT 41
 
 typedef struct {
     uint16_t type;
@@ -125,67 +125,21 @@ static int put_label_byte(Buf *b, unsigned char c)
 /* The name at off (dnswire.read_name) in presentation format (answers.name_text) into b. -2: no memory. */
 static Py_ssize_t read_name(const unsigned char *m, Py_ssize_t len, Py_ssize_t off, Buf *b)
 {
-    Py_ssize_t end = -1, start = off;
-    int total = 0, labels = 0;
-    for (;;) {
-        if (off >= len)
-            return -1;
-        unsigned n = m[off];
-        if (n == 0) {
-            off++;
-            break;
-        }
-        if (n >= 0xC0) {
-            if (off + 1 >= len)
-                return -1;
-            Py_ssize_t ptr = (Py_ssize_t)((n & 0x3F) << 8 | m[off + 1]);
-            if (ptr >= start)
-                return -1; /* only backward pointers, so no loops */
-            if (end < 0)
-                end = off + 2;
-            start = off = ptr;
-            continue;
-        }
-        if (n & 0xC0)
-            return -1;
-        total += (int)n + 1;
-        if (total > 255 || off + 1 + (Py_ssize_t)n > len)
-            return -1;
-        for (unsigned k = 0; k < n; k++) {
-            if (put_label_byte(b, m[off + 1 + k]) < 0)
+    NameLabels name;
+    if (name_labels(m, len, &off, &name) != OK)
+        return -1;
+    for (int i = 0; i < name.count; i++) {
+        const unsigned char *label = m + name.at[i];
+        for (unsigned k = 1; k <= label[0]; k++) {
+            if (put_label_byte(b, label[k]) < 0)
                 return -2;
         }
         if (put_char(b, '.') < 0)
             return -2;
-        labels++;
-        off += n + 1;
     }
-    if (labels == 0 && put_char(b, '.') < 0)
+    if (name.count == 0 && put_char(b, '.') < 0)
         return -2;
-    return end < 0 ? off : end;
-}
-
-/* dnswire.skip_name: past a question's name, its pointer checked but not followed. */
-static Py_ssize_t skip_name(const unsigned char *m, Py_ssize_t len, Py_ssize_t off)
-{
-    Py_ssize_t start = off;
-    if (off >= len)
-        return -1;
-    unsigned n = m[off];
-    while (n > 0 && n < 64) {
-        off += n + 1;
-        if (off >= len)
-            return -1;
-        n = m[off];
-    }
-    if (n == 0)
-        return off + 1;
-    if (n >= 0xC0) {
-        if (off + 1 >= len || (Py_ssize_t)((n & 0x3F) << 8 | m[off + 1]) >= start)
-            return -1;
-        return off + 2;
-    }
-    return -1;
+    return off;
 }
 
 /* ---- RDATA ---- */
@@ -308,7 +262,7 @@ static int put_bitmap(Buf *b, const Walker *w, const unsigned char *s, size_t n)
 static Py_ssize_t put_item(Buf *b, const Walker *w, Item item, const unsigned char *m, Py_ssize_t len, Py_ssize_t pos,
                            Py_ssize_t end)
 {
-#define OK(x)                                                                                                  \
+#define PUT(x)                                                                                                 \
     if ((x) < 0)                                                                                               \
         return -2;
     Py_ssize_t n;
@@ -318,21 +272,21 @@ static Py_ssize_t put_item(Buf *b, const Walker *w, Item item, const unsigned ch
     case I_U8:
         if (pos >= len)
             return -1;
-        OK(put_uint(b, m[pos]));
+        PUT(put_uint(b, m[pos]));
         return pos + 1;
     case I_U16:
     case I_TYPE:
         if (pos + 2 > len)
             return -1;
-        OK(item == I_U16 ? put_uint(b, (unsigned)m[pos] << 8 | m[pos + 1]) : put_type(b, w, m[pos] << 8 | m[pos + 1]));
+        PUT(item == I_U16 ? put_uint(b, rd16(m + pos)) : put_type(b, w, rd16(m + pos)));
         return pos + 2;
     case I_U32:
     case I_TIME: {
         if (pos + 4 > len)
             return -1;
-        uint32_t v = (uint32_t)m[pos] << 24 | (uint32_t)m[pos + 1] << 16 | (uint32_t)m[pos + 2] << 8 | m[pos + 3];
+        uint32_t v = rd32(m + pos);
         if (item == I_U32) {
-            OK(put_uint(b, v));
+            PUT(put_uint(b, v));
         } else {
             time_t t = (time_t)v;
             struct tm tm;
@@ -340,7 +294,7 @@ static Py_ssize_t put_item(Buf *b, const Walker *w, Item item, const unsigned ch
             if (gmtime_r(&t, &tm) == NULL)
                 return -1;
             size_t k = strftime(text, sizeof text, "%Y%m%d%H%M%S", &tm);
-            OK(put(b, text, k));
+            PUT(put(b, text, k));
         }
         return pos + 4;
     }
@@ -351,7 +305,7 @@ static Py_ssize_t put_item(Buf *b, const Walker *w, Item item, const unsigned ch
         if (pos + size > len)
             return -1;
         n = item == I_IP4 ? ipv4_text(m + pos, text) : ipv6_text(m + pos, text);
-        OK(put(b, text, (size_t)n));
+        PUT(put(b, text, (size_t)n));
         return pos + size;
     }
     case I_STR:
@@ -365,7 +319,7 @@ static Py_ssize_t put_item(Buf *b, const Walker *w, Item item, const unsigned ch
             return -1;
         const unsigned char *s = m + pos + 1;
         if (item == I_STR) {
-            OK(put_quoted(b, s, (size_t)n));
+            PUT(put_quoted(b, s, (size_t)n));
         } else if (item == I_TAG) {
             if (n == 0)
                 return -1;
@@ -374,18 +328,18 @@ static Py_ssize_t put_item(Buf *b, const Walker *w, Item item, const unsigned ch
                 if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')))
                     return -1;
             }
-            OK(put(b, s, (size_t)n));
+            PUT(put(b, s, (size_t)n));
         } else if (item == I_SALT) {
-            OK(n ? put_hex(b, s, (size_t)n) : put_char(b, '-'));
+            PUT(n ? put_hex(b, s, (size_t)n) : put_char(b, '-'));
         } else {
-            OK(put_base32hex(b, s, (size_t)n));
+            PUT(put_base32hex(b, s, (size_t)n));
         }
         return pos + 1 + n;
     }
     case I_STRS:
         for (int first = 1; pos < end; first = 0) {
             if (!first)
-                OK(put_char(b, ' '));
+                PUT(put_char(b, ' '));
             pos = put_item(b, w, I_STR, m, len, pos, end);
             if (pos < 0)
                 return pos;
@@ -399,9 +353,9 @@ static Py_ssize_t put_item(Buf *b, const Walker *w, Item item, const unsigned ch
     size_t size = pos < end ? (size_t)(end - pos) : 0;
     int rc;
     switch (item) {
-    case I_HEX: OK(put_hex(b, rest, size)); break;
-    case I_B64: OK(put_base64(b, rest, size)); break;
-    case I_QUOTED: OK(put_quoted(b, rest, size)); break;
+    case I_HEX: PUT(put_hex(b, rest, size)); break;
+    case I_B64: PUT(put_base64(b, rest, size)); break;
+    case I_QUOTED: PUT(put_quoted(b, rest, size)); break;
     case I_BITMAP:
         rc = put_bitmap(b, w, rest, size);
         if (rc != 0)
@@ -411,7 +365,7 @@ static Py_ssize_t put_item(Buf *b, const Walker *w, Item item, const unsigned ch
         PyErr_SetString(PyExc_SystemError, "unknown layout item");
         return -2;
     }
-#undef OK
+#undef PUT
     return end;
 }
 
@@ -480,14 +434,10 @@ static int message_records(const Walker *w, const unsigned char *m, Py_ssize_t l
         return 0;
     unsigned counts[4];
     for (int k = 0; k < 4; k++)
-        counts[k] = (unsigned)m[4 + 2 * k] << 8 | m[5 + 2 * k];
+        counts[k] = rd16(m + 4 + 2 * k);
     Py_ssize_t off = 12;
-    for (unsigned k = 0; k < counts[0]; k++) {
-        off = skip_name(m, len, off);
-        if (off < 0)
-            return 0;
-        off += 4;
-    }
+    if (skip_questions(m, len, &off, counts[0]) != OK)
+        return 0;
     for (int section = 0; section < 3; section++) {
         for (unsigned k = 0; k < counts[section + 1]; k++) {
             owner->len = 0;
@@ -497,10 +447,10 @@ static int message_records(const Walker *w, const unsigned char *m, Py_ssize_t l
             if (off < 0 || off + 10 > len)
                 return 0;
             const unsigned char *rr = m + off;
-            unsigned type = (unsigned)rr[0] << 8 | rr[1], klass = (unsigned)rr[2] << 8 | rr[3];
-            int64_t ttl = (int64_t)((uint32_t)rr[4] << 24 | (uint32_t)rr[5] << 16 | (uint32_t)rr[6] << 8 | rr[7]);
+            unsigned type = rd16(rr), klass = rd16(rr + 2);
+            int64_t ttl = rd32(rr + 4);
             Py_ssize_t start = off + 10;
-            off = start + ((Py_ssize_t)rr[8] << 8 | rr[9]);
+            off = start + rd16(rr + 8);
             if (off > len)
                 return 0;
             if (type == TYPE_OPT)

@@ -1,5 +1,6 @@
 /* export.parquet._parquetrec: a TxBatch of message records -> the Arrow buffers of the Parquet columns
- * (export/parquet/schema.py), in one pass, derived columns included.
+ * (export/parquet/schema.py), in one pass, derived columns included. Its Python reference: RecordBuilder.build in
+ * export/parquet/records.py.
  *
  * Why: a record builder over transaction tuples (a column pass, then Arrow compute kernels for the derived columns)
  * waited on the scattered tuples for most of its time; the records of a TxBatch are contiguous, and

@@ -1,5 +1,6 @@
 /*
- * probe.capture._dpdk: the small part of DPDK that dnsprobe needs, as a CPython extension.
+ * probe.capture._dpdk: the small part of DPDK that dnsprobe needs, as a CPython extension (no Python reference:
+ * probe/capture/dpdk.py drives it).
  *
  * Built by setup.py only when `pkg-config --exists libdpdk` succeeds (Debian: libdpdk-dev).
  * Python side: probe/capture/dpdk.py. Functions:
@@ -456,10 +457,10 @@ fetch(Poller *p, unsigned int at, unsigned int want, uint64_t b_tsc, uint64_t b_
 		for (uint16_t k = 0; k < n; k++) {
 			unsigned int w = worker_of(burst[k]);
 			if (w == 0) {
-				out[own] = burst[k];
+				out[own] = burst[k]; /* (gcc -fanalyzer: as above) */
 				ns[own++] = t;
 			} else {
-				*mbuf_ts(burst[k]) = t;
+				*mbuf_ts(burst[k]) = t; /* (gcc -fanalyzer: as above) */
 				p->stage[w * RX_CHUNK + p->staged[w]++] = burst[k];
 			}
 		}

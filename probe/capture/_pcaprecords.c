@@ -1,4 +1,5 @@
-/* probe.capture._pcaprecords: split classic pcap records out of a buffer, in C.
+/* probe.capture._pcaprecords: split classic pcap records out of a buffer, in C (its Python reference:
+ * split_records in probe/capture/pcapfile.py).
  *
  * Why: the Python loop over record headers (unpack, checks, three list appends, a slice) was a large part
  * of the pipeline once decoding and record building were in C. This

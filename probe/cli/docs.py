@@ -1,13 +1,14 @@
 """Reference tables of the documentation, generated from the code's own declarative tables.
 
-Each table sits in one page of docs/ (PAGES), between BEGIN/END markers. In the source tree:
+Each table sits in one page of docs/ (PAGES), between BEGIN/END markers; so does the C form of the message
+tuple's layout, in include/model.h (the C extensions index tuples by it). In the source tree:
 
     python -m probe.cli.docs            # print the tables
     python -m probe.cli.docs --update   # rewrite them in every page
     python -m probe.cli.docs --check    # name the pages whose tables are stale (exit status 1)
 
 tests/cli/test_docs.py runs the check, so the documentation cannot drift from the schema, the options or
-the counters.
+the counters, nor the C code from the message layout.
 """
 
 import re
@@ -16,6 +17,7 @@ from pathlib import Path
 
 from export.parquet.schema import COLUMNS, DNSPROBE_COLUMNS
 from probe.config import options
+from probe.model import DNS_FIELDS, EDNS_FIELDS, MESSAGE_FIELDS, NET_FIELDS
 from probe.run.checks import FORMAT_NAMES
 from probe.stats import COUNTERS
 
@@ -47,27 +49,56 @@ def counters_table():
     return "\n".join(lines)
 
 
-TABLES = {"schema": schema_table, "config": config_table, "counters": counters_table}
+def c_enum(comment, prefix, names, counts):
+    """A C enum of the indexes of names (prefix + NAME), then the counts (name -> value), in lines of 116."""
+    items = [f"{prefix}{name.upper()} = {i}" for i, name in enumerate(names)]
+    items += [f"{name} = {value}" for name, value in counts.items()]
+    lines, line = [f"/* {comment} */", "enum {"], "   "
+    for item in items:
+        if len(line) + len(item) + 2 > 116:
+            lines.append(line)
+            line = "   "
+        line += f" {item},"
+    return "\n".join([*lines, line, "};"])
+
+
+def message_layout():
+    """probe.model's message tuple layout as C indexes (include/model.h)."""
+    return "\n".join([
+        c_enum("MESSAGE_FIELDS (NET_FIELDS, then DNS_FIELDS)", "M_", MESSAGE_FIELDS,
+               {"N_NET_FIELDS": len(NET_FIELDS), "N_MESSAGE_FIELDS": len(MESSAGE_FIELDS)}),
+        c_enum("DNS_FIELDS: the DNS tuple (probe.decode.dnswire.parse_message)", "D_", DNS_FIELDS,
+               {"N_DNS_FIELDS": len(DNS_FIELDS)}),
+        c_enum("EDNS_FIELDS: the edns field's tuple", "E_", EDNS_FIELDS, {"N_EDNS_FIELDS": len(EDNS_FIELDS)}),
+    ])
+
+
+TABLES = {"schema": schema_table, "config": config_table, "counters": counters_table, "layout": message_layout}
 # page (relative to the source tree) → the tables it holds
 PAGES = {
     "docs/configuration.md": ("config",),
     "docs/parquet.md": ("schema",),
     "docs/statistics.md": ("counters",),
+    "include/model.h": ("layout",),
 }
+# a page's markers: a comment of its language
+COMMENT = {".md": ("<!--", "-->"), ".h": ("/*", "*/")}
 
 
-def block(name):
+def block(name, page):
     """One table as it stands in its page, between its markers."""
-    begin = f"<!-- BEGIN {name} (generated: python -m probe.cli.docs --update) -->"
-    return f"{begin}\n{TABLES[name]()}\n<!-- END {name} -->"
+    start, end = COMMENT[Path(page).suffix]
+    begin = f"{start} BEGIN {name} (generated: python -m probe.cli.docs --update) {end}"
+    return f"{begin}\n{TABLES[name]()}\n{start} END {name} {end}"
 
 
 def regenerate(text, names, page):
     """The text of a page with its tables generated anew; a page without exactly one pair of markers for
     one of its tables is an error naming the page and the table."""
+    start, end = (re.escape(s) for s in COMMENT[Path(page).suffix])
     for name in names:
-        pattern = re.compile(rf"<!-- BEGIN {name} .*?<!-- END {name} -->", re.S)
-        text, found = pattern.subn(lambda _m, n=name: block(n), text)
+        pattern = re.compile(rf"{start} BEGIN {name} .*?{start} END {name} {end}", re.S)
+        text, found = pattern.subn(lambda _m, n=name: block(n, page), text)
         if found != 1:
             raise ValueError(f"{page}: expected one pair of BEGIN/END markers for the {name} table, found {found}")
     return text
@@ -107,8 +138,9 @@ def main(argv):
             print(f"{page}: generated tables are stale; run python -m probe.cli.docs --update", file=sys.stderr)
         return 1 if stale else 0
     if not argv:
-        for name in TABLES:
-            print(block(name) + "\n")
+        for page, names in PAGES.items():
+            for name in names:
+                print(block(name, page) + "\n")
         return 0
     print("usage: python -m probe.cli.docs [--update | --check]", file=sys.stderr)
     return 2

@@ -94,7 +94,7 @@ class PacketDecoder:
             decode_cfg.tcp_max_bytes,
         )
         # The tcp argument of the C frame loop: the C step is called from C directly, with _reset_seen for a
-        # RST first, as _tcp_step does (include/frameloop.h); the Python step through _tcp_step.
+        # RST first, as _tcp_step does (probe/decode/_decoderec.c); the Python step through _tcp_step.
         self._c_tcp = (self.tcp, self._reset_seen) if reassembler is not PyTcpReassembler else self._tcp_step
         self.parse = make_parser(self.parser, stats, keep_raw).parse
         # decode_into runs the C frame loop (probe/decode/_decoderec.c): the C parser, and it is built.

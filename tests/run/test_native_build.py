@@ -57,6 +57,7 @@ print(native.import_error("export.cdns._cdnsblock"))
 
 WARNING = re.compile(r"^(\S+\.[ch]):(\d+):\d+: warning: (.*)$", re.M)
 SOURCES = [ROOT / (name.replace(".", "/") + ".c") for name in {**native.EXTENSIONS, **native.OPTIONAL}]
+SOURCES += sorted((ROOT / "include").glob("*.c"))  # the units built into several extensions (setup.py UNITS)
 DPDK_CFLAGS = subprocess.run(["pkg-config", "--cflags", "libdpdk"], capture_output=True, text=True).stdout.split() \
     if shutil.which("pkg-config") else []
 
