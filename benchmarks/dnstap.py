@@ -190,7 +190,7 @@ def stages(path, messages):
     from probe.config import load_config
     from probe.decode.dnstap import DnstapDecoder
     from probe.match import RecordTable
-    from probe.model import DnstapBatch
+    from probe.model import DataFrames, DnstapBatch
     from probe.stats import Stats
 
     data = path.read_bytes()
@@ -204,14 +204,19 @@ def stages(path, messages):
         return result
 
     def split():
-        session, frames = Session(file=True), []
+        """The file source's work: pieces fed, batches of 4096 frames taken."""
+        session, batches, frames = Session(file=True), [], DataFrames()
         for i in range(0, len(data), 1 << 18):
             session.feed(data[i : i + (1 << 18)])
-            session.read(frames, 1 << 30)
-        return frames
+            while True:
+                session.read(frames, 4096 - len(frames))
+                if len(frames) < 4096:
+                    break
+                batches.append(DnstapBatch([("f", frames)]))
+                frames = DataFrames()
+        return batches + [DnstapBatch([("f", frames)])]
 
-    frames = timed("frame streams splitting", split)
-    batches = [DnstapBatch([("f", frames[i : i + 4096])]) for i in range(0, len(frames), 4096)]
+    batches = timed("frame streams splitting", split)
     decoder = DnstapDecoder(cfg.dnstap, cfg.decode, Stats(), keep_raw=False, python=True)
     timed("dnstap decoder, Python (upb; message tuples)", lambda: [m for b in batches for m in decoder.decode(b)])
     decoder = DnstapDecoder(cfg.dnstap, cfg.decode, Stats(), keep_raw=False)
@@ -220,7 +225,7 @@ def stages(path, messages):
     table, txs = RecordTable(cfg.match, Stats()), _records.TxBatch()
     timed("matching (message records)", lambda: (table.add(msgs, txs), table.flush(txs)))
     builder = RecordBuilder()
-    timed("Parquet records (Arrow columns, before the writer)", lambda: builder.build(txs))
+    timed("Parquet records (Arrow columns, before the writer)", lambda: builder.build_records(txs))
     return out
 
 

@@ -78,7 +78,7 @@ class DnstapDecoder:
                 say_not_built("probe.decode._dnstap")
             else:
                 keep4, keep6 = self.keep.get(4), self.keep.get(6)
-                # the arguments of _dnstap.decode after (frames, start, producer, out, counts, type_counts)
+                # the arguments of _dnstap.decode after (spans, producer, out, counts, type_counts)
                 self._c_args = (self.types, keep4, keep6, keep_raw)
                 self._c = _dnstap.decode
 
@@ -87,6 +87,9 @@ class DnstapDecoder:
         out = []
         counts = [0] * len(COUNTS)
         for producer, frames in batch.runs:
+            if producer in batch.refused:  # a later run of a producer refused in this batch
+                counts[DISCARDED] += len(frames)
+                continue
             problem = self._run(producer, frames, out, counts)
             if problem is not None:
                 batch.refused[producer] = problem
@@ -97,13 +100,16 @@ class DnstapDecoder:
         """The same messages appended to out, a probe._records.MsgBatch, as message records."""
         counts = [0] * len(COUNTS)
         for producer, frames in batch.runs:
+            if producer in batch.refused:  # a later run of a producer refused in this batch
+                counts[DISCARDED] += len(frames)
+                continue
             if self._c is not None:
-                stop, max_ts = self._c(frames, 0, producer, out, counts, self.type_counts, *self._c_args)
+                stop, max_ts = self._c(frames.spans, producer, out, counts, self.type_counts, *self._c_args)
                 if max_ts > self.now_ns:
                     self.now_ns = max_ts
-                if stop == len(frames):
+                if stop < 0:
                     continue
-                frames = frames[stop:]  # a frame protobuf refuses: the Python loop says why
+                frames = list(frames)[stop:]  # a frame protobuf refuses: the Python loop says why
             msgs = []
             problem = self._run(producer, frames, msgs, counts)
             out.extend(msgs)
