@@ -14,7 +14,8 @@ time; identity and version set), in a Frame Streams file cached under benchmarks
            (Debian fstrm-bin) on the other; charged the worker process's CPU time (/proc) from before the
            first message to the last one counted, so the start-up and the final flush are not in it.
   stages   in-process, the corpus through each stage alone (process_time), to show where the time goes:
-           Frame Streams splitting, the dnstap decoder in Python and in C, matching, building the records.
+           Frame Streams splitting, the dnstap decoder in Python and in C, matching, building the records,
+           writing them.
 
 Target: at least 300,000 messages per CPU-second per worker. Results: benchmarks/results/dnstap.json and .md.
 """
@@ -30,6 +31,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -185,6 +187,7 @@ def measure_socket(path, messages, worker_core, sender_core, tmp_root, fmt):
 def stages(path, messages):
     """Seconds of CPU per message of each stage alone, in this process."""
     from export.parquet.records import RecordBuilder
+    from export.parquet.writer import open_parquet, write_row_groups
     from probe import _records
     from probe.capture.fstrm_session import Session
     from probe.config import load_config
@@ -225,7 +228,17 @@ def stages(path, messages):
     table, txs = RecordTable(cfg.match, Stats()), _records.TxBatch()
     timed("matching (message records)", lambda: (table.add(msgs, txs), table.flush(txs)))
     builder = RecordBuilder()
-    timed("Parquet records (Arrow columns, before the writer)", lambda: builder.build_records(txs))
+    table = timed("Parquet records (Arrow columns, before the writer)", lambda: builder.build_records(txs))
+
+    def write():
+        with tempfile.TemporaryDirectory(prefix="dnsprobe-dnstap-stage-") as tmp:
+            f = SimpleNamespace(pending=[table], pending_rows=table.num_rows)
+            f.writer, sink = open_parquet(Path(tmp) / "stage.parquet", cfg.export)
+            write_row_groups(f, cfg.export, force=True)
+            f.writer.close()
+            sink.close()
+
+    timed("Parquet writing (the exporter's row groups, sort and compression)", write)
     return out
 
 

@@ -24,9 +24,6 @@ this Python code, the reference it must equal, the frame protobuf refuses (its m
 tuples, MsgBatch.extend, in order).
 """
 
-from google.protobuf.message import DecodeError
-
-from probe.decode.dnstap_schema import Dnstap
 from probe.decode.dnstap_types import MESSAGE_TYPES, TYPE_COUNTERS
 from probe.decode.parsers import make_parser, resolve
 from probe.model import TRANSPORTS, M, QueryCopy
@@ -134,6 +131,12 @@ class DnstapDecoder:
 
     def _run(self, producer, frames, out, counts):
         """The frames of one producer; returns why the producer is refused (a frame that does not decode)."""
+        # protobuf's runtime and the schema (about 15 ms of CPU at start-up) are loaded only when this
+        # loop runs: the reference, or a frame the C loop refused
+        from google.protobuf.message import DecodeError
+
+        from probe.decode.dnstap_schema import Dnstap
+
         parse_pb = Dnstap.FromString
         message = self._message
         counts[FRAMES] += len(frames)
