@@ -330,10 +330,16 @@ static int keep(PyObject *fn, const Bytes *client, const Bytes *server)
  * Python's decoder, held in *obj). -1 with an exception. */
 static int identity_text(const Bytes *id, MsgNet *net, PyObject **obj)
 {
-    int ascii = 1;
-    for (Py_ssize_t i = 0; i < id->n && ascii; i++)
-        ascii = id->p[i] < 0x80;
-    if (ascii) {
+    uint64_t high = 0; /* the high bits of every byte, 8 at a time */
+    Py_ssize_t i = 0;
+    for (; i + 8 <= id->n; i += 8) {
+        uint64_t w;
+        memcpy(&w, id->p + i, 8);
+        high |= w;
+    }
+    for (; i < id->n; i++)
+        high |= id->p[i];
+    if (!(high & 0x8080808080808080ull)) {
         net->identity = (const char *)id->p;
         net->identity_len = (size_t)id->n;
         return 0;
