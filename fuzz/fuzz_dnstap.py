@@ -96,6 +96,11 @@ def mutate(rng, frame):
     return bytes(f)
 
 
+# none, and text the C loop takes as it is (ASCII) or decodes (a byte above 127 in its first or a later 8-byte
+# word, or in the tail)
+IDENTITIES = (None, b"resolver\xff.exampl", None, b"ns1.resolver.example", None, b"id\xff5")
+
+
 def corpus():
     """Valid frames with every field the decoder reads, and some it does not (the seeds: fuzz/make_corpus.py)."""
     if str(ROOT / "tests") not in sys.path:
@@ -116,7 +121,7 @@ def corpus():
         response = mtype.endswith("RESPONSE")
         frames.append(dnstap_frame(mtype, dns=(r_dns if response else q_dns)(i), family=family, protocol=proto,
                                    qaddr=addrs[0], raddr=addrs[1], embedded=q_dns(i) if response else None,
-                                   identity=b"id\xff%d" % i if i % 2 else None, **extra))
+                                   identity=IDENTITIES[i], **extra))
     d = Dnstap.FromString(frames[0])
     d.version = b"v"
     d.extra = b"x"
