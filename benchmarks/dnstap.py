@@ -13,6 +13,10 @@ time; identity and version set), in a Frame Streams file cached under benchmarks
   socket   `dnsprobe capture --dnstap-socket` with its one worker on one CPU, fed by libfstrm's fstrm_replay
            (Debian fstrm-bin) on the other; charged the worker process's CPU time (/proc) from before the
            first message to the last one counted, so the start-up and the final flush are not in it.
+  mixed    (--mixed, as root) a live worker's CPU per DNS message with packets alone and with packets and a
+           dnstap socket at once: the standard mix's packets by tcpreplay (--mixed-rate pkts/s) on a veth of
+           benchmarks/live.py's testbed, the same messages as dnstap by fstrm_replay; the worker's CPU (/proc)
+           from before the first message to the last one counted (issue 30: within 10 % of the packet path).
   stages   in-process, the corpus through each stage alone (process_time), to show where the time goes:
            Frame Streams splitting, the dnstap decoder in Python and in C, matching, building the records,
            writing them.
@@ -184,6 +188,65 @@ def measure_socket(path, messages, worker_core, sender_core, tmp_root, fmt):
         shutil.rmtree(out, ignore_errors=True)
 
 
+def measure_mixed(path, messages, packets, rate, with_dnstap):
+    """Worker CPU per DNS message of `dnsprobe capture` on a veth fed the standard mix's packets, and with_dnstap
+    also the dnstap corpus on its socket at the same time."""
+    import live
+
+    live.OPTIONS["code_dir"] = ROOT  # this checkout's code, run by `python -m probe` in it
+    pcap = Path(traffic.generate("standard", packets, 1))
+    out = Path(tempfile.mkdtemp(prefix="dnsprobe-dnstap-mixed-"))
+    sock = out / "tap.sock"
+    extra = ("--stats-interval", "0.2") + (("--dnstap-socket", str(sock)) if with_dnstap else ())
+    log = open(out / "capture.log", "w")
+    with live.Testbed() as bed:
+        proc, worker, _ = live.start_probe(bed, out, log, extra=extra)
+        try:
+            time.sleep(0.5)  # the worker's start-up over
+            (user0, sys0) = _cpu_of(worker)
+            gen = subprocess.Popen(live.tcpreplay_command(bed, pcap, rate), stdout=subprocess.PIPE,
+                                   stderr=subprocess.STDOUT, text=True)
+            if with_dnstap:
+                subprocess.run(["fstrm_replay", "-t", CT, "-r", str(path), "-u", str(sock)], check=True,
+                               capture_output=True, preexec_fn=lambda: os.sched_setaffinity(0, {live.GENERATOR_CORE}))
+            sent = live.parse_tcpreplay(gen.communicate()[0])["actual_packets"]
+            deadline, taps = time.monotonic() + 300, messages if with_dnstap else 0
+            while (c := _stats(out)["counters"])["packets"] < sent or c.get("dnstap_frames", 0) < taps:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"{c['packets']} of {sent} packets, {c.get('dnstap_frames')} dnstap messages")
+                time.sleep(0.05)
+            time.sleep(0.5)  # the last batch through matching
+            (user, system), c = _cpu_of(worker), _stats(out)["counters"]
+        finally:
+            live.stop_process(proc)
+            log.close()
+            shutil.rmtree(out, ignore_errors=True)
+    user, system = user - user0, system - sys0
+    return {"cpu_seconds": round(user + system, 3), "user_seconds": round(user, 3), "sys_seconds": round(system, 3),
+            "dns_messages": c["dns_messages"], "packets": c["packets"], "kernel_drops": c.get("kernel_drops"),
+            "dnstap_frames": c.get("dnstap_frames", 0),
+            "us_per_message": round((user + system) / c["dns_messages"] * 1e6, 3)}
+
+
+def mixed(path, messages, packets, rate, repeat):
+    """measure_mixed without and with the dnstap socket, interleaved; the medians and the dnstap message's own cost
+    (the difference of the two runs' CPU over the dnstap messages)."""
+    runs = {"packets": [], "packets+dnstap": []}
+    for i in range(repeat):
+        for label, with_dnstap in (("packets", False), ("packets+dnstap", True)):
+            m = measure_mixed(path, messages, packets, rate, with_dnstap)
+            runs[label].append(m)
+            print(f"mixed {label} run {i + 1}/{repeat}: {m['us_per_message']} µs of worker CPU per DNS message "
+                  f"({m['cpu_seconds']} s, {m['sys_seconds']} s in the kernel)", flush=True)
+    alone = statistics.median(m["cpu_seconds"] for m in runs["packets"])
+    both = statistics.median(m["cpu_seconds"] for m in runs["packets+dnstap"])
+    per_packet_message = alone / statistics.median(m["dns_messages"] for m in runs["packets"]) * 1e6
+    per_dnstap_message = (both - alone) / messages * 1e6
+    return {"rate": rate, "runs": runs, "us_per_packet_message": round(per_packet_message, 3),
+            "us_per_dnstap_message": round(per_dnstap_message, 3),
+            "dnstap_over_packets": round(per_dnstap_message / per_packet_message, 3)}
+
+
 def stages(path, messages):
     """Seconds of CPU per message of each stage alone, in this process."""
     from export.parquet.records import RecordBuilder
@@ -276,6 +339,11 @@ def markdown(res):
             excl = f"(worker CPU only, of which {system} s in the kernel)"
         lines.append(f"| {kind} | {fmt} | {r['runs']} | {r['cpu_seconds_median']} | "
                      f"**{r['messages_per_cpu_second']:,}** | {r['best']:,} | {excl} |")
+    if "mixed" in res:
+        x = res["mixed"]
+        lines += ["", f"Live worker, packets at {x['rate']:,} pkts/s alone and with the dnstap socket at once: "
+                  f"{x['us_per_packet_message']} µs of worker CPU per packet's DNS message, "
+                  f"{x['us_per_dnstap_message']} µs per dnstap message ({x['dnstap_over_packets']}×)."]
     lines += ["", f"Target: at least {TARGET:,} messages per CPU-second per worker: "
               + ("met." if all(r["messages_per_cpu_second"] >= TARGET for r in res["results"].values()) else
                  "NOT met everywhere."), "",
@@ -302,6 +370,8 @@ def main(argv=None):
     ap.add_argument("--quick", action="store_true", help="100,000 packets, 2 runs")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--no-save", action="store_true", help="print only, do not write benchmarks/results/")
+    ap.add_argument("--mixed", action="store_true", help="also a live worker with packets and a dnstap socket (root)")
+    ap.add_argument("--mixed-rate", type=int, default=100_000, help="the packets' rate in --mixed (pkts/s)")
     args = ap.parse_args(argv)
     packets, repeat = (100_000, 2) if args.quick else (args.packets, args.repeat)
     cores = sorted(os.sched_getaffinity(0))
@@ -333,6 +403,8 @@ def main(argv=None):
                 startup = round(statistics.median(measure_file(small, worker_core, tmp, label.split("/")[1])
                                                   ["cpu_seconds"] for _ in range(3)), 3)
             res["results"][label] = summary(runs, messages, startup)
+    if args.mixed:
+        res["mixed"] = mixed(path, messages, packets, args.mixed_rate, repeat)
     res["stages_us_per_message"] = stages(path, messages)
     import google.protobuf
 
