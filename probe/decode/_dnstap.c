@@ -215,6 +215,16 @@ static void enum_value(uint64_t v, int max, int *out)
         *out = e;
 }
 
+#define KEY(field, wt) ((uint64_t)(field) << 3 | (wt))
+
+/* A varint field's value into *out; -1 when malformed. */
+#define VARINT_TO(out)                  \
+    do {                                \
+        if (varint(&p, end, &v))        \
+            return -1;                  \
+        out;                            \
+    } while (0)
+
 static int decode_message(const uint8_t *p, const uint8_t *end, Frame *f, int depth)
 {
     while (p < end) {
@@ -222,38 +232,36 @@ static int decode_message(const uint8_t *p, const uint8_t *end, Frame *f, int de
         int wt;
         if (key(&p, end, &field, &wt))
             return -1;
-        if (wt == 0 && (field <= 3 || field == 6 || field == 7 || field == 8 || field == 12 || field == 16)) {
-            if (varint(&p, end, &v))
-                return -1;
-            switch (field) {
-            case 1: enum_value(v, 14, &f->type); break;
-            case 2: enum_value(v, 2, &f->family); break;
-            case 3: enum_value(v, 7, &f->protocol); break;
-            case 6: f->qport = (uint32_t)v; break;
-            case 7: f->rport = (uint32_t)v; break;
-            case 8: f->qsec = v; f->has_qsec = 1; break;
-            case 12: f->rsec = v; f->has_rsec = 1; break;
-            case 16: enum_value(v, 3, &f->http); break;
-            }
-        } else if (wt == 5 && (field == 9 || field == 13)) {
+        switch (KEY(field, wt)) { /* a known field with another wire type is an unknown field: skipped */
+        case KEY(1, 0): VARINT_TO(enum_value(v, 14, &f->type)); break;
+        case KEY(2, 0): VARINT_TO(enum_value(v, 2, &f->family)); break;
+        case KEY(3, 0): VARINT_TO(enum_value(v, 7, &f->protocol)); break;
+        case KEY(6, 0): VARINT_TO(f->qport = (uint32_t)v); break;
+        case KEY(7, 0): VARINT_TO(f->rport = (uint32_t)v); break;
+        case KEY(8, 0): VARINT_TO((f->qsec = v, f->has_qsec = 1)); break;
+        case KEY(12, 0): VARINT_TO((f->rsec = v, f->has_rsec = 1)); break;
+        case KEY(16, 0): VARINT_TO(enum_value(v, 3, &f->http)); break;
+        case KEY(9, 5):
+        case KEY(13, 5):
             if (end - p < 4)
                 return -1;
-            if (field == 9)
-                f->qnsec = le32(p);
-            else
-                f->rnsec = le32(p);
+            *(field == 9 ? &f->qnsec : &f->rnsec) = le32(p);
             p += 4;
-        } else if (wt == 2 && (field == 4 || field == 5 || field == 10 || field == 14)) {
-            Bytes *s = field == 4 ? &f->qaddr : field == 5 ? &f->raddr : field == 10 ? &f->qmsg : &f->rmsg;
-            if (len_delimited(&p, end, s))
-                return -1;
-        } else if (wt == 2 && field == 15) {
+            break;
+        case KEY(4, 2): if (len_delimited(&p, end, &f->qaddr)) return -1; break;
+        case KEY(5, 2): if (len_delimited(&p, end, &f->raddr)) return -1; break;
+        case KEY(10, 2): if (len_delimited(&p, end, &f->qmsg)) return -1; break;
+        case KEY(14, 2): if (len_delimited(&p, end, &f->rmsg)) return -1; break;
+        case KEY(15, 2): {
             Bytes policy;
             if (len_delimited(&p, end, &policy) || depth < 1
                 || check_fields(policy.p, policy.p + policy.n, depth - 1))
                 return -1;
-        } else if (skip(&p, end, wt, field, depth)) {
-            return -1;
+            break;
+        }
+        default:
+            if (skip(&p, end, wt, field, depth))
+                return -1;
         }
     }
     return 0;
