@@ -123,12 +123,19 @@ def head(path, frames, out):
 # ----------------------------------------------------------------------------------------------
 
 
+def dnsprobe_command():
+    """This checkout's dnsprobe, run in it (the console script of an editable install runs the checkout it was
+    installed from, which need not be this one), its bytecode written first."""
+    offline.compile_bytecode(ROOT)
+    return [sys.executable, "-m", "probe"]
+
+
 def measure_file(path, core, tmp_root, fmt):
     out = Path(tempfile.mkdtemp(prefix="dnsprobe-dnstap-", dir=tmp_root))
     try:
-        cmd = [*offline.dnsprobe_command(), "read", str(path), "-o", str(out), "-q", "--no-progress",
+        cmd = [*dnsprobe_command(), "read", str(path), "-o", str(out), "-q", "--no-progress",
                "--format", fmt]
-        _, m = offline.run_measured(cmd, core)
+        _, m = offline.run_measured(cmd, core, cwd=ROOT)
         m["records"] = offline.parquet_rows(out) if fmt == "parquet" else None
         return m
     finally:
@@ -152,7 +159,7 @@ def _stats(out):
 def measure_socket(path, messages, worker_core, sender_core, tmp_root, fmt):
     out = Path(tempfile.mkdtemp(prefix="dnsprobe-dnstap-", dir=tmp_root))
     sock = out / "tap.sock"
-    cmd = [*offline.dnsprobe_command(), "capture", "--dnstap-socket", str(sock), "--coremask", hex(1 << worker_core),
+    cmd = [*dnsprobe_command(), "capture", "--dnstap-socket", str(sock), "--coremask", hex(1 << worker_core),
            "-o", str(out), "--stats-interval", "0.2", "--no-progress", "-q", "--format", fmt]
     log = open(out / "capture.log", "w")
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=log)
