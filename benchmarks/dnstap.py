@@ -256,7 +256,7 @@ def mixed(path, messages, packets, rate, repeat):
 
 def stages(path, messages):
     """Seconds of CPU per message of each stage alone, in this process."""
-    from export.parquet.records import RecordBuilder
+    from export.parquet.rows import RowBuilder
     from export.parquet.writer import open_parquet, write_row_groups
     from probe import _records
     from probe.capture.fstrm_session import Session
@@ -297,8 +297,8 @@ def stages(path, messages):
     timed("dnstap decoder, C (message records)", lambda: [decoder.decode_into(b, msgs) for b in batches])
     table, txs = RecordTable(cfg.match, Stats()), _records.TxBatch()
     timed("matching (message records)", lambda: (table.add(msgs, txs), table.flush(txs)))
-    builder = RecordBuilder()
-    table = timed("Parquet records (Arrow columns, before the writer)", lambda: builder.build_records(txs))
+    builder = RowBuilder()
+    table = timed("Parquet records (Arrow columns, before the writer)", lambda: builder.build_from_records(txs))
 
     def write():
         with tempfile.TemporaryDirectory(prefix="dnsprobe-dnstap-stage-") as tmp:

@@ -20,7 +20,7 @@ so that the VM's drift (its speed changes by tens of percent within minutes) fal
   inputs    xz, gzip and zstd copies of the file: one worker; two with the parent decompressing once and copying
             into pipes (dnsprobe's way); two that each decompress the file themselves (the alternative).
   balance   packets per worker, 2 to 4 workers, of the address-pair hash and of a 5-tuple hash (ports included),
-            on this mix, the bundled sample and the shared captures.
+            on this mix, the bundled sample and the tests' oracle captures (tests/data).
 
 Results go to benchmarks/results/parallel.json and parallel.md.
 """
@@ -412,8 +412,8 @@ def main(argv=None):
                 print(f"{kind}: " + ", ".join(f"{n} {row[n]['wall_seconds']:.2f} s" for n in runs), flush=True)
     split = splitter(pcap)
     captures = {f"{args.mix} mix": pcap, "bundled sample": ROOT / "samples" / "sample-mix.pcap.xz"}
-    shared = ROOT.parent / "shared" / "data"
-    for p in sorted((shared / "compactor").glob("*.pcap*")) + sorted((shared / "dns-probe").rglob("*.pcap")):
+    data = ROOT / "tests" / "data"  # the tests' oracle captures
+    for p in sorted((data / "compactor").glob("*.pcap*")) + sorted((data / "dns-probe").rglob("*.pcap.xz")):
         if not p.name.endswith(".info"):
             captures[p.name] = p
     bal = balance(captures)

@@ -1,7 +1,7 @@
 """Export stage: transactions (query, response, response_messages) → rotating files, one module per format.
 
 - export.base: the Exporter interface (a typing.Protocol) and what the file writers share (names, .part
-  files, rotation by time, records and bytes, output errors).
+  files, rotation by time, rows and bytes, output errors).
 - export.parquet: DNS Probe's schema as Parquet; export.cdns: C-DNS (RFC 8618), writer and reader.
 - export.anonymise: client-address privacy (Crypto-PAn, prefix truncation), applied by both formats.
 """
@@ -9,14 +9,14 @@
 import probe.native  # noqa: F401 (first: a DNSPROBE_NATIVE_DIR build of the extensions is found by every import)
 
 
-def make_exporter(cfg, directory, worker_id, stats, client=None, live=False, metrics=None, records=False):
+def make_exporter(cfg, directory, worker_id, stats, client=None, live=False, metrics=None, tx_records=False):
     """The exporter for cfg.export.format; a new format is one new module and one entry here. Every exporter
     takes these arguments (export.base.Exporter).
 
     client: the export.anonymise.ClientPrivacy applied to client addresses (None: written as they are);
-    live: the records come from live capture (C-DNS collection parameters say so; Parquet is written as a
+    live: the transactions come from live capture (C-DNS collection parameters say so; Parquet is written as a
     journal first, export.parquet.journal, when export.flush_seconds asks for it); metrics: an
-    export.metrics.DnsMetrics counting what is written (None: not counted); records: the transactions come as
+    export.metrics.DnsMetrics counting what is written (None: not counted); tx_records: the transactions come as
     probe._records.TxBatch (the production pipeline), else as tuples (the Python reference)."""
     fmt = cfg.export.format
     if fmt == "parquet":
@@ -27,14 +27,14 @@ def make_exporter(cfg, directory, worker_id, stats, client=None, live=False, met
         cls = _cdns_exporter()
     else:
         raise ValueError(f"unknown export format {fmt!r}")
-    return cls(cfg, directory, worker_id, stats, client=client, live=live, metrics=metrics, records=records)
+    return cls(cfg, directory, worker_id, stats, client=client, live=live, metrics=metrics, tx_records=tx_records)
 
 
 def _parquet_exporter():
     # Imported when first asked for: a C-DNS run does without pyarrow's Parquet writer. (The exporter imports
-    # its record builder and enrichment when made; imported here too for preload.)
+    # its row builder and enrichment when made; imported here too for preload.)
     import export.enrich  # noqa: F401
-    import export.parquet.records  # noqa: F401
+    import export.parquet.rows  # noqa: F401
     from export.parquet.writer import ParquetExporter
 
     return ParquetExporter

@@ -19,7 +19,7 @@ bits) gives. How cryptopANT computes an address, as implemented here:
   or SHA-1(block[:20]).
 
 Every block depends only on the input address, so one address costs one cipher call over 32 (IPv4) or
-128 (IPv6) blocks; the record builder caches each client's text.
+128 (IPv6) blocks; the row builder caches each client's text.
 """
 
 import dataclasses
@@ -260,7 +260,7 @@ class CryptoPAn:
 
 
 # ---------------------------------------------------------------------------------------------
-# What the record builder applies to client addresses
+# What the row builder applies to client addresses
 
 
 def _mask_bytes(length, prefix):

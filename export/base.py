@@ -3,7 +3,7 @@
 Files are written as NAME.part (live Parquet: the journal NAME.journal, export.parquet.journal; in the hive
 layout .NAME.part and .NAME.journal, names engines skip) and renamed to NAME when complete; NAME is
 <prefix><UTC start YYYYmmdd.HHMMSS.ffffff>.w<worker>[.N]<suffix>, the start being the capture time of the file's
-first record, and .N counting the files of one run that start in the same microsecond. A name is a function of
+first row, and .N counting the files of one run that start in the same microsecond. A name is a function of
 the input, so that the same input read twice meets its own names: reading files, a name that exists (finished,
 or being written) is refused (ConfigError, exit 2), unless export.overwrite, which replaces the file; live
 capture never reads the same packets twice, and a name an earlier run left (a restart in the same microsecond)
@@ -13,7 +13,7 @@ writing into one directory never write one file, even when they start at the sam
 Rotation is decided here, in FileExporter, for every format: a file is closed export.rotate_seconds of capture
 time after its first record (due()), once it holds export.rotate_records records, and once it holds
 export.rotate_bytes bytes. A format's writer only opens and closes its files and says what each holds
-(OutputFile.records, OutputFile.size()).
+(OutputFile.rows, OutputFile.size()).
 
 A file is finished once it has its final name: it is announced to the run there, by the code that renamed it (the
 exporter's _close, the thread that converts or compresses a file, export.recovery for a dead writer's files), and
@@ -52,7 +52,7 @@ class Exporter(Protocol):
         """An open file has reached its time limit (capture time now_ns)."""
 
     def rotate(self):
-        """Close the open files now; the next records open new ones."""
+        """Close the open files now; the next rows open new ones."""
 
     def reload(self):
         """Read again what the rows are enriched from (databases, lists) when it changed on disk: at rotation."""
@@ -61,10 +61,10 @@ class Exporter(Protocol):
         """End of output: close, and wait for anything still finishing the files."""
 
     def flush(self):
-        """Put every record handed over so far into the file being written, readable (live capture)."""
+        """Put every row handed over so far into the file being written, readable (live capture)."""
 
     def unwritten(self) -> int:
-        """Records handed over and not yet in the file (flush() writes them)."""
+        """Rows handed over and not yet in the file (flush() writes them)."""
 
     def live_files(self) -> list:
         """Files still being written or finished (NAME.part, NAME.journal)."""
@@ -191,14 +191,14 @@ def tx_time_ns(tx):
 
 
 class OutputFile:
-    """A file being written, as rotation sees it: its names, the capture time of its first record, the records
+    """A file being written, as rotation sees it: its names, the capture time of its first row, the rows
     its writer has put in it and the bytes it holds (size(), each format's own measure)."""
 
     def __init__(self, final_path, part_path, start_ns):
         self.final_path = final_path
         self.part_path = part_path
         self.start_ns = start_ns
-        self.records = 0  # records handed to the file (export.rotate_records)
+        self.rows = 0  # rows handed to the file (export.rotate_records counts them)
 
     def size(self):
         """Bytes the file holds (export.rotate_bytes)."""
@@ -209,21 +209,22 @@ class FileExporter:
     """What the file exporters share: names, .part paths, rotation, output errors.
 
     A format's writer (a subclass) makes its OutputFile in _new_file(key, ts_ns) and finishes it in _close(file);
-    it gets the open file with _open(ts_ns, key), adds to file.records what it puts in it, puts no more records
-    in it than _room() allows, and calls _end_if_full() where the file may have reached its records or bytes
+    it gets the open file with _open(ts_ns, key), adds to file.rows what it puts in it, puts no more rows
+    in it than _room() allows, and calls _end_if_full() where the file may have reached its rows or bytes
     (after a row group, a block). One file is open per key: the partition of the hive layout, else None."""
 
     suffix = ""
     live_suffix = ".part"  # what the file is called while it is written: NAME + this
 
     def __init__(self, cfg, directory, worker_id, stats, metrics=None, live=False):
-        """live: the records come from live capture, whose file names are never refused nor replaced (_take_name)."""
+        """live: the transactions come from live capture, whose file names are never refused nor replaced
+        (_take_name)."""
         self.cfg = cfg.export
         self.dir = Path(directory)
         self.worker_id = worker_id
         self.stats = stats
         self.files = {}  # key → OutputFile open, in order of opening
-        self.file_start_ns = None  # capture time of the newest file's first record
+        self.file_start_ns = None  # capture time of the newest file's first row
         self.completed = []  # final paths of closed files
         self.metrics = metrics
         self.live = live
@@ -273,17 +274,17 @@ class FileExporter:
             self.file_start_ns = ts_ns
         return f
 
-    def _room(self, f, records):
-        """How many of `records` records the file f takes before it holds export.rotate_records."""
+    def _room(self, f, rows):
+        """How many of `rows` rows the file f takes before it holds export.rotate_records."""
         limit = self.cfg.rotate_records
-        return min(records, limit - f.records) if limit else records
+        return min(rows, limit - f.rows) if limit else rows
 
     def _over_size(self, f):
         return 0 < self.cfg.rotate_bytes <= f.size()
 
     def _full(self, f):
-        """The file f is complete: it holds export.rotate_records records or export.rotate_bytes bytes."""
-        return (0 < self.cfg.rotate_records <= f.records) or self._over_size(f)
+        """The file f is complete: it holds export.rotate_records rows or export.rotate_bytes bytes."""
+        return (0 < self.cfg.rotate_records <= f.rows) or self._over_size(f)
 
     def _end_if_full(self, key=None):
         """Close the file of key when it is full; True when it was."""
@@ -356,5 +357,5 @@ class FileExporter:
     def _output_error(self, exc, where=None):
         where = where or self.part_path or self.dir
         if getattr(exc, "errno", None) == errno.ENOSPC or "No space" in str(exc):
-            return OutputError(f"{where}: disk full; the .part file holds the records written so far")
+            return OutputError(f"{where}: disk full; the .part file holds the rows written so far")
         return OutputError(f"{where}: cannot write: {exc}")

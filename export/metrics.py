@@ -23,7 +23,7 @@ class DnsMetrics:
         self.delay_sum_us = 0
 
     def add_table(self, table):
-        """The records of an Arrow table of the Parquet schema."""
+        """The rows of an Arrow table of the Parquet schema."""
         import pyarrow.compute as pc
 
         groups = table.select(["rcode", "qtype", "prot"]).group_by(["rcode", "qtype", "prot"], use_threads=False)
@@ -40,9 +40,9 @@ class DnsMetrics:
 
     def add_records(self, txs):
         """A probe._records.TxBatch (transactions of message records)."""
-        from export.parquet.records import record_columns
+        from export.parquet.rows import columns_from_records
 
-        self.add_table(record_columns(txs, ["rcode", "qtype", "prot", "response_delay_us"]))
+        self.add_table(columns_from_records(txs, ["rcode", "qtype", "prot", "response_delay_us"]))
 
     def add_transactions(self, txs):
         """Transaction tuples (query, response, response_messages)."""

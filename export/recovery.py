@@ -52,7 +52,7 @@ def orphans(directories, recursive=False):
 
 def recover(directories, export_cfg, recursive=False):
     """Finish every orphaned live file of the directories (recursive: and below them); returns ([(finished path,
-    records)], [error text])."""
+    rows)], [error text])."""
     from export.cdns.recover import recover_cdns
     from export.parquet.journal import convert_journal
 
@@ -60,11 +60,11 @@ def recover(directories, export_cfg, recursive=False):
     for path, final, fd in orphans(directories, recursive):
         try:
             if path.name.endswith(".journal"):
-                records = convert_journal(path, final, export_cfg)
+                rows = convert_journal(path, final, export_cfg)
             else:
-                records = recover_cdns(path, final)
-            if records:
-                done.append((final, records))
+                rows = recover_cdns(path, final)
+            if rows:
+                done.append((final, rows))
                 announce_finished(final)
         except OSError as exc:
             errors.append(f"{path}: cannot recover: {exc}")

@@ -7,7 +7,7 @@ import tempfile
 
 from harness import run
 
-from export.cdns.reader import read_records
+from export.cdns.reader import read_rows
 from probe.errors import CaptureFileError
 
 PATH = os.path.join(tempfile.mkdtemp(prefix="fuzz-cdns-"), "input.cdns")
@@ -17,7 +17,7 @@ def one_input(data):
     with open(PATH, "wb") as fh:
         fh.write(data)
     try:
-        for _ in read_records(PATH):
+        for _ in read_rows(PATH):
             pass
     except CaptureFileError:
         pass

@@ -16,7 +16,7 @@ from probe.stats import Stats
 
 TABLES = ("ip", "names", "classtype", "sigs", "qrr", "qlist", "rr", "rrlist", "mm_data")
 WRITER = CdnsExporter(load_config(overrides={"export.format": "cdns"}), tempfile.mkdtemp(prefix="fuzz-cdns-"), 0,
-                      Stats(), records=True)
+                      Stats(), tx_records=True)
 
 
 def one_input(data):

@@ -64,7 +64,7 @@ def one_input(data):
         cfg, stats = CONFIGS[parser, lists], Stats()
         decoder = PacketDecoder(cfg.decode, cfg.decode.dns_ports, stats, IpFilter(cfg.filter), keep_raw=keep_raw)
         if parser == "fast":
-            assert decoder.records, "the record decoder is not built"
+            assert decoder.c_frame_loop, "the record decoder is not built"
             batch = FrameBatch(linktype, packed=packed(linktype, ts, frames, mode & 0x40)) if use_packed else \
                 FrameBatch(linktype, list(ts), [len(f) for f in frames], list(frames))
             out = _records.MsgBatch()

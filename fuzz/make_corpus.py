@@ -1,5 +1,5 @@
-"""Write the seed corpus (fuzz/corpus/<harness>/) from the bundled sample and, where present, the shared
-captures beside the checkout: frames and messages split out of real traffic, a few of each kind, kept small.
+"""Write the seed corpus (fuzz/corpus/<harness>/) from the bundled sample and the tests' oracle
+captures (tests/data): frames and messages split out of real traffic, a few of each kind, kept small.
 Run from the repository root: python fuzz/make_corpus.py. (Seeds are named by their content's hash.)"""
 
 import hashlib
@@ -21,9 +21,9 @@ from probe.stats import Stats
 
 ROOT = Path(__file__).resolve().parent.parent
 
-SHARED = ROOT.parent / "shared" / "data"
+DATA = ROOT / "tests" / "data"  # the tests' oracle captures (tests/data/README.md)
 CAPTURES = [ROOT / "samples" / "sample-mix.pcap.xz"] + sorted(
-    p for p in [*(SHARED / "dns-probe" / "test_pcaps").glob("*.pcap*"), *(SHARED / "compactor").glob("*.pcap*")]
+    p for p in [*(DATA / "dns-probe" / "test_pcaps").glob("*.pcap*"), *(DATA / "compactor").glob("*.pcap*")]
     if not p.name.endswith(".info")
 )
 OUT = ROOT / "fuzz" / "corpus"
@@ -104,9 +104,8 @@ def main():
                         "cdns"], check=True, cwd=ROOT)
         for f in Path(tmp).glob("*.cdns"):
             save("fuzz_cdns_reader", f.read_bytes())
-    gold = SHARED / "compactor" / "gold.cbor.xz"
-    if gold.exists():
-        save("fuzz_cdns_reader", lzma.decompress(gold.read_bytes())[:30000])  # preamble and first block(s)
+    gold = DATA / "compactor" / "gold.cbor.xz"
+    save("fuzz_cdns_reader", lzma.decompress(gold.read_bytes())[:30000])  # preamble and first block(s)
     for _ in range(8):
         save("fuzz_tcpstream", bytes(rng.randrange(256) for _ in range(6 * rng.randint(2, 20))))
     # The Public Suffix List's hard cases: wildcards, exceptions, IDNs in both forms, case, empty labels.

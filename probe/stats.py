@@ -1,6 +1,6 @@
 """Run statistics: one declarative table of counters, printed at the end and written as JSON.
 
-Every packet, message and record that does not reach the output is counted under a named reason,
+Every packet, message and transaction that does not reach the output is counted under a named reason,
 so `packets` always equals the sum of what happened to them.
 """
 
@@ -141,6 +141,7 @@ class Stats:
     def __init__(self):
         for name in COUNTER_NAMES:
             setattr(self, name, 0)
+        self.files_written = []  # names of the files completed, for the end of an offline run (not a counter)
 
     def add(self, other):
         for name in COUNTER_NAMES:
@@ -160,10 +161,11 @@ class Stats:
         os.replace(tmp, path)
 
     def render_table(self, console, source="file"):
-        """The counters that apply to the run's source, with their values (meanings: docs/statistics.md)."""
+        """The counters that apply to the run's source, with their values (meanings: docs/statistics.md). The title
+        is narrower than the table: it is printed whole, on one line."""
         from rich.table import Table
 
-        table = Table(title="dnsprobe statistics (meanings: docs/statistics.md)", show_lines=False)
+        table = Table(title="dnsprobe statistics", show_lines=False)
         table.add_column("counter")
         table.add_column("value", justify="right")
         # A run without dnstap input does not list the dnstap counters (all zero).

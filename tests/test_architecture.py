@@ -1,6 +1,7 @@
 """The layout's rules, checked on the source: stages use each other's public names only (no `from <stage> import
 _name`, no `obj._name` read of a name private to another stage, no private extension of another stage loaded by
-name), and every C extension is declared once (probe/native.py) and built from where setup.py says. The one-way
+name), every C extension is declared once (probe/native.py) and built from where setup.py says, and no module
+of the product is over MAX_MODULE_LINES lines nor any function over MAX_FUNCTION_LINES. The one-way
 flow of imports between the layers is import-linter's contract in pyproject.toml (`make lint`)."""
 
 import ast
@@ -92,6 +93,49 @@ def private_attribute_reads(root, packages=PACKAGES):
             if others and node.attr not in defines[name]:
                 found.append(f"{rel}:{node.lineno} reads {ast.unparse(node)} (private to {', '.join(sorted(others))})")
     return found
+
+
+MAX_MODULE_LINES = 500
+MAX_FUNCTION_LINES = 80  # a function's lines include those of the functions and classes defined in it
+
+
+def oversized(root, packages=PACKAGES):
+    """Every module of the packages over MAX_MODULE_LINES lines, and every function over MAX_FUNCTION_LINES."""
+    found = []
+    for package in packages:
+        for path in sorted((root / package).rglob("*.py")):
+            rel = path.relative_to(root)
+            text = path.read_text()
+            lines = len(text.splitlines())
+            if lines > MAX_MODULE_LINES:
+                found.append(f"{rel}: {lines} lines (at most {MAX_MODULE_LINES})")
+            for node in ast.walk(ast.parse(text, str(path))):
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    length = node.end_lineno - node.lineno + 1
+                    if length > MAX_FUNCTION_LINES:
+                        found.append(f"{rel}:{node.lineno} {node.name}: {length} lines (at most {MAX_FUNCTION_LINES})")
+    return found
+
+
+def test_no_module_or_function_is_oversized():
+    found = oversized(ROOT)
+    assert not found, "\n".join(found)
+
+
+def test_oversized_modules_and_functions_are_found(tmp_path):
+    """The check above can fail: a long module and a long (nested) function are reported, a short one is not."""
+    (tmp_path / "probe").mkdir()
+    body = "".join(f"        x{i} = {i}\n" for i in range(MAX_FUNCTION_LINES))
+    (tmp_path / "probe" / "long.py").write_text(
+        f"def short():\n    return 1\n\n\ndef outer():\n    def inner():\n{body}    return inner\n"
+        + "\n" * MAX_MODULE_LINES
+    )
+    found = [f.split(" ", 1)[1] for f in oversized(tmp_path, ("probe",))]
+    assert found == [
+        f"{MAX_MODULE_LINES + 87} lines (at most {MAX_MODULE_LINES})",
+        f"outer: {MAX_FUNCTION_LINES + 3} lines (at most {MAX_FUNCTION_LINES})",
+        f"inner: {MAX_FUNCTION_LINES + 1} lines (at most {MAX_FUNCTION_LINES})",
+    ], found
 
 
 # A private module another stage may load by name, and why.

@@ -8,11 +8,9 @@ common transactions, giving the others to add_python (tests/export/test_cdns_blo
 
 
 import struct
-from operator import itemgetter
-
-import cbor2
 
 from export.cdns import format as F
+from export.cdns.encode import TICKS_PER_SECOND, encode_block
 from probe.decode.dnswire import Malformed, read_name, skip_name, walk_rrs
 from probe.model import CDNS_TRANSPORT_UNKNOWN, TRANSPORTS, E, M
 from probe.native import load
@@ -20,7 +18,6 @@ from probe.native import load
 _cdnsblock = load("export.cdns._cdnsblock")
 BACKEND = "c" if _cdnsblock is not None else "python"
 
-TICKS_PER_SECOND = 1_000_000  # ticks of 1 µs; timestamps in ns are divided by NS_PER_TICK
 NS_PER_TICK = 1_000_000_000 // TICKS_PER_SECOND
 TYPE_OPT = 41
 OPT_ECS = 8
@@ -34,8 +31,6 @@ SECTION_FIELDS = (
     "query-question-sections", "query-answer-sections", "query-authority-sections", "query-additional-sections",
     "response-answer-sections", "response-authority-sections", "response-additional-sections",
 )
-# Signature map keys in the order of the signature tuples built below.
-SIG_KEYS = tuple(range(F.SERVER_ADDRESS_INDEX, F.RESPONSE_RCODE + 1))
 
 _HDR_COUNTS = struct.Struct("!4xHHHH").unpack_from
 _HH = struct.Struct("!HH").unpack_from
@@ -158,6 +153,17 @@ def message_sections(buf, is_query):
     return questions, sections[0], sections[1], sections[2]
 
 
+def _response_signature(r, sflags, dnsflags):
+    """The signature's qr-sig-flags and DNS flags with the response's added, and the response rcode."""
+    rf = r[_FLAGS]
+    sflags |= F.QR_HAS_RESPONSE if r[_QD] else F.QR_HAS_RESPONSE | F.QR_RESPONSE_HAS_NO_QUESTION
+    dnsflags |= ((rf >> 4) & 0x7F) << 8
+    re_ = r[_EDNS]
+    if re_ is not None:
+        return sflags | F.QR_RESPONSE_HAS_OPT, dnsflags, (rf & 0xF) | (re_[_E_EXT] << 4)
+    return sflags, dnsflags, rf & 0xF
+
+
 # ---------------------------------------------------------------------------------------------
 # Privacy of client addresses (export.anonymise.ClientPrivacy): addresses, prefixes, client subnets
 
@@ -228,8 +234,8 @@ class Block:
         self.rr = _Table()
         self.rrlist = _Table()
         self.mm_data = _Table()
-        # add_records takes the transactions: message records, neither client privacy nor full sections.
-        self._c_loop = writer.records and writer.clients is None and not writer.full_sections
+        # add_records takes the transactions: transaction records, neither client privacy nor full sections.
+        self._c_loop = writer.tx_records and writer.clients is None and not writer.full_sections
         # Item tuples, see add_python; maps are made at encode() once earliest-time is known. With the C loop
         # they are kept as C structs (_cdnsblock.Items reads as this list of tuples).
         self.items = _cdnsblock.Items() if self._c_loop else []
@@ -245,14 +251,14 @@ class Block:
 
     def add(self, txs, start=0, stop=None):
         """Add transactions txs[start:stop]: the hot loop of the C-DNS export. txs: what the writer is given
-        (writer.records): a probe._records.TxBatch of message records, else a list of (query, response,
+        (writer.tx_records): a probe._records.TxBatch of transaction records, else a list of (query, response,
         response_messages) tuples, which add_python takes.
 
         Records go through the C loop (export.cdns._cdnsblock.add_records) unless there is client privacy or there
         are full sections (then add_python takes their tuples); it gives back the transactions it does not take
         (malformed messages), one at a time, to add_python, the reference it must equal."""
         stop = len(txs) if stop is None else stop
-        if not self.w.records:
+        if not self.w.tx_records:
             self.add_python(txs[start:stop])
             return
         if not self._c_loop:
@@ -273,19 +279,15 @@ class Block:
 
     def add_python(self, txs):
         """add() in Python: the reference implementation, and the path of client privacy and full sections."""
-        w = self.w
         ip = self.ip
         ip_get = ip.get
-        names = self.names
-        names_get = names.get
         sigs = self.sigs
         sigs_get = sigs.get
-        classtype = self.classtype
-        classtype_get = classtype.get
         items_append = self.items.append
-        clients = w.clients
-        full = w.full_sections
-        qr_type = w.qr_type
+        clients = self.w.clients
+        full = self.w.full_sections
+        qr_type = self.w.qr_type
+        question, query_signature = self._question, self._query_signature
         earliest = self.earliest
         processed = unmatched_q = unmatched_r = 0
         for q, r, nresp in txs:
@@ -308,69 +310,19 @@ class Block:
             si = ip_get(server)
             if si is None:
                 si = ip[server] = len(ip)
-            if m[_QNAME] is not None:
-                raw = m[_RAW]  # the first question's name, in uncompressed wire form; its end is wanted below
-                end = 12
-                ln = raw[12]
-                while 0 < ln < 64:
-                    end += ln + 1
-                    ln = raw[end]
-                if ln == 0:
-                    end += 1
-                    name = raw[12:end]
-                else:  # compressed (pointing into the header: odd, but the walker accepts it)
-                    name = _wire(read_name(raw, 12)[0])
-                    end = None
-                ni = names_get(name)
-                if ni is None:
-                    ni = names[name] = len(names)
-                ct = (m[_QTYPE], m[_QCLASS])
-                cti = classtype_get(ct)
-                if cti is None:
-                    cti = classtype[ct] = len(classtype)
-            else:
-                ni = cti = end = None
+            ni, cti, end = question(m)
             tflags = transport_flags(m)
             if q is not None:
                 if query_trailing(q, end):
                     tflags |= F.TRANSPORT_QUERY_TRAILINGDATA
-                qf = q[_FLAGS]
-                sflags = F.QR_HAS_QUERY if q[_QD] else F.QR_HAS_QUERY | F.QR_QUERY_HAS_NO_QUESTION
-                dnsflags = (qf >> 4) & 0x7F
-                qe = q[_EDNS]
-                if qe is not None:
-                    sflags |= F.QR_QUERY_HAS_OPT
-                    if qe[_E_DO]:
-                        dnsflags |= F.QUERY_DO
-                    qrcode = (qf & 0xF) | (qe[_E_EXT] << 4)
-                    ednsv, udp = qe[_E_VERSION], qe[_E_UDP]
-                    rdata = qe[_E_RDATA]
-                    if rdata and clients is not None:
-                        rdata = clients.opt_rdata(rdata)
-                    opt_i = names_get(rdata)
-                    if opt_i is None:
-                        opt_i = names[rdata] = len(names)
-                else:
-                    qrcode = qf & 0xF
-                    ednsv = udp = opt_i = None
-                qan, qns, qar = q[_AN], q[_NS], q[_AR]
-                hop = q[_TTL]
-                qsize = q[_DNS_LEN]
+                sflags, dnsflags, qrcode, ednsv, udp, opt_i = query_signature(q)
+                qan, qns, qar, hop, qsize = q[_AN], q[_NS], q[_AR], q[_TTL], q[_DNS_LEN]
                 processed += 1
             else:
-                sflags = 0
-                dnsflags = 0
+                sflags = dnsflags = 0
                 qrcode = ednsv = udp = opt_i = qan = qns = qar = hop = qsize = None
             if r is not None:
-                rf = r[_FLAGS]
-                sflags |= F.QR_HAS_RESPONSE if r[_QD] else F.QR_HAS_RESPONSE | F.QR_RESPONSE_HAS_NO_QUESTION
-                dnsflags |= ((rf >> 4) & 0x7F) << 8
-                re_ = r[_EDNS]
-                if re_ is not None:
-                    sflags |= F.QR_RESPONSE_HAS_OPT
-                    rrcode = (rf & 0xF) | (re_[_E_EXT] << 4)
-                else:
-                    rrcode = rf & 0xF
+                sflags, dnsflags, rrcode = _response_signature(r, sflags, dnsflags)
                 rsize = r[_DNS_LEN]
                 processed += nresp
                 if q is not None:
@@ -398,6 +350,56 @@ class Block:
         self.processed += processed
         self.unmatched_q += unmatched_q
         self.unmatched_r += unmatched_r
+
+    def _question(self, m):
+        """(name index, class-type index, offset just past the name when it is not compressed) of a message's first
+        question; (None, None, None) without one."""
+        if m[_QNAME] is None:
+            return None, None, None
+        raw = m[_RAW]  # the first question's name, in uncompressed wire form; its end is wanted by query_trailing
+        end = 12
+        ln = raw[12]
+        while 0 < ln < 64:
+            end += ln + 1
+            ln = raw[end]
+        if ln == 0:
+            end += 1
+            name = raw[12:end]
+        else:  # compressed (pointing into the header: odd, but the walker accepts it)
+            name = _wire(read_name(raw, 12)[0])
+            end = None
+        names = self.names
+        ni = names.get(name)
+        if ni is None:
+            ni = names[name] = len(names)
+        classtype = self.classtype
+        ct = (m[_QTYPE], m[_QCLASS])
+        cti = classtype.get(ct)
+        if cti is None:
+            cti = classtype[ct] = len(classtype)
+        return ni, cti, end
+
+    def _query_signature(self, q):
+        """The query's part of a Q/R signature: (qr-sig-flags, query DNS flags, query rcode, EDNS version, UDP
+        size, OPT RDATA index)."""
+        qf = q[_FLAGS]
+        sflags = F.QR_HAS_QUERY if q[_QD] else F.QR_HAS_QUERY | F.QR_QUERY_HAS_NO_QUESTION
+        dnsflags = (qf >> 4) & 0x7F
+        qe = q[_EDNS]
+        if qe is None:
+            return sflags, dnsflags, qf & 0xF, None, None, None
+        sflags |= F.QR_QUERY_HAS_OPT
+        if qe[_E_DO]:
+            dnsflags |= F.QUERY_DO
+        rdata = qe[_E_RDATA]
+        clients = self.w.clients
+        if rdata and clients is not None:
+            rdata = clients.opt_rdata(rdata)
+        names = self.names
+        opt_i = names.get(rdata)
+        if opt_i is None:
+            opt_i = names[rdata] = len(names)
+        return sflags, dnsflags, (qf & 0xF) | (qe[_E_EXT] << 4), qe[_E_VERSION], qe[_E_UDP], opt_i
 
     def _extended(self, m, is_query):
         """QueryResponseExtended map of a message's sections (None when they are all empty)."""
@@ -455,163 +457,5 @@ class Block:
         return []
 
     def encode(self, python=False):
-        """The block's CBOR bytes. Tables are ordered most-referenced first, so that the indexes used most
-        take the fewest bytes (CBOR: 1 byte below 24, 2 below 256); every reference is renumbered.
-        Signatures and items are written by _cdnsblock when built; python=True: the reference, in Python."""
-        c = None if python else _cdnsblock
-        earliest = self.earliest if self.earliest is not None else self.fallback_ticks or 0
-        items = self.items
-        count = _count_uses_python if c is None else c.count_uses
-        sig_uses = count(items, 4, len(self.sigs))
-        ip_uses = count(items, 1, len(self.ip))
-        name_uses = count(items, 7, len(self.names))
-        for sig, i in self.sigs.items():
-            uses = sig_uses[i]
-            ip_uses[sig[0]] += uses
-            if sig[15] is not None:
-                name_uses[sig[15]] += uses
-        for n, _, _, d in self.rr:
-            name_uses[n] += 1
-            name_uses[d] += 1
-        by_use = _by_use if c is None else c.by_use
-        sig_order, new_sig = by_use(sig_uses)
-        ip_order, new_ip = by_use(ip_uses)
-        name_order, new_name = by_use(name_uses)
-
-        block = {
-            F.BLOCK_PREAMBLE: {F.EARLIEST_TIME: [earliest // TICKS_PER_SECOND, earliest % TICKS_PER_SECOND]},
-            F.BLOCK_STATISTICS: {
-                F.PROCESSED_MESSAGES: self.processed,
-                F.QR_DATA_ITEMS: len(items),
-                F.UNMATCHED_QUERIES: self.unmatched_q,
-                F.UNMATCHED_RESPONSES: self.unmatched_r,
-                F.DISCARDED_OPCODE: 0,
-                F.MALFORMED_ITEMS: len(self.malformed),
-            },
-        }
-        tables = {}
-        if self.ip:
-            ips = list(self.ip)
-            tables[F.IP_ADDRESS] = [ips[i] for i in ip_order]
-        if self.classtype:
-            tables[F.CLASSTYPE] = [{F.TYPE: t, F.CLASS: c} for t, c in self.classtype]
-        if self.names:
-            names = list(self.names)
-            tables[F.NAME_RDATA] = [names[i] for i in name_order]
-        if self.sigs:
-            sigs = list(self.sigs)
-            sigs = [sigs[i] for i in sig_order]
-            data = c.encode_signatures(sigs, new_ip, new_name) if c else None
-            tables[F.QR_SIG] = _Encoded(data) if data is not None else [_signature(s, new_ip, new_name) for s in sigs]
-        if self.qlist:
-            tables[F.QLIST] = [list(x) for x in self.qlist]
-            tables[F.QRR] = [{F.NAME_INDEX: new_name[n], F.CLASSTYPE_INDEX: c} for n, c in self.qrr]
-        if self.rrlist:
-            tables[F.RRLIST] = [list(x) for x in self.rrlist]
-            tables[F.RR] = [
-                {F.NAME_INDEX: new_name[n], F.CLASSTYPE_INDEX: c, F.TTL: t, F.RDATA_INDEX: new_name[d]}
-                for n, c, t, d in self.rr
-            ]
-        if self.mm_data:
-            tables[F.MALFORMED_MESSAGE_DATA] = [
-                {F.MM_SERVER_ADDRESS_INDEX: new_ip[s], F.MM_SERVER_PORT: p, F.MM_TRANSPORT_FLAGS: t, F.MM_PAYLOAD: d}
-                for s, p, t, d in self.mm_data
-            ]
-        if tables:
-            block[F.BLOCK_TABLES] = tables
-        if items:
-            args = (items, earliest, new_ip, new_sig, new_name)
-            data = c.encode_items(*args) if c else None
-            block[F.QUERY_RESPONSES] = (
-                _Encoded(data) if data is not None else c.items(*args) if c else item_maps_python(*args)
-            )
-        if self.events:
-            block[F.ADDRESS_EVENT_COUNTS] = [
-                _event(ae_type, code, new_ip[ai], tflags, count)
-                for (ae_type, code, ai, tflags), count in self.events.items()
-            ]
-        if self.malformed:
-            block[F.MALFORMED_MESSAGES] = [
-                {F.TIME_OFFSET: t - earliest, F.CLIENT_ADDRESS_INDEX: new_ip[c], F.CLIENT_PORT: p,
-                 F.MESSAGE_DATA_INDEX: d}
-                for t, c, p, d in self.malformed
-            ]
-        return cbor2.dumps(block, default=_write_encoded)
-
-
-class _Encoded:
-    """CBOR bytes made elsewhere (_cdnsblock.encode_items, encode_signatures) that cbor2.dumps writes as is."""
-
-    __slots__ = ("data",)
-
-    def __init__(self, data):
-        self.data = data
-
-
-def _write_encoded(encoder, value):
-    encoder.write(value.data)
-
-
-def _count_uses_python(items, field, n):
-    """Reference of _cdnsblock.count_uses: how many items hold each index 0..n-1 in `field` (None skipped)."""
-    uses = [0] * n
-    for i in map(itemgetter(field), items):
-        if i is not None:
-            uses[i] += 1
-    return uses
-
-
-def _by_use(uses):
-    """(old indexes most used first, new index of each old index); ties keep the order of first use
-    (sorted is stable, also with reverse=True). The reference of _cdnsblock.by_use."""
-    order = sorted(range(len(uses)), key=uses.__getitem__, reverse=True)
-    new = [0] * len(uses)
-    for j, i in enumerate(order):
-        new[i] = j
-    return order, new
-
-
-def _signature(sig, new_ip, new_name):
-    out = {k: v for k, v in zip(SIG_KEYS, sig) if v is not None}
-    out[F.SERVER_ADDRESS_INDEX] = new_ip[sig[0]]
-    if sig[15] is not None:
-        out[F.QUERY_OPT_RDATA_INDEX] = new_name[sig[15]]
-    return out
-
-
-def item_maps_python(items, earliest, new_ip, new_sig, new_name):
-    """The QueryResponse maps of the items, indexes renumbered: the reference of _cdnsblock.items (and of
-    _cdnsblock.encode_items, which writes their CBOR without making them)."""
-    return [_item(it, earliest, new_ip, new_sig, new_name) for it in items]
-
-
-def _item(it, earliest, new_ip, new_sig, new_name):
-    ticks, ci, cport, tid, sgi, hop, delay, ni, qsize, rsize, qext, rext = it
-    item = {0: ticks - earliest, 1: new_ip[ci], 2: cport, 3: tid, 4: new_sig[sgi]}
-    if hop is not None:
-        item[5] = hop
-    if delay is not None:
-        item[6] = delay
-    if ni is not None:
-        item[7] = new_name[ni]
-    if qsize is not None:
-        item[8] = qsize
-    if rsize is not None:
-        item[9] = rsize
-    if qext is not None:
-        item[F.QUERY_EXTENDED] = qext
-    if rext is not None:
-        item[F.RESPONSE_EXTENDED] = rext
-    return item
-
-
-def _event(ae_type, code, address_index, tflags, count):
-    event = {F.AE_TYPE: ae_type}
-    if ae_type != F.AE_TCP_RESET:
-        event[F.AE_CODE] = code
-    else:
-        tflags |= F.TRANSPORT_TCP << F.TRANSPORT_SHIFT
-    event[F.AE_ADDRESS_INDEX] = address_index
-    event[F.AE_TRANSPORT_FLAGS] = tflags
-    event[F.AE_COUNT] = count
-    return event
+        """The block's CBOR bytes (export.cdns.encode.encode_block; python=True: the reference, in Python)."""
+        return encode_block(self, python)

@@ -1,6 +1,6 @@
 """C-DNS (RFC 8618) map keys and bit values, shared by the writer (export/cdns/writer.py) and the reader.
 
-Every number here is copied from ../shared/cdns/rfc8618.cddl (RFC 8618 Appendix A); the names are the
+Every number here is copied from RFC 8618 Appendix A's CDDL (tests/data/cdns); the names are the
 CDDL names with '-' → '_' and upper case. Maps are plain ints so a file is `cbor2.loads`-able without
 this module; tables of (name, key) pairs let a reader turn a map into names.
 """

@@ -24,7 +24,8 @@ import struct
 from pathlib import Path
 
 from export.cdns import format as F
-from export.cdns.reader import TYPE_OPT, CdnsFile
+from export.cdns.blockdecode import TYPE_OPT
+from export.cdns.reader import CdnsFile
 from probe.errors import CaptureFileError, OutputError
 from probe.model import M
 

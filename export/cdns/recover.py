@@ -91,7 +91,7 @@ class _Items:
 
 
 def complete_blocks(path):
-    """(header bytes, [(block bytes, records)], closed): the file's header and its complete blocks, in order;
+    """(header bytes, [(block bytes, rows)], closed): the file's header and its complete blocks, in order;
     closed when the block array had its closing break. ValueError when not even the header is whole."""
     items = _Items(path)
     if items.peek() != 0x83:
@@ -119,18 +119,18 @@ def complete_blocks(path):
             return header, blocks, False
         if not isinstance(block, dict):
             return header, blocks, False
-        records = len(block.get(F.QUERY_RESPONSES, ())) + len(block.get(F.MALFORMED_MESSAGES, ()))
-        blocks.append((raw, records))
+        rows = len(block.get(F.QUERY_RESPONSES, ())) + len(block.get(F.MALFORMED_MESSAGES, ()))
+        blocks.append((raw, rows))
 
 
 def recover_cdns(part, final):
     """Write the complete blocks of part as final (through final.recovering, renamed), then remove part; returns
-    the number of records (without a block, no file is written)."""
+    the number of rows (without a block, no file is written)."""
     try:
         header, blocks, _ = complete_blocks(part)
     except ValueError:
         header, blocks = None, []
-    records = sum(n for _, n in blocks)
+    rows = sum(n for _, n in blocks)
     if blocks:
         codec = codec_of(final)
         comp = compressor(codec, None)
@@ -141,4 +141,4 @@ def recover_cdns(part, final):
             out.write(comp.flush())
         os.replace(tmp, final)
     os.unlink(part)
-    return records
+    return rows

@@ -46,7 +46,8 @@ import cbor2
 
 from export.base import FileExporter, OutputFile, announce_finished, lock_live_file, off_capture_cores, tx_time_ns
 from export.cdns import format as F
-from export.cdns.block import QR_FIELDS, SECTION_FIELDS, TICKS_PER_SECOND, Block, Clients
+from export.cdns.block import QR_FIELDS, SECTION_FIELDS, Block, Clients
+from export.cdns.encode import TICKS_PER_SECOND
 from probe import __version__
 from probe.model import SNAPLEN
 
@@ -191,9 +192,9 @@ _FLUSH = object()  # queued by flush(): what was queued before it goes into the 
 class FileSink(OutputFile):
     """One output file: bytes queued by write() are compressed and written by a thread of the sink's own,
     which also closes the file and renames NAME.part to NAME after finish(). The file is locked
-    (export.base.lock_live_file) until it has its final name. `durable` counts the records of the blocks in the
+    (export.base.lock_live_file) until it has its final name. `durable` counts the rows (items) of the blocks in the
     file (decodable there whatever happens to the process: after a flush() or the file's end), `handed` those
-    queued; `records` (rotation) those of its blocks and of the block being built."""
+    queued; `rows` (rotation) those of its blocks and of the block being built."""
 
     def __init__(self, part_path, final_path, start_ns, codec, level):
         super().__init__(final_path, part_path, start_ns)
@@ -208,7 +209,7 @@ class FileSink(OutputFile):
         self.level = level
         self.queue = queue.SimpleQueue()
         self.error = None
-        self.handed = self.durable = self.counted = 0  # records: queued, in the file, counted by the exporter
+        self.handed = self.durable = self.counted = 0  # rows: queued, in the file, counted by the exporter
         self.blocks = 0
         self.queued_bytes = 0  # before compression
         self.thread = threading.Thread(target=self._run, name=f"cdns-writer {final_path.name}", daemon=True)
@@ -219,10 +220,10 @@ class FileSink(OutputFile):
         # fast the compressor's thread runs.
         return self.queued_bytes
 
-    def write(self, data, records=0):
-        self.handed += records
+    def write(self, data, rows=0):
+        self.handed += rows
         self.queued_bytes += len(data)
-        self.queue.put((data, records))
+        self.queue.put((data, rows))
 
     def flush(self):
         """What was queued so far goes into the file, decodable (the compressor flushed, the file written)."""
@@ -242,7 +243,7 @@ class FileSink(OutputFile):
         if self.codec != "none":
             off_capture_cores()
         fh, comp, get = self.fh, self.comp, self.queue.get
-        pending = 0  # records written since the last flush
+        pending = 0  # rows written since the last flush
         try:
             while True:
                 item = get()
@@ -255,11 +256,11 @@ class FileSink(OutputFile):
                     self.durable += pending
                     pending = 0
                     continue
-                data, records = item
+                data, rows = item
                 out = comp.compress(data)
                 if out:
                     fh.write(out)
-                pending += records
+                pending += rows
             fh.write(comp.flush())
             fh.close()
             self.durable += pending
@@ -284,13 +285,13 @@ class FileSink(OutputFile):
 class CdnsExporter(FileExporter):
     """Writes transactions as C-DNS files (see the module docstring); the exporter interface is in export/."""
 
-    def __init__(self, cfg, directory, worker_id, stats, client=None, live=False, metrics=None, records=False):
+    def __init__(self, cfg, directory, worker_id, stats, client=None, live=False, metrics=None, tx_records=False):
         """client: the export.anonymise.ClientPrivacy of client addresses (None: recorded as they are); live: the
-        records come from live capture (the collection parameters say so); metrics: an export.metrics.DnsMetrics
-        counting what is written (None: not counted); records: write() is given probe._records.TxBatch (the
+        transactions come from live capture (the collection parameters say so); metrics: an export.metrics.DnsMetrics
+        counting what is written (None: not counted); tx_records: write() is given probe._records.TxBatch (the
         production pipeline), else transaction tuples (the Python reference)."""
         super().__init__(cfg, directory, worker_id, stats, metrics, live)
-        self.records = records
+        self.tx_records = tx_records
         ecfg = cfg.export
         check_level(ecfg.cdns_compression, ecfg.compression_level)
         self.suffix = ".cdns" + F.COMPRESSION_SUFFIXES[ecfg.cdns_compression]
@@ -311,21 +312,21 @@ class CdnsExporter(FileExporter):
 
     def write(self, txs, address_events=None, now_ns=None):
         self._reap()
-        records = self.records
+        tx_records = self.tx_records
         if self.metrics is not None:
-            (self.metrics.add_records if records else self.metrics.add_transactions)(txs)
+            (self.metrics.add_records if tx_records else self.metrics.add_transactions)(txs)
         i = 0
         n = len(txs)
         while i < n:
             if self.sink is None:
-                self._open(txs.time_ns(i) if records else tx_time_ns(txs[i]))
+                self._open(txs.time_ns(i) if tx_records else tx_time_ns(txs[i]))
             room = self._room(self.sink, self.max_items - len(self.block))
             stop = min(n, i + room)
             before = len(self.block)
             self.block.add(txs, i, stop)
             i = stop
             added = len(self.block) - before
-            self.sink.records += added
+            self.sink.rows += added
             if len(self.block) >= self.max_items:
                 self._flush_block()
             self._end_if_full()
@@ -398,7 +399,7 @@ class CdnsExporter(FileExporter):
         sink.blocks += 1
 
     def _reap(self):
-        """Count the records now in the files, account for the files whose thread has finished (in order); raise
+        """Count the rows now in the files, account for the files whose thread has finished (in order); raise
         the first write error."""
         for sink in self._sinks():
             durable = sink.durable

@@ -1,6 +1,6 @@
 """Rows of nested tuples → Arrow arrays, one array per (path, kind) spec: the Python reference's column pass.
 
-The record builder of the reference pipeline (RecordBuilder.build, on transaction tuples) reads ~60 columns out
+The row builder of the reference pipeline (RowBuilder.build, on transaction tuples) reads ~60 columns out
 of each batch of transactions with `extract_python` (pa.array over Python lists). The production pipeline's
 column pass, export/parquet/_parquetrec.c on message records, must give the same table
 (tests/export/test_parquetrec.py).

@@ -176,7 +176,7 @@ class _Conversion(threading.Thread):
 
 class JournalingParquetExporter(ParquetExporter):
     """ParquetExporter for live capture: rows go to the journal as they come (flush() puts them in the file),
-    and a closed journal becomes NAME.parquet in a thread; `records` counts the rows in the file."""
+    and a closed journal becomes NAME.parquet in a thread; the `records` counter counts the rows in the file."""
 
     live_suffix = JOURNAL_SUFFIX
 
@@ -192,7 +192,7 @@ class JournalingParquetExporter(ParquetExporter):
             raise self._output_error(exc, self.dir) from None
         return _File(final, journal, ts_ns, writer, writer)  # (the journal's size: export.rotate_bytes)
 
-    def _count(self, records):
+    def _count(self, rows):
         pass  # counted once in the file: flush()
 
     def _flush_row_groups(self, f, force):

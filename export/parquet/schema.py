@@ -1,6 +1,6 @@
 """The Parquet output schema: DNS Probe's 55 columns in its order, then dnsprobe's own.
 
-One table (name, Arrow type, meaning): the writer, the record builder, the C-DNS reader (which gives
+One table (name, Arrow type, meaning): the writer, the row builder, the C-DNS reader (which gives
 its records these names) and the generated documentation all follow it.
 """
 
@@ -19,7 +19,7 @@ ANSWER = pa.struct([
 ])
 ANSWERS = pa.list_(ANSWER)
 
-# DNS Probe 1.6's ExportedDataSchema, in order (see ../shared/reference/dnsprobe-parquet-schema.md).
+# DNS Probe 1.6's ExportedDataSchema (its doc/ExportedDataSchema.rst), in order; its expected files are in tests/data.
 DNSPROBE_COLUMNS = (
     ("id", I32, "DNS ID"),
     ("unixtime", I64, "capture time of the transaction (query, else response), seconds"),

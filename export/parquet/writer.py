@@ -1,4 +1,4 @@
-"""Parquet exporter: transactions → Arrow table of records (export.parquet.records) → enrichment (export.enrich) →
+"""Parquet exporter: transactions → Arrow table of rows (export.parquet.rows) → enrichment (export.enrich) →
 client privacy (export.parquet.privacy) → rotating files, flat or in hive partitions.
 
 A file is written as NAME.parquet.part (hive layout: .NAME.parquet.part, a name engines skip) and renamed
@@ -11,7 +11,7 @@ start (the pipeline asks due() with capture time offline; live, the supervisor r
 quiet file is still closed on time).
 
 Layout (export.layout): flat, every file in the output directory; or hive, each file in the directory of
-its records' partition, year=Y/month=M/day=D[/hour=H]/server=NAME (unpadded numbers, UTC capture time of
+its rows' partition, year=Y/month=M/day=D[/hour=H]/server=NAME (unpadded numbers, UTC capture time of
 the transaction), as ENTRADA writes them. A file never holds two partitions: the rows of a batch are split
 by partition, one file is open per partition, and a partition's file is closed once the capture clock has
 passed the partition's end by the query timeout (the latest a transaction of it can still complete).
@@ -113,21 +113,21 @@ class ParquetExporter(FileExporter):
     suffix = ".parquet"
     live_suffix = ".part"  # (hidden in the hive layout: .NAME.parquet.part)
 
-    def __init__(self, cfg, directory, worker_id, stats, client=None, live=False, metrics=None, records=False):
+    def __init__(self, cfg, directory, worker_id, stats, client=None, live=False, metrics=None, tx_records=False):
         """client: the export.anonymise.ClientPrivacy of client addresses (None: written as they are); live: the
-        records come from live capture (names: export.base.FileExporter._take_name; its journal is a class of its
+        transactions come from live capture (names: export.base.FileExporter._take_name; its journal is a class of its
         own, chosen by export.make_exporter); metrics: an export.metrics.DnsMetrics counting what is written (None:
-        not counted); records: write() is given probe._records.TxBatch (built by the C column pass), else
+        not counted); tx_records: write() is given probe._records.TxBatch (built by the C column pass), else
         transaction tuples (the Python reference)."""
         # Imported here: recovering journals (export.recovery) needs none of them.
         from export.enrich import make_enricher
-        from export.parquet.records import RecordBuilder
+        from export.parquet.rows import RowBuilder
 
         super().__init__(cfg, directory, worker_id, stats, metrics, live)
         export_cfg = cfg.export
-        self.builder = RecordBuilder(answers=export_cfg.answers)
-        self.records = records
-        # Applied to every batch of records before it is written, in order. Enrichment looks the real addresses
+        self.builder = RowBuilder(answers=export_cfg.answers)
+        self.tx_records = tx_records
+        # Applied to every table of rows before it is written, in order. Enrichment looks the real addresses
         # up; privacy transforms them afterwards (docs/enrichment.md).
         self.enricher = make_enricher(cfg)
         steps = [self.enricher] if self.enricher is not None else []
@@ -145,18 +145,18 @@ class ParquetExporter(FileExporter):
     # -- the exporter interface (see export/__init__.py) --
 
     def write(self, txs, address_events=None, now_ns=None):
-        """Transactions → Arrow table (export.parquet.records) → the steps → rows. Address events are not part of
+        """Transactions → Arrow table (export.parquet.rows) → the steps → rows. Address events are not part of
         this format (they are counted in the statistics)."""
         if self.hive and now_ns is not None:
             self._close_ended(now_ns)
         if txs:
-            table = self.builder.build_records(txs) if self.records else self.builder.build(txs)
+            table = self.builder.build_from_records(txs) if self.tx_records else self.builder.build(txs)
             for step in self.steps:
                 table = step(table)
             self.write_table(table)
 
     def write_table(self, table):
-        """Append records; a file opened for them is named after its first record's time."""
+        """Append rows; a file opened for them is named after its first row's time."""
         if self.metrics is not None:
             self.metrics.add_table(table)
         if not self.hive:
@@ -202,22 +202,23 @@ class ParquetExporter(FileExporter):
             take = self._room(f, table.num_rows)
             f.pending.append(table.slice(0, take))
             f.pending_rows += take
-            f.records += take
+            f.rows += take
             self._count(take)
             table = table.slice(take)
             self._flush_row_groups(f, force=False)
             if self._over_size(f):
                 # The rows not written yet belong to the next file.
                 rest, f.pending = f.pending, []
-                f.records -= f.pending_rows
+                f.rows -= f.pending_rows
                 self._count(-f.pending_rows)
                 f.pending_rows = 0
                 table = pa.concat_tables(rest + [table])
             self._end_if_full(bucket)
 
-    def _count(self, records):
-        """Records handed to the file (ParquetExporter: in `records` at once; the journal counts them in its file)."""
-        self.stats.records += records
+    def _count(self, rows):
+        """Rows handed to the file (ParquetExporter: in the `records` counter at once; the journal counts them in its
+        file)."""
+        self.stats.records += rows
 
     def _file_name(self, bucket, ts_ns):
         """(final path, live path) of a new file of the partition starting at ts_ns, the live one created."""

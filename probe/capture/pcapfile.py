@@ -275,12 +275,19 @@ def _idb_resolution(body, endian):
     return num, den, offset
 
 
+class _PcapngSection:
+    """What the blocks of a pcapng section are read with: its byte order, and the interfaces it described."""
+
+    def __init__(self, endian="<"):
+        self.endian = endian
+        self.head = struct.Struct(endian + "II").unpack_from
+        self.epb = struct.Struct(endian + "IIIII").unpack_from
+        self.interfaces = []  # (linktype, snaplen, num, den, offset_s)
+
+
 def _read_pcapng(r, batch_size):
-    endian = "<"
-    interfaces = []  # (linktype, snaplen, num, den, offset_s)
+    section = _PcapngSection()
     batch = r.batch = None
-    head = struct.Struct(endian + "II").unpack_from
-    epb = struct.Struct(endian + "IIIII").unpack_from
     while True:
         if not r.fill(12):
             if len(r.buf) - r.pos:
@@ -288,6 +295,7 @@ def _read_pcapng(r, batch_size):
             break
         buf, pos = r.buf, r.pos
         end = len(buf)
+        head, epb, interfaces = section.head, section.epb, section.interfaces
         # Inner loop over the enhanced packet blocks already in the buffer (the common case).
         while pos + 12 <= end:
             btype, blen = head(buf, pos)
@@ -311,67 +319,10 @@ def _read_pcapng(r, batch_size):
         r.pos = pos
         if not r.fill(12):
             continue
-        buf, pos = r.buf, r.pos
-        btype = struct.unpack_from(endian + "I", buf, pos)[0]
-        if btype == _BLOCK_SHB:
-            bom = buf[pos + 8 : pos + 12]
-            if bom == b"\x4d\x3c\x2b\x1a":
-                endian = "<"
-            elif bom == b"\x1a\x2b\x3c\x4d":
-                endian = ">"
-            else:
-                raise CaptureFileError(r.path, f"bad pcapng byte-order magic at byte {r.offset()}")
-            head = struct.Struct(endian + "II").unpack_from
-            epb = struct.Struct(endian + "IIIII").unpack_from
-            interfaces = []  # a new section starts a new interface list
-        blen = struct.unpack_from(endian + "I", buf, pos + 4)[0]
-        if blen < 12 or blen % 4 or blen > 0x1000000:
-            raise CaptureFileError(r.path, f"corrupt pcapng block length {blen} at byte {r.offset()}")
-        if not r.fill(blen):
-            raise CaptureFileError(r.path, f"truncated pcapng block at byte {r.offset()}")
-        buf, pos = r.buf, r.pos
-        block_at = r.offset()
-        body = buf[pos + 8 : pos + blen - 4]
-        r.pos = pos + blen
-        if btype == _BLOCK_IDB:
-            if len(body) < 8:
-                raise CaptureFileError(r.path, "corrupt interface description block")
-            linktype, _, snaplen = struct.unpack_from(endian + "HHI", body, 0)
-            resolution = _idb_resolution(body, endian)
-            if resolution is None:
-                raise CaptureFileError(
-                    r.path, f"corrupt interface description block at byte {block_at}: an option runs past its end"
-                )
-            interfaces.append((linktype, snaplen) + resolution)
+        section, frame = _pcapng_block(r, section)
+        if frame is None:
             continue
-        if btype == _BLOCK_EPB:
-            if len(body) < 20:
-                raise CaptureFileError(r.path, f"corrupt enhanced packet block at byte {block_at}")
-            ifid, hi, lo, caplen, wirelen = struct.unpack_from(endian + "IIIII", body, 0)
-            data = body[20 : 20 + caplen]
-        elif btype == _BLOCK_PB:
-            ifid, _, hi, lo, caplen, wirelen = struct.unpack_from(endian + "HHIIII", body, 0)
-            data = body[20 : 20 + caplen]
-        elif btype == _BLOCK_SPB:
-            # A simple packet block has no timestamp; it cannot be placed in time, so it is refused.
-            raise CaptureFileError(r.path, "simple packet blocks (no timestamps) are not supported")
-        else:
-            continue  # name resolution, statistics, custom blocks: nothing for us
-        if ifid >= len(interfaces):
-            raise CaptureFileError(r.path, f"packet names interface {ifid}, which was never described")
-        linktype, _, num, den, offset_s = interfaces[ifid]
-        if len(data) < caplen:
-            raise CaptureFileError(r.path, f"packet block shorter than its captured length at byte {block_at}")
-        if wirelen > _MAX_WIRELEN:
-            why = _bad_lengths(caplen, wirelen)
-            raise CaptureFileError(r.path, f"corrupt packet block at byte {block_at}: {why}")
-        ticks = (hi << 32) | lo
-        ts = (ticks * num) // den + offset_s * 1_000_000_000
-        if not _TS_MIN <= ts <= _TS_MAX:
-            raise CaptureFileError(
-                r.path, f"corrupt packet block at byte {block_at}: timestamp {ticks} ticks is outside"
-                " the years 1677-2262 that nanosecond capture times can hold"
-            )
+        linktype, ts, wirelen, data = frame
         if batch is None or batch.linktype != linktype:
             if batch:
                 yield batch
@@ -384,3 +335,68 @@ def _read_pcapng(r, batch_size):
             batch = None
     if batch:
         yield batch
+
+
+def _pcapng_block(r, section):
+    """Read the next block, any type (the general path): (the section it leaves, (linktype, ts_ns, wire length,
+    frame bytes) of a packet block or None)."""
+    buf, pos = r.buf, r.pos
+    endian = section.endian
+    btype = struct.unpack_from(endian + "I", buf, pos)[0]
+    if btype == _BLOCK_SHB:
+        bom = buf[pos + 8 : pos + 12]
+        if bom == b"\x4d\x3c\x2b\x1a":
+            endian = "<"
+        elif bom == b"\x1a\x2b\x3c\x4d":
+            endian = ">"
+        else:
+            raise CaptureFileError(r.path, f"bad pcapng byte-order magic at byte {r.offset()}")
+        section = _PcapngSection(endian)  # a new section starts a new interface list
+    blen = struct.unpack_from(endian + "I", buf, pos + 4)[0]
+    if blen < 12 or blen % 4 or blen > 0x1000000:
+        raise CaptureFileError(r.path, f"corrupt pcapng block length {blen} at byte {r.offset()}")
+    if not r.fill(blen):
+        raise CaptureFileError(r.path, f"truncated pcapng block at byte {r.offset()}")
+    buf, pos = r.buf, r.pos
+    block_at = r.offset()
+    body = buf[pos + 8 : pos + blen - 4]
+    r.pos = pos + blen
+    if btype == _BLOCK_IDB:
+        if len(body) < 8:
+            raise CaptureFileError(r.path, "corrupt interface description block")
+        linktype, _, snaplen = struct.unpack_from(endian + "HHI", body, 0)
+        resolution = _idb_resolution(body, endian)
+        if resolution is None:
+            raise CaptureFileError(
+                r.path, f"corrupt interface description block at byte {block_at}: an option runs past its end"
+            )
+        section.interfaces.append((linktype, snaplen) + resolution)
+        return section, None
+    if btype == _BLOCK_EPB:
+        if len(body) < 20:
+            raise CaptureFileError(r.path, f"corrupt enhanced packet block at byte {block_at}")
+        ifid, hi, lo, caplen, wirelen = struct.unpack_from(endian + "IIIII", body, 0)
+    elif btype == _BLOCK_PB:
+        ifid, _, hi, lo, caplen, wirelen = struct.unpack_from(endian + "HHIIII", body, 0)
+    elif btype == _BLOCK_SPB:
+        # A simple packet block has no timestamp; it cannot be placed in time, so it is refused.
+        raise CaptureFileError(r.path, "simple packet blocks (no timestamps) are not supported")
+    else:
+        return section, None  # name resolution, statistics, custom blocks: nothing for us
+    data = body[20 : 20 + caplen]
+    if ifid >= len(section.interfaces):
+        raise CaptureFileError(r.path, f"packet names interface {ifid}, which was never described")
+    linktype, _, num, den, offset_s = section.interfaces[ifid]
+    if len(data) < caplen:
+        raise CaptureFileError(r.path, f"packet block shorter than its captured length at byte {block_at}")
+    if wirelen > _MAX_WIRELEN:
+        why = _bad_lengths(caplen, wirelen)
+        raise CaptureFileError(r.path, f"corrupt packet block at byte {block_at}: {why}")
+    ticks = (hi << 32) | lo
+    ts = (ticks * num) // den + offset_s * 1_000_000_000
+    if not _TS_MIN <= ts <= _TS_MAX:
+        raise CaptureFileError(
+            r.path, f"corrupt packet block at byte {block_at}: timestamp {ticks} ticks is outside"
+            " the years 1677-2262 that nanosecond capture times can hold"
+        )
+    return section, (linktype, ts, wirelen, data)

@@ -8,8 +8,8 @@ import sys
 
 from probe import __version__
 from probe.cli import bench, capture, config, inspect, keygen, read
-from probe.cli.flags import Parser
-from probe.cli.output import error
+from probe.cli.flags import Parser, unknown_command, unrecognized
+from probe.cli.output import error, usage_error
 from probe.errors import DnsprobeError
 
 DESCRIPTION = """\
@@ -35,11 +35,13 @@ COMMANDS = {"read": read, "inspect": inspect, "capture": capture, "keygen": keyg
 
 
 def build_parser():
+    """The parser of `dnsprobe`; its `commands`: those of its commands, by name."""
     parser = Parser(prog="dnsprobe", description=DESCRIPTION, epilog=EPILOG)
     parser.add_argument("--version", action="version", version=f"dnsprobe {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     for module in COMMANDS.values():
         module.add_parser(sub)
+    parser.commands = sub.choices
     return parser
 
 
@@ -48,14 +50,22 @@ def main(argv=None):
     if argv[:1] == ["bench"]:  # its options are the suite's own: not parsed here
         return bench.run(argv[1:])
     parser = build_parser()
-    args = parser.parse_args(argv)
+    commands = parser.commands
+    if (message := unknown_command(argv, list(commands))) is not None:
+        parser.error(message)
+    args, extras = parser.parse_known_args(argv)
     if not args.command:
         parser.print_help()
         return 2
+    if extras:
+        commands[args.command].error(unrecognized(args.command, extras, commands))
     try:
         return COMMANDS[args.command].run(args)
     except DnsprobeError as exc:
-        error(str(exc))
+        if exc.exit_status == 2:
+            usage_error(str(exc), commands[args.command].prog)
+        else:
+            error(str(exc))
         return exc.exit_status
     except BrokenPipeError:
         return 0

@@ -1,9 +1,9 @@
 """`dnsprobe capture`: live capture from network interfaces (AF_PACKET) or a DPDK port, and dnstap from servers."""
 
-import sys
+import time
 
 from probe.cli.flags import CONFIG_FLAGS, add_pipeline_options, overrides
-from probe.cli.output import show_progress
+from probe.cli.output import end_of_run, show_progress
 from probe.config import load_config
 
 CAPTURE_EPILOG = """\
@@ -76,7 +76,8 @@ def add_parser(sub):
         epilog=CAPTURE_EPILOG,
     )
     add_capture_flags(cap)
-    add_pipeline_options(cap, CONFIG_FLAGS, "capture.block_count=64", "the status line", "the statistics table")
+    add_pipeline_options(cap, CONFIG_FLAGS, "capture.block_count=64", "the status line",
+                         "the statistics and the files written")
     return cap
 
 
@@ -95,9 +96,10 @@ def run(args):
     from probe.run.capture import capture  # (here: `read` and the other commands do not load the live code)
 
     cfg = load_config(args.config, overrides(args, CAPTURE_FLAGS))
-    status, supervisor = capture(cfg, show_status=show_progress(cfg))
-    if not args.quiet:
-        from rich.console import Console
-
-        supervisor.totals().render_table(Console(file=sys.stdout), "dpdk" if cfg.dpdk.enabled else "af_packet")
+    began = time.monotonic()
+    status, supervisor = capture(cfg, show_status=show_progress(cfg, args))
+    totals = supervisor.totals()
+    files = (cfg.export.directory, supervisor.files_written(), totals.files, cfg.export.layout != "hive")
+    end_of_run(totals, "dpdk" if cfg.dpdk.enabled else "af_packet", files, seconds=time.monotonic() - began,
+               quiet=args.quiet, verb="captured")
     return status

@@ -2,24 +2,56 @@
 how flags become config overrides. Also the argument parser class every command uses."""
 
 import argparse
-import sys
 
+from probe.cli.output import usage_error
 from probe.config import Text
 from probe.decode.ipfilter import check_network
 from probe.errors import ConfigError
 
 
 class Parser(argparse.ArgumentParser):
-    """Usage errors exit with status 2 and one line (argparse's default, kept for every subcommand); descriptions
-    and examples are printed as written."""
+    """Usage errors exit with status 2 and one line naming the command's --help (not argparse's usage block, which
+    is 25 lines for `read`); descriptions and examples are printed as written."""
 
     def __init__(self, *args, **kwargs):
         kwargs.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
         super().__init__(*args, **kwargs)
 
     def error(self, message):
-        self.print_usage(sys.stderr)
-        self.exit(2, f"dnsprobe: error: {message}\n")
+        usage_error(message, self.prog)
+        self.exit(2)
+
+    def option_names(self):
+        return [name for action in self._actions for name in action.option_strings]
+
+
+def did_you_mean(word, choices):
+    """` (did you mean 'read'?)` when a choice is close to word, else ''."""
+    import difflib  # (here: only a mistyped command line pays for it)
+
+    close = difflib.get_close_matches(word, choices, n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def unknown_command(argv, commands):
+    """The message for a COMMAND that is not one (the first word that is not an option), or None."""
+    word = next((a for a in argv if not a.startswith("-")), None)
+    if word is None or word in commands:
+        return None
+    return f"no command {word!r}{did_you_mean(word, commands)}; the commands are {', '.join(commands)}"
+
+
+def unrecognized(command, extras, parsers):
+    """The message for what a command's parser did not take (extras): an option of another command names that
+    command, another option the closest of this command's, anything else is named as extra."""
+    flag = next((a.partition("=")[0] for a in extras if a.startswith("-") and a != "-"), None)
+    if flag is None:
+        return f"unexpected argument(s): {' '.join(extras)}"
+    others = [name for name, parser in parsers.items() if name != command and flag in parser.option_names()]
+    if others:
+        where = " and ".join(f"`dnsprobe {name}`" for name in others)
+        return f"{flag} is an option of {where}, not of `dnsprobe {command}`"
+    return f"no option {flag}{did_you_mean(flag, parsers[command].option_names())}"
 
 
 def _network_arg(family):
@@ -85,7 +117,8 @@ def add_pipeline_options(parser, config_flags, set_example, progress_what=None, 
                        help=f"always show {progress_what}")
     group.add_argument("--no-progress", dest="run.progress", action="store_const", const="never",
                        help=f"never show {progress_what}")
-    parser.add_argument("-q", "--quiet", action="store_true", help=f"do not print {quiet_what} at the end")
+    parser.add_argument("-q", "--quiet", action="store_true",
+                        help=f"print only errors: not {quiet_what}, nor {progress_what} unless --progress")
 
 
 def overrides(args, extra_flags=()):

@@ -1,11 +1,12 @@
 """`dnsprobe inspect`: print the records of Parquet or C-DNS files, or rebuild C-DNS files as a pcap.
 
-The table is for people: times in ISO 8601, QTYPE and RCODE by name, columns that fit a 120-column terminal, and
-a line saying how many records were not shown. --json is for programs: every record, numbers as stored. Files
-being written by a capture are read too, up to their last complete batch or block: a Parquet journal
-(NAME.parquet.journal) or a C-DNS NAME.cdns[...].part."""
+The table is for people: times in ISO 8601, QTYPE and RCODE by name, columns that fit the terminal (120 columns
+when the output is not a terminal), and a line saying how many records were not shown. --json is for programs:
+every record, numbers as stored. Files being written by a capture are read too, up to their last complete batch
+or block: a Parquet journal (NAME.parquet.journal) or a C-DNS NAME.cdns[...].part."""
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -30,7 +31,7 @@ are absent.
 """
 
 TABLE_LIMIT = 20  # records the table view prints unless --limit says otherwise
-TABLE_WIDTH = 120  # the default columns fit a terminal this wide (long names and addresses are cut with …)
+TABLE_WIDTH = 120  # the width the table fits when the output is not a terminal (a file or a pipe has none)
 DEFAULT_INSPECT_COLUMNS = ("time", "src", "prot", "qname", "qtype", "rcode", "response_delay_us")
 # --json's default: more columns (a program does not mind the width).
 DEFAULT_JSON_COLUMNS = (
@@ -39,6 +40,10 @@ DEFAULT_JSON_COLUMNS = (
 )
 # Columns of free-length text, cut (widest first) to fit; the others are always shown whole.
 CUTTABLE = ("qname", "domainname", "src", "dst", "edns_client_subnet", "edns_nsid", "edns_other")
+READABLE = 12  # a cut column keeps this many characters before a default column is left out
+SHORTEST = 8  # and this many at least
+# The default columns a narrow terminal leaves out, first to last (time and QNAME stay).
+DROP_ORDER = ("prot", "src", "response_delay_us", "rcode", "qtype")
 # Shorter headers in the table for people (--columns and --json use the column names).
 HEADERS = {"response_delay_us": "delay_us", "query_present": "query", "response_present": "response"}
 # The columns a person would read as numbers or names: (column, function of a value).
@@ -161,12 +166,12 @@ def run(args):
         columns = [c for c in default if c in table.column_names]
     missing = [c for c in columns if c not in table.column_names]
     if missing:
-        raise ConfigError(f"unknown column(s): {', '.join(missing)}")
+        raise ConfigError(unknown_columns(missing, table.column_names))
     if args.json:
         for row in _printable(table.select(columns)).to_pylist():
             print(json.dumps(row, default=str))
         return _partial(errors)
-    _print_table(_for_people(table.select(columns)), fit=not (args.all_columns or args.columns))
+    _print_table(_for_people(table.select(columns)), fit=not args.all_columns, drop=not args.columns)
     if total > table.num_rows:
         more = total - table.num_rows
         print(f"… {more:,} more record{'s' if more > 1 else ''} (--limit N prints N, --limit 0 all)")
@@ -198,26 +203,68 @@ def _for_people(table):
     return columns
 
 
-def _print_table(columns, fit):
-    """The cells as a table; with fit, as wide as TABLE_WIDTH at most: the widest of the CUTTABLE columns (names,
-    addresses) are cut with … first."""
+def unknown_columns(missing, present):
+    """The message for --columns naming columns the files do not have: the closest of each, whether it is a
+    Parquet column that C-DNS does not record, and the columns there are."""
+    from export.parquet.schema import COLUMNS
+    from probe.cli.flags import did_you_mean
+
+    parquet = {name for name, _, _ in COLUMNS}
+    named = [f"{c!r} (a Parquet column, not recorded in C-DNS)" if c in parquet else f"{c!r}{did_you_mean(c, present)}"
+             for c in missing]
+    return f"no column {', '.join(named)}; the columns there are: {', '.join(present)}"
+
+
+def _print_table(columns, fit, drop):
+    """The cells as a table; with fit, as wide as the terminal at most: the widest of the CUTTABLE columns (names,
+    addresses) are cut with … first, to READABLE characters; then, with drop, the columns of DROP_ORDER are left
+    out one by one (a line says which); then the cut columns are cut down to SHORTEST."""
     from rich.console import Console
     from rich.table import Table
 
+    width = _terminal_width()
     headers = {c: HEADERS.get(c, c) for c in columns}
-    widths = {c: max([len(headers[c])] + [len(v) for v in cells]) for c, cells in columns.items()}
-    room = TABLE_WIDTH - 3 * len(columns) - 1  # borders and padding
-    while fit and sum(widths.values()) > room:
-        cuttable = {c: w for c, w in widths.items() if c in CUTTABLE and w > max(len(headers[c]), 8)}
-        if not cuttable:
+    left_out = []
+    while True:
+        widths = _fit_widths(columns, headers, width, READABLE if fit else None)
+        if not (fit and drop and sum(widths.values()) + 3 * len(widths) + 1 > width):
             break
-        widths[max(cuttable, key=cuttable.get)] -= 1
+        victim = next((c for c in DROP_ORDER if c in columns and len(columns) > 1), None)
+        if victim is None:
+            break
+        columns = {c: cells for c, cells in columns.items() if c != victim}
+        left_out.append(headers[victim])
+    if fit:
+        widths = _fit_widths(columns, headers, width, SHORTEST)
     out = Table(show_lines=False)
     for c in columns:
         out.add_column(headers[c], no_wrap=True)
     for row in zip(*(_cut(cells, widths[c]) for c, cells in columns.items())):
         out.add_row(*row)
     Console(file=sys.stdout, width=sum(widths.values()) + 3 * len(columns) + 1).print(out)
+    if left_out:
+        print(f"(hidden for the width: {', '.join(left_out)}; --all-columns)")
+
+
+def _terminal_width():
+    """The width of the terminal the table goes to, or TABLE_WIDTH when it goes to a file or a pipe."""
+    try:
+        return os.get_terminal_size(sys.stdout.fileno()).columns or TABLE_WIDTH
+    except (OSError, ValueError):
+        return TABLE_WIDTH
+
+
+def _fit_widths(columns, headers, width, shortest):
+    """Each column's width: its widest cell, the widest CUTTABLE ones cut (not below shortest, nor their header)
+    until the table fits `width` (shortest None: not cut)."""
+    widths = {c: max([len(headers[c])] + [len(v) for v in cells]) for c, cells in columns.items()}
+    room = width - 3 * len(columns) - 1  # borders and padding
+    while shortest is not None and sum(widths.values()) > room:
+        cuttable = {c: w for c, w in widths.items() if c in CUTTABLE and w > max(len(headers[c]), shortest)}
+        if not cuttable:
+            break
+        widths[max(cuttable, key=cuttable.get)] -= 1
+    return widths
 
 
 def _cut(cells, width):

@@ -2,10 +2,11 @@
 table."""
 
 import sys
+import time
 from pathlib import Path
 
 from probe.cli.flags import CONFIG_FLAGS, add_pipeline_options, overrides
-from probe.cli.output import error, need_file, show_progress
+from probe.cli.output import end_of_run, need_file, show_progress
 from probe.config import load_config
 from probe.run.checks import check_config
 from probe.run.offline import read_files
@@ -54,7 +55,8 @@ def add_parser(sub):
     )
     read.add_argument("files", nargs="+", metavar="FILE",
                       help="pcap, pcapng or dnstap file (.gz, .xz, .zst accepted), or a pipe such as /dev/stdin")
-    add_pipeline_options(read, CONFIG_FLAGS, "decode.tcp_idle_timeout=30", "a progress bar", "the statistics table")
+    add_pipeline_options(read, CONFIG_FLAGS, "decode.tcp_idle_timeout=30", "a progress bar",
+                         "the statistics, the rate and the files written")
     for flags, key, typ, help_ in READ_FLAGS:
         read.add_argument(*flags, dest=key, type=typ, metavar=key.split(".")[1].upper(), help=help_)
     for flags, key, help_ in READ_SWITCHES:
@@ -66,18 +68,17 @@ def run(args):
     check_config(cfg, "read")
     for f in args.files:
         need_file(f, "input file ")
-    bar = ProgressBar() if show_progress(cfg) else None
+    bar = ProgressBar() if show_progress(cfg, args) else None
+    began = time.monotonic()
     try:
-        stats, errors, interrupted = read_files(cfg, args.files, bar, on_error=lambda exc: error(str(exc)))
+        stats, errors, interrupted = read_files(cfg, args.files, bar)
     finally:
         if bar:
             bar.close()
-    if interrupted:
-        error("interrupted; writing what was decoded")
-    if not args.quiet:
-        from rich.console import Console
-
-        stats.render_table(Console(file=sys.stdout))
+    seconds = time.monotonic() - began
+    messages = [str(exc) for exc in errors] + (["interrupted; writing what was decoded"] if interrupted else [])
+    files = (cfg.export.directory, stats.files_written, stats.files, cfg.export.layout != "hive")
+    end_of_run(stats, "file", files, messages, seconds, args.quiet)
     if interrupted:
         return 130
     return 1 if errors else 0

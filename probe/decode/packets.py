@@ -98,8 +98,8 @@ class PacketDecoder:
         self._c_tcp = (self.tcp, self._reset_seen) if reassembler is not PyTcpReassembler else self._tcp_step
         self.parse = make_parser(self.parser, stats, keep_raw).parse
         # decode_into runs the C frame loop (probe/decode/_decoderec.c): the C parser, and it is built.
-        self.records = self.parser == "fast" and _decoderec is not None and _records is not None
-        if self.records:
+        self.c_frame_loop = self.parser == "fast" and _decoderec is not None and _records is not None
+        if self.c_frame_loop:
             portmap = bytearray(8192)  # bit p: port p carries DNS
             for port in self.ports:
                 if 0 <= port < 65536:
@@ -133,7 +133,7 @@ class PacketDecoder:
         link = self._link(batch, source_name)
         whole, batch = batch, self._share_of(batch)
         counts = [0, 0, 0, 0, 0]
-        if batch.linktype == LINKTYPE_ETHERNET and self.records:
+        if batch.linktype == LINKTYPE_ETHERNET and self.c_frame_loop:
             if batch.packed is not None:
                 self._decode_packed(batch.packed, link, out, counts)
             else:

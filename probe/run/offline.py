@@ -67,6 +67,7 @@ def read_files(cfg, files, progress=None, on_error=None):
             if progress is not None:
                 progress.close()
         stats = pipeline.finish()
+        stats.files_written = pipeline.summary()["files_written"]
         interrupted = _finish_commands(on_close, stats) or interrupted
         if cfg.run.stats_json:
             _write_stats(cfg, out_dir, stats, pipeline.started, pipeline.summary(), files, errors)
@@ -243,6 +244,7 @@ def _read_parallel(cfg, files, out_dir, workers, cores, progress, on_error, on_c
         for name, value in result["counters"].items():
             setattr(part, name, value)
         stats.add(part)
+    stats.files_written = sorted(name for r in results for name in r["summary"]["files_written"])
     errors = _merged_errors(files, results, copy_errors)
     for exc in errors:
         if on_error:
@@ -250,7 +252,7 @@ def _read_parallel(cfg, files, out_dir, workers, cores, progress, on_error, on_c
     interrupted = _finish_commands(on_close, stats) or interrupted or any(r["interrupted"] for r in results)
     if cfg.run.stats_json:
         summary = dict(results[0]["summary"])
-        summary["files_written"] = sorted(name for r in results for name in r["summary"]["files_written"])
+        summary["files_written"] = stats.files_written
         summary["part_file"] = None
         started = min(r["started"] for r in results)
         # Each worker's part, as live capture's statistics give it (probe/run/supervisor.py).

@@ -1,4 +1,4 @@
-"""One worker's pipeline: source batches → decode → match → records → exporter.
+"""One worker's pipeline: source batches → decode → match → exporter.
 
 The same object serves offline reading (`dnsprobe read`) and each live-capture worker. The decoder follows
 the batch's type: packets (FrameBatch) go to the packet decoder, dnstap frames (DnstapBatch) to the dnstap
@@ -68,7 +68,7 @@ class Pipeline:
             self._txs = []
         client = client_privacy(cfg.privacy)
         self.exporter = make_exporter(cfg, out_dir, worker_id, self.stats, client=client, live=live,
-                                      records=columnar)
+                                      tx_records=columnar)
         self._until_gc = GC_EVERY_PACKETS
         self._collections = 0
         self.started = time.time()

@@ -8,7 +8,7 @@ from probe.run.log import log
 
 def _recover_main(directories, export_cfg, recursive, conn):
     done, errors = recover(directories, export_cfg, recursive)
-    conn.send(([(str(path), records) for path, records in done], errors))
+    conn.send(([(str(path), rows) for path, rows in done], errors))
     conn.close()
 
 
@@ -19,7 +19,7 @@ class Recoveries:
         self.ctx = ctx
         self.cfg = export_cfg
         self.running = []  # (process, connection, why)
-        self.files = []  # (path, records) of the files finished
+        self.files = []  # (path, rows) of the files finished
         self.errors = []
 
     def start(self, directories, why, recursive=False):
@@ -50,8 +50,8 @@ class Recoveries:
             proc.join()
             conn.close()
             self.running.remove(entry)
-            for path, records in files:
-                log(f"recovered {path} ({records:,} records) {why}")
+            for path, rows in files:
+                log(f"recovered {path} ({rows:,} records) {why}")
             for error in errors:
                 log(error)
             finished += files

@@ -4,7 +4,7 @@ Supervisor (the process that runs the command):
   - checks everything it can before starting anything (interfaces, coremask, permissions, output
     directory, user), so a usage or configuration error is exit status 2 with one line naming it;
   - starts one worker per core of the coremask and waits until every worker has opened its sockets;
-  - receives each worker's statistics snapshot once a second over a pipe (never per record), sums them,
+  - receives each worker's statistics snapshot once a second over a pipe (never per message), sums them,
     writes the statistics JSON file at start, every capture.stats_interval seconds and at exit, serves
     them to Prometheus, and shows a status line when stderr is a terminal;
   - rotates the files of all workers together on the wall clock, at multiples of export.rotate_seconds,
@@ -22,10 +22,11 @@ A led group (a worker class with LEADER, DPDK's multi-process shape): worker 0 l
 others once it is ready; a stop asks it first, then the others once it says it is "drained", then tells it to
 "close" once they are gone; when it dies the others are stopped and the group starts again (a new `group` name
 in the workers' spec), and the class's group_ended(cfg, group) is called once every process of a group is gone.
+
+A worker position's state is a WorkerSlot (probe/run/slot.py); the statistics document, status line and closing
+summary are made in probe/run/supervisor_report.py.
 """
 
-import collections
-import datetime
 import multiprocessing
 import multiprocessing.connection
 import os
@@ -35,90 +36,19 @@ import time
 from pathlib import Path
 
 from export.base import stats_json_path
-from probe.decode.parsers import effective as effective_parser
 from probe.errors import ConfigError, DnsprobeError
-from probe.run.durability import KEEP_FILE_NAMES
 from probe.run.log import StatusLine, log
 from probe.run.onclose import OnCloseCommands
 from probe.run.prometheus import serve_prometheus
 from probe.run.recovery import Recoveries
+from probe.run.slot import WorkerSlot
+from probe.run.supervisor_report import stats_doc, status_line, summary
 from probe.run.worker import WorkerSpec, worker_main
-from probe.stats import COUNTER_NAMES, Stats
+from probe.stats import Stats
 
 STARTUP_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 120.0  # a worker still running this long after "stop" is killed (logged)
 QUICK_DEATH_S = 10.0  # a worker dying sooner than this after its start is restarted with a growing delay
-
-
-def _count(value):
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-class _Slot:
-    """One worker position (worker id, core); its process changes when it is restarted."""
-
-    def __init__(self, worker_id, core):
-        self.worker_id = worker_id
-        self.core = core
-        self.proc = None
-        self.conn = None
-        self.pid = None
-        self.started = 0.0
-        self.ready = False
-        self.finished = False  # sent its final snapshot after a stop
-        self.snapshot = None  # latest snapshot of the current process
-        self.retired = Stats()  # counters of earlier processes of this slot
-        self.restarts = 0
-        self.quick_deaths = 0
-        self.restart_at = None
-        self.error = None
-        self.lost = 0  # lost_in_dead_worker of the slot's dead processes
-        self.files = collections.deque(maxlen=KEEP_FILE_NAMES)  # names of the files its processes completed
-        self.retired_interfaces = {}  # interface → kernel counters of the slot's earlier processes
-        self.retired_dns = None  # DNS metrics (export.metrics.DnsMetrics.as_dict()) of its earlier processes
-        self.drained = False  # a leader that was told to stop has read its source and finished its pipeline
-        self.parked = False  # a follower stopped because its leader died: it starts again after it
-        self.group = ""  # the group its current process belongs to (led groups)
-
-    def counters(self):
-        total = Stats()
-        total.add(self.retired)
-        if self.snapshot:
-            for name, value in self.snapshot["counters"].items():
-                if name in COUNTER_NAMES:
-                    setattr(total, name, getattr(total, name) + value)
-        total.worker_restarts = self.restarts
-        total.lost_in_dead_worker = self.lost
-        return total
-
-    def interfaces(self):
-        """Per interface, its kernel counters over the slot's processes, and its state in the current one."""
-        out = {name: dict(values) for name, values in self.retired_interfaces.items()}
-        for name, values in ((self.snapshot or {}).get("interfaces") or {}).items():
-            mine = out.setdefault(name, {})
-            for key, value in values.items():
-                mine[key] = mine.get(key, 0) + value if _count(value) else value
-        return out
-
-    def retire(self):
-        """The current process is gone: keep its counters with the slot's."""
-        self.retired = self.counters()
-        self.retired.worker_restarts = self.retired.lost_in_dead_worker = 0
-        self.retired_interfaces = {
-            name: {k: v for k, v in values.items() if _count(v)} for name, values in self.interfaces().items()
-        }
-        dns = (self.snapshot or {}).get("dns")
-        if dns is not None:
-            if self.retired_dns is None:
-                self.retired_dns = dns
-            else:
-                from export.metrics import DnsMetrics
-
-                total = DnsMetrics()
-                total.add_dict(self.retired_dns)
-                total.add_dict(dns)
-                self.retired_dns = total.as_dict()
-        self.snapshot = None
 
 
 class Supervisor:
@@ -144,7 +74,7 @@ class Supervisor:
             fanout_ids = tuple((base + i) & 0xFFFF for i in range(len(self.interfaces)))
         self.fanout_ids = tuple(fanout_ids)
         self.ctx = multiprocessing.get_context("fork")
-        self.slots = [_Slot(i, core) for i, core in enumerate(cores)]
+        self.slots = [WorkerSlot(i, core) for i, core in enumerate(cores)]
         self.started = time.time()
         self.stop_requested = None  # name of the signal
         self.stopped = False  # every worker has been stopped (the end of the run)
@@ -304,80 +234,15 @@ class Supervisor:
         self.on_close.count(total)
         return total
 
-    def files_written(self):
-        """Names of the files completed (by the workers, and recovered), the last KEEP_FILE_NAMES of them."""
-        with self.lock:
-            names = [name for slot in self.slots for name in slot.files]
-        names += [Path(path).name for path, _ in self.recoveries.files]
-        return sorted(names)[-KEEP_FILE_NAMES:]
-
-    def stats_doc(self, running):
-        with self.lock:
-            workers = {
-                str(s.worker_id): {
-                    "core": s.core,
-                    "pid": s.pid,
-                    "alive": s.proc is not None,
-                    "restarts": s.restarts,
-                    "counters": s.counters().as_dict(),
-                    "interfaces": s.interfaces(),
-                    "part_file": (s.snapshot or {}).get("part_file"),
-                    "live_files": [Path(f).name for f in (s.snapshot or {}).get("live_files") or ()],
-                }
-                for s in self.slots
-            }
-        now = datetime.datetime.now(datetime.timezone.utc)
-        return {
-            "running": running,
-            "pid": os.getpid(),
-            "started": datetime.datetime.fromtimestamp(self.started, datetime.timezone.utc).isoformat(),
-            "updated": now.isoformat(),
-            "interfaces": list(self.interfaces),
-            "dnstap": self.dnstap,
-            "coremask": self.cfg.capture.coremask,
-            "fanout_groups": dict(zip(self.interfaces, self.fanout_ids, strict=True)),
-            "ip_filter": self.ip_filter_where,
-            "decode_parser": effective_parser(self.cfg.decode.parser),  # auto resolved: fast or wire
-            "workers": workers,
-            "files_written": self.files_written(),
-            "recovered_files": [{"file": Path(path).name, "records": n} for path, n in self.recoveries.files],
-            "errors": list(self.errors) + list(self.recoveries.errors),
-        }
-
     def write_stats(self, running):
         if not self.cfg.run.stats_json:
             return
         try:
             if self.stats_path is None:
                 self.stats_path = stats_json_path(self.cfg.export, self.out_dir, self.started)
-            self.totals().write_json(self.stats_path, self.stats_doc(running))
+            self.totals().write_json(self.stats_path, stats_doc(self, running))
         except OSError as exc:
             log(f"cannot write {self.stats_path or 'the statistics file'}: {exc}")
-
-    def _status(self, last):
-        total = self.totals()
-        now = time.monotonic()
-        count = total.packets + total.dnstap_frames  # frames of either kind, for the rate
-        rate = (count - last[1]) / max(now - last[0], 1e-6) if last else 0.0
-        alive = sum(1 for s in self.slots if s.proc is not None)
-        parts = [f"{int(time.time() - self.started)}s"]
-        if self.interfaces:
-            parts.append(f"packets {total.packets:,}")
-        if self.dnstap:
-            producers = total.dnstap_connections - total.dnstap_disconnections
-            parts.append(f"dnstap messages {total.dnstap_frames:,} from {producers} producer(s)")
-        parts.append(f"({rate:,.0f}/s)")
-        parts.append(f"records in files {total.records:,}  files {total.files:,}")
-        if self.interfaces:
-            parts.append(f"kernel drops {total.kernel_drops:,}")
-        if self.dnstap:
-            errors = total.dnstap_frame_errors + total.dnstap_decode_errors + total.dnstap_truncated
-            parts.append(f"dnstap errors {errors:,}")
-        parts.append(f"workers {alive}/{len(self.slots)}")
-        if total.lost_in_dead_worker:
-            parts.append(f"lost {total.lost_in_dead_worker:,}")
-        StatusLine.show("  ".join(parts))
-        return (now, count)
 
     # -- the run --
 
@@ -525,7 +390,7 @@ class Supervisor:
                 self.write_stats(running=True)
                 next_stats = now + stats_s
             if self.show_status and now >= next_status:
-                last_status = self._status(last_status)
+                last_status = status_line(self, last_status)
                 next_status = now + 1.0
         log(f"{self.stop_requested}: stopping; the workers flush their pending transactions and close their files")
         self._stop_all()
@@ -535,21 +400,5 @@ class Supervisor:
         self.on_close.wait()
         self.write_stats(running=False)
         total = self.totals()
-        log(self.summary(total))
+        log(summary(self, total))
         return 1 if self.errors or self.recoveries.errors or total.lost_in_dead_worker else 0
-
-    def summary(self, total):
-        """The line a stopped capture ends with (also with -q)."""
-        took = int(time.time() - self.started)
-        what = [f"{total.packets:,} packets"] if self.interfaces else []
-        what += [f"{total.dnstap_frames:,} dnstap messages"] if self.dnstap else []
-        line = (f"stopped ({self.stop_requested}) after {took // 3600}h{took // 60 % 60:02d}m{took % 60:02d}s: "
-                f"{', '.join(what)}, {total.records:,} records in {total.files:,} file(s)")
-        if self.source == "af_packet" and self.interfaces:
-            line += f", kernel drops {total.kernel_drops:,}, capture interruptions {total.capture_interruptions:,}"
-            if total.join_overlap:
-                line += f", set aside at fanout joins {total.join_overlap:,} (join_overlap)"
-        line += f", worker restarts {total.worker_restarts:,}, lost in dead workers {total.lost_in_dead_worker:,}"
-        if self.stats_path is not None:
-            line += f"; statistics: {self.stats_path}"
-        return line

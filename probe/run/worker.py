@@ -165,14 +165,14 @@ class WorkerShell:
 
     def progress(self):
         """What changes when the worker has news for the supervisor."""
-        packets = dnstap = records = interruptions = 0
+        packets = dnstap = rows = interruptions = 0
         for pipeline in self.pipelines:
             stats = pipeline.stats
             packets += stats.packets
             dnstap += stats.dnstap_frames
-            records += stats.records
+            rows += stats.records
             interruptions += stats.capture_interruptions
-        return packets, dnstap, records, interruptions
+        return packets, dnstap, rows, interruptions
 
     def snapshot(self):
         """The worker's counters (its pipelines' and its sources'), sources, files and DNS metrics."""

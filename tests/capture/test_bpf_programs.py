@@ -26,7 +26,7 @@ from scapy.layers.l2 import ARP, Ether
 from scapy.packet import Raw
 from support.captures import bench_mix, build_traffic, edge_traffic
 from support.cbpf import received, run_cbpf
-from support.data import SHARED_CAPTURES
+from support.data import DATA_CAPTURES
 from support.frames import ether
 from support.messages import q_dns
 
@@ -53,7 +53,7 @@ def captures(tmp_path_factory):
     d = tmp_path_factory.mktemp("bpf")
     build_traffic(d / "traffic.pcap", 1, 300)
     edge_traffic(d / "edge.pcap")
-    return [p for p in SHARED_CAPTURES if p.stat().st_size < 3_000_000] + [d / "traffic.pcap", d / "edge.pcap",
+    return [p for p in DATA_CAPTURES if p.stat().st_size < 3_000_000] + [d / "traffic.pcap", d / "edge.pcap",
                                                                           bench_mix()]
 
 

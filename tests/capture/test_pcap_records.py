@@ -5,7 +5,6 @@ import random
 import struct
 
 import pytest
-from support.data import needs_shared, shared_params
 from support.dnsprobe import run_dnsprobe
 from support.pcap_records import CAPTURES, load, to_big_endian
 
@@ -24,12 +23,11 @@ def both(buf, pos, big, ts_mult, limit):
 
 
 
-@needs_shared
 def test_captures_found():
     assert len(CAPTURES) >= 5, CAPTURES
 
 
-@pytest.mark.parametrize("path", shared_params(CAPTURES), ids=lambda p: p.name)
+@pytest.mark.parametrize("path", CAPTURES, ids=lambda p: p.name)
 def test_c_equals_python_on_captures(path):
     raw = load(path)
     ts_mult = 1000 if raw[:4] == b"\xd4\xc3\xb2\xa1" else 1

@@ -9,7 +9,7 @@ import struct
 import subprocess
 
 import pytest
-from support.data import DNSPROBE_DATA, needs_shared
+from support.data import DNSPROBE_DATA
 from support.dnsprobe import read_output, run_dnsprobe
 
 PCAP = DNSPROBE_DATA / "test_pcaps" / "udp_simple.pcap"  # pcapng, 184 packets, 92 transactions
@@ -38,7 +38,6 @@ def test_garbage_file(tmp_path, out_dir):
     _fails(out_dir, junk, 1, "not a pcap, pcapng or dnstap file")
 
 
-@needs_shared
 def test_truncated_pcap_keeps_what_was_decoded(tmp_path, out_dir):
     data = TCP_PCAP.read_bytes()
     pos = 24
@@ -56,7 +55,6 @@ def test_truncated_pcap_keeps_what_was_decoded(tmp_path, out_dir):
     assert stats["errors"] and "truncated record" in stats["errors"][0]
 
 
-@needs_shared
 def test_truncated_pcapng_block(tmp_path, out_dir):
     data = PCAP.read_bytes()
     cut = tmp_path / "cut.pcapng"
@@ -65,7 +63,6 @@ def test_truncated_pcapng_block(tmp_path, out_dir):
     assert read_output(out_dir).num_rows > 10
 
 
-@needs_shared
 def test_impossible_original_length_in_pcap(tmp_path, out_dir):
     data = bytearray(TCP_PCAP.read_bytes())
     pos = 24
@@ -91,7 +88,6 @@ def _epb_offsets(data):
     return found
 
 
-@needs_shared
 @pytest.mark.parametrize(
     "field, value, message",
     [  # EPB: type, length, interface, ts high, ts low, caplen, len
@@ -114,7 +110,6 @@ def test_impossible_pcapng_packet_block(tmp_path, out_dir, field, value, message
     assert 45 <= read_output(out_dir).num_rows < 92
 
 
-@needs_shared
 def test_unknown_link_type(tmp_path, out_dir):
     data = bytearray(TCP_PCAP.read_bytes())
     struct.pack_into("<I", data, 20, 147)  # LINKTYPE_USER0
@@ -123,7 +118,6 @@ def test_unknown_link_type(tmp_path, out_dir):
     _fails(out_dir, odd, 1, "unsupported link type 147")
 
 
-@needs_shared
 def test_corrupt_compressed_file(tmp_path, out_dir):
     packed = bytearray(lzma.compress(PCAP.read_bytes()))
     packed[len(packed) // 2 : len(packed) // 2 + 16] = b"\0" * 16
@@ -136,7 +130,6 @@ def test_missing_input_is_usage_error(tmp_path, out_dir):
     _fails(out_dir, tmp_path / "absent.pcap", 2, "no such file")
 
 
-@needs_shared
 def test_one_bad_file_does_not_stop_the_others(tmp_path, out_dir):
     junk = tmp_path / "junk.pcap"
     junk.write_bytes(b"\x00" * 100)
@@ -145,7 +138,6 @@ def test_one_bad_file_does_not_stop_the_others(tmp_path, out_dir):
     assert read_output(out_dir).num_rows == 2
 
 
-@needs_shared
 def test_output_directory_missing_or_a_file(tmp_path):
     proc = run_dnsprobe("read", PCAP, "-o", tmp_path / "nowhere", check=False)
     assert proc.returncode == 2 and "does not exist" in proc.stderr
@@ -162,7 +154,6 @@ def _mount_tmpfs(path, options):
     subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(path)], check=True)
 
 
-@needs_shared
 def test_read_only_output_directory(tmp_path):
     ro = tmp_path / "ro"
     _mount_tmpfs(ro, "ro,size=1m")
@@ -173,7 +164,6 @@ def test_read_only_output_directory(tmp_path):
         subprocess.run(["umount", str(ro)], check=True)
 
 
-@needs_shared
 def test_disk_full_keeps_completed_files(tmp_path):
     from support.data import COMPACTOR_DATA
 

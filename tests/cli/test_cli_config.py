@@ -6,7 +6,7 @@ import re
 import pyarrow.parquet as pq
 import pytest
 import yaml
-from support.data import DNSPROBE_DATA, ROOT, needs_shared
+from support.data import DNSPROBE_DATA, ROOT
 from support.dnsprobe import read_output, run_dnsprobe
 
 from probe.config import load_config, options, render_default_yaml
@@ -32,7 +32,6 @@ def test_config_file_and_flags_override_defaults(tmp_path):
     assert cfg.decode.dns_ports == (53,)
 
 
-@needs_shared
 @pytest.mark.parametrize(
     "text, key",
     [
@@ -68,7 +67,6 @@ def test_exponents_without_a_dot_are_numbers(tmp_path):
     assert (cfg.match.query_timeout, cfg.decode.tcp_idle_timeout, cfg.export.rotate_seconds) == (0.002, 100.0, 15.0)
 
 
-@needs_shared
 def test_bad_yaml_and_missing_config_file(tmp_path, out_dir):
     conf = tmp_path / "broken.yml"
     conf.write_text("match: [unclosed\n")
@@ -83,7 +81,6 @@ def test_bad_yaml_and_missing_config_file(tmp_path, out_dir):
     assert "Traceback" not in proc.stderr and not list(out_dir.iterdir())
 
 
-@needs_shared
 def test_bad_flags_exit_2(out_dir):
     proc = run_dnsprobe("read", PCAP, "-o", out_dir, "--query-timeout", "abc", check=False)
     assert proc.returncode == 2 and "--query-timeout" in proc.stderr
@@ -113,7 +110,6 @@ def test_help_reads_like_a_man_page():
         assert word in run_dnsprobe(command, "--help").stdout, command
 
 
-@needs_shared
 def test_flags_reach_the_output(tmp_path, out_dir):
     run_dnsprobe("read", PCAP, "-o", out_dir, "-q", "--prefix", "probe-a.", "--rotate-records", "40",
                  "--compression", "none", "--row-group-size", "7")
@@ -130,7 +126,6 @@ def test_flags_reach_the_output(tmp_path, out_dir):
     assert stats["files_written"] == [f.name for f in files]
 
 
-@needs_shared
 def test_runs_sharing_a_directory_keep_every_file(out_dir):
     # Statistics JSON names carry the run's start to the second: repeated runs into one directory meet on them.
     # Files standing on every name this run could take (from a second before now to a minute after) must
@@ -160,7 +155,6 @@ def test_runs_sharing_a_directory_keep_every_file(out_dir):
     assert not list(out_dir.glob("*.part"))
 
 
-@needs_shared
 def test_default_compression_is_zstd_and_names_carry_utc_start(out_dir):
     run_dnsprobe("read", PCAP, "-o", out_dir, "-q")
     (f,) = out_dir.glob("*.parquet")
@@ -173,7 +167,6 @@ def test_default_compression_is_zstd_and_names_carry_utc_start(out_dir):
     assert f.name == f"dnsprobe.{start:%Y%m%d.%H%M%S}.{first % 1_000_000:06d}.w0.parquet"
 
 
-@needs_shared
 def test_rotation_by_capture_time(out_dir):
     # udp_simple has traffic in seconds 0-3, 8-11 and 16 of its capture; rotate every 4 s of it.
     run_dnsprobe("read", PCAP, "-o", out_dir, "-q", "--rotate-seconds", "4", "--set", "run.batch_size=8")
@@ -185,7 +178,6 @@ def test_rotation_by_capture_time(out_dir):
         assert max(t) - min(t) < 4.5e6  # 4 s plus a batch of 8 frames
 
 
-@needs_shared
 def test_inspect_table_and_json(out_dir):
     run_dnsprobe("read", PCAP, "-o", out_dir, "-q")
     (f,) = out_dir.glob("*.parquet")
@@ -201,7 +193,6 @@ def test_inspect_table_and_json(out_dir):
     assert proc.returncode == 2 and "nope" in proc.stderr
 
 
-@needs_shared
 def test_inspect_json_prints_every_record_unless_limited(out_dir):
     """JSON is for pipes: all records by default (92 here), while the table shows the first 20."""
     run_dnsprobe("read", PCAP, "-o", out_dir, "-q")
@@ -213,7 +204,6 @@ def test_inspect_json_prints_every_record_unless_limited(out_dir):
     assert sum(1 for line in table.splitlines() if line.strip("│ ").isdigit()) == 20
 
 
-@needs_shared
 def test_read_table_lists_only_the_counters_of_a_file_run(out_dir):
     text = run_dnsprobe("read", PCAP, "-o", out_dir).stdout
     assert "packets" in text and "matched" in text and "lengths_capped" in text
@@ -303,7 +293,6 @@ def test_a_config_directory_in_the_working_directory_is_not_read(tmp_path):
     assert run_dnsprobe("config", "--defaults").stdout == render_default_yaml()
 
 
-@needs_shared
 def test_progress_bar_only_when_asked_or_on_a_terminal(out_dir):
     quiet = run_dnsprobe("read", PCAP, "-o", out_dir, "-q")
     assert quiet.stderr == ""  # not a terminal: no progress bar, no noise
@@ -311,7 +300,6 @@ def test_progress_bar_only_when_asked_or_on_a_terminal(out_dir):
     assert "udp_simple.pcap" in shown.stderr and "━" in shown.stderr
 
 
-@needs_shared
 def test_reads_pipes_and_fifos(tmp_path):
     # zcat-style use: /dev/stdin and a FIFO are not seekable, and the second input is xz through a pipe.
     import lzma

@@ -15,14 +15,17 @@ CORES = len(os.sched_getaffinity(0))
 
 
 def refused(*args, needle):
-    """Run dnsprobe ARGS: exit status 2 and one line on stderr holding needle; returns that line. (A capture that
-    is not refused would run until the timeout.)"""
+    """Run dnsprobe ARGS: exit status 2 and one line on stderr holding needle and naming the command's --help;
+    returns that line without the --help hint (the same refusal of two commands is the same line but for it). (A
+    capture that is not refused would run until the timeout.)"""
     proc = subprocess.run([sys.executable, "-m", "probe", *map(str, args)], cwd=ROOT, capture_output=True, text=True,
                           timeout=60)
     assert proc.returncode == 2, (args, proc.returncode, proc.stderr)
     lines = proc.stderr.splitlines()
     assert len(lines) == 1 and needle in lines[0], (args, proc.stderr)
-    return lines[0]
+    hint = f"; see dnsprobe {args[0]} --help"
+    assert lines[0].endswith(hint), (args, proc.stderr)
+    return lines[0].removesuffix(hint)
 
 
 NOT_APPLYING = [

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import duckdb
 import pytest
-from support import ROOT, run_dnsprobe
+from support.data import ROOT
+from support.dnsprobe import run_dnsprobe
 
 SAMPLE = ROOT / "samples" / "sample-mix.pcap.xz"
 TOP = 7

@@ -3,7 +3,7 @@
 import pytest
 from scapy.utils import wrpcap
 from support.captures import build_traffic
-from support.data import ROOT, SHARED_CAPTURES
+from support.data import DATA_CAPTURES, ROOT
 from support.edge_frames import edge_frames, tcp_frames
 
 
@@ -19,5 +19,5 @@ def generated_captures(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def decode_captures(generated_captures):
-    """Every capture the decoders are compared on: the shared data's, the sample, the generated ones."""
-    return SHARED_CAPTURES + [ROOT / "samples" / "sample-mix.pcap.xz"] + generated_captures
+    """Every capture the decoders are compared on: the oracle data's, the sample, the generated ones."""
+    return DATA_CAPTURES + [ROOT / "samples" / "sample-mix.pcap.xz"] + generated_captures

@@ -102,7 +102,7 @@ def test_records_equal_python_decoder(captures, filtering):
             sc, sp = Stats(), Stats()
             c = PacketDecoder(cfg.decode, cfg.decode.dns_ports, sc, IpFilter(cfg.filter), keep_raw=keep_raw)
             py = PacketDecoder(wire.decode, wire.decode.dns_ports, sp, IpFilter(wire.filter), keep_raw=keep_raw)
-            assert c.records and py.parser == "wire"
+            assert c.c_frame_loop and py.parser == "wire"
             batch = _records.MsgBatch()
             got, want = [], []
             for frames in read_capture(path, batch_size):

@@ -22,7 +22,7 @@ import subprocess
 import sys
 
 import pytest
-from support.data import ROOT, needs_shared
+from support.data import ROOT
 from support.dnsprobe import copy_env
 from support.stages import dns_messages
 
@@ -79,7 +79,6 @@ def corpus_of(path):
     return tuple(dns_messages(path))
 
 
-@needs_shared
 def test_captures_found(decode_captures):
     names = {p.name for p in decode_captures}
     assert {"knot-live.raw.pcap.xz", "nsd-live.raw.pcap.xz", "udp_simple.pcap", "sample-mix.pcap.xz",
@@ -87,7 +86,6 @@ def test_captures_found(decode_captures):
     assert len(names) == 19
 
 
-@needs_shared
 def test_every_message_of_every_capture(decode_captures):
     total = 0
     for path in decode_captures:
@@ -171,7 +169,6 @@ def opt_messages(rng, count):
     return out
 
 
-@needs_shared
 def test_damaged_messages(decode_captures):
     rng = random.Random(20240601)
     base = seeds(decode_captures)
@@ -236,7 +233,6 @@ def decode_all(path, parser, batch_size, ip_filter=None, keep_raw=True):
     return msgs, stats.as_dict(), decoder.address_events
 
 
-@needs_shared
 @pytest.mark.parametrize("parser", ["fast", "wire", "dpkt"])
 def test_raw_left_out(decode_captures, parser):
     """keep_raw=False (an exporter that never reads the raw message): the same messages with raw None, the

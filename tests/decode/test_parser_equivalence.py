@@ -1,6 +1,6 @@
 """dpkt is the DNS parser of record: the fast wire walker must agree with it on every message.
 
-Every DNS message of every capture under shared/data (DNS Probe's test pcaps, compactor's captures
+Every DNS message of every capture of tests/data (DNS Probe's test pcaps, compactor's captures
 including the knot-live and nsd-live server captures) is decoded the way `dnsprobe read` decodes it
 (read_capture + PacketDecoder, so TCP and IP fragments are reassembled), then:
 
@@ -25,7 +25,7 @@ from pathlib import Path
 
 import dpkt
 import pytest
-from support.data import COMPACTOR_DATA, DNSPROBE_DATA, needs_shared, shared_params
+from support.data import COMPACTOR_DATA, DNSPROBE_DATA
 from support.stages import dns_messages
 
 from probe.decode.dnswire import Malformed, parse_message
@@ -123,7 +123,6 @@ def check_message(buf, counts):
     assert walker == ref, (buf.hex(), walker, ref)
 
 
-@needs_shared
 def test_captures_found():
     names = {p.name for p in CAPTURES}
     assert {"knot-live.raw.pcap.xz", "nsd-live.raw.pcap.xz", "udp_simple.pcap", "tcp_axfr_zone_transfer.pcap",
@@ -143,7 +142,7 @@ EXPECTED = {
 }
 
 
-@pytest.mark.parametrize("path", shared_params(CAPTURES), ids=lambda p: p.name)
+@pytest.mark.parametrize("path", CAPTURES, ids=lambda p: p.name)
 def test_walker_agrees_with_dpkt(path):
     counts = collections.Counter()
     bufs = dns_messages(path)
@@ -231,7 +230,6 @@ def test_label_containing_a_dot():
     assert walker[DNS_FIELDS.index("qname")] == "a.b.example"
 
 
-@needs_shared
 def test_self_check_of_the_oracle():
     # The lenient oracle agrees with dpkt wherever dpkt parses (on a real capture).
     bufs = dns_messages(Path(DNSPROBE_DATA / "test_pcaps" / "udp_simple.pcap"))

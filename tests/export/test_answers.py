@@ -185,17 +185,17 @@ def test_txt_string_running_past_its_rdata_is_written_generically():
 
 @pytest.mark.skipif(_answers is None, reason="export.parquet._answers not built")
 def test_c_walker_equals_the_twin_on_the_captures():
-    """Every DNS message of the shared captures, the sample and the benchmark mix, whole and damaged (bytes
+    """Every DNS message of the oracle captures, the sample and the benchmark mix, whole and damaged (bytes
     changed, cut), through the C walker and through the twin: equal columns."""
     import random
 
     from support.captures import bench_mix
-    from support.data import SHARED_CAPTURES
+    from support.data import DATA_CAPTURES
     from support.stages import dns_messages
 
     rng = random.Random(21)
     messages = []
-    for path in SHARED_CAPTURES + [ROOT / "samples" / "sample-mix.pcap.xz", bench_mix()]:
+    for path in DATA_CAPTURES + [ROOT / "samples" / "sample-mix.pcap.xz", bench_mix()]:
         if path.exists():
             messages += dns_messages(path)
     damaged = []

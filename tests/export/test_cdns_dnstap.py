@@ -8,7 +8,7 @@ from support.frames import T0
 from support.messages import q_dns, r_dns
 
 from export.cdns import format as F
-from export.cdns.reader import read_records
+from export.cdns.reader import read_rows
 
 # dnstap socket_protocol -> (C-DNS transport value, the transport column read back from C-DNS)
 EXPECTED = {
@@ -45,7 +45,7 @@ def test_transport_flags(tmp_path):
     for i, (protocol, (value, _)) in enumerate(EXPECTED.items()):
         assert flags[i * 2] == value << 1, protocol
         assert flags[i * 2 + 1] == value << 1 | 1, protocol  # bit 0: IPv6
-    back = {r["id"]: r for r in read_records(cdns)}
+    back = {r["id"]: r for r in read_rows(cdns)}
     for i, (protocol, (_, transport)) in enumerate(EXPECTED.items()):
         r = back[i * 2]
         prot = {"udp": 17, "tcp": 6, "dot": 6, "doh": 6}.get(transport)

@@ -1,5 +1,5 @@
 """C-DNS (RFC 8618) writer: every file the real `dnsprobe read --format cdns` writes is checked against
-the RFC's CDDL with pycddl (../shared/cdns/rfc8618-pycddl.cddl) and against the rules that schema cannot
+the RFC's CDDL with pycddl (tests/data/cdns/rfc8618-pycddl.cddl) and against the rules that schema cannot
 express; the content is decoded here with plain cbor2 (independently of dnsprobe's reader) and compared
 with the Parquet output of the same input, with compactor's expected values and figures, and with dpkt's
 view of the original messages.
@@ -27,7 +27,7 @@ from scapy.layers.inet6 import ICMPv6DestUnreach, IPerror6, IPv6
 from scapy.layers.l2 import Ether
 from scapy.packet import Raw
 from scapy.utils import wrpcap
-from support.data import COMPACTOR_DATA, DNSPROBE_DATA, HAVE_SHARED, NO_SHARED, ROOT, SHARED, needs_shared
+from support.data import CDNS_CDDL, COMPACTOR_DATA, DNSPROBE_DATA, ROOT
 from support.dnsprobe import as_rows, read_output, run_dnsprobe
 
 from export.cdns import format as F
@@ -40,10 +40,8 @@ _IP_CHOICE = "IPAddress = IPv4Address / IPv6Address"
 
 @functools.cache
 def cddl_schema():
-    """RFC 8618's CDDL (from the shared data) for pycddl; the test skips without it."""
-    if not HAVE_SHARED:
-        pytest.skip(NO_SHARED)
-    cddl = (SHARED / "cdns" / "rfc8618-pycddl.cddl").read_text()
+    """RFC 8618's CDDL (tests/data/cdns) for pycddl."""
+    cddl = CDNS_CDDL.read_text()
     assert cddl.count(_IP_CHOICE) == 1
     return pycddl.Schema(cddl.replace(_IP_CHOICE, "IPAddress = bstr .size (0..16)"))
 
@@ -322,12 +320,13 @@ def parquet_rows(directory):
     return rows
 
 
-def assert_same_as_parquet(pcap, tmp_path, *extra):
+def assert_same_as_parquet(pcap, tmp_path, *cdns_extra):
+    """cdns_extra: options of the C-DNS run only (the Parquet run refuses C-DNS options)."""
     pq_dir, c_dir = tmp_path / "parquet", tmp_path / "cdns"
     pq_dir.mkdir()
     c_dir.mkdir()
-    run_dnsprobe("read", pcap, "-o", pq_dir, "-q", "--no-progress", *extra)
-    counters, _ = run(pcap, c_dir, *extra)
+    run_dnsprobe("read", pcap, "-o", pq_dir, "-q", "--no-progress")
+    counters, _ = run(pcap, c_dir, *cdns_extra)
     rows, bad = records(read_cdns(c_dir)[0])
     expected = parquet_rows(pq_dir)
     good = [r for r in expected if not r["malformed"]]
@@ -348,7 +347,6 @@ def assert_same_as_parquet(pcap, tmp_path, *extra):
 # Parquet and C-DNS of the same input agree
 
 
-@needs_shared
 @pytest.mark.parametrize(
     "pcap",
     [SAMPLE, COMPACTOR_DATA / "knot-live.raw.pcap.xz", COMPACTOR_DATA / "malformed.pcap.xz"]
@@ -359,7 +357,6 @@ def test_parquet_and_cdns_agree_field_by_field(pcap, tmp_path):
     assert_same_as_parquet(pcap, tmp_path)
 
 
-@needs_shared
 def test_agree_with_full_sections_and_xz(tmp_path):
     assert_same_as_parquet(SAMPLE, tmp_path, "--set", "export.cdns_full_sections=true", "--cdns-compression", "xz")
 
@@ -376,7 +373,6 @@ def _block_totals(docs):
     return total
 
 
-@needs_shared
 def test_matching_query_only_and_response_only(tmp_path):
     counters, _ = run(COMPACTOR_DATA / "matching.pcap.xz", tmp_path)
     docs, _ = read_cdns(tmp_path)
@@ -398,7 +394,6 @@ def test_matching_query_only_and_response_only(tmp_path):
     assert any(r["prot"] == 6 and not r["query_present"] for r in rows)
 
 
-@needs_shared
 def test_unmatched_response_before_query(tmp_path):
     run(COMPACTOR_DATA / "unmatched.pcap.xz", tmp_path)
     docs, _ = read_cdns(tmp_path)
@@ -410,7 +405,6 @@ def test_unmatched_response_before_query(tmp_path):
     assert (totals[F.UNMATCHED_QUERIES], totals[F.UNMATCHED_RESPONSES]) == (1, 1)
 
 
-@needs_shared
 def test_malformed_messages_kept_with_their_bytes(tmp_path):
     counters, _ = run(COMPACTOR_DATA / "malformed.pcap.xz", tmp_path)
     docs, present = read_cdns(tmp_path)
@@ -425,7 +419,6 @@ def test_malformed_messages_kept_with_their_bytes(tmp_path):
     assert present[F.OTHER_DATA_HINTS] & 1
 
 
-@needs_shared
 def test_edns_flags_equal_compactor(tmp_path):
     """compactor's expected output for this capture (test-scripts/testcontent-ednsflags.diag): its
     signature and item, but for its own non-RFC bits above bit 14 of qr-dns-flags (CO, DE)."""
@@ -469,7 +462,6 @@ def test_edns_flags_equal_compactor(tmp_path):
     assert resolve(ext[F.ADDITIONAL_INDEX]) == [(b"\x00", 41, 4096, 57344, b"")]
 
 
-@needs_shared
 def test_address_events_equal_compactor(tmp_path):
     """knot-live.info lists compactor's TCP reset and ICMP/ICMPv6 destination-unreachable events by
     code and address; the address-event-counts of our files add up to exactly those."""
@@ -560,7 +552,6 @@ def _rich_run(tmp_path, *extra):
     return (q1, r1) + read_cdns(out)
 
 
-@needs_shared
 def test_full_sections_every_hint_written_and_sections_equal_dpkt(tmp_path):
     q1, r1, docs, present = _rich_run(
         tmp_path, "--set", "export.cdns_full_sections=true", "--set", "export.cdns_qr_type=resolver"
@@ -619,7 +610,6 @@ def test_full_sections_every_hint_written_and_sections_equal_dpkt(tmp_path):
                       (F.AE_ICMPV6_DEST_UNREACHABLE, 4, "2001:db8::99", 1)}
 
 
-@needs_shared
 def test_client_privacy_prefixes_and_subnets(tmp_path):
     q1, _, docs, _ = _rich_run(
         tmp_path, "--set", "privacy.client_ipv4_prefix=16", "--set", "privacy.client_ipv6_prefix=48"
@@ -644,7 +634,6 @@ def test_client_privacy_prefixes_and_subnets(tmp_path):
 # Compression, rotation, naming, errors
 
 
-@needs_shared
 def test_compressed_files_decompress_to_the_same_bytes(tmp_path):
     outputs = {}
     for codec in ("none", "gzip", "xz", "zstd"):
@@ -686,7 +675,6 @@ def test_raw_bytes_per_transaction_of_the_standard_mix(tmp_path):
     assert 40 < floor / records < per_tx
 
 
-@needs_shared
 def test_rotation_by_blocks_records_and_time(tmp_path):
     def out_of(*extra):
         return tmp_path / "_".join(e.replace("=", "-").replace(".", "") for e in extra if "=" in e)
@@ -723,17 +711,16 @@ def test_rotation_by_blocks_records_and_time(tmp_path):
     assert [len(d[2]) for d in xz] == [len(d[2]) for d in plain]
 
 
-@needs_shared
 def test_bad_compression_level_is_a_config_error(tmp_path):
     proc = run_dnsprobe(
         "read", COMPACTOR_DATA / "unmatched.pcap.xz", "-o", tmp_path, "--format", "cdns", "--cdns-compression", "xz",
         "--set", "export.compression_level=12", check=False,
     )
     assert proc.returncode == 2
-    assert proc.stderr.strip() == "dnsprobe: error: config key 'export.compression_level': 12 is not a xz level (0..9)"
+    assert proc.stderr.strip() == ("dnsprobe: error: config key 'export.compression_level': 12 is not a xz level"
+                                   " (0..9); see dnsprobe read --help")
 
 
-@needs_shared
 def test_preamble_collection_parameters(tmp_path):
     run(COMPACTOR_DATA / "unmatched.pcap.xz", tmp_path, "--dns-port", "53", "--dns-port", "5353",
         "--set", "export.cdns_server_addresses=[192.0.2.53, '2001:db8::53']", "--query-timeout", "2.5")
@@ -755,7 +742,6 @@ def test_preamble_collection_parameters(tmp_path):
 # Live capture writes C-DNS too (as root: a veth pair, as in test_live_capture.py)
 
 
-@needs_shared
 @pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("ip"), reason="needs root and iproute2")
 def test_live_capture_writes_cdns(tmp_path):
     from support.captures import KEY_COLUMNS, build_traffic

@@ -21,7 +21,7 @@ def test_captures_found():
     assert all(p.exists() for p in CAPTURES)
 
 
-@pytest.mark.parametrize("path", CAPTURES + ["bench-mix"], ids=str)
+@pytest.mark.parametrize("path", CAPTURES + ["bench-mix"], ids=lambda p: getattr(p, "name", p))
 def test_record_block_equals_python_block(path, tmp_path):
     txs = transactions(bench_mix() if path == "bench-mix" else path)
     assert txs

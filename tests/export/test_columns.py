@@ -16,11 +16,11 @@ import struct
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from support.data import COMPACTOR_DATA, DNSPROBE_DATA, ROOT, needs_shared
+from support.data import COMPACTOR_DATA, DNSPROBE_DATA, ROOT
 from support.stages import transactions
 
 from export.parquet import columns
-from export.parquet.records import record_columns
+from export.parquet.rows import columns_from_records
 from probe import _records
 from probe.model import M
 
@@ -31,7 +31,6 @@ CAPTURES = sorted((DNSPROBE_DATA / "test_pcaps").glob("*.pcap")) + [
 ]
 
 
-@needs_shared
 def test_captures_found():
     assert all(p.exists() for p in CAPTURES) and len(CAPTURES) >= 7, CAPTURES
 
@@ -48,7 +47,7 @@ def record_column(queries, name):
     batch = _records.TxBatch()
     for q in queries:
         batch.append((q, None, 1))
-    return record_columns(batch, [name]).column(0).to_pylist()
+    return columns_from_records(batch, [name]).column(0).to_pylist()
 
 
 def with_field(m, index, value):
@@ -168,7 +167,6 @@ DOMAIN_EDGES = [
 ]
 
 
-@needs_shared
 def test_domain_name_rule_equals_dns_probe_regex():
     """The domainname column of the records (C) and columns.domain_name (Python) equal the regex replace that
     defines the column, ASCII-lowercased, on every QNAME of the real captures and on edge cases (newlines,

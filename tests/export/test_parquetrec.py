@@ -1,5 +1,5 @@
-"""The record column pass (export.parquet._parquetrec, RecordBuilder.build on a TxBatch) must give the table the
-Python reference builds from the same transactions as tuples (RecordBuilder.build: columns.extract_python, then
+"""The record column pass (export.parquet._parquetrec, RowBuilder.build on a TxBatch) must give the table the
+Python reference builds from the same transactions as tuples (RowBuilder.build: columns.extract_python, then
 Arrow kernels), column for column, types and nulls included; with the answers column too.
 
 Transactions: those of every shared capture (DNS Probe's, compactor's: malformed messages, zone transfers,
@@ -11,8 +11,8 @@ import pytest
 from support.captures import columnar_captures
 from support.stages import transactions
 
-import export.parquet.records as records
-from export.parquet.records import RecordBuilder
+import export.parquet.rows as rows
+from export.parquet.rows import RowBuilder
 from export.parquet.schema import SCHEMA
 from probe import _records
 
@@ -31,7 +31,7 @@ def test_extension_is_built():
 def test_every_schema_column_and_no_other():
     from export.parquet import _parquetrec
 
-    assert len(_parquetrec.parquet_columns(_records.TxBatch(), records._C_NAMES + ["r_raw"])) == len(SCHEMA) - 3
+    assert len(_parquetrec.parquet_columns(_records.TxBatch(), rows._C_NAMES + ["r_raw"])) == len(SCHEMA) - 3
     with pytest.raises(ValueError, match="no Parquet column"):
         _parquetrec.parquet_columns(_records.TxBatch(), ["id", "nope"])
     with pytest.raises(ValueError, match="no Parquet column"):
@@ -46,8 +46,8 @@ def test_tables_equal_python_builder(captures, answers):
         batch = _records.TxBatch()
         for t in txs:
             batch.append(t)
-        got = RecordBuilder(answers=answers).build_records(batch)
-        want = RecordBuilder(answers=answers).build(txs)
+        got = RowBuilder(answers=answers).build_from_records(batch)
+        want = RowBuilder(answers=answers).build(txs)
         got.validate(full=True)
         assert got.schema == want.schema
         for name in want.column_names:

@@ -22,7 +22,7 @@ from scapy.layers.inet import IP, UDP
 from scapy.layers.inet6 import IPv6
 from scapy.packet import Raw
 from support.captures import build_traffic, keys
-from support.data import DNSPROBE_DATA, SHARED, needs_shared, skip_without_shared
+from support.data import CRYPTOPANT_DATA, DNSPROBE_DATA
 from support.dnsprobe import assert_rows_equal_dnsprobe, by_id, dnsprobe_read, probe_run, rows_of, run_dnsprobe
 from support.frames import T0, TcpConn, ether, framed, write_pcap
 from support.messages import q_dns, r_dns
@@ -32,7 +32,7 @@ from probe.capture.afpacket import ip_lists_fit
 from probe.config import FilterConfig
 from probe.decode.ipfilter import IpFilter
 
-VECTORS = SHARED / "data" / "cryptopant"
+VECTORS = CRYPTOPANT_DATA
 ALGORITHMS = ("aes", "blowfish", "md5", "sha1")
 DNSPROBE_KEY = DNSPROBE_DATA / "key.cryptopant"
 NAMES = ["udp_simple", "tcp_simple", "tcp_axfr_zone_transfer", "edns_dnssec_nsid"]
@@ -49,7 +49,6 @@ def vectors(algorithm, family):
 # --- cryptopANT's vectors ---------------------------------------------------------------------------------------
 
 
-@needs_shared
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
 @pytest.mark.parametrize("family", (4, 6))
 def test_cryptopant_vectors_every_address(algorithm, family):
@@ -75,7 +74,6 @@ def client_pairs_pcap(path, clients, v6):
     return write_pcap(path, frames)
 
 
-@needs_shared
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
 def test_read_anonymises_clients_as_cryptopant(algorithm, tmp_path):
     """End to end: `dnsprobe read --anonymize-key keyfile.X` writes cryptopANT's output as `src`."""
@@ -93,14 +91,12 @@ def test_read_anonymises_clients_as_cryptopant(algorithm, tmp_path):
 # --- DNS Probe's expected files ---------------------------------------------------------------------------------
 
 
-@needs_shared
 @pytest.mark.parametrize("name", NAMES)
 def test_dnsprobe_anonymized_expected(name, out_dir):
     rows = dnsprobe_read(DNSPROBE_DATA / "test_pcaps" / f"{name}.pcap", out_dir, "--anonymize-key", DNSPROBE_KEY)
     assert_rows_equal_dnsprobe(DNSPROBE_DATA / "test_parquets" / "anonymized" / f"{name}.parquet", rows, name)
 
 
-@needs_shared
 def test_dnsprobe_anonymized_from_config_file(out_dir, tmp_path):
     conf = tmp_path / "privacy.yml"
     conf.write_text(f"privacy:\n  anonymize: true\n  key_file: {DNSPROBE_KEY}\n")
@@ -114,7 +110,6 @@ def dnsprobe_lists():
     return {"allow": doc["ip_allow"]["ipv4-allowlist"], "deny": doc["ip_deny"]["ipv4-denylist"]}
 
 
-@needs_shared
 @pytest.mark.parametrize("kind", ("allow", "deny"))
 def test_dnsprobe_ip_filtered_expected(kind, tmp_path):
     flags = [x for a in dnsprobe_lists()[kind] for x in (f"--ipv4-{kind}", a)]
@@ -141,7 +136,6 @@ def ecs_query(qid, address, plen, family):
     return bytes(DNS(id=qid, rd=1, qd=[DNSQR(qname="ecs.example.com")], ar=opt))
 
 
-@needs_shared
 def test_truncation_anonymisation_and_client_subnets(tmp_path):
     clients = ["192.0.2.77", "2001:db8:aa:bb:cc:dd:ee:ff"]
     frames = []
@@ -256,7 +250,6 @@ def test_ip_lists_fit_the_kernel_filter_when_short():
 # --- errors -------------------------------------------------------------------------------------------------------
 
 
-@needs_shared
 @pytest.mark.parametrize(
     "text, problem",
     [
@@ -281,7 +274,6 @@ def test_malformed_key_file_exit_2(text, problem, tmp_path, out_dir):
     assert not list(out_dir.iterdir())
 
 
-@needs_shared
 @pytest.mark.parametrize(
     "args, message",
     [
@@ -305,7 +297,6 @@ def test_bad_privacy_and_filter_settings_exit_2(command, args, message, out_dir)
     assert not list(out_dir.iterdir())
 
 
-@needs_shared
 def test_bad_list_in_config_file_names_the_key(tmp_path, out_dir):
     conf = tmp_path / "bad.yml"
     conf.write_text("filter:\n  ipv6_allow: ['2001:db8::/129']\n")
@@ -317,7 +308,6 @@ def test_bad_list_in_config_file_names_the_key(tmp_path, out_dir):
 # --- keygen -------------------------------------------------------------------------------------------------------
 
 
-@needs_shared
 def test_keygen_makes_a_usable_private_key(tmp_path, out_dir):
     key = tmp_path / "new.key"
     run_dnsprobe("keygen", key)
@@ -344,7 +334,6 @@ ALLOW = ("--ipv4-allow", "10.1.0.0/17", "--ipv4-allow", "10.2.0.7", "--ipv6-allo
 def allow_traffic(tmp_path_factory):
     """Traffic of test_live_capture (300 transactions), the frames its kernel DNS filter passes, and the
     transactions `dnsprobe read` exports with the allowlist and the anonymisation key."""
-    skip_without_shared(DNSPROBE_KEY)
     d = tmp_path_factory.mktemp("allow-traffic")
     pcap = d / "traffic.pcap"
     passed = build_traffic(pcap, 0, 300)
@@ -360,7 +349,6 @@ def allow_traffic(tmp_path_factory):
     return pcap, passed, keys(expected)
 
 
-@needs_shared
 @root_only
 def test_live_allowlist_kernel_and_worker_paths_agree(testbed, allow_traffic, probes, tmp_path):
     pcap, passed, expected = allow_traffic

@@ -5,7 +5,7 @@ it), an edge-case list, odd list files; the rules read as the package reads them
 import pyarrow as pa
 import pytest
 from support.captures import bench_mix
-from support.data import ROOT, SHARED_CAPTURES
+from support.data import DATA_CAPTURES, ROOT
 
 from export.enrich.psl import PublicSuffixes, read_list, read_rules
 from probe.errors import ConfigError
@@ -46,7 +46,7 @@ def capture_qnames(path):
 
 def test_every_qname_of_the_captures(steps):
     names = set()
-    for path in SHARED_CAPTURES + [ROOT / "samples" / "sample-mix.pcap.xz", bench_mix()]:
+    for path in DATA_CAPTURES + [ROOT / "samples" / "sample-mix.pcap.xz", bench_mix()]:
         if path.exists():
             names |= capture_qnames(path)
     names = sorted(names, key=lambda n: (n is None, n or ""))

@@ -16,7 +16,7 @@ from scapy.layers.dns import DNS, DNSQR
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 from support.captures import bench_mix
-from support.data import ROOT, needs_shared
+from support.data import ROOT
 from support.frames import MAC_C, MAC_S, write_pcap
 from support.matching import CONFIGS, MATCH_CAPTURES, SERVER4, T0
 
@@ -30,7 +30,6 @@ from probe.model import M
 from probe.stats import Stats
 
 
-@needs_shared
 def test_captures_found():
     names = {p.name for p in MATCH_CAPTURES}
     assert {

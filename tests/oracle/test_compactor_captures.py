@@ -16,7 +16,7 @@ import re
 
 import dpkt
 import pytest
-from support.data import COMPACTOR_DATA, needs_shared
+from support.data import COMPACTOR_DATA
 from support.dnsprobe import read_output, run_dnsprobe
 
 from probe.capture.pcapfile import read_capture
@@ -47,7 +47,6 @@ def _run(pcap, out_dir):
     return stats, read_output(out_dir)
 
 
-@needs_shared
 def test_knot_live_counts_equal_compactor(out_dir):
     info = _info("knot-live.info")
     stats, table = _run(COMPACTOR_DATA / "knot-live.raw.pcap.xz", out_dir)
@@ -57,7 +56,6 @@ def test_knot_live_counts_equal_compactor(out_dir):
     assert table.num_rows == info["matched"] + info["query_only"] + info["response_only"] + info["malformed"]
 
 
-@needs_shared
 def test_nsd_live_counts_equal_compactor_but_overlong_names(out_dir):
     info = _info("nsd-live.info")
     stats, table = _run(COMPACTOR_DATA / "nsd-live.raw.pcap.xz", out_dir)
@@ -73,7 +71,6 @@ def test_nsd_live_counts_equal_compactor_but_overlong_names(out_dir):
     assert all(r["query_present"] and r["qname"] is None for r in malformed)
 
 
-@needs_shared
 def test_nsd_live_malformed_frames_are_overlong_names_for_dpkt():
     """The independent evidence for the difference above: dpkt refuses exactly those frames."""
     frames = {}
@@ -90,7 +87,6 @@ def test_nsd_live_malformed_frames_are_overlong_names_for_dpkt():
             dpkt.dns.DNS(udp.data)
 
 
-@needs_shared
 def test_gold_capture_all_matched(out_dir):
     info = _info("gold.pcap.info")
     stats, table = _run(COMPACTOR_DATA / "gold.pcap.xz", out_dir)

@@ -10,7 +10,7 @@ import subprocess
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from support.data import DNSPROBE_DATA, needs_shared
+from support.data import DNSPROBE_DATA
 from support.dnsprobe import assert_rows_equal_dnsprobe, dnsprobe_read
 
 from export.parquet.schema import DNSPROBE_COLUMNS, SCHEMA
@@ -18,14 +18,12 @@ from export.parquet.schema import DNSPROBE_COLUMNS, SCHEMA
 NAMES = ["udp_simple", "tcp_simple", "tcp_axfr_zone_transfer", "edns_dnssec_nsid"]
 
 
-@needs_shared
 @pytest.mark.parametrize("name", NAMES)
 def test_rows_equal_dnsprobe_expected(name, out_dir):
     rows = dnsprobe_read(DNSPROBE_DATA / "test_pcaps" / f"{name}.pcap", out_dir)
     assert_rows_equal_dnsprobe(DNSPROBE_DATA / "test_parquets" / "base" / f"{name}.parquet", rows, name)
 
 
-@needs_shared
 def test_first_55_columns_are_dnsprobe_schema():
     expected = pq.read_table(DNSPROBE_DATA / "test_parquets" / "base" / "udp_simple.parquet").schema
     ours = pa.schema([SCHEMA.field(i) for i in range(55)])
@@ -52,7 +50,6 @@ def _tshark_query_times(pcap):
     return times
 
 
-@needs_shared
 @pytest.mark.parametrize("name", NAMES)
 def test_time_columns_are_query_capture_time(name, out_dir):
     pcap = DNSPROBE_DATA / "test_pcaps" / f"{name}.pcap"

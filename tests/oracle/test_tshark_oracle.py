@@ -41,7 +41,7 @@ from scapy.all import (
     Raw,
     wrpcap,
 )
-from support.data import COMPACTOR_DATA, needs_shared
+from support.data import COMPACTOR_DATA
 from support.dnsprobe import dnsprobe_read
 
 pytestmark = pytest.mark.skipif(shutil.which("tshark") is None, reason="tshark not installed")
@@ -279,7 +279,6 @@ def _raw_names(pcap, frame_numbers):
     return out
 
 
-@needs_shared
 def test_knot_live_udp_queries_match_tshark(tmp_path, out_dir):
     pcap = tmp_path / "knot-live.pcap"
     with lzma.open(COMPACTOR_DATA / "knot-live.raw.pcap.xz") as src, open(pcap, "wb") as dst:

@@ -12,6 +12,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -217,13 +218,37 @@ def test_two_captures_share_a_directory_not_a_fanout_group(testbed, traffic, pro
     assert len(list(out_dir.glob("*.stats.json"))) == 2
 
 
-def test_capture_without_root_as_the_hint_says(testbed, traffic, nobody_dir):
-    """The no-permission message's advice works: an unprivileged user with CAP_NET_RAW as an ambient capability
-    (setpriv, as systemd's AmbientCapabilities= does) captures."""
+@pytest.fixture
+def package_for_nobody():
+    """A copy of the package (probe, export, the built extensions) where the user nobody can read it: the checkout
+    may be in a directory other users cannot enter (a clone under /root, or in `mktemp -d`). This Python and its
+    dependencies are not copied: when nobody cannot run them, the test skips, saying so."""
     if not shutil.which("setpriv"):
         pytest.skip("needs setpriv")
+    as_nobody = ["setpriv", "--reuid", "nobody", "--regid", "nogroup", "--clear-groups"]
+    check = subprocess.run([*as_nobody, sys.executable, "-c", "import pyarrow"], cwd="/", capture_output=True,
+                           text=True)
+    if check.returncode:
+        pytest.skip(f"the user nobody cannot run {sys.executable} with its packages (it is in a directory other "
+                    f"users cannot enter?): {(check.stderr.strip().splitlines() or ['?'])[-1]}")
+    site = Path(tempfile.mkdtemp(prefix="dnsprobe-site-", dir="/tmp"))
+    try:
+        for package in ("probe", "export"):
+            shutil.copytree(ROOT / package, site / package, ignore=shutil.ignore_patterns("__pycache__"))
+        site.chmod(0o755)
+        for path in site.rglob("*"):
+            path.chmod(0o755 if path.is_dir() else 0o644)
+        yield site
+    finally:
+        shutil.rmtree(site, ignore_errors=True)
+
+
+def test_capture_without_root_as_the_hint_says(testbed, traffic, nobody_dir, package_for_nobody, monkeypatch):
+    """The no-permission message's advice works: an unprivileged user with CAP_NET_RAW as an ambient capability
+    (setpriv, as systemd's AmbientCapabilities= does) captures."""
     nobody, out = nobody_dir
     pcap, passed, expected = traffic["A"]
+    monkeypatch.setenv("PYTHONPATH", str(package_for_nobody))  # the probe's environment: found there
     cmd = ["setpriv", "--reuid", "nobody", "--regid", "nogroup", "--clear-groups", "--inh-caps", "+net_raw",
            "--ambient-caps", "+net_raw", sys.executable, "-m", "probe", "capture"]
     probe = Probe(testbed, out, "--set", "export.flush_seconds=1", command=cmd)

@@ -1,6 +1,6 @@
 """The production pipeline (message records: decode_into, RecordTable, the record column pass, the C-DNS record
 loop) writes the same files as the reference pipeline on message tuples, byte for byte, with the same counters:
-Parquet and C-DNS, on every shared capture, the sample, the live-capture test's traffic and the benchmark mix, and
+Parquet and C-DNS, on every oracle capture, the sample, the live-capture test's traffic and the benchmark mix, and
 with dnstap input among packets;
 also the reference where no extension is built at all (an install without a compiler). (Each stage is compared
 with its Python reference in tests/decode/test_decoderec.py, tests/match/test_matchrec.py,
@@ -31,9 +31,9 @@ def test_columnar_is_the_default():
     what the C matcher cannot take (a query timeout beyond its 64-bit time arithmetic)."""
     for parser in ("auto", "fast", "wire", "dpkt"):
         pipeline = Pipeline(load_config(overrides={"decode.parser": parser}), "/nonexistent")
-        assert pipeline.columnar and pipeline.exporter.records, parser
+        assert pipeline.columnar and pipeline.exporter.tx_records, parser
     pipeline = Pipeline(load_config(overrides={"match.query_timeout": 1e11}), "/nonexistent")
-    assert not pipeline.columnar and not pipeline.exporter.records
+    assert not pipeline.columnar and not pipeline.exporter.tx_records
 
 
 @pytest.mark.parametrize("parser", ["wire", "dpkt"])

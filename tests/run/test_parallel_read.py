@@ -1,5 +1,5 @@
 """`dnsprobe read --workers N` / `--coremask`: the union of the workers' transactions is exactly the one-worker
-output (order aside) and the counters add up to its counters (output files aside), on every shared capture, the
+output (order aside) and the counters add up to its counters (output files aside), on every oracle capture, the
 sample, the live-capture traffic, the benchmark mix and traffic that only a flow-keeping split reads right
 (IPv6 extension headers, fragments of both families in both directions, TCP).
 
@@ -19,7 +19,7 @@ from scapy.layers.inet6 import IPv6, IPv6ExtHdrFragment, fragment6
 from scapy.layers.l2 import Dot1Q, Ether
 from scapy.packet import Raw
 from support.captures import bench_mix, build_traffic, edge_traffic
-from support.data import ROOT, SHARED_CAPTURES
+from support.data import DATA_CAPTURES, ROOT
 from support.dnsprobe import as_rows, probe_run, read_output, run_dnsprobe
 from support.frames import C4, NS, S4, T0, TcpConn, ether, framed, udp_frame, write_pcap
 from support.messages import q_dns, r_dns
@@ -36,7 +36,7 @@ def captures(tmp_path_factory):
     d = tmp_path_factory.mktemp("parallel")
     build_traffic(d / "traffic.pcap", 1, 400)
     edge_traffic(d / "edge.pcap")
-    return SHARED_CAPTURES + [d / "traffic.pcap", d / "edge.pcap", bench_mix()]
+    return DATA_CAPTURES + [d / "traffic.pcap", d / "edge.pcap", bench_mix()]
 
 
 def rows_and_counters(pcap, out, *extra):

@@ -8,7 +8,7 @@ from scapy.layers.inet import IP, UDP
 from scapy.layers.inet6 import IPv6
 from scapy.packet import Raw
 
-from support.data import ROOT, SHARED_CAPTURES
+from support.data import DATA_CAPTURES, ROOT
 from support.dnsprobe import rows_of, run_dnsprobe
 from support.frames import NS, S4, S6, TTL_C, TTL_S, TcpConn, ether, framed, write_pcap
 from support.messages import big_response
@@ -115,11 +115,11 @@ def bench_mix():
 
 
 def columnar_captures(tmp_path):
-    """The captures the columnar pipeline's tests run on beside the shared ones: the sample, the live-capture
+    """The captures the columnar pipeline's tests run on beside the oracle data's: the sample, the live-capture
     test's generated traffic (written into tmp_path) and the benchmark mix."""
     traffic = tmp_path / "traffic.pcap"
     build_traffic(traffic, 1, 400)
-    return SHARED_CAPTURES + [ROOT / "samples" / "sample-mix.pcap.xz", traffic, bench_mix()]
+    return DATA_CAPTURES + [ROOT / "samples" / "sample-mix.pcap.xz", traffic, bench_mix()]
 
 
 def edge_traffic(path, count=240):

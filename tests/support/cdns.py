@@ -4,6 +4,7 @@ comparison of two blocks (every table, item, counter and the encoded bytes)."""
 import cbor2
 
 from export.cdns import block as cdns
+from export.cdns import encode
 from export.cdns.writer import CdnsExporter
 from probe.config import load_config
 from probe.stats import Stats
@@ -23,7 +24,7 @@ CHUNKS = (1, 7, 500, 10_000)  # add() calls of several sizes, so that earliest-t
 def exporter(tmp_path, **overrides):
     """The C-DNS exporter of the production pipeline (given message records)."""
     cfg = load_config(overrides={"export.format": "cdns", **overrides})
-    return CdnsExporter(cfg, tmp_path, 0, Stats(), records=True)
+    return CdnsExporter(cfg, tmp_path, 0, Stats(), tx_records=True)
 
 
 def assert_same(fast, slow):
@@ -37,8 +38,8 @@ def assert_same(fast, slow):
     if fast.items:  # the item maps as encode writes them, against cbor2 over the reference's maps
         args = (fast.items, fast.earliest, list(range(len(fast.ip))), list(range(len(fast.sigs))),
                 list(range(len(fast.names))))
-        assert cdns._cdnsblock.encode_items(*args) == cbor2.dumps(cdns.item_maps_python(*args))
+        assert cdns._cdnsblock.encode_items(*args) == cbor2.dumps(encode.item_maps_python(*args))
     if fast.sigs:  # likewise the signature table
         sigs, new_ip, new_name = list(reversed(fast.sigs)), list(range(len(fast.ip))), list(range(len(fast.names)))
-        want = cbor2.dumps([cdns._signature(sig, new_ip, new_name) for sig in sigs])
+        want = cbor2.dumps([encode.signature_python(sig, new_ip, new_name) for sig in sigs])
         assert cdns._cdnsblock.encode_signatures(sigs, new_ip, new_name) == want

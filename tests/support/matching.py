@@ -20,7 +20,7 @@ from support.frames import C4, MAC_C, MAC_S, S4, TcpConn, framed
 
 NS = 1_000_000_000
 T0 = 1_700_000_000 * NS
-# The captures of the shared data that matching is compared on (DNS Probe's and compactor's).
+# The captures of the oracle data that matching is compared on (DNS Probe's and compactor's).
 MATCH_CAPTURES = sorted((DNSPROBE_DATA / "test_pcaps").glob("*")) + sorted(
     p for p in COMPACTOR_DATA.glob("*.pcap*") if p.name.endswith((".pcap", ".pcap.xz"))
 )

@@ -1,4 +1,4 @@
-"""The classic pcap files of the shared data (the pcap record splitters' inputs) as bytes, and records rewritten
+"""The classic pcap files of the oracle data (the pcap record splitters' inputs) as bytes, and records rewritten
 big-endian."""
 
 import lzma

@@ -1,12 +1,10 @@
 """The messages and transactions of a capture through the stages in-process (decode, match)."""
 
-from support.data import skip_without_shared
 
 
 def transactions(path, keep_raw=True):
     """The transactions of a capture file, decoded and matched with the default configuration (keep_raw: with the
     DNS messages' bytes, as C-DNS and the answers column read them)."""
-    skip_without_shared(path)
     from probe.capture.pcapfile import read_capture
     from probe.config import load_config
     from probe.decode.ipfilter import IpFilter
@@ -27,7 +25,6 @@ def transactions(path, keep_raw=True):
 
 def dns_messages(path):
     """Every DNS message payload of a capture, as `dnsprobe read` finds them."""
-    skip_without_shared(path)
     bufs = []
 
     def grab(buf):

@@ -1,4 +1,4 @@
-"""Transactions → Arrow record batches: DNS Probe's 55 columns, then dnsprobe's own.
+"""Transactions → Arrow tables of rows: DNS Probe's 55 columns, then dnsprobe's own.
 
 The table below is the schema (name, Arrow type, meaning). Columns are built for a whole batch at
 once: transactions are transposed with zip(*rows) and derived columns are computed with Arrow
@@ -95,7 +95,7 @@ def _bit(flags, mask):
     return pc.not_equal(pc.bit_wise_and(flags, pa.scalar(mask, I32)), pa.scalar(0, I32))
 
 
-class RecordBuilder:
+class RowBuilder:
     """Builds Arrow tables from transaction triples (query, response, response_messages), with the addresses as
     they were captured: enrichment looks them up, then client privacy (export.parquet.privacy) transforms them."""
 
@@ -104,7 +104,7 @@ class RecordBuilder:
         self._answers = answers
         self._specs = dict(_FIELDS, **_CLIENT, **(_RESPONSE_RAW if answers else {}))
 
-    def build_records(self, txs):
+    def build_from_records(self, txs):
         """The Arrow table of a probe._records.TxBatch (transactions of message records), the production path: one
         C pass over the records writes every column (export/parquet/_parquetrec.c) but the enrichment ones (null
         until export.enrich fills them) and the answers, made here from the responses' bytes (which the pass
@@ -242,7 +242,7 @@ _C_NAMES = [name for name in SCHEMA.names if name not in ("public_resolver", "re
                                                           "answers")]
 
 
-def record_columns(txs, names):
+def columns_from_records(txs, names):
     """The columns `names` of the schema, made by the C column pass from a probe._records.TxBatch, as a table."""
     fields = [SCHEMA.field(name) for name in names]
     made = _parquetrec.parquet_columns(txs, names)
