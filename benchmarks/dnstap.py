@@ -13,8 +13,13 @@ time; identity and version set), in a Frame Streams file cached under benchmarks
   socket   `dnsprobe capture --dnstap-socket` with its one worker on one CPU, fed by libfstrm's fstrm_replay
            (Debian fstrm-bin) on the other; charged the worker process's CPU time (/proc) from before the
            first message to the last one counted, so the start-up and the final flush are not in it.
+  mixed    (--mixed, as root) a live worker's CPU per DNS message with packets alone and with packets and a
+           dnstap socket at once: the standard mix's packets by tcpreplay (--mixed-rate pkts/s) on a veth of
+           benchmarks/live.py's testbed, the same messages as dnstap by fstrm_replay; the worker's CPU (/proc)
+           from before the first message to the last one counted (issue 30: within 10 % of the packet path).
   stages   in-process, the corpus through each stage alone (process_time), to show where the time goes:
-           Frame Streams splitting, the dnstap decoder in Python and in C, matching, building the records.
+           Frame Streams splitting, the dnstap decoder in Python and in C, matching, building the records,
+           writing them.
 
 Target: at least 300,000 messages per CPU-second per worker. Results: benchmarks/results/dnstap.json and .md.
 """
@@ -30,6 +35,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -117,12 +123,19 @@ def head(path, frames, out):
 # ----------------------------------------------------------------------------------------------
 
 
+def dnsprobe_command():
+    """This checkout's dnsprobe, run in it (the console script of an editable install runs the checkout it was
+    installed from, which need not be this one), its bytecode written first."""
+    offline.compile_bytecode(ROOT)
+    return [sys.executable, "-m", "probe"]
+
+
 def measure_file(path, core, tmp_root, fmt):
     out = Path(tempfile.mkdtemp(prefix="dnsprobe-dnstap-", dir=tmp_root))
     try:
-        cmd = [*offline.dnsprobe_command(), "read", str(path), "-o", str(out), "-q", "--no-progress",
+        cmd = [*dnsprobe_command(), "read", str(path), "-o", str(out), "-q", "--no-progress",
                "--format", fmt]
-        _, m = offline.run_measured(cmd, core)
+        _, m = offline.run_measured(cmd, core, cwd=ROOT)
         m["records"] = offline.parquet_rows(out) if fmt == "parquet" else None
         return m
     finally:
@@ -146,7 +159,7 @@ def _stats(out):
 def measure_socket(path, messages, worker_core, sender_core, tmp_root, fmt):
     out = Path(tempfile.mkdtemp(prefix="dnsprobe-dnstap-", dir=tmp_root))
     sock = out / "tap.sock"
-    cmd = [*offline.dnsprobe_command(), "capture", "--dnstap-socket", str(sock), "--coremask", hex(1 << worker_core),
+    cmd = [*dnsprobe_command(), "capture", "--dnstap-socket", str(sock), "--coremask", hex(1 << worker_core),
            "-o", str(out), "--stats-interval", "0.2", "--no-progress", "-q", "--format", fmt]
     log = open(out / "capture.log", "w")
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=log)
@@ -182,15 +195,75 @@ def measure_socket(path, messages, worker_core, sender_core, tmp_root, fmt):
         shutil.rmtree(out, ignore_errors=True)
 
 
+def measure_mixed(path, messages, packets, rate, with_dnstap):
+    """Worker CPU per DNS message of `dnsprobe capture` on a veth fed the standard mix's packets, and with_dnstap
+    also the dnstap corpus on its socket at the same time."""
+    import live
+
+    live.OPTIONS["code_dir"] = ROOT  # this checkout's code, run by `python -m probe` in it
+    pcap = Path(traffic.generate("standard", packets, 1))
+    out = Path(tempfile.mkdtemp(prefix="dnsprobe-dnstap-mixed-"))
+    sock = out / "tap.sock"
+    extra = ("--stats-interval", "0.2") + (("--dnstap-socket", str(sock)) if with_dnstap else ())
+    log = open(out / "capture.log", "w")
+    with live.Testbed() as bed:
+        proc, worker, _ = live.start_probe(bed, out, log, extra=extra)
+        try:
+            time.sleep(0.5)  # the worker's start-up over
+            (user0, sys0) = _cpu_of(worker)
+            gen = subprocess.Popen(live.tcpreplay_command(bed, pcap, rate), stdout=subprocess.PIPE,
+                                   stderr=subprocess.STDOUT, text=True)
+            if with_dnstap:
+                subprocess.run(["fstrm_replay", "-t", CT, "-r", str(path), "-u", str(sock)], check=True,
+                               capture_output=True, preexec_fn=lambda: os.sched_setaffinity(0, {live.GENERATOR_CORE}))
+            sent = live.parse_tcpreplay(gen.communicate()[0])["actual_packets"]
+            deadline, taps = time.monotonic() + 300, messages if with_dnstap else 0
+            while (c := _stats(out)["counters"])["packets"] < sent or c.get("dnstap_frames", 0) < taps:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"{c['packets']} of {sent} packets, {c.get('dnstap_frames')} dnstap messages")
+                time.sleep(0.05)
+            time.sleep(0.5)  # the last batch through matching
+            (user, system), c = _cpu_of(worker), _stats(out)["counters"]
+        finally:
+            live.stop_process(proc)
+            log.close()
+            shutil.rmtree(out, ignore_errors=True)
+    user, system = user - user0, system - sys0
+    return {"cpu_seconds": round(user + system, 3), "user_seconds": round(user, 3), "sys_seconds": round(system, 3),
+            "dns_messages": c["dns_messages"], "packets": c["packets"], "kernel_drops": c.get("kernel_drops"),
+            "dnstap_frames": c.get("dnstap_frames", 0),
+            "us_per_message": round((user + system) / c["dns_messages"] * 1e6, 3)}
+
+
+def mixed(path, messages, packets, rate, repeat):
+    """measure_mixed without and with the dnstap socket, interleaved; the medians and the dnstap message's own cost
+    (the difference of the two runs' CPU over the dnstap messages)."""
+    runs = {"packets": [], "packets+dnstap": []}
+    for i in range(repeat):
+        for label, with_dnstap in (("packets", False), ("packets+dnstap", True)):
+            m = measure_mixed(path, messages, packets, rate, with_dnstap)
+            runs[label].append(m)
+            print(f"mixed {label} run {i + 1}/{repeat}: {m['us_per_message']} µs of worker CPU per DNS message "
+                  f"({m['cpu_seconds']} s, {m['sys_seconds']} s in the kernel)", flush=True)
+    alone = statistics.median(m["cpu_seconds"] for m in runs["packets"])
+    both = statistics.median(m["cpu_seconds"] for m in runs["packets+dnstap"])
+    per_packet_message = alone / statistics.median(m["dns_messages"] for m in runs["packets"]) * 1e6
+    per_dnstap_message = (both - alone) / messages * 1e6
+    return {"rate": rate, "runs": runs, "us_per_packet_message": round(per_packet_message, 3),
+            "us_per_dnstap_message": round(per_dnstap_message, 3),
+            "dnstap_over_packets": round(per_dnstap_message / per_packet_message, 3)}
+
+
 def stages(path, messages):
     """Seconds of CPU per message of each stage alone, in this process."""
     from export.parquet.rows import RowBuilder
+    from export.parquet.writer import open_parquet, write_row_groups
     from probe import _records
     from probe.capture.fstrm_session import Session
     from probe.config import load_config
     from probe.decode.dnstap import DnstapDecoder
     from probe.match import RecordTable
-    from probe.model import DnstapBatch
+    from probe.model import DataFrames, DnstapBatch
     from probe.stats import Stats
 
     data = path.read_bytes()
@@ -204,14 +277,19 @@ def stages(path, messages):
         return result
 
     def split():
-        session, frames = Session(file=True), []
+        """The file source's work: pieces fed, batches of 4096 frames taken."""
+        session, batches, frames = Session(file=True), [], DataFrames()
         for i in range(0, len(data), 1 << 18):
             session.feed(data[i : i + (1 << 18)])
-            session.read(frames, 1 << 30)
-        return frames
+            while True:
+                session.read(frames, 4096 - len(frames))
+                if len(frames) < 4096:
+                    break
+                batches.append(DnstapBatch([("f", frames)]))
+                frames = DataFrames()
+        return batches + [DnstapBatch([("f", frames)])]
 
-    frames = timed("frame streams splitting", split)
-    batches = [DnstapBatch([("f", frames[i : i + 4096])]) for i in range(0, len(frames), 4096)]
+    batches = timed("frame streams splitting", split)
     decoder = DnstapDecoder(cfg.dnstap, cfg.decode, Stats(), keep_raw=False, python=True)
     timed("dnstap decoder, Python (upb; message tuples)", lambda: [m for b in batches for m in decoder.decode(b)])
     decoder = DnstapDecoder(cfg.dnstap, cfg.decode, Stats(), keep_raw=False)
@@ -220,7 +298,17 @@ def stages(path, messages):
     table, txs = RecordTable(cfg.match, Stats()), _records.TxBatch()
     timed("matching (message records)", lambda: (table.add(msgs, txs), table.flush(txs)))
     builder = RowBuilder()
-    timed("Parquet records (Arrow columns, before the writer)", lambda: builder.build(txs))
+    table = timed("Parquet records (Arrow columns, before the writer)", lambda: builder.build_from_records(txs))
+
+    def write():
+        with tempfile.TemporaryDirectory(prefix="dnsprobe-dnstap-stage-") as tmp:
+            f = SimpleNamespace(pending=[table], pending_rows=table.num_rows)
+            f.writer, sink = open_parquet(Path(tmp) / "stage.parquet", cfg.export)
+            write_row_groups(f, cfg.export, force=True)
+            f.writer.close()
+            sink.close()
+
+    timed("Parquet writing (the exporter's row groups, sort and compression)", write)
     return out
 
 
@@ -258,6 +346,11 @@ def markdown(res):
             excl = f"(worker CPU only, of which {system} s in the kernel)"
         lines.append(f"| {kind} | {fmt} | {r['runs']} | {r['cpu_seconds_median']} | "
                      f"**{r['messages_per_cpu_second']:,}** | {r['best']:,} | {excl} |")
+    if "mixed" in res:
+        x = res["mixed"]
+        lines += ["", f"Live worker, packets at {x['rate']:,} pkts/s alone and with the dnstap socket at once: "
+                  f"{x['us_per_packet_message']} µs of worker CPU per packet's DNS message, "
+                  f"{x['us_per_dnstap_message']} µs per dnstap message ({x['dnstap_over_packets']}×)."]
     lines += ["", f"Target: at least {TARGET:,} messages per CPU-second per worker: "
               + ("met." if all(r["messages_per_cpu_second"] >= TARGET for r in res["results"].values()) else
                  "NOT met everywhere."), "",
@@ -284,6 +377,8 @@ def main(argv=None):
     ap.add_argument("--quick", action="store_true", help="100,000 packets, 2 runs")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--no-save", action="store_true", help="print only, do not write benchmarks/results/")
+    ap.add_argument("--mixed", action="store_true", help="also a live worker with packets and a dnstap socket (root)")
+    ap.add_argument("--mixed-rate", type=int, default=100_000, help="the packets' rate in --mixed (pkts/s)")
     args = ap.parse_args(argv)
     packets, repeat = (100_000, 2) if args.quick else (args.packets, args.repeat)
     cores = sorted(os.sched_getaffinity(0))
@@ -315,6 +410,8 @@ def main(argv=None):
                 startup = round(statistics.median(measure_file(small, worker_core, tmp, label.split("/")[1])
                                                   ["cpu_seconds"] for _ in range(3)), 3)
             res["results"][label] = summary(runs, messages, startup)
+    if args.mixed:
+        res["mixed"] = mixed(path, messages, packets, args.mixed_rate, repeat)
     res["stages_us_per_message"] = stages(path, messages)
     import google.protobuf
 

@@ -104,11 +104,52 @@ class FrameBatch:
         return f"FrameBatch(linktype={self.linktype}, {len(self)} frames{packed}{share})"
 
 
+class DataFrames:
+    """Frame Streams data frames as they were read, without an object per frame: spans of the buffers they arrived
+    in, each span whole frames one after another (a 32-bit big-endian length, then that many bytes, never 0).
+
+    spans: [(buffer bytes, start, end, frames in it), ...]; the C dnstap decoder walks them in place, the Python
+    reference iterates the frames as bytes. of() makes one from a list of frames (tests, tools).
+    """
+
+    __slots__ = ("spans", "count")
+
+    def __init__(self):
+        self.spans = []
+        self.count = 0
+
+    @classmethod
+    def of(cls, frames):
+        frames = list(frames)
+        data = b"".join(len(f).to_bytes(4, "big") + f for f in frames)
+        made = cls()
+        if frames:
+            made.add(data, 0, len(data), len(frames))
+        return made
+
+    def add(self, buf, start, end, count):
+        self.spans.append((buf, start, end, count))
+        self.count += count
+
+    def __len__(self):
+        return self.count
+
+    def __iter__(self):
+        for buf, pos, end, _ in self.spans:
+            while pos < end:
+                n = int.from_bytes(buf[pos : pos + 4], "big")
+                yield buf[pos + 4 : pos + 4 + n]
+                pos += 4 + n
+
+    def __repr__(self):
+        return f"DataFrames({self.count} frames in {len(self.spans)} spans)"
+
+
 @dataclass(slots=True)
 class DnstapBatch:
     """dnstap data frames (each a protobuf Dnstap message), in runs by producer.
 
-    runs: [(producer, [frame bytes, ...]), ...]; producer names the connection or file the frames came from
+    runs: [(producer, DataFrames), ...]; producer names the connection or file the frames came from
       (it keeps apart in matching the messages of producers that send no identity).
     refused: filled by the decoder, {producer: reason} for a producer that sent a frame that does not decode
       (the rest of its run is dropped); the source closes that connection (a file: an error naming it).

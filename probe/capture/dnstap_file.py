@@ -12,7 +12,7 @@ import lzma
 from probe.capture.fstrm import FrameError
 from probe.capture.fstrm_session import HandshakeRefused, Session
 from probe.errors import CaptureFileError
-from probe.model import DnstapBatch
+from probe.model import DataFrames, DnstapBatch
 
 CHUNK = 1 << 18
 
@@ -43,7 +43,7 @@ class DnstapFileSource:
         if last is not None and last.refused:
             self.done = True
             raise CaptureFileError(self.path, next(iter(last.refused.values())))
-        frames = []
+        frames = DataFrames()
         limit = max_frames or self.batch_size
         try:
             while not self.done:

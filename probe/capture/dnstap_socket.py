@@ -16,7 +16,7 @@ import struct
 
 from probe.capture.fstrm import FrameError
 from probe.capture.fstrm_session import DATA, STOPPED, HandshakeRefused, Session
-from probe.model import DnstapBatch
+from probe.model import DataFrames, DnstapBatch
 
 RECV = 1 << 18  # bytes read from a connection at once
 ALL = 1 << 62  # no limit on the frames taken
@@ -171,7 +171,7 @@ class DnstapSocketSource:
         """Take up to room whole frames from the connection's buffer into the batch; handshake replies sent."""
         if conn.sock is None:
             return 0
-        frames = []
+        frames = DataFrames()
         fd = conn.sock.fileno()
         session = conn.session
         started = session.state == DATA

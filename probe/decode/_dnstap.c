@@ -16,14 +16,16 @@
  * group) or above 2^29-1, a truncated value, an end-group without its start, wire types 6 and 7, and nesting (messages and
  * groups) deeper than 100 are errors. A Policy is checked, not read. Required fields are not enforced.
  *
- * decode(frames, start, producer, out, counts, type_counts, types, keep4, keep6, keep_raw) -> (stop, max_ts)
- *   DnstapDecoder._run over frames[start:] (a list of bytes) of one producer (its name, a str): the message
- *   records are appended to the MsgBatch out, counts (a list in the order of dnstap.COUNTS) and type_counts (a
- *   list indexed by message type) added to. types: a tuple indexed by message type of (selected, family,
- *   response) or None; keep4, keep6: the IP lists' callables (client address, server address) -> keep, or
- *   None; keep_raw: fill the raw field. It stops at the first frame protobuf refuses: stop is its index
- *   (len(frames) when none), left with its counters to the Python loop; max_ts is the latest message time seen
- *   (0: none).
+ * decode(spans, producer, out, counts, type_counts, types, keep4, keep6, keep_raw) -> (stop, max_ts)
+ *   DnstapDecoder._run over the frames of a probe.model.DataFrames (its spans: (buffer, start, end, count), whole
+ *   Frame Streams data frames walked in place) of one producer (its name, a str): the message records are
+ *   appended to the MsgBatch out, counts (a list in the order of dnstap.COUNTS) and type_counts (a list indexed by
+ *   message type) added to. types: a tuple indexed by message type of (selected, family, response) or None;
+ *   keep4, keep6: the IP lists' callables (client address, server address) -> keep, or None; keep_raw: fill the
+ *   raw field. It stops at the first frame protobuf refuses: stop is its index (-1 when none), left with its
+ *   counters to the Python loop; max_ts is the latest message time seen (0: none).
+ * data_frames(buf, pos, limit, max_data) -> (end, count): the Frame Streams reader's scan for whole data frames
+ *   (probe/capture/fstrm.py data_frames_python, its reference), so that it makes no object per frame.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -76,9 +78,14 @@ typedef struct {
 
 /* A varint of at most max_bytes bytes (a value: 10; a key or a length: 5, as upb reads them: it refuses a
  * longer encoding even of a small number, found by fuzzing). */
-static int varint_of(const uint8_t **pp, const uint8_t *end, uint64_t *out, int max_bytes)
+static inline int varint_of(const uint8_t **pp, const uint8_t *end, uint64_t *out, int max_bytes)
 {
     const uint8_t *p = *pp;
+    if (p < end && !(*p & 0x80)) { /* one byte: every key and length of a dnstap message, most values */
+        *out = *p;
+        *pp = p + 1;
+        return 0;
+    }
     uint64_t v = 0;
     for (int shift = 0; shift < 7 * max_bytes; shift += 7) {
         if (p >= end)
@@ -94,20 +101,20 @@ static int varint_of(const uint8_t **pp, const uint8_t *end, uint64_t *out, int 
     return -1;
 }
 
-static int varint(const uint8_t **pp, const uint8_t *end, uint64_t *out)
+static inline int varint(const uint8_t **pp, const uint8_t *end, uint64_t *out)
 {
     return varint_of(pp, end, out, 10);
 }
 
 /* A key or a length. */
-static int varint5(const uint8_t **pp, const uint8_t *end, uint64_t *out)
+static inline int varint5(const uint8_t **pp, const uint8_t *end, uint64_t *out)
 {
     return varint_of(pp, end, out, 5);
 }
 
 /* A field's key; in_group: inside a group, where upb takes field number 0 (found by fuzzing: a message it
  * refuses there, at any depth of groups, it accepts). */
-static int key_of(const uint8_t **pp, const uint8_t *end, uint64_t *field, int *wt, int in_group)
+static inline int key_of(const uint8_t **pp, const uint8_t *end, uint64_t *field, int *wt, int in_group)
 {
     uint64_t k;
     if (varint5(pp, end, &k))
@@ -183,7 +190,7 @@ static int check_fields(const uint8_t *p, const uint8_t *end, int depth)
     return 0;
 }
 
-static int len_delimited(const uint8_t **pp, const uint8_t *end, Bytes *s)
+static inline int len_delimited(const uint8_t **pp, const uint8_t *end, Bytes *s)
 {
     uint64_t v;
     if (varint5(pp, end, &v) || v > (uint64_t)(end - *pp))
@@ -208,6 +215,16 @@ static void enum_value(uint64_t v, int max, int *out)
         *out = e;
 }
 
+#define KEY(field, wt) ((uint64_t)(field) << 3 | (wt))
+
+/* A varint field's value into *out; -1 when malformed. */
+#define VARINT_TO(out)                  \
+    do {                                \
+        if (varint(&p, end, &v))        \
+            return -1;                  \
+        out;                            \
+    } while (0)
+
 static int decode_message(const uint8_t *p, const uint8_t *end, Frame *f, int depth)
 {
     while (p < end) {
@@ -215,38 +232,36 @@ static int decode_message(const uint8_t *p, const uint8_t *end, Frame *f, int de
         int wt;
         if (key(&p, end, &field, &wt))
             return -1;
-        if (wt == 0 && (field <= 3 || field == 6 || field == 7 || field == 8 || field == 12 || field == 16)) {
-            if (varint(&p, end, &v))
-                return -1;
-            switch (field) {
-            case 1: enum_value(v, 14, &f->type); break;
-            case 2: enum_value(v, 2, &f->family); break;
-            case 3: enum_value(v, 7, &f->protocol); break;
-            case 6: f->qport = (uint32_t)v; break;
-            case 7: f->rport = (uint32_t)v; break;
-            case 8: f->qsec = v; f->has_qsec = 1; break;
-            case 12: f->rsec = v; f->has_rsec = 1; break;
-            case 16: enum_value(v, 3, &f->http); break;
-            }
-        } else if (wt == 5 && (field == 9 || field == 13)) {
+        switch (KEY(field, wt)) { /* a known field with another wire type is an unknown field: skipped */
+        case KEY(1, 0): VARINT_TO(enum_value(v, 14, &f->type)); break;
+        case KEY(2, 0): VARINT_TO(enum_value(v, 2, &f->family)); break;
+        case KEY(3, 0): VARINT_TO(enum_value(v, 7, &f->protocol)); break;
+        case KEY(6, 0): VARINT_TO(f->qport = (uint32_t)v); break;
+        case KEY(7, 0): VARINT_TO(f->rport = (uint32_t)v); break;
+        case KEY(8, 0): VARINT_TO((f->qsec = v, f->has_qsec = 1)); break;
+        case KEY(12, 0): VARINT_TO((f->rsec = v, f->has_rsec = 1)); break;
+        case KEY(16, 0): VARINT_TO(enum_value(v, 3, &f->http)); break;
+        case KEY(9, 5):
+        case KEY(13, 5):
             if (end - p < 4)
                 return -1;
-            if (field == 9)
-                f->qnsec = le32(p);
-            else
-                f->rnsec = le32(p);
+            *(field == 9 ? &f->qnsec : &f->rnsec) = le32(p);
             p += 4;
-        } else if (wt == 2 && (field == 4 || field == 5 || field == 10 || field == 14)) {
-            Bytes *s = field == 4 ? &f->qaddr : field == 5 ? &f->raddr : field == 10 ? &f->qmsg : &f->rmsg;
-            if (len_delimited(&p, end, s))
-                return -1;
-        } else if (wt == 2 && field == 15) {
+            break;
+        case KEY(4, 2): if (len_delimited(&p, end, &f->qaddr)) return -1; break;
+        case KEY(5, 2): if (len_delimited(&p, end, &f->raddr)) return -1; break;
+        case KEY(10, 2): if (len_delimited(&p, end, &f->qmsg)) return -1; break;
+        case KEY(14, 2): if (len_delimited(&p, end, &f->rmsg)) return -1; break;
+        case KEY(15, 2): {
             Bytes policy;
             if (len_delimited(&p, end, &policy) || depth < 1
                 || check_fields(policy.p, policy.p + policy.n, depth - 1))
                 return -1;
-        } else if (skip(&p, end, wt, field, depth)) {
-            return -1;
+            break;
+        }
+        default:
+            if (skip(&p, end, wt, field, depth))
+                return -1;
         }
     }
     return 0;
@@ -323,10 +338,16 @@ static int keep(PyObject *fn, const Bytes *client, const Bytes *server)
  * Python's decoder, held in *obj). -1 with an exception. */
 static int identity_text(const Bytes *id, MsgNet *net, PyObject **obj)
 {
-    int ascii = 1;
-    for (Py_ssize_t i = 0; i < id->n && ascii; i++)
-        ascii = id->p[i] < 0x80;
-    if (ascii) {
+    uint64_t high = 0; /* the high bits of every byte, 8 at a time */
+    Py_ssize_t i = 0;
+    for (; i + 8 <= id->n; i += 8) {
+        uint64_t w;
+        memcpy(&w, id->p + i, 8);
+        high |= w;
+    }
+    for (; i < id->n; i++)
+        high |= id->p[i];
+    if (!(high & 0x8080808080808080ull)) {
         net->identity = (const char *)id->p;
         net->identity_len = (size_t)id->n;
         return 0;
@@ -467,15 +488,62 @@ static int add_counts(PyObject *counts, const long long *add, Py_ssize_t n)
     return 0;
 }
 
+static uint32_t be32(const uint8_t *p)
+{
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | (uint32_t)p[3];
+}
+
+/* One frame: decoded, mapped and counted. 1: protobuf refuses it; -1: error. */
+static int run_frame(Run *run, const uint8_t *p, Py_ssize_t n)
+{
+    Frame f;
+    if (decode_frame(p, p + n, &f) < 0)
+        return 1;
+    run->counts[C_FRAMES]++;
+    return map_frame(run, &f);
+}
+
+/* The frames of one span (buffer, start, end, count) of a DataFrames; *index counts
+ * the frames passed. 1: stopped at a frame protobuf refuses (*index is its index); -1: error. */
+static int run_span(Run *run, PyObject *span, Py_ssize_t *index)
+{
+    PyObject *buf;
+    Py_ssize_t start, end, count;
+    if (!PyTuple_Check(span) || !PyArg_ParseTuple(span, "O!nnn:span", &PyBytes_Type, &buf, &start, &end, &count))
+        return -1;
+    Py_ssize_t size = PyBytes_GET_SIZE(buf);
+    if (start < 0 || end > size || start > end) {
+        PyErr_SetString(PyExc_ValueError, "a span outside its buffer");
+        return -1;
+    }
+    Py_INCREF(buf); /* the span's tuple is the caller's; the IP lists' callables may run any Python code */
+    const uint8_t *base = (const uint8_t *)PyBytes_AS_STRING(buf), *p = base + start, *stop = base + end;
+    int rc = 0;
+    while (p < stop) {
+        if (stop - p < 4 || be32(p) > (uint64_t)(stop - p - 4)) {
+            PyErr_SetString(PyExc_ValueError, "a span that is not whole data frames");
+            rc = -1;
+            break;
+        }
+        Py_ssize_t n = be32(p);
+        rc = run_frame(run, p + 4, n);
+        if (rc != 0)
+            break;
+        p += 4 + n;
+        ++*index;
+    }
+    Py_DECREF(buf);
+    return rc;
+}
+
 static PyObject *decode(PyObject *Py_UNUSED(self), PyObject *args)
 {
-    PyObject *frames, *counts, *type_counts, *producer;
-    Py_ssize_t start;
+    PyObject *spans, *counts, *type_counts, *producer;
     Run run;
     memset(&run, 0, sizeof run);
-    if (!PyArg_ParseTuple(args, "O!nUO!O!O!O!OOp:decode", &PyList_Type, &frames, &start, &producer,
-                          records->msgbatch_type, &run.out, &PyList_Type, &counts, &PyList_Type, &type_counts,
-                          &PyTuple_Type, &run.types, &run.keep4, &run.keep6, &run.keep_raw))
+    if (!PyArg_ParseTuple(args, "O!UO!O!O!O!OOp:decode", &PyList_Type, &spans, &producer, records->msgbatch_type,
+                          &run.out, &PyList_Type, &counts, &PyList_Type, &type_counts, &PyTuple_Type, &run.types,
+                          &run.keep4, &run.keep6, &run.keep_raw))
         return NULL;
     if (PyList_GET_SIZE(counts) != N_COUNTS || PyList_GET_SIZE(type_counts) != N_TYPES
         || PyTuple_GET_SIZE(run.types) != N_TYPES) {
@@ -495,41 +563,53 @@ static PyObject *decode(PyObject *Py_UNUSED(self), PyObject *args)
         return NULL;
     run.producer = PyBytes_AS_STRING(name);
     run.producer_len = PyBytes_GET_SIZE(name);
-    Py_INCREF(frames); /* the list is the caller's; the IP lists' callables may run any Python code */
-    Py_ssize_t i = start < 0 ? 0 : start;
-    int failed = 0;
-    for (; i < PyList_GET_SIZE(frames); i++) {
-        PyObject *frame = PyList_GET_ITEM(frames, i);
-        if (!PyBytes_Check(frame)) {
-            PyErr_SetString(PyExc_TypeError, "frames must be bytes");
-            failed = 1;
-            break;
-        }
-        Py_INCREF(frame);
-        const uint8_t *p = (const uint8_t *)PyBytes_AS_STRING(frame);
-        Frame f;
-        int refused = decode_frame(p, p + PyBytes_GET_SIZE(frame), &f) < 0;
-        if (!refused) {
-            run.counts[C_FRAMES]++;
-            failed = map_frame(&run, &f) < 0;
-        }
-        Py_DECREF(frame);
-        if (refused || failed)
-            break;
+    Py_INCREF(spans);
+    Py_ssize_t index = 0;
+    int rc = 0;
+    for (Py_ssize_t i = 0; rc == 0 && i < PyList_GET_SIZE(spans); i++) {
+        PyObject *span = PyList_GET_ITEM(spans, i);
+        Py_INCREF(span);
+        rc = run_span(&run, span, &index);
+        Py_DECREF(span);
     }
-    Py_DECREF(frames);
+    Py_DECREF(spans);
     Py_DECREF(name);
     if (add_counts(counts, run.counts, N_COUNTS) < 0 || add_counts(type_counts, run.type_counts, N_TYPES) < 0)
-        failed = 1;
-    if (failed)
+        rc = -1;
+    if (rc < 0)
         return NULL;
-    return Py_BuildValue("(nK)", i, run.max_ts);
+    return Py_BuildValue("(nK)", rc ? index : (Py_ssize_t)-1, run.max_ts);
+}
+
+/* fstrm.data_frames_python in C (see there). */
+static PyObject *data_frames(PyObject *Py_UNUSED(self), PyObject *args)
+{
+    Py_buffer view;
+    Py_ssize_t pos, limit, max_data, count = 0;
+    if (!PyArg_ParseTuple(args, "y*nnn:data_frames", &view, &pos, &limit, &max_data))
+        return NULL;
+    const uint8_t *buf = view.buf;
+    Py_ssize_t end = view.len;
+    if (pos < 0)
+        pos = 0;
+    while (count < limit && end - pos >= 4) {
+        uint32_t n = be32(buf + pos);
+        if (n == 0 || n > (uint64_t)max_data || (uint64_t)(end - pos - 4) < n)
+            break;
+        pos += 4 + (Py_ssize_t)n;
+        count++;
+    }
+    PyBuffer_Release(&view);
+    return Py_BuildValue("(nn)", pos, count);
 }
 
 static PyMethodDef methods[] = {
     {"decode", decode, METH_VARARGS,
-     "decode(frames, start, producer, out, counts, type_counts, types, keep4, keep6, keep_raw) -> (stop, max_ts): "
+     "decode(spans, producer, out, counts, type_counts, types, keep4, keep6, keep_raw) -> (stop, max_ts): "
      "DnstapDecoder._run in C, writing message records into the MsgBatch out (see the module source)."},
+    {"data_frames", data_frames, METH_VARARGS,
+     "data_frames(buf, pos, limit, max_data) -> (end, count): the whole data frames from pos on (see "
+     "probe.capture.fstrm.data_frames_python)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -24,9 +24,6 @@ this Python code, the reference it must equal, the frame protobuf refuses (its m
 tuples, MsgBatch.extend, in order).
 """
 
-from google.protobuf.message import DecodeError
-
-from probe.decode.dnstap_schema import Dnstap
 from probe.decode.dnstap_types import MESSAGE_TYPES, TYPE_COUNTERS
 from probe.decode.parsers import make_parser, resolve
 from probe.model import TRANSPORTS, M, QueryCopy
@@ -78,7 +75,7 @@ class DnstapDecoder:
                 say_not_built("probe.decode._dnstap")
             else:
                 keep4, keep6 = self.keep.get(4), self.keep.get(6)
-                # the arguments of _dnstap.decode after (frames, start, producer, out, counts, type_counts)
+                # the arguments of _dnstap.decode after (spans, producer, out, counts, type_counts)
                 self._c_args = (self.types, keep4, keep6, keep_raw)
                 self._c = _dnstap.decode
 
@@ -87,6 +84,9 @@ class DnstapDecoder:
         out = []
         counts = [0] * len(COUNTS)
         for producer, frames in batch.runs:
+            if producer in batch.refused:  # a later run of a producer refused in this batch
+                counts[DISCARDED] += len(frames)
+                continue
             problem = self._run(producer, frames, out, counts)
             if problem is not None:
                 batch.refused[producer] = problem
@@ -97,13 +97,16 @@ class DnstapDecoder:
         """The same messages appended to out, a probe._records.MsgBatch, as message records."""
         counts = [0] * len(COUNTS)
         for producer, frames in batch.runs:
+            if producer in batch.refused:  # a later run of a producer refused in this batch
+                counts[DISCARDED] += len(frames)
+                continue
             if self._c is not None:
-                stop, max_ts = self._c(frames, 0, producer, out, counts, self.type_counts, *self._c_args)
+                stop, max_ts = self._c(frames.spans, producer, out, counts, self.type_counts, *self._c_args)
                 if max_ts > self.now_ns:
                     self.now_ns = max_ts
-                if stop == len(frames):
+                if stop < 0:
                     continue
-                frames = frames[stop:]  # a frame protobuf refuses: the Python loop says why
+                frames = list(frames)[stop:]  # a frame protobuf refuses: the Python loop says why
             msgs = []
             problem = self._run(producer, frames, msgs, counts)
             out.extend(msgs)
@@ -128,6 +131,12 @@ class DnstapDecoder:
 
     def _run(self, producer, frames, out, counts):
         """The frames of one producer; returns why the producer is refused (a frame that does not decode)."""
+        # protobuf's runtime and the schema (about 15 ms of CPU at start-up) are loaded only when this
+        # loop runs: the reference, or a frame the C loop refused
+        from google.protobuf.message import DecodeError
+
+        from probe.decode.dnstap_schema import Dnstap
+
         parse_pb = Dnstap.FromString
         message = self._message
         counts[FRAMES] += len(frames)

@@ -22,10 +22,13 @@ from probe.capture.fstrm import (
     STOP,
     FrameError,
     FrameReader,
+    data_frames,
+    data_frames_python,
     decode_control,
     encode_control,
 )
 from probe.capture.fstrm_session import DNSTAP_CONTENT_TYPE, HandshakeRefused, Session
+from probe.model import DataFrames
 
 CT = DNSTAP_CONTENT_TYPE
 
@@ -37,14 +40,14 @@ def frame(data):
 def all_frames(session, data, pieces):
     """Feed data to the session in the given piece lengths (the last takes the rest); the data frames and the
     bytes it sends back."""
-    out, replies, pos = [], b"", 0
+    out, replies, pos = DataFrames(), b"", 0
     for n in pieces + [len(data)]:
         session.feed(data[pos : pos + n])
         pos += n
         replies += session.read(out, 1 << 30)
         if pos >= len(data):
             break
-    return out, replies
+    return list(out), replies
 
 
 def test_control_frames_round_trip():
@@ -88,27 +91,48 @@ def test_malformed_control_frames(payload, problem):
 def test_limits():
     reader = FrameReader(max_data_frame=100)
     reader.feed(encode_control(START, [CT]) + frame(b"x" * 100) + struct.pack("!I", 101))
-    out = []
+    out = DataFrames()
     assert reader.take(out, 10) == (START, [CT])
     with pytest.raises(FrameError, match="a data frame of 101 bytes"):
         reader.take(out, 10)
-    assert out == [b"x" * 100]
+    assert list(out) == [b"x" * 100]
     reader = FrameReader()
     reader.feed(b"\0\0\0\0" + struct.pack("!I", 513))
     with pytest.raises(FrameError, match="a control frame of 513 bytes"):
-        reader.take([], 10)
+        reader.take(DataFrames(), 10)
     reader = FrameReader()  # 2^31 announced: refused at once, not awaited
     reader.feed(b"\x7f\xff\xff\xff" + b"x" * 10)
     with pytest.raises(FrameError, match="2147483647 bytes"):
-        reader.take([], 10)
+        reader.take(DataFrames(), 10)
 
 
 def test_limit_on_frames_taken():
     reader = FrameReader()
     reader.feed(b"".join(frame(bytes([i])) for i in range(10)))
-    out = []
+    out = DataFrames()
     assert reader.take(out, 4) is None and len(out) == 4
     assert reader.take(out, 100) is None and len(out) == 10 and reader.pending() == 0
+
+
+def test_data_frames_scan_in_c_equals_python():
+    """The C scan for whole data frames (probe.decode._dnstap.data_frames) stops where its Python reference does,
+    on streams of frames, escapes, over-long and cut frames, from any offset and with any limit."""
+    assert data_frames is not data_frames_python, "probe.decode._dnstap is not built"
+    rng = random.Random(7)
+    for _ in range(2000):
+        parts = []
+        for _ in range(rng.randrange(6)):
+            kind = rng.randrange(6)
+            if kind == 0:
+                parts.append(encode_control(rng.choice((START, STOP)), []))
+            elif kind == 1:
+                parts.append(struct.pack("!I", rng.randrange(1, 1 << 32)))
+            else:
+                parts.append(frame(bytes(rng.randrange(1, 40))))
+        buf = b"".join(parts)
+        buf = buf[: rng.randrange(len(buf) + 1)] if rng.random() < 0.3 else buf
+        args = (buf, rng.randrange(len(buf) + 1), rng.randrange(1, 8), rng.choice((20, 1 << 20)))
+        assert data_frames(*args) == data_frames_python(*args), args
 
 
 def test_bidirectional_handshake():
@@ -117,9 +141,9 @@ def test_bidirectional_handshake():
     got, replies = all_frames(session, data, [5, 30])
     assert got == [b"m1", b"m2"] and replies == encode_control(ACCEPT, [CT])
     session.feed(encode_control(STOP) + frame(b"after"))
-    out = []
+    out = DataFrames()
     assert session.read(out, 10) == encode_control(FINISH)
-    assert out == [] and session.ended  # nothing is read after STOP
+    assert list(out) == [] and session.ended  # nothing is read after STOP
 
 
 def test_unidirectional_connection_without_ready():

@@ -14,14 +14,14 @@ from probe.decode.dnstap import DnstapDecoder
 from probe.decode.dnstap_schema import ENUMS, NESTED_ENUMS, PROTOBUF_BACKEND
 from probe.decode.dnstap_types import DEFAULT_TYPES, MESSAGE_TYPES, TYPE_COUNTERS
 from probe.match import TransactionTable
-from probe.model import TRANSPORTS, DnstapBatch, M, QueryCopy
+from probe.model import TRANSPORTS, DataFrames, DnstapBatch, M, QueryCopy
 from probe.stats import COUNTER_NAMES, Stats
 
 
 def decode(frames, producer="p1", types=DEFAULT_TYPES, parser="auto"):
     cfg = load_config(overrides={"dnstap.message_types": list(types), "decode.parser": parser})
     stats = Stats()
-    batch = DnstapBatch([(producer, list(frames))])
+    batch = DnstapBatch([(producer, DataFrames.of(frames))])
     msgs = DnstapDecoder(cfg.dnstap, cfg.decode, stats).decode(batch)
     return msgs, stats, batch
 
@@ -78,7 +78,7 @@ def test_without_identity_the_producer_keeps_servers_apart():
     for producers, pairs in ((("a", "a"), 1), (("a", "b"), 0)):
         cfg = load_config()
         stats = Stats()
-        batch = DnstapBatch([(producers[0], [q]), (producers[1], [r])])
+        batch = DnstapBatch([(producers[0], DataFrames.of([q])), (producers[1], DataFrames.of([r]))])
         msgs = DnstapDecoder(cfg.dnstap, cfg.decode, stats).decode(batch)
         assert msgs[0][M.ORIGIN] == ("client", None)  # no identity in the output
         assert sum(1 for q_, r_, _ in match(msgs, stats) if q_ and r_) == pairs

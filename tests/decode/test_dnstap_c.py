@@ -137,9 +137,9 @@ def test_records_round_trip_the_python_tuples():
     from fuzz_dnstap import _decoder
 
     from probe import _records
-    from probe.model import DnstapBatch
+    from probe.model import DataFrames, DnstapBatch
 
-    msgs = _decoder(True).decode(DnstapBatch([("tap-é-\udcff.fstrm", corpus() * 2)]))
+    msgs = _decoder(True).decode(DnstapBatch([("tap-é-\udcff.fstrm", DataFrames.of(corpus() * 2))]))
     batch = _records.MsgBatch()
     batch.extend(msgs)
     back = batch.to_tuples()

@@ -391,7 +391,7 @@ def test_c_block_equals_python_block_for_dnstap(tmp_path):
 
     from probe.decode.dnstap import DnstapDecoder
     from probe.match import TransactionTable
-    from probe.model import DnstapBatch
+    from probe.model import DataFrames, DnstapBatch
 
     frames = []
     for i, protocol in enumerate(("UDP", "TCP", "DOT", "DOH", "DOQ", "DNSCryptUDP", None) * 30):
@@ -403,7 +403,8 @@ def test_c_block_equals_python_block_for_dnstap(tmp_path):
     cfg = load_config(overrides={"export.format": "cdns"})
     stats = Stats()
     table = TransactionTable(cfg.match, stats)
-    txs = table.add(DnstapDecoder(cfg.dnstap, cfg.decode, stats).decode(DnstapBatch([("p", frames)])))
+    batch = DnstapBatch([("p", DataFrames.of(frames))])
+    txs = table.add(DnstapDecoder(cfg.dnstap, cfg.decode, stats).decode(batch))
     txs += table.flush()
     fast, slow = both(txs, exporter(tmp_path))
     assert_same(fast, slow)

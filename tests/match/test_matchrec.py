@@ -173,7 +173,7 @@ def dnstap_batches():
 
     from probe.decode.dnstap import DnstapDecoder
     from probe.decode.dnstap_types import TYPE_NAMES
-    from probe.model import DnstapBatch
+    from probe.model import DataFrames, DnstapBatch
 
     cases = []  # (producer, [(mtype, id, {dnstap_frame arguments})]) runs
 
@@ -215,7 +215,7 @@ def dnstap_batches():
             for mtype, qid, kw in msgs:
                 k += 1
                 frames.append(dnstap_frame(mtype, ts=T0 + k * 1000, **{"qport": 30000 + qid, **kw}))
-            runs.append((producer, frames))
+            runs.append((producer, DataFrames.of(frames)))
         batches.append(decoder.decode(DnstapBatch(runs)))
     return batches
 

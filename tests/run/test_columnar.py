@@ -141,14 +141,14 @@ def dnstap_batches(t0):
     from support.dnstap import dnstap_frame
     from support.messages import q_dns, r_dns
 
-    from probe.model import DnstapBatch
+    from probe.model import DataFrames, DnstapBatch
 
     batches = []
     for k in range(6):
         ts = t0 + k * 50_000_000
         q, r = 100 + 10 * k, 101 + 10 * k
         batches.append(DnstapBatch([
-            ("tap-a", [
+            ("tap-a", DataFrames.of([
                 dnstap_frame("CLIENT_QUERY", dns=q_dns(q), ts=ts, qport=1000 + k),
                 dnstap_frame("CLIENT_RESPONSE", dns=r_dns(q), ts=ts + 1000, qport=1000 + k,
                              embedded=q_dns(q) if k % 2 else None),
@@ -157,13 +157,13 @@ def dnstap_batches(t0):
                              protocol=None, identity=b"id\xff"),
                 dnstap_frame("CLIENT_RESPONSE", dns=r_dns(r + 1), ts=ts + 4000, qaddr=None, raddr=None, family=None,
                              protocol=None, identity=b"id\xff"),
-            ]),
-            ("tap-b", [
+            ])),
+            ("tap-b", DataFrames.of([
                 dnstap_frame("CLIENT_QUERY", dns=q_dns(q), ts=ts + 500, identity=None, qport=None, protocol="DOH"),
                 dnstap_frame("CLIENT_RESPONSE", dns=r_dns(q), ts=ts + 900, identity=None, qport=None,
                              protocol="DOH", http_protocol=3),
                 dnstap_frame("CLIENT_QUERY", dns=q_dns(r + 2), ts=ts + 950, identity=None),  # pending
-            ]),
+            ])),
         ]))
     return batches
 
