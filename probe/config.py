@@ -17,6 +17,7 @@ import shlex
 import typing
 from dataclasses import dataclass, field
 
+from probe.capture.pcapfilter import check_expression
 from probe.config_values import Text, check_value, flatten, read_yaml, unknown_key, value_from_text, yaml_module
 from probe.decode.dnstap_types import DEFAULT_TYPES as DNSTAP_DEFAULT_TYPES
 from probe.decode.dnstap_types import TYPE_NAMES as DNSTAP_TYPE_NAMES
@@ -249,6 +250,11 @@ class CaptureConfig:
     user: typing.Optional[str] = opt(  # noqa: UP045
         None, "user the workers switch to after opening their sockets (null: stay)"
     )
+    count: int = opt(
+        0, "stop the capture, as SIGTERM does, once the workers have read this many packets (tcpdump -c; 0: never)",
+        min=0,
+    )
+    duration: float = opt(0.0, "stop the capture, as SIGTERM does, after this many seconds (0: never)", min=0)
     kernel_ip_filter: bool = opt(
         True, "put the filter.* IP lists into the kernel packet filter when they fit (false: apply them in the workers)"
     )
@@ -359,6 +365,11 @@ class FilterConfig:
     ipv4_deny: tuple[str, ...] = _networks(4, False)
     ipv6_allow: tuple[str, ...] = _networks(6, True)
     ipv6_deny: tuple[str, ...] = _networks(6, False)
+    expression: typing.Optional[str] = opt(  # noqa: UP045
+        None, "BPF filter expression in tcpdump's syntax, compiled by libpcap (the --filter flag): a frame is kept when"
+        " it passes this and the built-in DNS filter (live: in the kernel; read: before decoding) (null: none)",
+        check=check_expression,
+    )
 
 
 @dataclass(frozen=True)

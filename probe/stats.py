@@ -37,6 +37,8 @@ COUNTERS = (
     ("truncated_frames", "frames cut short by the snaplen or damaged below DNS (bad IP/UDP/TCP header)"),
     ("ip_filtered", "IP packets (and dnstap messages) dropped by the filter.* allow/deny lists (live, lists in the"
      " kernel filter: counted by the kernel, not in packets)"),
+    ("expression_filtered", "`dnsprobe read`: frames the filter.expression (--filter) rejected, before decoding"
+     " (not in packets; live capture drops them in the kernel, uncounted)"),
     ("fragments", "IP fragments received"),
     ("fragments_reassembled", "datagrams rebuilt from fragments"),
     ("fragments_dropped", "fragments discarded (timeout, memory bound, overlap)"),
@@ -127,6 +129,7 @@ ONLY = {
     "worker_restarts": _LIVE,
     "lost_in_dead_worker": _LIVE,
     "capture_interruptions": ("af_packet",),
+    "expression_filtered": ("file",),
 }
 
 

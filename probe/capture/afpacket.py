@@ -154,11 +154,12 @@ def join_fanout(sock, name, fanout_id, after_join=None):
     return counted
 
 
-def ip_lists_fit(dns_ports, ip_filter):
-    """True when the IP lists of ip_filter fit in the kernel filter with the DNS ports."""
+def ip_lists_fit(dns_ports, ip_filter, user_program=None):
+    """True when the IP lists of ip_filter fit in the kernel filter with the DNS ports (and the user's program)."""
     try:
-        dns_filter(dns_ports, skip_outgoing=True, ip_filter=ip_filter)
-        dns_filter(dns_ports, skip_outgoing=True, ip_filter=ip_filter, invert_ip_filter=True)
+        dns_filter(dns_ports, skip_outgoing=True, ip_filter=ip_filter, user_program=user_program)
+        dns_filter(dns_ports, skip_outgoing=True, ip_filter=ip_filter, invert_ip_filter=True,
+                   user_program=user_program)
     except ValueError:
         return False
     return True
@@ -174,12 +175,13 @@ class RejectedCounter:
     of the interface, and one worker only has it.
     """
 
-    def __init__(self, ifname, dns_ports, ip_filter):
+    def __init__(self, ifname, dns_ports, ip_filter, user_program=None):
         self.ifname = ifname
         self.count = 0
         link = interface_link_type(ifname)
         program = dns_filter(
-            dns_ports, skip_outgoing=link == ARPHRD_LOOPBACK, snaplen=64, ip_filter=ip_filter, invert_ip_filter=True
+            dns_ports, skip_outgoing=link == ARPHRD_LOOPBACK, snaplen=64, ip_filter=ip_filter, invert_ip_filter=True,
+            user_program=user_program,
         )
         self.sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)
         try:
@@ -231,7 +233,7 @@ class AfPacketSource:
     ready; POLLERR: check_error()). counters() fetches the kernel's counters into the totals.
     """
 
-    def __init__(self, ifname, capture_cfg, dns_ports, fanout_id=None, ip_filter=None):
+    def __init__(self, ifname, capture_cfg, dns_ports, fanout_id=None, ip_filter=None, user_program=None):
         self.ifname = self.name = ifname
         self.block_size = capture_cfg.block_size
         self.block_count = capture_cfg.block_count
@@ -252,9 +254,10 @@ class AfPacketSource:
                 f"config key 'capture.block_size': {self.block_size} is not a multiple of the page size {page}"
             )
         try:
-            self.program = dns_filter(dns_ports, skip_outgoing=link == ARPHRD_LOOPBACK, ip_filter=ip_filter)
+            self.program = dns_filter(dns_ports, skip_outgoing=link == ARPHRD_LOOPBACK, ip_filter=ip_filter,
+                                      user_program=user_program)
         except ValueError as exc:
-            raise ConfigError(f"config key 'decode.dns_ports': cannot build the kernel filter: {exc}") from None
+            raise ConfigError(f"cannot build the kernel filter (decode.dns_ports, filter.expression): {exc}") from None
         try:
             self._open(capture_cfg, fanout_id)
         except BaseException:

@@ -327,7 +327,7 @@ def _ipv6_block(a, base, ports, snaplen, lists=None, invert=False):
     _verdicts(a, p, snaplen, lists, 6, base, invert)
 
 
-def dns_filter(ports, skip_outgoing=False, snaplen=SNAPLEN, ip_filter=None, invert_ip_filter=False):
+def dns_filter(ports, skip_outgoing=False, snaplen=SNAPLEN, ip_filter=None, invert_ip_filter=False, user_program=None):
     """The classic BPF program (list of (code, jt, jf, k)) that keeps DNS and IP fragments on Ethernet.
 
     Kept: IPv4/IPv6 UDP or TCP with a source or destination port in `ports`, and fragments of
@@ -339,8 +339,10 @@ def dns_filter(ports, skip_outgoing=False, snaplen=SNAPLEN, ip_filter=None, inve
     or a fragment of either, so live capture counts them as `dnsprobe read` does.
     skip_outgoing drops frames this host sends (used on loopback, where every frame is seen twice).
     ip_filter (probe.decode.ipfilter.IpFilter): of those, keep only what its allow/deny lists keep, or with
-    invert_ip_filter only what they reject (the program of the socket that counts them). ValueError when
-    the program is longer than the kernel takes.
+    invert_ip_filter only what they reject (the program of the socket that counts them). user_program (the
+    filter.expression compiled by libpcap, probe.capture.pcapfilter) runs first: a frame it rejects is dropped,
+    one it accepts goes on to the rest (chain_programs). ValueError when the program is longer than the kernel
+    takes (BPF_MAXINSNS).
     """
     ports = sorted(set(ports))
     if not ports:
@@ -364,7 +366,38 @@ def dns_filter(ports, skip_outgoing=False, snaplen=SNAPLEN, ip_filter=None, inve
     for base in (14, 18, 22):
         _ipv4_block(a, base, ports, snaplen, v4, invert_ip_filter)
         _ipv6_block(a, base, ports, snaplen, v6, invert_ip_filter)
-    return a.assemble()
+    program = a.assemble()
+    if user_program:
+        program = chain_programs(user_program, program)
+        if len(program) > BPF_MAXINSNS:
+            raise ValueError(f"the filter expression ({len(user_program)} instructions) and the DNS filter make"
+                             f" {len(program)}, more than the kernel's {BPF_MAXINSNS}")
+    return program
+
+
+def chain_programs(first, then):
+    """One program: `first` (classic BPF, as libpcap compiles it), where it accepts going on to `then` (its returns
+    of a non-zero constant become jumps to then's start), where it rejects returning 0. A return of A goes on when
+    A is not 0 (to a `ret 0` placed between the two). Jump offsets are relative, so neither program's own jumps
+    change."""
+    ret_a = any(code == BPF_RET | BPF_A for code, _, _, _ in first)
+    end = len(first) + ret_a  # then's start
+    out = []
+    for pos, (code, jt, jf, k) in enumerate(first):
+        if code & 0x07 != BPF_RET or (code == BPF_RET | BPF_K and k == 0):
+            out.append((code, jt, jf, k))
+        elif code == BPF_RET | BPF_K:
+            out.append((BPF_JMP | BPF_JA, 0, 0, end - pos - 1))
+        elif code == BPF_RET | BPF_A:
+            reject, accept = end - pos - 2, end - pos - 1
+            if accept > 255:
+                raise ValueError("the filter expression's program is too long to chain with the DNS filter")
+            out.append((BPF_JMP | BPF_JEQ | BPF_K, reject, accept, 0))
+        else:
+            raise ValueError(f"the filter expression's program returns in an unexpected way ({code:#x})")
+    if ret_a:
+        out.append((BPF_RET | BPF_K, 0, 0, 0))
+    return out + list(then)
 
 
 def _by_ethertype(a, v4, v6, tagged):

@@ -14,8 +14,10 @@ worker writes its own files (NAME.w<worker>.parquet; while open a journal, NAME.
 `dnsprobe inspect` reads). Every completed transaction is in a readable file within export.flush_seconds.
 Files rotate on the wall clock every export.rotate_seconds for all workers together, after
 export.rotate_records records, and on SIGHUP. SIGINT or SIGTERM stops: pending transactions are written,
-files closed, a one-line summary printed. A worker that dies is restarted (logged; counted as
-worker_restarts); what it had put in its file is kept, what it had not is counted as lost_in_dead_worker.
+files closed, a one-line summary printed; --count N and --duration S stop the same way. A worker that
+dies is restarted (logged; counted as worker_restarts); what it had put in its file is kept, what it had
+not is counted as lost_in_dead_worker. --filter EXPR (tcpdump's syntax, compiled by libpcap) runs in the
+kernel ahead of the DNS filter: a frame is kept when both keep it.
 An interface that does not exist at start is exit status 2, naming the interfaces there are, unless
 --wait-for-interface (capture.wait_for_interface); one that is down at start, or goes down or away later,
 is waited for, with a line every minute while it is. Statistics: a JSON file in the
@@ -38,6 +40,7 @@ in use, ...).
 examples:
   dnsprobe capture -i eth0 -o /var/lib/dnsprobe
   dnsprobe capture -i eth0 -i eth1 --coremask 0x3 -o out/ --prometheus-port 9153
+  dnsprobe capture -i eth0 -o out/ --filter 'net 192.0.2.0/24' --duration 60   # libpcap's syntax, one minute
   dnsprobe capture -c /etc/dnsprobe/resolver.yml --user dnsprobe
   dnsprobe capture --dnstap-socket /run/dnsprobe/dnstap.sock --dnstap-socket-group knot -o out/
   dnsprobe capture -i eth0 --dnstap-socket /run/dnsprobe/dnstap.sock -o out/
@@ -54,6 +57,8 @@ CAPTURE_FLAGS = (
     (("--block-size",), "capture.block_size", int, "bytes per ring block"),
     (("--block-count",), "capture.block_count", int, "blocks per ring"),
     (("--block-timeout",), "capture.block_timeout_ms", int, "ms before a partly filled block is handed over"),
+    (("--count",), "capture.count", int, "stop after N packets (as SIGTERM does: everything written)"),
+    (("--duration",), "capture.duration", float, "stop after S seconds (as SIGTERM does: everything written)"),
     (("--stats-interval",), "capture.stats_interval", float, "seconds between statistics JSON writes"),
     (("--prometheus-port",), "capture.prometheus_port", int, "local port of the Prometheus endpoint (0: off)"),
     (("--dnstap-socket",), "dnstap.socket", str, "listen on this Unix socket for dnstap producers (servers)"),
@@ -94,12 +99,13 @@ def add_capture_flags(parser):
 
 def run(args):
     from probe.run.capture import capture  # (here: `read` and the other commands do not load the live code)
+    from probe.run.supervisor_report import files_written
 
     cfg = load_config(args.config, overrides(args, CAPTURE_FLAGS))
     began = time.monotonic()
     status, supervisor = capture(cfg, show_status=show_progress(cfg, args))
     totals = supervisor.totals()
-    files = (cfg.export.directory, supervisor.files_written(), totals.files, cfg.export.layout != "hive")
+    files = (cfg.export.directory, files_written(supervisor), totals.files, cfg.export.layout != "hive")
     end_of_run(totals, "dpdk" if cfg.dpdk.enabled else "af_packet", files, seconds=time.monotonic() - began,
                quiet=args.quiet, verb="captured")
     return status

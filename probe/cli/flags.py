@@ -88,6 +88,8 @@ CONFIG_FLAGS = (
      " prefix (repeatable)", "append"),
     ("--ipv6-deny", "filter.ipv6_deny", _network_arg(6), "drop packets from/to this IPv6 address or CIDR prefix"
      " (repeatable; unused with --ipv6-allow)", "append"),
+    ("--filter", "filter.expression", str, "BPF filter expression as tcpdump takes it, e.g. 'net 192.0.2.0/24'"
+     " (compiled by libpcap; DNS on the DNS ports is still the only traffic kept)", None),
     ("--client-ipv4-prefix", "privacy.client_ipv4_prefix", int, "keep only the first N bits of client IPv4"
      " addresses", None),
     ("--client-ipv6-prefix", "privacy.client_ipv6_prefix", int, "keep only the first N bits of client IPv6"

@@ -37,7 +37,7 @@ def show_progress(cfg, args):
 
 
 def nothing_read(stats):
-    return not (stats.packets or stats.dnstap_frames or stats.dnstap_bytes)
+    return not (stats.packets or stats.dnstap_frames or stats.dnstap_bytes or stats.expression_filtered)
 
 
 def rate_line(stats, seconds, verb="read"):

@@ -31,6 +31,7 @@ examples:
   xzcat day.pcap.xz | dnsprobe read /dev/stdin -o out/
   dnsprobe read knot.dnstap resolver.dnstap.zst -o out/ --set 'dnstap.message_types=[CLIENT_QUERY,CLIENT_RESPONSE]'
   dnsprobe read day.pcap -o out/ --workers 2          # two processes, each its share of the flows
+  dnsprobe read day.pcap -o out/ --filter 'not net 10.0.0.0/8'   # a BPF filter expression (libpcap)
   dnsprobe read day.pcap -o out/ --coremask 0x3       # the same, pinned to cores 0 and 1
 """
 

@@ -11,7 +11,9 @@ from pathlib import Path
 
 from probe.capture.afpacket import ip_lists_fit
 from probe.capture.dnstap_listen import close_listeners, open_listeners
+from probe.capture.pcapfilter import compile_filter
 from probe.decode.ipfilter import IpFilter
+from probe.errors import ConfigError
 from probe.run.checks import capture_sources, check_capture_permission, check_config, parse_coremask
 from probe.run.fanout import fanout_ids
 from probe.run.live_worker import LiveWorker
@@ -23,6 +25,9 @@ def capture(cfg, show_status=False):
     """Run a capture until SIGINT/SIGTERM; returns (exit status, the supervisor, for its totals)."""
     check_config(cfg, "capture")
     waits = capture_sources(cfg)
+    if cfg.dpdk.enabled and cfg.filter.expression:
+        raise ConfigError("--filter (filter.expression) is not applied by DPDK capture, which has no kernel filter;"
+                          " capture with AF_PACKET (-i) to filter")
     if cfg.dpdk.enabled:
         from probe.run.dpdk_worker import dpdk_supervisor  # imports nothing of DPDK's unless asked for
 
@@ -44,7 +49,8 @@ def capture(cfg, show_status=False):
     ip_filter = IpFilter(cfg.filter)
     where = None
     if ip_filter:
-        in_kernel = cap.kernel_ip_filter and interfaces and ip_lists_fit(cfg.decode.dns_ports, ip_filter)
+        user = compile_filter(cfg.filter.expression) if cfg.filter.expression else None
+        in_kernel = cap.kernel_ip_filter and interfaces and ip_lists_fit(cfg.decode.dns_ports, ip_filter, user)
         where = "kernel" if in_kernel and not dnstap else "workers"  # dnstap messages are filtered in the workers
         log(f"IP allow/deny lists applied in the {'kernel filter' if where == 'kernel' else 'workers'}")
     listeners = open_listeners(cfg.dnstap)

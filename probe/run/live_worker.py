@@ -21,6 +21,7 @@ import time
 
 from probe.capture.afpacket import AfPacketSource, RejectedCounter
 from probe.capture.dnstap_socket import DnstapSocketSource
+from probe.capture.pcapfilter import compile_filter
 from probe.config import FilterConfig
 from probe.decode.ipfilter import IpFilter
 from probe.run.checks import drop_privileges
@@ -49,14 +50,15 @@ class LiveWorker(WorkerShell):
         self.events = None
         self.dnstap = None
         in_kernel = IpFilter(cfg.filter) if spec.kernel_ip_filter else None
+        user = compile_filter(cfg.filter.expression) if cfg.filter.expression else None  # ahead of the DNS filter
         fanout = dict(zip(spec.interfaces, spec.fanout_ids, strict=True))
 
         def opener(ifname):
-            source = AfPacketSource(ifname, cfg.capture, cfg.decode.dns_ports, fanout[ifname], in_kernel)
+            source = AfPacketSource(ifname, cfg.capture, cfg.decode.dns_ports, fanout[ifname], in_kernel, user)
             try:
                 counter = None
                 if in_kernel and spec.worker_id == 0:
-                    counter = RejectedCounter(ifname, cfg.decode.dns_ports, in_kernel)
+                    counter = RejectedCounter(ifname, cfg.decode.dns_ports, in_kernel, user)
             except BaseException:
                 source.close()
                 raise

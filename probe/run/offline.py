@@ -34,8 +34,9 @@ from export import preload
 from export.base import check_output_dir, stats_json_path
 from probe.capture.dnstap_file import DnstapFileSource
 from probe.capture.files import open_file_source
+from probe.capture.pcapfilter import FrameFilter
 from probe.compressed import compression, open_stream
-from probe.errors import CaptureFileError, DnsprobeError
+from probe.errors import CaptureFileError, ConfigError, DnsprobeError
 from probe.run import tee
 from probe.run.checks import read_workers
 from probe.run.onclose import OnCloseCommands
@@ -90,6 +91,7 @@ def _feed_files(pipeline, cfg, files, progress=None, on_error=None, share=None, 
     of an input, the file to read it from (a pipe from the parent), None (open it) or False (skip it: the parent
     reports why). stop: a read worker's interrupt flag (not empty once interrupted), looked at between batches."""
     errors = []
+    frame_filter = FrameFilter(cfg.filter.expression) if cfg.filter.expression else None
     try:
         for i, f in enumerate(files):
             if stop:
@@ -110,10 +112,11 @@ def _feed_files(pipeline, cfg, files, progress=None, on_error=None, share=None, 
                         source = None
                         continue
                 while (batch := source.read()) is not None:
-                    pipeline.feed(batch, source.name)
+                    pipeline.feed(frame_filter.keep(batch) if frame_filter else batch, source.name)
                     if stop:
                         return errors, True
-            except CaptureFileError as exc:
+            except (CaptureFileError, ConfigError) as exc:  # ConfigError: the expression fits not its link type
+                exc = exc if isinstance(exc, CaptureFileError) else CaptureFileError(f, str(exc))
                 if stop:  # an input the parent stopped copying when it was interrupted
                     return errors, True
                 errors.append(exc)
@@ -123,6 +126,9 @@ def _feed_files(pipeline, cfg, files, progress=None, on_error=None, share=None, 
                 if source is not None:
                     _add_counters(pipeline.stats, source.counters())
                     source.close()
+                if frame_filter is not None:
+                    pipeline.stats.expression_filtered += frame_filter.rejected
+                    frame_filter.rejected = 0
     except KeyboardInterrupt:
         return errors, True
     return errors, False

@@ -9,6 +9,8 @@ Supervisor (the process that runs the command):
     them to Prometheus, and shows a status line when stderr is a terminal;
   - rotates the files of all workers together on the wall clock, at multiples of export.rotate_seconds,
     and at once on SIGHUP;
+  - stops as on SIGTERM once the workers' snapshots sum to capture.count packets (--count; so a file may hold a
+    second's worth more) or capture.duration seconds have passed since the workers started (--duration);
   - on SIGINT/SIGTERM tells every worker to stop, and exits 0 once all have flushed and closed their files
     (1 if a worker failed while stopping or data was lost), after a one-line summary;
   - restarts a worker that dies (logged, counted as worker_restarts); the files it had completed are
@@ -76,7 +78,7 @@ class Supervisor:
         self.ctx = multiprocessing.get_context("fork")
         self.slots = [WorkerSlot(i, core) for i, core in enumerate(cores)]
         self.started = time.time()
-        self.stop_requested = None  # name of the signal
+        self.stop_requested = None  # name of the signal, or the --count/--duration reached
         self.stopped = False  # every worker has been stopped (the end of the run)
         self.hup = False
         self.lock = threading.Lock()
@@ -307,6 +309,18 @@ class Supervisor:
         self.stopped = True
         self._groups_ended()
 
+    def _limit_reached(self, began):
+        """The reason to stop that capture.count or capture.duration gives once it is reached, else None."""
+        cap = self.cfg.capture
+        if cap.duration and time.monotonic() - began >= cap.duration:
+            return f"--duration {cap.duration:g}"
+        if cap.count:
+            with self.lock:
+                packets = sum(slot.counters().packets for slot in self.slots)
+            if packets >= cap.count:
+                return f"--count {cap.count}"
+        return None
+
     def _startup(self):
         # A led group: the leader first, the others once it is ready.
         for batch in ([self.slots[:1], self.slots[1:]] if self.leads else [self.slots]):
@@ -373,8 +387,12 @@ class Supervisor:
         next_stats = time.monotonic() + stats_s if stats_s else None
         next_status = time.monotonic() + 1.0
         last_status = None
+        began = time.monotonic()
         while self.stop_requested is None:
             self._wait(0.25)
+            reason = self._limit_reached(began)
+            if reason and self.stop_requested is None:
+                self.stop_requested = reason
             for slot in self.slots:
                 self._reap(slot, stopping=False)
             self._groups_ended()
