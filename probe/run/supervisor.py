@@ -44,7 +44,7 @@ from probe.run.onclose import OnCloseCommands
 from probe.run.prometheus import serve_prometheus
 from probe.run.recovery import Recoveries
 from probe.run.slot import WorkerSlot
-from probe.run.supervisor_report import files_written, stats_doc, status_line, summary
+from probe.run.supervisor_report import stats_doc, status_line, summary
 from probe.run.worker import WorkerSpec, worker_main
 from probe.stats import Stats
 
@@ -226,10 +226,6 @@ class Supervisor:
         return True
 
     # -- statistics --
-
-    def files_written(self):
-        """Names of the files completed (by the workers, and recovered), the last ones (supervisor_report)."""
-        return files_written(self)
 
     def totals(self):
         total = Stats()
