@@ -49,7 +49,8 @@ def read_files(cfg, files, progress=None, on_error=None):
     progress: a callable (path, size or None) → a callable(position) or None, for a progress display, closed (its
     close()) once every input is read; with several workers, worker 0's (each reads every input); on_error: called
     with each CaptureFileError (that file's batches before the problem are kept).
-    A KeyboardInterrupt stops the reading; what was decoded is still written."""
+    SIGINT (a KeyboardInterrupt) or SIGTERM stops the reading; what was read is still written (a pipe's: everything
+    that arrived before the signal, probe.capture.pcapfile)."""
     out_dir = Path(cfg.export.directory)
     check_output_dir(out_dir)
     workers, cores = read_workers(cfg.run)
@@ -61,9 +62,11 @@ def read_files(cfg, files, progress=None, on_error=None):
             os.sched_setaffinity(0, cores)
         on_close.start_thread()
         pipeline = Pipeline(cfg, out_dir)
+        previous = signal.signal(signal.SIGTERM, _raise_interrupt)  # SIGTERM as SIGINT: stop, write what was read
         try:
             errors, interrupted = _feed_files(pipeline, cfg, files, progress, on_error)
         finally:
+            signal.signal(signal.SIGTERM, previous)
             if progress is not None:
                 progress.close()
         stats = pipeline.finish()
@@ -74,6 +77,10 @@ def read_files(cfg, files, progress=None, on_error=None):
         return stats, errors, interrupted
     finally:
         on_close.wait()  # (the files finished before an error get their command too)
+
+
+def _raise_interrupt(signum, frame):
+    raise KeyboardInterrupt
 
 
 def _finish_commands(on_close, stats):
@@ -88,7 +95,9 @@ def _feed_files(pipeline, cfg, files, progress=None, on_error=None, share=None, 
     """Every batch of every file into the pipeline; returns (errors, interrupted). share: (k, n), this is read
     worker k of n: a dnstap file is read by its worker only (dnstap_worker). piped: a callable giving, for the index
     of an input, the file to read it from (a pipe from the parent), None (open it) or False (skip it: the parent
-    reports why). stop: a read worker's interrupt flag (not empty once interrupted), looked at between batches."""
+    reports why). stop: a read worker's interrupt flag (not empty once interrupted), looked at between batches: it
+    stops a file the worker reads itself there, while a pipe from the parent is read to its end (the parent, also
+    interrupted, closes it once it has passed on what it read)."""
     errors = []
     try:
         for i, f in enumerate(files):
@@ -111,7 +120,7 @@ def _feed_files(pipeline, cfg, files, progress=None, on_error=None, share=None, 
                         continue
                 while (batch := source.read()) is not None:
                     pipeline.feed(batch, source.name)
-                    if stop:
+                    if stop and raw is None:
                         return errors, True
             except CaptureFileError as exc:
                 if stop:  # an input the parent stopped copying when it was interrupted
@@ -125,7 +134,7 @@ def _feed_files(pipeline, cfg, files, progress=None, on_error=None, share=None, 
                     source.close()
     except KeyboardInterrupt:
         return errors, True
-    return errors, False
+    return errors, bool(stop)
 
 
 def dnstap_worker(name, n):
@@ -206,6 +215,7 @@ def _read_parallel(cfg, files, out_dir, workers, cores, progress, on_error, on_c
         raise KeyboardInterrupt
 
     previous = signal.signal(signal.SIGINT, on_interrupt)
+    previous_term = signal.signal(signal.SIGTERM, on_interrupt)
     copy_errors = []
     results = []
     try:
@@ -234,6 +244,7 @@ def _read_parallel(cfg, files, out_dir, workers, cores, progress, on_error, on_c
             proc.join()
     finally:
         signal.signal(signal.SIGINT, previous)
+        signal.signal(signal.SIGTERM, previous_term)
     interrupted = bool(interrupts)
     for result in results:
         if "fatal" in result:
@@ -284,7 +295,7 @@ def _copy_input(path, index, commands):
             else:
                 os.close(w)
             os.close(r)
-        return tee.copy(stream, path, fds)
+        return tee.copy(stream, path, fds, pipe=not raw.seekable())
     finally:
         stream.close()
         raw.close()
@@ -339,6 +350,7 @@ def _worker(cfg, files, out_dir, k, n, core, conn, commands, copied, others, pro
     # batches, not wherever the worker is (a KeyboardInterrupt in the exporter could leave its file half done).
     stop = []
     signal.signal(signal.SIGINT, lambda signum, frame: stop.append(signum))
+    signal.signal(signal.SIGTERM, lambda signum, frame: stop.append(signum))  # (a service manager's stop, the group)
     copied = set(copied)
 
     def piped(i):
