@@ -153,3 +153,36 @@ def test_a_paused_pipe_is_decoded_and_a_signal_writes_all_it_gave(tmp_path, kind
         assert got[name].equals(table), name
     assert counters(piped) == counters(ref)
     assert counters(ref)["packets"] >= PACKETS
+
+
+def test_a_trickle_is_handed_on_in_time():
+    """A pipe that never pauses long but fills a batch slowly (a record every 20 ms): a batch is handed on at most
+    about PIPE_BATCH_WAIT_S after the last one, not when run.batch_size frames have come; every frame once, in
+    order."""
+    import threading
+
+    from probe.capture.pcapfile import read_capture
+
+    mix = bench_mix().read_bytes()
+    recs = records(mix)[:80]
+    r, w = os.pipe()
+    done = []
+
+    def trickle():
+        with os.fdopen(w, "wb", buffering=0) as out:
+            out.write(mix[:24])
+            for offset, _, frame in recs:
+                out.write(mix[offset : offset + 16 + len(frame)])
+                time.sleep(0.02)
+        done.append(time.monotonic())
+
+    writer = threading.Thread(target=trickle)
+    writer.start()
+    try:
+        arrivals = [(time.monotonic(), list(batch.ts_ns)) for batch in read_capture(f"/dev/fd/{r}", 4096)]
+    finally:
+        writer.join()
+        os.close(r)
+    assert [ts for _, batch in arrivals for ts in batch] == [ts for _, ts, _ in recs]
+    before_end = [t for t, _ in arrivals if t < done[0]]
+    assert len(before_end) >= 1.6 / (PIPE_BATCH_WAIT_S + 0.2) - 1, len(before_end)
