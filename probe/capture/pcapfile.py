@@ -125,8 +125,9 @@ class _Buffered:
 
     def paused(self, need):
         """From a pipe: True when the `need` bytes a batch with frames waits for have not come PIPE_BATCH_WAIT_S after
-        the last batch was handed on (the reader hands this one on, and asks again). Never for a file."""
-        return self.arrivals is not None and not self.fill(min(max(need, 12), 1 << 24), wait=True)
+        the last batch was handed on (the reader hands this one on, and asks again). Never for a file. (A length a
+        corrupt block announces is bounded here, and reported by the reading that follows.)"""
+        return self.arrivals is not None and not self.fill(min(need, 1 << 24), wait=True)
 
     def handing(self):
         """A batch is handed on now."""
