@@ -33,15 +33,35 @@ def open_stream(path, raw=None):
             raise CaptureFileError(path, "permission denied") from None
     # peek, not read and seek back: the input may be a pipe (/dev/stdin, <(xzcat day.pcap.xz), a FIFO).
     kind = compression(raw.peek(6)[:6])
+    if kind is None:
+        return raw, raw
+    # A decompressor reads its input in blocks of 32-128 KiB and, from a pipe, would wait for a whole block: what
+    # has arrived would not be decompressed until more comes. From a pipe it gets what has arrived instead.
+    source = raw if raw.seekable() else _WhatArrived(raw)
     if kind == "gzip":
-        return gzip.GzipFile(fileobj=raw), raw
+        return gzip.GzipFile(fileobj=source), raw
     if kind == "xz":
-        return lzma.LZMAFile(raw), raw
-    if kind == "zstd":
-        import zstandard
+        return lzma.LZMAFile(source), raw
+    import zstandard
 
-        return zstandard.ZstdDecompressor().stream_reader(raw), raw
-    return raw, raw
+    return zstandard.ZstdDecompressor().stream_reader(source), raw
+
+
+class _WhatArrived:
+    """A pipe whose read(n) gives what has arrived (up to n bytes), waiting only when nothing has: a decompressor's
+    input."""
+
+    def __init__(self, raw):
+        self.raw = raw
+
+    def read(self, n=-1):
+        return self.raw.read1(n)
+
+    def readable(self):
+        return True
+
+    def close(self):
+        self.raw.close()
 
 
 def compression(head):

@@ -21,6 +21,10 @@
  *   whose flow_hash (include/wire.h) modulo n is k go into frames, the frames _decoderec.select_share would keep.
  *   taken counts every record taken and last_ts is the last one's time (0 when none): the worker's capture clock
  *   runs on all of them. Selecting here spares a worker the layout of the frames it skips.
+ *
+ * data_frames(buf, pos, limit, max_data) -> (end, count)
+ *   The Frame Streams reader's scan for whole data frames, which are split the same way (a length, then the
+ *   frame): its reference is data_frames_python in probe/capture/fstrm.py; no object is made per frame.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -154,12 +158,37 @@ static PyObject *split_packed(PyObject *Py_UNUSED(self), PyObject *args)
     return Py_BuildValue("(ni)", pos, status);
 }
 
+/* fstrm.data_frames_python in C (see there). */
+static PyObject *data_frames(PyObject *Py_UNUSED(self), PyObject *args)
+{
+    Py_buffer view;
+    Py_ssize_t pos, limit, max_data, count = 0;
+    if (!PyArg_ParseTuple(args, "y*nnn:data_frames", &view, &pos, &limit, &max_data))
+        return NULL;
+    const uint8_t *buf = view.buf;
+    Py_ssize_t end = view.len;
+    if (pos < 0)
+        pos = 0;
+    while (count < limit && end - pos >= 4) {
+        uint32_t n = (uint32_t)buf[pos] << 24 | (uint32_t)buf[pos + 1] << 16 | (uint32_t)buf[pos + 2] << 8 | buf[pos + 3];
+        if (n == 0 || n > (uint64_t)max_data || (uint64_t)(end - pos - 4) < n)
+            break;
+        pos += 4 + (Py_ssize_t)n;
+        count++;
+    }
+    PyBuffer_Release(&view);
+    return Py_BuildValue("(nn)", pos, count);
+}
+
 static PyMethodDef methods[] = {
     {"split", split, METH_VARARGS,
      "split(buf, pos, big_endian, ts_mult, limit, ts_list, wirelen_list, data_list) -> (pos, status)"},
     {"split_packed", split_packed, METH_VARARGS,
      "split_packed(buf, pos, big_endian, ts_mult, limit, frames[, linktype, k, n]) -> (pos, status[, taken, last_ts]): "
      "split into a probe._records.Frames (with a share: worker k of n's frames only)"},
+    {"data_frames", data_frames, METH_VARARGS,
+     "data_frames(buf, pos, limit, max_data) -> (end, count): the whole Frame Streams data frames from pos on (see "
+     "probe.capture.fstrm.data_frames_python)."},
     {NULL, NULL, 0, NULL},
 };
 

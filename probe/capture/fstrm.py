@@ -78,7 +78,7 @@ def decode_control(payload):
 
 def data_frames_python(buf, pos, limit, max_data):
     """(end, count): the whole data frames from pos on, at most `limit`, up to an escape (a control frame), a frame
-    cut short or one longer than max_data. The reference of probe.decode._dnstap.data_frames, and the fallback
+    cut short or one longer than max_data. The reference of probe.capture._pcaprecords.data_frames, and the fallback
     where that is not built."""
     unpack, end, count = _U32.unpack_from, len(buf), 0
     while count < limit and end - pos >= 4:
@@ -90,8 +90,8 @@ def data_frames_python(buf, pos, limit, max_data):
     return pos, count
 
 
-_dnstap = load("probe.decode._dnstap")
-data_frames = data_frames_python if _dnstap is None else _dnstap.data_frames
+_pcaprecords = load("probe.capture._pcaprecords")
+data_frames = data_frames_python if _pcaprecords is None else _pcaprecords.data_frames
 
 
 class FrameReader:

@@ -6,7 +6,10 @@ which loses the nanoseconds of a capture; timestamps here stay exact integers.
 """
 
 import lzma
+import queue
 import struct
+import threading
+import time
 
 from probe.compressed import open_stream
 from probe.errors import CaptureFileError
@@ -14,6 +17,10 @@ from probe.model import INT32_MAX, FrameBatch
 from probe.native import load, say_not_built
 
 CHUNK = 1 << 20
+# From a pipe, a batch with frames is handed on when the bytes that would add to it have not come this long (wall
+# time) after the last batch was: a paused or slow input (tcpdump -w -) is decoded as it arrives. It moves batch
+# boundaries only, never a timestamp or a record.
+PIPE_BATCH_WAIT_S = 0.25
 
 _PCAP_MAGICS = {
     b"\xd4\xc3\xb2\xa1": ("<", 1000),  # little-endian, microseconds
@@ -25,30 +32,83 @@ _PCAPNG_SHB = b"\x0a\x0d\x0d\x0a"
 MAGICS = (*_PCAP_MAGICS, _PCAPNG_SHB)  # the first 4 bytes of the files this module reads
 
 
+class _Arrivals:
+    """A pipe read by a thread of its own, in chunks of what has arrived: the reader can wait for more with a time
+    limit (a batch is then handed on when the pipe pauses), and on SIGINT or SIGTERM (a KeyboardInterrupt while
+    waiting) take what has arrived and end there."""
+
+    def __init__(self, stream):
+        self.stream = stream
+        self.chunks = queue.Queue(maxsize=8)  # chunks of up to CHUNK bytes, then b"" (the end) or the exception
+        self.interrupted = False
+        self.thread = threading.Thread(target=self._read, name="pipe reader", daemon=True)
+        self.thread.start()
+
+    def _read(self):
+        read = self.stream.read1  # what has arrived, up to CHUNK bytes (every stream open_stream gives has it)
+        try:
+            while chunk := read(CHUNK):
+                self.chunks.put(chunk)
+            self.chunks.put(b"")
+        except Exception as exc:  # noqa: BLE001 - handed to the reader, which reports it as reading from a file would
+            self.chunks.put(exc)
+
+    def next(self, wait):
+        """The next chunk, b"" at the end, or None when none came within `wait` seconds (None: as long as it takes)."""
+        if self.interrupted:
+            try:
+                chunk = self.chunks.get_nowait()
+            except queue.Empty:
+                return b""
+        else:
+            try:
+                chunk = self.chunks.get(timeout=wait)
+            except queue.Empty:
+                return None
+            except KeyboardInterrupt:  # what arrived before it is still read; then the input ends here
+                self.interrupted = True
+                return self.next(0)
+        if isinstance(chunk, Exception):
+            raise chunk
+        if not chunk:
+            self.chunks.put(b"")  # (an end stays an end)
+        return chunk
+
+
 class _Buffered:
     """Reads a stream in large chunks; hands out views for struct parsing without per-record reads."""
 
-    __slots__ = ("stream", "buf", "pos", "consumed", "path", "batch")
+    __slots__ = ("stream", "buf", "pos", "consumed", "path", "batch", "arrivals", "handed")
 
-    def __init__(self, stream, path):
+    def __init__(self, stream, path, pipe=False):
         self.stream = stream
         self.buf = b""
         self.pos = 0
         self.consumed = 0  # bytes of the file before buf[0]
         self.path = path
         self.batch = None  # the batch a format reader is filling: handed out when an error ends the file
+        self.arrivals = _Arrivals(stream) if pipe else None
+        self.handed = time.monotonic()  # when the last batch was handed on (PIPE_BATCH_WAIT_S)
 
-    def fill(self, need):
-        """Make at least `need` bytes available from pos; False at a clean end of file."""
+    def fill(self, need, wait=False):
+        """Make at least `need` bytes available from pos; False at a clean end of file. wait: True when a batch with
+        frames waits for these bytes: from a pipe, then False too when they have not come PIPE_BATCH_WAIT_S after the
+        last batch was handed on (the reader hands this one on first, and asks again)."""
         avail = len(self.buf) - self.pos
         if avail >= need:
             return True
         # The bytes left in the buffer (a record the chunk cut) are completed by reading only what they lack, and
         # the next chunk is then used as read: joining them to a whole chunk would copy it.
         chunks = [self.buf[self.pos :]] if avail else []
+        limit = self.handed + PIPE_BATCH_WAIT_S if wait else None
         try:
             while avail < need:
-                chunk = self.stream.read(need - avail if chunks else max(CHUNK, need - avail))
+                if self.arrivals is None:
+                    chunk = self.stream.read(need - avail if chunks else max(CHUNK, need - avail))
+                else:
+                    chunk = self.arrivals.next(None if limit is None else max(0.0, limit - time.monotonic()))
+                    if chunk is None:
+                        break
                 if not chunk:
                     break
                 chunks.append(chunk)
@@ -57,10 +117,25 @@ class _Buffered:
             raise CaptureFileError(self.path, f"decompression failed: {exc}") from None
         except Exception as exc:  # zstandard raises its own ZstdError type
             raise CaptureFileError(self.path, f"read failed: {exc}") from None
-        self.consumed += self.pos
-        self.buf = b"".join(chunks)  # one chunk: that chunk itself, not a copy
-        self.pos = 0
+        finally:
+            self.consumed += self.pos
+            self.buf = b"".join(chunks)  # one chunk: that chunk itself, not a copy
+            self.pos = 0
         return avail >= need
+
+    def paused(self, need):
+        """From a pipe: True when the `need` bytes a batch with frames waits for have not come PIPE_BATCH_WAIT_S after
+        the last batch was handed on (the reader hands this one on, and asks again). Never for a file. (A length a
+        corrupt block announces is bounded here, and reported by the reading that follows.)"""
+        return self.arrivals is not None and not self.fill(min(need, 1 << 24), wait=True)
+
+    def handing(self):
+        """A batch is handed on now."""
+        if self.arrivals is not None:
+            self.handed = time.monotonic()
+
+    def interrupted(self):
+        return self.arrivals is not None and self.arrivals.interrupted
 
     def offset(self):
         return self.consumed + self.pos
@@ -78,8 +153,9 @@ def read_capture(path, batch_size=4096, on_progress=None, opened=None, share=Non
     splitter is built (FrameBatch.share; the decoder selects the others' itself).
     """
     stream, raw, head = opened if opened is not None else (*open_stream(path), b"")
+    reader = None
     try:
-        reader = _Buffered(stream, path)
+        reader = _Buffered(stream, path, pipe=not raw.seekable())
         reader.buf = head
         if not reader.fill(4):
             raise CaptureFileError(path, "empty file, not a pcap or pcapng capture")
@@ -96,16 +172,24 @@ def read_capture(path, batch_size=4096, on_progress=None, opened=None, share=Non
             for batch in batches:
                 if reader.batch is batch:
                     reader.batch = None
+                reader.handing()
                 yield batch
                 if on_progress is not None:
                     on_progress(position())
         except CaptureFileError:
             if reader.batch is not None and reader.batch.frames_read():  # read before the problem: still written
                 yield reader.batch
+            if reader.interrupted():  # (a record the interrupt cut is not a damaged file)
+                raise KeyboardInterrupt from None
             raise
+        if reader.interrupted():  # everything that arrived before SIGINT/SIGTERM was handed on: now say it
+            raise KeyboardInterrupt
     finally:
-        stream.close()
-        raw.close()
+        # A pipe's reading thread still waiting for input holds the stream: closing it would wait as long. The
+        # process is ending then (interrupted), and the thread with it.
+        if reader is None or reader.arrivals is None or not reader.arrivals.thread.is_alive():
+            stream.close()
+            raw.close()
 
 
 class PcapFileSource:
@@ -203,6 +287,9 @@ def _read_pcap(r, endian, ts_mult, batch_size, share=None):
     unpack = _REC_BE if big else _REC_LE
     batch = r.batch = new_batch()
     while True:
+        if batch.frames_read() and r.paused(16):
+            yield batch
+            batch = r.batch = new_batch()
         if not r.fill(16):
             if len(r.buf) - r.pos:
                 raise CaptureFileError(r.path, f"truncated record header at byte {r.offset()}")
@@ -233,6 +320,9 @@ def _read_pcap(r, endian, ts_mult, batch_size, share=None):
             batch = r.batch = new_batch()
         if r.pos + 16 <= len(buf):
             caplen = unpack(buf, r.pos)[2]
+            if batch.frames_read() and r.paused(16 + caplen):
+                yield batch
+                batch = r.batch = new_batch()
             if not r.fill(16 + caplen):
                 raise CaptureFileError(
                     r.path, f"truncated record at byte {r.offset()} ({caplen} bytes announced)"
@@ -289,6 +379,9 @@ def _read_pcapng(r, batch_size):
     section = _PcapngSection()
     batch = r.batch = None
     while True:
+        if batch and r.paused(12):
+            yield batch
+            batch = r.batch = None
         if not r.fill(12):
             if len(r.buf) - r.pos:
                 raise CaptureFileError(r.path, f"truncated block header at byte {r.offset()}")
@@ -319,6 +412,9 @@ def _read_pcapng(r, batch_size):
         r.pos = pos
         if not r.fill(12):
             continue
+        if batch and r.paused(section.head(r.buf, r.pos)[1]):  # (a block's length, to wait for all of it)
+            yield batch
+            batch = r.batch = None
         section, frame = _pcapng_block(r, section)
         if frame is None:
             continue

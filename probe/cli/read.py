@@ -22,13 +22,15 @@ the next. Records are written as NAME.parquet.part (C-DNS: NAME.cdns[.gz|.xz|.zs
 when complete; NAME comes from the capture time of the file's first record and the worker, so the same
 input read again meets its names: refused (exit 2), or replaced with --overwrite. The statistics go to
 _PREFIX<start>.stats.json beside them (a name engines reading the directory skip).
+A pipe (- for stdin) is decoded as it arrives, and SIGINT or SIGTERM writes everything read (exit 130).
 
 examples:
   dnsprobe read capture.pcap.xz -o out/
   dnsprobe read capture.pcap.xz -o out/ --format cdns --cdns-compression xz
   dnsprobe read day1.pcap day2.pcap -o out/ --query-timeout 2 --compression snappy
   dnsprobe read capture.pcapng -o out/ --set export.rotate_records=1000000
-  xzcat day.pcap.xz | dnsprobe read /dev/stdin -o out/
+  xzcat day.pcap.xz | dnsprobe read - -o out/            # - is stdin
+  tcpdump -i eth0 -U -w - port 53 | dnsprobe read - -o out/ --set export.rotate_seconds=60
   dnsprobe read knot.dnstap resolver.dnstap.zst -o out/ --set 'dnstap.message_types=[CLIENT_QUERY,CLIENT_RESPONSE]'
   dnsprobe read day.pcap -o out/ --workers 2          # two processes, each its share of the flows
   dnsprobe read day.pcap -o out/ --filter 'not net 10.0.0.0/8'   # a BPF filter expression (libpcap)
@@ -47,6 +49,9 @@ READ_SWITCHES = (
 )
 
 
+STDIN = "/dev/stdin"  # what the input - reads (and how the statistics name it)
+
+
 def add_parser(sub):
     read = sub.add_parser(
         "read",
@@ -55,7 +60,7 @@ def add_parser(sub):
         epilog=READ_EPILOG,
     )
     read.add_argument("files", nargs="+", metavar="FILE",
-                      help="pcap, pcapng or dnstap file (.gz, .xz, .zst accepted), or a pipe such as /dev/stdin")
+                      help="pcap, pcapng or dnstap file (.gz, .xz, .zst accepted), or a pipe: - (stdin), a FIFO")
     add_pipeline_options(read, CONFIG_FLAGS, "decode.tcp_idle_timeout=30", "a progress bar",
                          "the statistics, the rate and the files written")
     for flags, key, typ, help_ in READ_FLAGS:
@@ -67,6 +72,7 @@ def add_parser(sub):
 def run(args):
     cfg = load_config(args.config, overrides(args, READ_FLAGS + READ_SWITCHES))
     check_config(cfg, "read")
+    args.files = [STDIN if f == "-" else f for f in args.files]
     for f in args.files:
         need_file(f, "input file ")
     bar = ProgressBar() if show_progress(cfg, args) else None

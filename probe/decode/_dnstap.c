@@ -24,8 +24,6 @@
  *   keep4, keep6: the IP lists' callables (client address, server address) -> keep, or None; keep_raw: fill the
  *   raw field. It stops at the first frame protobuf refuses: stop is its index (-1 when none), left with its
  *   counters to the Python loop; max_ts is the latest message time seen (0: none).
- * data_frames(buf, pos, limit, max_data) -> (end, count): the Frame Streams reader's scan for whole data frames
- *   (probe/capture/fstrm.py data_frames_python, its reference), so that it makes no object per frame.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -581,35 +579,10 @@ static PyObject *decode(PyObject *Py_UNUSED(self), PyObject *args)
     return Py_BuildValue("(nK)", rc ? index : (Py_ssize_t)-1, run.max_ts);
 }
 
-/* fstrm.data_frames_python in C (see there). */
-static PyObject *data_frames(PyObject *Py_UNUSED(self), PyObject *args)
-{
-    Py_buffer view;
-    Py_ssize_t pos, limit, max_data, count = 0;
-    if (!PyArg_ParseTuple(args, "y*nnn:data_frames", &view, &pos, &limit, &max_data))
-        return NULL;
-    const uint8_t *buf = view.buf;
-    Py_ssize_t end = view.len;
-    if (pos < 0)
-        pos = 0;
-    while (count < limit && end - pos >= 4) {
-        uint32_t n = be32(buf + pos);
-        if (n == 0 || n > (uint64_t)max_data || (uint64_t)(end - pos - 4) < n)
-            break;
-        pos += 4 + (Py_ssize_t)n;
-        count++;
-    }
-    PyBuffer_Release(&view);
-    return Py_BuildValue("(nn)", pos, count);
-}
-
 static PyMethodDef methods[] = {
     {"decode", decode, METH_VARARGS,
      "decode(spans, producer, out, counts, type_counts, types, keep4, keep6, keep_raw) -> (stop, max_ts): "
      "DnstapDecoder._run in C, writing message records into the MsgBatch out (see the module source)."},
-    {"data_frames", data_frames, METH_VARARGS,
-     "data_frames(buf, pos, limit, max_data) -> (end, count): the whole data frames from pos on (see "
-     "probe.capture.fstrm.data_frames_python)."},
     {NULL, NULL, 0, NULL},
 };
 

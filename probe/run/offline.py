@@ -50,7 +50,8 @@ def read_files(cfg, files, progress=None, on_error=None):
     progress: a callable (path, size or None) → a callable(position) or None, for a progress display, closed (its
     close()) once every input is read; with several workers, worker 0's (each reads every input); on_error: called
     with each CaptureFileError (that file's batches before the problem are kept).
-    A KeyboardInterrupt stops the reading; what was decoded is still written."""
+    SIGINT (a KeyboardInterrupt) or SIGTERM stops the reading; what was read is still written (a pipe's: everything
+    that arrived before the signal, probe.capture.pcapfile)."""
     out_dir = Path(cfg.export.directory)
     check_output_dir(out_dir)
     workers, cores = read_workers(cfg.run)
@@ -62,9 +63,11 @@ def read_files(cfg, files, progress=None, on_error=None):
             os.sched_setaffinity(0, cores)
         on_close.start_thread()
         pipeline = Pipeline(cfg, out_dir)
+        previous = signal.signal(signal.SIGTERM, _raise_interrupt)  # SIGTERM as SIGINT: stop, write what was read
         try:
             errors, interrupted = _feed_files(pipeline, cfg, files, progress, on_error)
         finally:
+            signal.signal(signal.SIGTERM, previous)
             if progress is not None:
                 progress.close()
         stats = pipeline.finish()
@@ -75,6 +78,10 @@ def read_files(cfg, files, progress=None, on_error=None):
         return stats, errors, interrupted
     finally:
         on_close.wait()  # (the files finished before an error get their command too)
+
+
+def _raise_interrupt(signum, frame):
+    raise KeyboardInterrupt
 
 
 def _finish_commands(on_close, stats):
@@ -89,7 +96,9 @@ def _feed_files(pipeline, cfg, files, progress=None, on_error=None, share=None, 
     """Every batch of every file into the pipeline; returns (errors, interrupted). share: (k, n), this is read
     worker k of n: a dnstap file is read by its worker only (dnstap_worker). piped: a callable giving, for the index
     of an input, the file to read it from (a pipe from the parent), None (open it) or False (skip it: the parent
-    reports why). stop: a read worker's interrupt flag (not empty once interrupted), looked at between batches."""
+    reports why). stop: a read worker's interrupt flag (not empty once interrupted), looked at between batches: it
+    stops a file the worker reads itself there, while a pipe from the parent is read to its end (the parent, also
+    interrupted, closes it once it has passed on what it read)."""
     errors = []
     frame_filter = FrameFilter(cfg.filter.expression) if cfg.filter.expression else None
     try:
@@ -113,7 +122,7 @@ def _feed_files(pipeline, cfg, files, progress=None, on_error=None, share=None, 
                         continue
                 while (batch := source.read()) is not None:
                     pipeline.feed(frame_filter.keep(batch) if frame_filter else batch, source.name)
-                    if stop:
+                    if stop and raw is None:
                         return errors, True
             except (CaptureFileError, ConfigError) as exc:  # ConfigError: the expression fits not its link type
                 exc = exc if isinstance(exc, CaptureFileError) else CaptureFileError(f, str(exc))
@@ -131,7 +140,7 @@ def _feed_files(pipeline, cfg, files, progress=None, on_error=None, share=None, 
                     frame_filter.rejected = 0
     except KeyboardInterrupt:
         return errors, True
-    return errors, False
+    return errors, bool(stop)
 
 
 def dnstap_worker(name, n):
@@ -212,6 +221,7 @@ def _read_parallel(cfg, files, out_dir, workers, cores, progress, on_error, on_c
         raise KeyboardInterrupt
 
     previous = signal.signal(signal.SIGINT, on_interrupt)
+    previous_term = signal.signal(signal.SIGTERM, on_interrupt)
     copy_errors = []
     results = []
     try:
@@ -240,6 +250,7 @@ def _read_parallel(cfg, files, out_dir, workers, cores, progress, on_error, on_c
             proc.join()
     finally:
         signal.signal(signal.SIGINT, previous)
+        signal.signal(signal.SIGTERM, previous_term)
     interrupted = bool(interrupts)
     for result in results:
         if "fatal" in result:
@@ -290,7 +301,7 @@ def _copy_input(path, index, commands):
             else:
                 os.close(w)
             os.close(r)
-        return tee.copy(stream, path, fds)
+        return tee.copy(stream, path, fds, pipe=not raw.seekable())
     finally:
         stream.close()
         raw.close()
@@ -345,6 +356,7 @@ def _worker(cfg, files, out_dir, k, n, core, conn, commands, copied, others, pro
     # batches, not wherever the worker is (a KeyboardInterrupt in the exporter could leave its file half done).
     stop = []
     signal.signal(signal.SIGINT, lambda signum, frame: stop.append(signum))
+    signal.signal(signal.SIGTERM, lambda signum, frame: stop.append(signum))  # (a service manager's stop, the group)
     copied = set(copied)
 
     def piped(i):

@@ -5,6 +5,10 @@ the decompressor's CPU, the larger share of the work for xz), and each worker re
 The copy never waits for one reader while another could take more: every pipe is written without blocking and has
 a queue of its own, up to QUEUE bytes behind; only when a queue is full does reading stop. A reader that closes its
 end (it stopped at an error, or the input is another worker's dnstap file) gets no more of the input.
+
+A pipe is read as it arrives (when it pauses, what came is passed on, not held until a chunk is full), and
+an interrupt (the KeyboardInterrupt of SIGINT or SIGTERM) stops the reading but not the copy: what was read is still
+written to every reader before the pipes are closed, so the workers write every frame the command read.
 """
 
 import collections
@@ -12,6 +16,7 @@ import fcntl
 import lzma
 import os
 import select
+import signal
 
 from probe.errors import CaptureFileError
 
@@ -30,20 +35,22 @@ def pipe():
     return r, w
 
 
-def copy(stream, path, fds):
+def copy(stream, path, fds, pipe=False):
     """Copy what `stream` (the input `path`, decompressed) gives into the pipes `fds`, and close them; returns the
-    CaptureFileError that ended the input early (the readers then see it end there), or None."""
+    CaptureFileError that ended the input early (the readers then see it end there), or None. pipe: the input is a
+    pipe, read as it arrives (as one reader reads it, probe.capture.pcapfile: a file is read in whole chunks)."""
     queues = {fd: collections.deque() for fd in fds}  # pipe -> chunks (memoryviews) not yet written
     queued = dict.fromkeys(fds, 0)
     for fd in fds:
         os.set_blocking(fd, False)
     problem = None
     ended = False
+    read = stream.read1 if pipe else stream.read
     try:
         while queues:
             if not ended and all(n < QUEUE for n in queued.values()):
                 try:
-                    chunk = stream.read(CHUNK)
+                    chunk = read(CHUNK)
                 except (OSError, EOFError, lzma.LZMAError) as exc:  # (the messages of one worker's reader)
                     problem = CaptureFileError(path, f"decompression failed: {exc}")
                     chunk = b""
@@ -58,14 +65,30 @@ def copy(stream, path, fds):
                     ended = True
             else:  # a queue is full, or the input has ended: wait until a pipe takes more
                 select.select([], [fd for fd, q in queues.items() if q], [], 0.1)
-            for fd in list(queues):
-                if not _write(fd, queues[fd], queued) or (ended and not queues[fd]):
-                    os.close(fd)  # its reader went away, or it has the whole input
-                    del queues[fd], queued[fd]
+            _write_all(queues, queued, ended)
+    except KeyboardInterrupt:
+        for fd in queues:
+            os.set_blocking(fd, True)
+        # A reader that stopped has closed its end: no waiting for it. A second interrupt gives the flush up.
+        _write_all(queues, queued, True, hold=False)
+        raise
     finally:
         for fd in queues:
             os.close(fd)
     return problem
+
+
+def _write_all(queues, queued, ended, hold=True):
+    """Write to every pipe what it takes now, and close those whose reader went away or that have the whole input.
+    hold: an interrupt waits until the writing is done and its bookkeeping true (else bytes could be written twice)."""
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM} if hold else set())
+    try:
+        for fd in list(queues):
+            if not _write(fd, queues[fd], queued) or (ended and not queues[fd]):
+                os.close(fd)
+                del queues[fd], queued[fd]
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
 
 
 def _write(fd, queue, queued):

@@ -115,9 +115,9 @@ def test_limit_on_frames_taken():
 
 
 def test_data_frames_scan_in_c_equals_python():
-    """The C scan for whole data frames (probe.decode._dnstap.data_frames) stops where its Python reference does,
+    """The C scan for whole data frames (probe.capture._pcaprecords.data_frames) stops where its Python reference does,
     on streams of frames, escapes, over-long and cut frames, from any offset and with any limit."""
-    assert data_frames is not data_frames_python, "probe.decode._dnstap is not built"
+    assert data_frames is not data_frames_python, "probe.capture._pcaprecords is not built"
     rng = random.Random(7)
     for _ in range(2000):
         parts = []
