@@ -94,12 +94,13 @@ def add_capture_flags(parser):
 
 def run(args):
     from probe.run.capture import capture  # (here: `read` and the other commands do not load the live code)
+    from probe.run.supervisor_report import files_written
 
     cfg = load_config(args.config, overrides(args, CAPTURE_FLAGS))
     began = time.monotonic()
     status, supervisor = capture(cfg, show_status=show_progress(cfg, args))
     totals = supervisor.totals()
-    files = (cfg.export.directory, supervisor.files_written(), totals.files, cfg.export.layout != "hive")
+    files = (cfg.export.directory, files_written(supervisor), totals.files, cfg.export.layout != "hive")
     end_of_run(totals, "dpdk" if cfg.dpdk.enabled else "af_packet", files, seconds=time.monotonic() - began,
                quiet=args.quiet, verb="captured")
     return status
