@@ -97,6 +97,10 @@ def test_read_files_say_what_they_are(tmp_path, fmt):
         assert _parquet_meta(path) == meta
         assert list(meta) == list(META_KEYS) and meta["schema_version"] == str(SCHEMA_VERSION)
         assert pq.read_table(path).num_rows > 9000  # still a plain Parquet file for any reader
+        import duckdb
+
+        rows = duckdb.sql(f"select key, value from parquet_kv_metadata('{path}')").fetchall()
+        assert {k.decode()[len("dnsprobe."):]: v.decode() for k, v in rows if k.startswith(b"dnsprobe.")} == meta
         return
     assert meta["schema_version"] == "C-DNS 1.0" and meta["generator"] == f"dnsprobe {probe.__version__}"
     preamble, _ = _cdns_preamble(path)
