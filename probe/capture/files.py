@@ -1,6 +1,8 @@
 """Input files recognised by their content, whatever their names: pcap and pcapng (pcapfile), dnstap Frame
 Streams (dnstap_file), each plain or compressed with gzip, xz or zstd (probe.compressed)."""
 
+import os
+
 from probe.capture.dnstap_file import DnstapFileSource
 from probe.capture.pcapfile import MAGICS as PCAP_MAGICS
 from probe.capture.pcapfile import PcapFileSource
@@ -53,8 +55,6 @@ def input_kind(path):
     """The source kind of an input (export.filemeta.SOURCE_KINDS), from its first bytes: "pcap file" (pcap or
     pcapng), "dnstap file"; "pipe" for what is not a regular file (its bytes are read once, by the run); None when
     it cannot be read or is neither (the run reports it)."""
-    import os
-
     if path == "-" or not os.path.isfile(path):
         return "pipe"
     try:
