@@ -4,7 +4,8 @@ addresses (never the key), the server name, the kind of capture source and the d
 Parquet: key-value metadata of the file (keys META_KEYS, text values), also in a live journal's schema, so the
 file converted from it at rotation (export.parquet.journal, export.recovery) has it. C-DNS: the file preamble's own
 fields where RFC 8618 has them (generator-id, host-id, storage-flags, anonymization-method, client address
-prefixes), the rest in one implementation-specific collection parameter (format.DNSPROBE_ORIGIN).
+prefixes), the rest (source, config_sha256) in one implementation-specific collection parameter
+(format.DNSPROBE_ORIGIN).
 read_meta(path) reads either back as the same keys (`dnsprobe inspect --meta`).
 
 The source kinds and the configuration digest are the run's (FileOrigin): probe.run knows them and hands them to
@@ -25,8 +26,6 @@ UNSPECIFIED = "unspecified"
 KEY_PREFIX = "dnsprobe."
 META_KEYS = ("version", "schema_version", "client_privacy", "client_anonymised", "client_ipv4_prefix",
              "client_ipv6_prefix", "server", "source", "config_sha256")
-# Of those, what C-DNS keeps in its implementation-specific collection parameter (the rest has RFC 8618 fields).
-CDNS_ORIGIN_KEYS = ("source", "config_sha256")
 
 
 @dataclasses.dataclass(frozen=True)

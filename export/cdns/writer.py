@@ -52,7 +52,7 @@ from export.base import FileExporter, OutputFile, announce_finished, lock_live_f
 from export.cdns import format as F
 from export.cdns.block import QR_FIELDS, SECTION_FIELDS, Block, Clients
 from export.cdns.encode import TICKS_PER_SECOND
-from export.filemeta import CDNS_ORIGIN_KEYS, FileOrigin, file_meta, privacy_methods, recorded_server
+from export.filemeta import FileOrigin, privacy_methods, recorded_server
 from probe import __version__
 from probe.model import SNAPLEN
 
@@ -112,8 +112,8 @@ def file_preamble(cfg, client, live, origin=None):
     collection[F.FILTER] = capture_filter(cfg.decode.dns_ports, live)
     collection[F.GENERATOR_ID] = f"dnsprobe {__version__}"
     collection[F.HOST_ID] = recorded_server(ecfg, live)
-    meta = file_meta(cfg, client, origin or FileOrigin(), live, "")
-    collection[F.DNSPROBE_ORIGIN] = {k: meta[k] for k in CDNS_ORIGIN_KEYS}
+    origin = origin or FileOrigin()
+    collection[F.DNSPROBE_ORIGIN] = {"source": origin.source_text(), "config_sha256": origin.config_sha256}
     return {
         F.MAJOR_FORMAT_VERSION: F.FORMAT_MAJOR,
         F.MINOR_FORMAT_VERSION: F.FORMAT_MINOR,
