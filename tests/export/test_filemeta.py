@@ -231,3 +231,27 @@ def test_live_capture_files_say_what_they_are(tmp_path, fmt):
     if fmt == "parquet":
         assert _parquet_meta(path) == meta
     _never_the_key(path.read_bytes() + printed.encode(), key)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="DPDK's EAL needs root")
+def test_dpdk_capture_files_say_dpdk(tmp_path):
+    """DPDK capture (a net_pcap virtual device replaying a pcap, as tests/run/test_dpdk.py): its files name the
+    DPDK source."""
+    from support.captures import build_traffic
+    from support.live import LIBDPDK, NO_HUGE, DpdkProbe
+
+    if not LIBDPDK:
+        pytest.skip("libdpdk is not installed: the DPDK extension is not built")
+    pcap = tmp_path / "traffic.pcap"
+    passed = build_traffic(pcap, 0, 50)
+    out = tmp_path / "out"
+    out.mkdir()
+    probe_proc = DpdkProbe(out, f"{NO_HUGE} --vdev=net_pcap0,rx_pcap={pcap}")
+    try:
+        probe_proc.wait_ready()
+        probe_proc.wait_counter("packets", passed)
+    finally:
+        assert probe_proc.stop() == 0, probe_proc.stderr
+    (path,) = [p for p in out.iterdir() if not p.name.startswith("_")]
+    meta = _parquet_meta(path)
+    assert meta["source"] == "dpdk" and meta["server"] == socket.gethostname() and meta["version"] == probe.__version__
