@@ -9,7 +9,8 @@
 import probe.native  # noqa: F401 (first: a DNSPROBE_NATIVE_DIR build of the extensions is found by every import)
 
 
-def make_exporter(cfg, directory, worker_id, stats, client=None, live=False, metrics=None, tx_records=False):
+def make_exporter(cfg, directory, worker_id, stats, client=None, live=False, metrics=None, tx_records=False,
+                  origin=None):
     """The exporter for cfg.export.format; a new format is one new module and one entry here. Every exporter
     takes these arguments (export.base.Exporter).
 
@@ -17,7 +18,9 @@ def make_exporter(cfg, directory, worker_id, stats, client=None, live=False, met
     live: the transactions come from live capture (C-DNS collection parameters say so; Parquet is written as a
     journal first, export.parquet.journal, when export.flush_seconds asks for it); metrics: an
     export.metrics.DnsMetrics counting what is written (None: not counted); tx_records: the transactions come as
-    probe._records.TxBatch (the production pipeline), else as tuples (the Python reference)."""
+    probe._records.TxBatch (the production pipeline), else as tuples (the Python reference); origin: the run's
+    export.filemeta.FileOrigin (its source kinds, its configuration digest), which every file records (None:
+    unspecified)."""
     fmt = cfg.export.format
     if fmt == "parquet":
         cls = _parquet_exporter()
@@ -27,7 +30,8 @@ def make_exporter(cfg, directory, worker_id, stats, client=None, live=False, met
         cls = _cdns_exporter()
     else:
         raise ValueError(f"unknown export format {fmt!r}")
-    return cls(cfg, directory, worker_id, stats, client=client, live=live, metrics=metrics, tx_records=tx_records)
+    return cls(cfg, directory, worker_id, stats, client=client, live=live, metrics=metrics, tx_records=tx_records,
+               origin=origin)
 
 
 def _parquet_exporter():

@@ -48,6 +48,13 @@ class CryptoPAnKey:
     mac: bytes = b""
     iv: bytes = b""
 
+    def algorithm4(self):
+        """The name of the IPv4 algorithm (md5, blowfish, aes, sha1): what may be said of a key."""
+        return ALGORITHMS[self.c4]
+
+    def algorithm6(self):
+        return ALGORITHMS[self.c6]
+
     def text(self):
         """The key file line, as cryptopANT writes it."""
         fields = [f"{self.c4:02x}", f"{self.c6:02x}", self.key.hex(), self.pad.hex(), self.mac.hex(), self.iv.hex()]

@@ -37,7 +37,8 @@ if TYPE_CHECKING:
 
 class Exporter(Protocol):
     """The export stage's interface, as the pipeline (probe.run.pipeline) uses it. Every exporter is made as
-    cls(cfg, directory, worker_id, stats, client=None, live=False, metrics=None) (export.make_exporter)."""
+    cls(cfg, directory, worker_id, stats, client=None, live=False, metrics=None, tx_records=False, origin=None)
+    (export.make_exporter)."""
 
     completed: list  # final paths of the files closed so far
     metrics: "DnsMetrics | None"  # export.metrics.DnsMetrics counting what is written (Prometheus), or None

@@ -102,6 +102,10 @@ VLAN_IDS = 6
 FILTER = 7
 GENERATOR_ID = 8
 HOST_ID = 9
+# Implementation-specific (RFC 8618 7.1: negative keys are reserved for them), written and read only with a
+# generator-id starting "dnsprobe": a map of text keys, "source" and "config_sha256" (export.filemeta). Far from
+# the small ones compactor writes there (-1 in its gold file), so no reader takes one for the other.
+DNSPROBE_ORIGIN = -100
 
 # -- Block --
 BLOCK_PREAMBLE = 0

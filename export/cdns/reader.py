@@ -140,6 +140,35 @@ def _array_length(window, path, what):
     return int.from_bytes(raw, "big")
 
 
+def preamble_meta(preamble):
+    """What a file preamble says of the file, with the keys of export.filemeta.file_meta: from RFC 8618's fields
+    (the first block parameters'), and dnsprobe's own collection parameter when dnsprobe wrote the file."""
+    meta = {"schema_version": f"C-DNS {preamble.get(F.MAJOR_FORMAT_VERSION)}.{preamble.get(F.MINOR_FORMAT_VERSION)}"}
+    params = (preamble.get(F.BLOCK_PARAMETERS) or [{}])[0]
+    storage = params.get(F.STORAGE_PARAMETERS) or {}
+    collection = params.get(F.COLLECTION_PARAMETERS) or {}
+    generator = collection.get(F.GENERATOR_ID)
+    if isinstance(generator, str):
+        meta["generator"] = generator
+        if generator.startswith("dnsprobe "):
+            meta["version"] = generator[len("dnsprobe "):]
+    anonymised = bool((storage.get(F.STORAGE_FLAGS) or 0) & F.STORAGE_FLAG_ANONYMIZED_DATA)
+    method = storage.get(F.ANONYMIZATION_METHOD)
+    meta["client_privacy"] = method if method else ("anonymised (no method given)" if anonymised else
+                                                    "none: client addresses as captured")
+    # The flag also marks addresses only cut to a prefix: dnsprobe's method then names nothing but the cuts.
+    only_cut = bool(method) and all(p.startswith("client IPv") for p in str(method).split("; "))
+    meta["client_anonymised"] = "true" if anonymised and not only_cut else "false"
+    meta["client_ipv4_prefix"] = str(storage.get(F.CLIENT_ADDRESS_PREFIX_IPV4, 32))
+    meta["client_ipv6_prefix"] = str(storage.get(F.CLIENT_ADDRESS_PREFIX_IPV6, 128))
+    if F.HOST_ID in collection:
+        meta["server"] = collection[F.HOST_ID]
+    own = collection.get(F.DNSPROBE_ORIGIN) if (generator or "").startswith("dnsprobe ") else None
+    if isinstance(own, dict):
+        meta.update({k: v for k, v in own.items() if isinstance(k, str) and isinstance(v, str)})
+    return meta
+
+
 class CdnsFile:
     """An open C-DNS file: its preamble, then its blocks one at a time (use as a context manager)."""
 

@@ -28,6 +28,11 @@ What is recorded (the storage hints say exactly this; see docs/cdns.md):
 Client addresses get the privacy treatment of the Parquet output (export.anonymise: cryptopANT, prefix);
 with a prefix only its bytes are stored and the storage parameters say so.
 
+What the file is (export.filemeta): generator-id "dnsprobe VERSION", host-id the server name (export.server_name,
+else the host name live, else empty), the storage flags, anonymization-method and prefixes for the privacy
+treatment, and dnsprobe's own collection parameter (format.DNSPROBE_ORIGIN) for the source kinds and the
+configuration digest, which RFC 8618 has no field for.
+
 Compression (export.cdns_compression) of the whole file runs in a thread of its own that takes the
 raw bytes from a queue, compresses and writes them: the capture thread only encodes blocks and queues
 them, and does not wait for the compressor, nor for the disk, even at rotation (a file being finished
@@ -38,7 +43,6 @@ is renamed by its thread; close() waits for them all).
 import lzma
 import os
 import queue
-import socket
 import threading
 import zlib
 
@@ -48,6 +52,7 @@ from export.base import FileExporter, OutputFile, announce_finished, lock_live_f
 from export.cdns import format as F
 from export.cdns.block import QR_FIELDS, SECTION_FIELDS, Block, Clients
 from export.cdns.encode import TICKS_PER_SECOND
+from export.filemeta import FileOrigin, privacy_methods, recorded_server
 from probe import __version__
 from probe.model import SNAPLEN
 
@@ -75,8 +80,9 @@ def storage_hints(full_sections, qr_type):
     }
 
 
-def file_preamble(cfg, client, live):
-    """The FilePreamble map of RFC 8618 7.4 for this configuration."""
+def file_preamble(cfg, client, live, origin=None):
+    """The FilePreamble map of RFC 8618 7.4 for this configuration. origin: the run's export.filemeta.FileOrigin
+    (its source kinds and configuration digest, in dnsprobe's own collection parameter; None: unspecified)."""
     ecfg = cfg.export
     storage = {
         F.TICKS_PER_SECOND: TICKS_PER_SECOND,
@@ -85,19 +91,12 @@ def file_preamble(cfg, client, live):
         F.OPCODES: list(range(16)),
         F.RR_TYPES: list(F.RECORDED_RR_TYPES),
     }
-    flags = 0
-    methods = []
-    if client is not None:
-        flags |= F.STORAGE_FLAG_ANONYMIZED_DATA
-        if client.cryptopan is not None:
-            methods.append("cryptopANT prefix-preserving anonymisation of client addresses")
-        if client.prefix4 < 32:
-            storage[F.CLIENT_ADDRESS_PREFIX_IPV4] = client.prefix4
-            methods.append(f"client IPv4 addresses cut to /{client.prefix4}")
-        if client.prefix6 < 128:
-            storage[F.CLIENT_ADDRESS_PREFIX_IPV6] = client.prefix6
-            methods.append(f"client IPv6 addresses cut to /{client.prefix6}")
-    storage[F.STORAGE_FLAGS] = flags
+    if client is not None and client.prefix4 < 32:
+        storage[F.CLIENT_ADDRESS_PREFIX_IPV4] = client.prefix4
+    if client is not None and client.prefix6 < 128:
+        storage[F.CLIENT_ADDRESS_PREFIX_IPV6] = client.prefix6
+    storage[F.STORAGE_FLAGS] = F.STORAGE_FLAG_ANONYMIZED_DATA if client is not None else 0
+    methods = privacy_methods(client)
     if methods:
         storage[F.ANONYMIZATION_METHOD] = "; ".join(methods)
     collection = {
@@ -112,7 +111,9 @@ def file_preamble(cfg, client, live):
         collection[F.SERVER_ADDRESSES] = [_packed(a) for a in ecfg.cdns_server_addresses]
     collection[F.FILTER] = capture_filter(cfg.decode.dns_ports, live)
     collection[F.GENERATOR_ID] = f"dnsprobe {__version__}"
-    collection[F.HOST_ID] = socket.gethostname() if live else ""  # empty when converting capture files
+    collection[F.HOST_ID] = recorded_server(ecfg, live)
+    origin = origin or FileOrigin()
+    collection[F.DNSPROBE_ORIGIN] = {"source": origin.source_text(), "config_sha256": origin.config_sha256}
     return {
         F.MAJOR_FORMAT_VERSION: F.FORMAT_MAJOR,
         F.MINOR_FORMAT_VERSION: F.FORMAT_MINOR,
@@ -285,11 +286,13 @@ class FileSink(OutputFile):
 class CdnsExporter(FileExporter):
     """Writes transactions as C-DNS files (see the module docstring); the exporter interface is in export/."""
 
-    def __init__(self, cfg, directory, worker_id, stats, client=None, live=False, metrics=None, tx_records=False):
+    def __init__(self, cfg, directory, worker_id, stats, client=None, live=False, metrics=None, tx_records=False,
+                 origin=None):
         """client: the export.anonymise.ClientPrivacy of client addresses (None: recorded as they are); live: the
-        transactions come from live capture (the collection parameters say so); metrics: an export.metrics.DnsMetrics
-        counting what is written (None: not counted); tx_records: write() is given probe._records.TxBatch (the
-        production pipeline), else transaction tuples (the Python reference)."""
+        transactions come from live capture (the collection parameters say so); origin: the run's
+        export.filemeta.FileOrigin (the file preamble records it; None: unspecified); metrics: an
+        export.metrics.DnsMetrics counting what is written (None: not counted); tx_records: write() is given
+        probe._records.TxBatch (the production pipeline), else transaction tuples (the Python reference)."""
         super().__init__(cfg, directory, worker_id, stats, metrics, live)
         self.tx_records = tx_records
         ecfg = cfg.export
@@ -299,7 +302,7 @@ class CdnsExporter(FileExporter):
         self.full_sections = ecfg.cdns_full_sections
         self.qr_type = F.QR_TYPES[ecfg.cdns_qr_type] if ecfg.cdns_qr_type else None
         self.clients = Clients(client) if client is not None else None
-        self.header = file_header(file_preamble(cfg, client, live))
+        self.header = file_header(file_preamble(cfg, client, live, origin))
         self.finishing = []  # sinks whose thread is still compressing, closing or renaming
         self.block = Block(self)
 

@@ -6,7 +6,8 @@ stream (which needs no footer), whose record batches are put in the file by flus
 export.flush_seconds of a transaction's completion); in the hive layout .NAME.parquet.journal, a name engines
 skip. The journal is readable up to its last complete batch at any moment, by `dnsprobe inspect` and by
 read_journal(). When the file closes (rotation, a partition's end, export.rotate_bytes: here the journal's
-size) the journal is converted into NAME.parquet (the row groups, sorting, codec, dictionaries and page index of
+size) the journal is converted into NAME.parquet (its key-value metadata, export.filemeta, kept in the journal's
+schema; the row groups, sorting, codec, dictionaries and page index of
 ParquetExporter) by a thread of its own, off the capture core, and removed; a journal whose writer died is
 converted the same way by export.recovery.
 
@@ -36,11 +37,14 @@ BUFFER_BYTES = 1 << 20
 class JournalWriter:
     """An Arrow IPC stream of record batches into a locked file; flush() puts what was written in the file."""
 
-    def __init__(self, path, compression="lz4"):
+    def __init__(self, path, compression="lz4", key_values=None):
+        """key_values: the Parquet file's key-value metadata (export.filemeta), kept in the stream's schema for the
+        conversion."""
         self.lock = lock_live_file(path)
         try:
             self.stream = pa.BufferedOutputStream(pa.OSFile(str(path), "w"), buffer_size=BUFFER_BYTES)
-            self.writer = ipc.new_stream(self.stream, SCHEMA, options=IPC_OPTIONS[compression])
+            schema = SCHEMA.with_metadata(key_values or {})
+            self.writer = ipc.new_stream(self.stream, schema, options=IPC_OPTIONS[compression])
             self.stream.flush()  # the schema: a journal is readable (empty) from the start
         except BaseException:
             os.close(self.lock)
@@ -79,6 +83,7 @@ class _Batches:
         self.path = path
         self.memory_pool = memory_pool
         self.was_cut = False
+        self.key_values = None  # the stream schema's metadata, once read (the file's, export.filemeta)
 
     def cut(self):
         return self.was_cut
@@ -97,6 +102,7 @@ class _Batches:
             except (pa.ArrowInvalid, OSError):  # not even the schema (an empty file)
                 self.was_cut = True
                 return
+            self.key_values = reader.schema.metadata
             while True:
                 try:
                     batch = reader.read_next_batch()
@@ -113,6 +119,12 @@ def read_journal(path):
     batches = journal_batches(path)
     table = pa.Table.from_batches(list(batches), schema=SCHEMA)
     return table, batches.cut()
+
+
+def journal_schema(path):
+    """The schema of a journal, with the file's key-value metadata (export.filemeta)."""
+    with pa.OSFile(str(path), "r") as source:
+        return ipc.open_stream(source, options=IPC_READ_OPTIONS).schema
 
 
 def final_of(journal):
@@ -133,12 +145,13 @@ def convert_journal(journal, final, export_cfg):
     part = live_path(final, ".part", hidden=journal.name.startswith("."))
     f = None
     rows = 0
+    batches = journal_batches(journal, pool)
     try:
-        for batch in journal_batches(journal, pool):
+        for batch in batches:
             if not batch.num_rows:
                 continue
-            if f is None:
-                f = _File(final, part, 0, *open_parquet(part, export_cfg, pool))
+            if f is None:  # (the metadata written in the journal: the file says what it is)
+                f = _File(final, part, 0, *open_parquet(part, export_cfg, pool, batches.key_values))
             f.pending.append(pa.Table.from_batches([batch]))
             f.pending_rows += batch.num_rows
             rows += batch.num_rows
@@ -187,7 +200,7 @@ class JournalingParquetExporter(ParquetExporter):
     def _new_file(self, bucket, ts_ns):
         final, journal = self._file_name(bucket, ts_ns)
         try:
-            writer = JournalWriter(journal, self.cfg.journal_compression)
+            writer = JournalWriter(journal, self.cfg.journal_compression, self.key_values)
         except OSError as exc:
             raise self._output_error(exc, self.dir) from None
         return _File(final, journal, ts_ns, writer, writer)  # (the journal's size: export.rotate_bytes)

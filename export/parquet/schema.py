@@ -106,6 +106,9 @@ DNSPROBE_EXTRA_COLUMNS = (
 )
 
 COLUMNS = DNSPROBE_COLUMNS + DNSPROBE_EXTRA_COLUMNS
+# Written in every file (key-value metadata dnsprobe.schema_version, export.filemeta). One more whenever a column
+# is added, removed, renamed or changes type or meaning: a reader can then tell which columns a file has.
+SCHEMA_VERSION = 1
 SCHEMA = pa.schema([pa.field(name, typ) for name, typ, _ in COLUMNS])
 # Columns whose values rarely repeat within a row group: Parquet writes them without a dictionary, which
 # would only make them bigger and slower to write (docs/performance.md has the measurement).

@@ -17,6 +17,9 @@ by partition, one file is open per partition, and a partition's file is closed o
 passed the partition's end by the query timeout (the latest a transaction of it can still complete).
 
 Live capture writes each file first as a journal and converts it when it closes: export.parquet.journal.
+
+Every file says what it is in its key-value metadata (export.filemeta: dnsprobe.version, dnsprobe.schema_version,
+the client privacy, the server, the source kinds, the configuration digest).
 """
 
 import datetime
@@ -27,7 +30,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from export.base import FileExporter, OutputFile
-from export.parquet.schema import DELTA_ENCODED, SCHEMA, UNIQUE_VALUED, UNSORTED_WITHOUT_STATISTICS
+from export.filemeta import FileOrigin, file_meta, parquet_key_values
+from export.parquet.schema import DELTA_ENCODED, SCHEMA, SCHEMA_VERSION, UNIQUE_VALUED, UNSORTED_WITHOUT_STATISTICS
 
 DAY_US = 86_400_000_000
 HOUR_US = 3_600_000_000
@@ -45,18 +49,19 @@ def _first_time_ns(table):
     return table.column("time")[0].as_py() * 1000
 
 
-def open_parquet(path, export_cfg, memory_pool=None):
+def open_parquet(path, export_cfg, memory_pool=None, key_values=None):
     """(ParquetWriter, its file) of an output file: export.compression and its level, dictionaries but for the
     columns whose values rarely repeat (the times delta-encoded), statistics and the page index but for the
-    unsorted names and client addresses, and the sorting columns of export.sort; memory_pool: the writer's Arrow
-    pool (default: pyarrow's)."""
+    unsorted names and client addresses, and the sorting columns of export.sort; memory_pool: the writer's Arrow pool
+    (default: pyarrow's); key_values: the file's key-value metadata (export.filemeta.parquet_key_values; every
+    exporter's file has it, None only for copies made by benchmarks)."""
     sort_keys = SORT_KEYS.get(export_cfg.sort)
     sorted_by = {name for name, _ in sort_keys or ()}
     sink = pa.OSFile(str(path), "wb")
     try:
         writer = pq.ParquetWriter(
             sink,
-            SCHEMA,
+            SCHEMA.with_metadata(key_values or {}),
             compression=None if export_cfg.compression == "none" else export_cfg.compression,
             compression_level=export_cfg.compression_level,
             use_dictionary=[name for name in SCHEMA.names if name not in UNIQUE_VALUED],
@@ -113,8 +118,10 @@ class ParquetExporter(FileExporter):
     suffix = ".parquet"
     live_suffix = ".part"  # (hidden in the hive layout: .NAME.parquet.part)
 
-    def __init__(self, cfg, directory, worker_id, stats, client=None, live=False, metrics=None, tx_records=False):
-        """client: the export.anonymise.ClientPrivacy of client addresses (None: written as they are); live: the
+    def __init__(self, cfg, directory, worker_id, stats, client=None, live=False, metrics=None, tx_records=False,
+                 origin=None):
+        """client: the export.anonymise.ClientPrivacy of client addresses (None: written as they are); origin: the
+        run's export.filemeta.FileOrigin, in every file's key-value metadata (None: unspecified); live: the
         transactions come from live capture (names: export.base.FileExporter._take_name; its journal is a class of its
         own, chosen by export.make_exporter); metrics: an export.metrics.DnsMetrics counting what is written (None:
         not counted); tx_records: write() is given probe._records.TxBatch (built by the C column pass), else
@@ -141,6 +148,7 @@ class ParquetExporter(FileExporter):
         self.hive = export_cfg.layout == "hive"
         self.bucket_us = HOUR_US if export_cfg.partition_hour else DAY_US
         self.server = server_name(export_cfg) or DEFAULT_SERVER
+        self.key_values = parquet_key_values(file_meta(cfg, client, origin or FileOrigin(), live, SCHEMA_VERSION))
 
     # -- the exporter interface (see export/__init__.py) --
 
@@ -232,7 +240,7 @@ class ParquetExporter(FileExporter):
     def _new_file(self, bucket, ts_ns):
         final, part = self._file_name(bucket, ts_ns)
         try:
-            return _File(final, part, ts_ns, *open_parquet(part, self.cfg))
+            return _File(final, part, ts_ns, *open_parquet(part, self.cfg, key_values=self.key_values))
         except OSError as exc:
             raise self._output_error(exc, self.dir) from None
 

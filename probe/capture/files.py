@@ -1,6 +1,8 @@
 """Input files recognised by their content, whatever their names: pcap and pcapng (pcapfile), dnstap Frame
 Streams (dnstap_file), each plain or compressed with gzip, xz or zstd (probe.compressed)."""
 
+import os
+
 from probe.capture.dnstap_file import DnstapFileSource
 from probe.capture.pcapfile import MAGICS as PCAP_MAGICS
 from probe.capture.pcapfile import PcapFileSource
@@ -47,3 +49,25 @@ def open_file_source(path, batch_size=4096, on_progress=None, raw=None, share=No
         stream.close()
         raw.close()
         raise
+
+
+def input_kind(path):
+    """The source kind of an input (export.filemeta.SOURCE_KINDS), from its first bytes: "pcap file" (pcap or
+    pcapng), "dnstap file"; "pipe" for what is not a regular file (its bytes are read once, by the run); None when
+    it cannot be read or is neither (the run reports it)."""
+    if path == "-" or not os.path.isfile(path):
+        return "pipe"
+    try:
+        stream, raw = open_stream(path)
+    except (OSError, CaptureFileError):
+        return None
+    try:
+        head = _head(stream, path)
+    except CaptureFileError:
+        return None
+    finally:
+        stream.close()
+        raw.close()
+    if is_dnstap(head):
+        return "dnstap file"
+    return "pcap file" if head[:4] in PCAP_MAGICS else None

@@ -24,6 +24,7 @@ examples:
   dnsprobe inspect --pcap rebuilt.pcap capture.cdns.xz    # its DNS messages as a pcap (full sections needed)
   dnsprobe inspect --summary out/                        # counts, top names and clients, mixes, delays
   dnsprobe inspect --summary out/ --json --limit 100     # the same as one JSON object, lists of 100
+  dnsprobe inspect --meta FILE                           # what the file is: version, privacy, server, source, config
 
 C-DNS files (plain, .gz, .xz or .zst, told from Parquet by their content) are printed with the Parquet
 column names; columns C-DNS does not record (len, res_len, udp_sum, vlan, tcp_hs_rtt, response_messages)
@@ -71,6 +72,9 @@ def add_parser(sub):
     insp.add_argument("--summary", action="store_true",
                       help="print a summary of the records instead: time span, rate, top QNAMEs, registered domains "
                            "and clients, QTYPE, RCODE and transport mix, response delays (--limit: list length)")
+    insp.add_argument("--meta", action="store_true",
+                      help="print what each file says of itself instead: dnsprobe and schema version, client address "
+                           "privacy, server, capture source kind, configuration digest (--json: one object a file)")
 
 
 def record_files(directory):
@@ -126,6 +130,21 @@ def _inspect_files(files):
     return tables, errors
 
 
+def _inspect_meta(args):
+    """Each file's metadata (export.filemeta.read_meta): `file:` then `  key: value` lines, or one JSON object a
+    file with --json."""
+    from export.filemeta import read_meta
+
+    for f in _expand(args.files):
+        need_file(f)
+        meta = read_meta(f)
+        if args.json:
+            print(json.dumps({"file": str(f), **meta}))
+        else:
+            print(f"{f}:" + "".join(f"\n  {k}: {v}" for k, v in meta.items()))
+    return 0
+
+
 def _inspect_pcap(args):
     from export.cdns.pcap import rebuild_pcap
     from export.cdns.reader import file_head, sniff_cdns
@@ -146,6 +165,8 @@ def run(args):
         from probe.cli.summary import run_summary
 
         return run_summary(args)
+    if args.meta:
+        return _inspect_meta(args)
     if args.limit is None:
         args.limit = 0 if args.json else TABLE_LIMIT  # JSON is for pipes: all of it
     if args.limit < 0:

@@ -18,6 +18,7 @@ from probe.run.checks import capture_sources, check_capture_permission, check_co
 from probe.run.fanout import fanout_ids
 from probe.run.live_worker import LiveWorker
 from probe.run.log import log
+from probe.run.pipeline import file_origin
 from probe.run.supervisor import Supervisor
 
 
@@ -43,6 +44,8 @@ def capture(cfg, show_status=False):
         log(f"{why}; the workers wait for it")
     # Whether an interface absent at start is waited for is decided above, once; a worker (started, or restarted
     # while an interface is away) waits for any interface that is not there or down, as for a link fault.
+    # What the files record: the configuration as given (its digest is that of `dnsprobe config`'s text).
+    origin = file_origin(cfg, (["af_packet"] if interfaces else []) + (["dnstap socket"] if dnstap else []))
     cfg = dataclasses.replace(cfg, capture=dataclasses.replace(cap, wait_for_interface=True))
     if interfaces:
         check_capture_permission()
@@ -55,7 +58,7 @@ def capture(cfg, show_status=False):
         log(f"IP allow/deny lists applied in the {'kernel filter' if where == 'kernel' else 'workers'}")
     listeners = open_listeners(cfg.dnstap)
     try:
-        supervisor = Supervisor(cfg, out_dir, interfaces, cores, LiveWorker, show_status=show_status,
+        supervisor = Supervisor(cfg, out_dir, interfaces, cores, LiveWorker, origin=origin, show_status=show_status,
                                 ip_filter_where=where, dnstap_listeners=listeners, dnstap=dnstap,
                                 fanout_ids=fanout_ids(cap, interfaces))
         return supervisor.run(), supervisor

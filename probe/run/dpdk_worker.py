@@ -42,6 +42,7 @@ from probe.errors import ConfigError, DnsprobeError
 from probe.run.checks import parse_coremask
 from probe.run.durability import FlushClock
 from probe.run.fanout import fanout_ids
+from probe.run.pipeline import file_origin
 from probe.run.supervisor import Supervisor
 from probe.run.worker import WorkerShell
 
@@ -327,7 +328,8 @@ def dpdk_supervisor(cfg, show_status):
     if len(cores) > 1 and not multi_process(cfg.dpdk):
         label = (f"DPDK port {cfg.dpdk.port} ({len(cores)} RX queues, one thread each on cores {cap.coremask}, in "
                  "one process: no hugepages for several)")
-        return Supervisor(cfg, out_dir, [label], cores[:1], DpdkThreadsWorker, show_status=show_status,
-                          ip_filter_where=where)
+        return Supervisor(cfg, out_dir, [label], cores[:1], DpdkThreadsWorker, origin=file_origin(cfg, ["dpdk"]),
+                          show_status=show_status, ip_filter_where=where)
     label = f"DPDK port {cfg.dpdk.port} ({len(cores)} process(es) on core(s) {cap.coremask})"
-    return Supervisor(cfg, out_dir, [label], cores, DpdkGroup, show_status=show_status, ip_filter_where=where)
+    return Supervisor(cfg, out_dir, [label], cores, DpdkGroup, origin=file_origin(cfg, ["dpdk"]),
+                      show_status=show_status, ip_filter_where=where)

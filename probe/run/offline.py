@@ -33,14 +33,14 @@ from pathlib import Path
 from export import preload
 from export.base import check_output_dir, stats_json_path
 from probe.capture.dnstap_file import DnstapFileSource
-from probe.capture.files import open_file_source
+from probe.capture.files import input_kind, open_file_source
 from probe.capture.pcapfilter import FrameFilter
 from probe.compressed import compression, open_stream
 from probe.errors import CaptureFileError, ConfigError, DnsprobeError
 from probe.run import tee
 from probe.run.checks import read_workers
 from probe.run.onclose import OnCloseCommands
-from probe.run.pipeline import Pipeline
+from probe.run.pipeline import Pipeline, file_origin
 from probe.stats import COUNTER_NAMES, Stats
 
 
@@ -62,7 +62,7 @@ def read_files(cfg, files, progress=None, on_error=None):
         if cores:
             os.sched_setaffinity(0, cores)
         on_close.start_thread()
-        pipeline = Pipeline(cfg, out_dir)
+        pipeline = Pipeline(cfg, out_dir, origin=read_origin(cfg, files))
         previous = signal.signal(signal.SIGTERM, _raise_interrupt)  # SIGTERM as SIGINT: stop, write what was read
         try:
             errors, interrupted = _feed_files(pipeline, cfg, files, progress, on_error)
@@ -82,6 +82,13 @@ def read_files(cfg, files, progress=None, on_error=None):
 
 def _raise_interrupt(signum, frame):
     raise KeyboardInterrupt
+
+
+def read_origin(cfg, files):
+    """What the files of this reading record of it (export.filemeta): the kinds of its inputs, each once, in the
+    order met, and the digest of its configuration."""
+    kinds = dict.fromkeys(k for k in map(input_kind, files) if k is not None)
+    return file_origin(cfg, kinds)
 
 
 def _finish_commands(on_close, stats):
@@ -373,7 +380,7 @@ def _worker(cfg, files, out_dir, k, n, core, conn, commands, copied, others, pro
     try:
         if core is not None:
             os.sched_setaffinity(0, {core})
-        pipeline = Pipeline(cfg, out_dir, worker_id=k, share=(k, n))
+        pipeline = Pipeline(cfg, out_dir, worker_id=k, share=(k, n), origin=read_origin(cfg, files))
         try:
             errors, interrupted = _feed_files(pipeline, cfg, files, progress, share=(k, n), piped=piped, stop=stop)
         finally:

@@ -11,10 +11,13 @@ The output is the same either way (tests/run/test_columnar.py).
 """
 
 import gc
+import hashlib
 import time
 
 from export import make_exporter, reads_raw
 from export.anonymise import client_privacy
+from export.filemeta import FileOrigin
+from probe.config import render_yaml
 from probe.decode.ipfilter import IpFilter
 from probe.decode.packets import PacketDecoder
 from probe.match import RecordTable, TransactionTable
@@ -40,15 +43,30 @@ def tune_gc():
     gc.disable()
 
 
+def config_digest(cfg):
+    """SHA-256 (hex) of the configuration as `dnsprobe config` prints it (render_yaml: every key, flags applied):
+    `dnsprobe config -c FILE FLAGS | sha256sum` gives it. No secret is in that text: of the anonymisation key, only
+    the key file's path (privacy.key_file), never its contents."""
+    return hashlib.sha256(render_yaml(cfg).encode()).hexdigest()
+
+
+def file_origin(cfg, sources):
+    """The FileOrigin of a run with the configuration cfg (as the user gave it, before a run's own adjustments)
+    reading the source kinds `sources` (export.filemeta.SOURCE_KINDS)."""
+    return FileOrigin(tuple(sources), config_digest(cfg))
+
+
 class Pipeline:
     """columnar: the production pipeline on C message records (probe._records): packets and dnstap messages through
     the decoders' decode_into, RecordTable and a TxBatch; False: the Python reference on message tuples; None: the
     records whenever they can run (the record extensions are built, probe.native.RECORD_EXTENSIONS, and the query
     timeout fits in 64 bits), with any decode.parser. The output is the same either way (tests/run/test_columnar.py)."""
 
-    def __init__(self, cfg, out_dir, worker_id=0, stats=None, live=False, columnar=None, share=None):
+    def __init__(self, cfg, out_dir, worker_id=0, stats=None, live=False, columnar=None, share=None, origin=None):
         """share: (k, n), this pipeline is read worker k of n (`dnsprobe read --workers n`) and keeps only the
-        frames whose IP address pair hashes to k (PacketDecoder.share); None: every frame."""
+        frames whose IP address pair hashes to k (PacketDecoder.share); None: every frame. origin: what the files
+        record of the run (file_origin: its source kinds and configuration digest); None: the sources unspecified,
+        the digest of cfg."""
         tune_gc()
         self.cfg = cfg
         self.stats = stats if stats is not None else Stats()
@@ -68,7 +86,7 @@ class Pipeline:
             self._txs = []
         client = client_privacy(cfg.privacy)
         self.exporter = make_exporter(cfg, out_dir, worker_id, self.stats, client=client, live=live,
-                                      tx_records=columnar)
+                                      tx_records=columnar, origin=origin or file_origin(cfg, ()))
         self._until_gc = GC_EVERY_PACKETS
         self._collections = 0
         self.started = time.time()

@@ -54,18 +54,20 @@ QUICK_DEATH_S = 10.0  # a worker dying sooner than this after its start is resta
 
 
 class Supervisor:
-    def __init__(self, cfg, out_dir, interfaces, cores, worker_class, show_status=False, ip_filter_where=None,
-                 dnstap_listeners=(), dnstap=(), fanout_ids=None):
+    def __init__(self, cfg, out_dir, interfaces, cores, worker_class, *, origin, show_status=False,
+                 ip_filter_where=None, dnstap_listeners=(), dnstap=(), fanout_ids=None):
         """worker_class: what a worker process runs, a WorkerShell backend (LiveWorker, DpdkGroup,
-        DpdkThreadsWorker); ip_filter_where: where the filter.* IP lists are applied: "kernel",
-        "workers" or None (no lists); dnstap_listeners: the dnstap listening sockets every worker accepts from,
-        described by the dnstap lines (for the log and the statistics); fanout_ids: the fanout group of each
+        DpdkThreadsWorker); origin: what the files record of the run (probe.run.pipeline.file_origin: its source
+        kinds, the digest of the configuration as given); ip_filter_where: where the filter.* IP lists are applied:
+        "kernel", "workers" or None (no lists); dnstap_listeners: the dnstap listening sockets every worker accepts
+        from, described by the dnstap lines (for the log and the statistics); fanout_ids: the fanout group of each
         interface (probe.run.fanout; None: derived from the process id)."""
         self.worker_class = worker_class
         self.source = getattr(worker_class, "SOURCE", "af_packet")  # the counters that apply (stats.applicable)
         self.dnstap_listeners = tuple(dnstap_listeners)
         self.dnstap = list(dnstap)
         self.cfg = cfg
+        self.origin = origin
         self.ip_filter_where = ip_filter_where
         self.out_dir = Path(out_dir)
         self.interfaces = tuple(interfaces)
@@ -102,7 +104,7 @@ class Supervisor:
         slot.group = self.group()
         spec = WorkerSpec(slot.worker_id, slot.core, self.cfg, self.out_dir, self.interfaces, self.fanout_ids,
                           kernel_ip_filter=self.ip_filter_where == "kernel", dnstap_listeners=self.dnstap_listeners,
-                          dns_metrics=self.dns_metrics, group=slot.group)
+                          dns_metrics=self.dns_metrics, group=slot.group, origin=self.origin)
         inherited = [s.conn for s in self.slots if s.conn is not None and s is not slot]
         proc = self.ctx.Process(target=worker_main, args=(spec, child, inherited, self.worker_class),
                                 name=f"dnsprobe-w{slot.worker_id}")

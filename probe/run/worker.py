@@ -41,6 +41,7 @@ class WorkerSpec:
     dnstap_listeners: tuple = ()  # the dnstap listening sockets (probe.capture.dnstap_listen), shared by all workers
     dns_metrics: bool = False  # count what is written by RCODE, QTYPE, transport and delay (export.metrics)
     group: str = ""  # the name the workers of one start of a led group share (DPDK: the EAL's file prefix)
+    origin: object = None  # what the files record of the run: an export.filemeta.FileOrigin (the supervisor's)
 
 
 def set_parent_death_signal():
@@ -101,7 +102,7 @@ class WorkerShell:
         """A pipeline of this worker, writing PREFIX<start>.w<pipeline_id> files. Time rotation is the
         supervisor's (wall clock, all workers together), not the pipeline's."""
         cfg = dataclasses.replace(cfg, export=dataclasses.replace(cfg.export, rotate_seconds=0))
-        pipeline = Pipeline(cfg, self.spec.out_dir, pipeline_id, live=True)
+        pipeline = Pipeline(cfg, self.spec.out_dir, pipeline_id, live=True, origin=self.spec.origin)
         if self.spec.dns_metrics:
             from export.metrics import DnsMetrics
 

@@ -16,6 +16,7 @@ from support.captures import columnar_captures
 from support.data import ROOT
 from support.dnsprobe import copy_env
 
+from export.filemeta import FileOrigin
 from probe.capture.pcapfile import read_capture
 from probe.config import load_config
 from probe.run.pipeline import Pipeline
@@ -54,6 +55,10 @@ def test_python_decoders_feed_the_records(captures, parser, tmp_path):
         assert outputs[0][0] and outputs[0] == outputs[1], path.name
 
 
+# What both pipelines' files record of their run (export.filemeta): the same, though their configurations differ by
+# their output directories.
+SAME_ORIGIN = FileOrigin(("pcap file",), "0" * 64)
+
 # Parquet options that change what the builder is given or what happens to its table afterwards.
 OPTIONS = {
     "plain": {},
@@ -72,7 +77,7 @@ def test_same_files_and_counters(captures, fmt, options, tmp_path):
             out = tmp_path / f"{path.name}-{columnar}"
             out.mkdir()
             cfg = load_config(overrides={"export.format": fmt, "export.directory": str(out), **OPTIONS[options]})
-            pipeline = Pipeline(cfg, out, columnar=columnar)
+            pipeline = Pipeline(cfg, out, columnar=columnar, origin=SAME_ORIGIN)
             assert pipeline.columnar == columnar
             for frames in read_capture(path, 512):
                 pipeline.feed(frames, str(path))
@@ -187,7 +192,7 @@ def test_dnstap_among_packets_stays_on_records(fmt, tmp_path):
         out = tmp_path / f"{columnar}"
         out.mkdir()
         cfg = load_config(overrides={"export.format": fmt, "export.directory": str(out)})
-        pipeline = Pipeline(cfg, out, columnar=columnar)
+        pipeline = Pipeline(cfg, out, columnar=columnar, origin=SAME_ORIGIN)
         for k, frames in enumerate(read_capture(path, 256)):
             if middle <= k < middle + len(dnstap):
                 pipeline.feed(dnstap[k - middle], "tap")
