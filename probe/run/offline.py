@@ -128,11 +128,10 @@ def _feed_files(pipeline, cfg, files, progress=None, on_error=None, share=None, 
                         source = None
                         continue
                 while (batch := source.read()) is not None:
-                    pipeline.feed(frame_filter.keep(batch) if frame_filter else batch, source.name)
+                    pipeline.feed(_filtered(frame_filter, batch, f) if frame_filter else batch, source.name)
                     if stop and raw is None:
                         return errors, True
-            except (CaptureFileError, ConfigError) as exc:  # ConfigError: the expression fits not its link type
-                exc = exc if isinstance(exc, CaptureFileError) else CaptureFileError(f, str(exc))
+            except CaptureFileError as exc:
                 if stop:  # an input the parent stopped copying when it was interrupted
                     return errors, True
                 errors.append(exc)
@@ -148,6 +147,15 @@ def _feed_files(pipeline, cfg, files, progress=None, on_error=None, share=None, 
     except KeyboardInterrupt:
         return errors, True
     return errors, bool(stop)
+
+
+def _filtered(frame_filter, batch, path):
+    """The frames of the batch the filter expression keeps; an expression that does not fit the file's link type
+    is that file's error (the run goes on with the next), not the run's (a refused output name stays exit 2)."""
+    try:
+        return frame_filter.keep(batch)
+    except ConfigError as exc:
+        raise CaptureFileError(path, str(exc)) from None
 
 
 def dnstap_worker(name, n):
