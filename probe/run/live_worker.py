@@ -157,7 +157,7 @@ class LiveWorker:
         if self.dnstap is not None:
             for name, value in self.dnstap.counters().items():
                 setattr(stats, name, value)
-            interfaces[self.dnstap.name] = {"producers": [c.name + ": " + c.peer for c in self.dnstap.conns.values()]}
+            interfaces[self.dnstap.name] = {"producers": self.dnstap.producers()}
         part = self.pipeline.summary()["part_file"]
         snapshot = {"counters": stats.as_dict(), "interfaces": interfaces, "part_file": part, **self.files.snapshot()}
         if self.dns is not None:
