@@ -71,7 +71,7 @@ test-asan: asan
 	exit $$rc
 
 # The tests that drive the C extensions directly: what CI runs under the sanitizers (make test-asan: all of them).
-ASAN_CI_TESTS := tests/decode/test_fastwire.py tests/match/test_match_c.py tests/export/test_columns.py \
+ASAN_CI_TESTS := tests/decode/test_fastwire.py tests/export/test_columns.py \
 	tests/export/test_cdns_block.py tests/capture/test_pcap_records.py tests/run/test_native_build.py \
 	tests/decode/test_decoderec.py tests/match/test_matchrec.py tests/export/test_parquetrec.py \
 	tests/export/test_cdnsrec.py tests/capture/test_ring.py tests/capture/test_packed_frames.py \

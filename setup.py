@@ -17,12 +17,9 @@ INCLUDE = "include"  # C headers shared by several extensions
 CORE = (
     ("probe.capture._pcaprecords", "probe/capture/_pcaprecords.c", ("records.h", "wire.h")),
     ("probe.capture._ring", "probe/capture/_ring.c", ("records.h",)),
-    ("probe.decode._fastwire", "probe/decode/_fastwire.c",
-     ("fastwire_api.h", "frameloop.h", "tcpstream_api.h", "wire.h")),
-    ("probe.decode._dnstap", "probe/decode/_dnstap.c", ("fastwire_api.h",)),
+    ("probe.decode._fastwire", "probe/decode/_fastwire.c", ("wire.h",)),
+    ("probe.decode._dnstap", "probe/decode/_dnstap.c", ("decoderec_api.h", "records.h")),
     ("probe.decode._tcpstream", "probe/decode/_tcpstream.c", ("tcpstream_api.h",)),
-    ("probe.match._match", "probe/match/_match.c", ("fastint.h",)),
-    ("export.parquet._columns", "export/parquet/_columns.c", ("fastint.h", "valuetext.h")),
     ("export.cdns._cdnsblock", "export/cdns/_cdnsblock.c", ("fastint.h", "records.h")),
     # Lookups over a record table's string columns: enrichment and client privacy.
     ("export._lookup", "export/_lookup.c", ("strcolumn.h",)),
@@ -32,7 +29,7 @@ CORE = (
     # The columnar pipeline: message records (probe._records) decoded, matched and written to Parquet in C.
     ("probe._records", "probe/_records.c", ("records.h",)),
     ("probe.decode._decoderec", "probe/decode/_decoderec.c",
-     ("frameloop.h", "records.h", "tcpstream_api.h", "valuetext.h", "wire.h")),
+     ("decoderec_api.h", "frameloop.h", "records.h", "tcpstream_api.h", "valuetext.h", "wire.h")),
     ("probe.match._matchrec", "probe/match/_matchrec.c", ("records.h",)),
     ("export.parquet._parquetrec", "export/parquet/_parquetrec.c", ("records.h", "valuetext.h")),
 )

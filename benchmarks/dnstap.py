@@ -185,10 +185,11 @@ def measure_socket(path, messages, worker_core, sender_core, tmp_root, fmt):
 def stages(path, messages):
     """Seconds of CPU per message of each stage alone, in this process."""
     from export.parquet.records import RecordBuilder
+    from probe import _records
     from probe.capture.fstrm_session import Session
     from probe.config import load_config
     from probe.decode.dnstap import DnstapDecoder
-    from probe.match import TransactionTable
+    from probe.match import RecordTable
     from probe.model import DnstapBatch
     from probe.stats import Stats
 
@@ -211,14 +212,15 @@ def stages(path, messages):
 
     frames = timed("frame streams splitting", split)
     batches = [DnstapBatch([("f", frames[i : i + 4096])]) for i in range(0, len(frames), 4096)]
-    for name, python in (("dnstap decoder, Python (upb)", True), ("dnstap decoder, C", False)):
-        decoder = DnstapDecoder(cfg.dnstap, cfg.decode, Stats(), keep_raw=False, python=python)
-        msgs = timed(name, lambda d=decoder: [m for b in batches for m in d.decode(b)])
-    table = TransactionTable(cfg.match, Stats())
-    txs = timed("matching", lambda: table.add(msgs) + table.flush())
+    decoder = DnstapDecoder(cfg.dnstap, cfg.decode, Stats(), keep_raw=False, python=True)
+    timed("dnstap decoder, Python (upb; message tuples)", lambda: [m for b in batches for m in decoder.decode(b)])
+    decoder = DnstapDecoder(cfg.dnstap, cfg.decode, Stats(), keep_raw=False)
+    msgs = _records.MsgBatch()
+    timed("dnstap decoder, C (message records)", lambda: [decoder.decode_into(b, msgs) for b in batches])
+    table, txs = RecordTable(cfg.match, Stats()), _records.TxBatch()
+    timed("matching (message records)", lambda: (table.add(msgs, txs), table.flush(txs)))
     builder = RecordBuilder()
-    timed("Parquet records (Arrow columns, before the writer)",
-          lambda: [builder.build(txs[i : i + 16384]) for i in range(0, len(txs), 16384)])
+    timed("Parquet records (Arrow columns, before the writer)", lambda: builder.build(txs))
     return out
 
 

@@ -365,7 +365,8 @@ def main(argv=None):
     contenders = [("1", [pcap], ()), ("2", [pcap], ("--workers", 2))]
     if len(cores) >= 2:
         contenders.append(("2 pinned (--coremask 0x3)", [pcap], ("--coremask", "0x3")))
-    contenders.append(("3", [pcap], ("--workers", 3)))
+    if len(cores) >= 3:  # (read refuses more workers than cores)
+        contenders.append(("3", [pcap], ("--workers", 3)))
     contenders += [("1, the file 3 times", [pcap] * 3, ()), ("2, the file 3 times", [pcap] * 3, ("--workers", 2))]
     samples = {name: [] for name, _, _ in contenders}
     startup = {"1": [], "2": []}

@@ -1,27 +1,46 @@
-"""What the exporters share: the Exporter interface, file names, .part files, rotation on time, output errors.
+"""What the exporters share: the Exporter interface, file names, .part files, rotation, output errors.
 
 Files are written as NAME.part (live Parquet: the journal NAME.journal, export.parquet.journal; in the hive
 layout .NAME.part and .NAME.journal, names engines skip) and renamed to NAME when complete; NAME is
-<prefix><UTC start YYYYmmdd.HHMMSS.ffffff>.w<worker><suffix>, the start being the capture time of the file's
-first record. Every name is taken by creating its file exclusively, so two runs writing into one directory
-never replace each other's files, even when they start at the same moment.
+<prefix><UTC start YYYYmmdd.HHMMSS.ffffff>.w<worker>[.N]<suffix>, the start being the capture time of the file's
+first record, and .N counting the files of one run that start in the same microsecond. A name is a function of
+the input, so that the same input read twice meets its own names: reading files, a name that exists (finished,
+or being written) is refused (ConfigError, exit 2), unless export.overwrite, which replaces the file; live
+capture never reads the same packets twice, and a name an earlier run left (a restart in the same microsecond)
+is kept beside with the next free .N. Every name is taken by creating its live file exclusively, so two runs
+writing into one directory never write one file, even when they start at the same moment.
+
+Rotation is decided here, in FileExporter, for every format: a file is closed export.rotate_seconds of capture
+time after its first record (due()), once it holds export.rotate_records records, and once it holds
+export.rotate_bytes bytes. A format's writer only opens and closes its files and says what each holds
+(OutputFile.records, OutputFile.size()).
+
+A file is finished once it has its final name: it is announced to the run there, by the code that renamed it (the
+exporter's _close, the thread that converts or compresses a file, export.recovery for a dead writer's files), and
+the run's export.on_close command ships it (probe.run.onclose).
 """
 
 import datetime
 import errno
 import fcntl
 import os
+import sys
 import time
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from probe.errors import ConfigError, OutputError
 
+if TYPE_CHECKING:
+    from export.metrics import DnsMetrics
+
 
 class Exporter(Protocol):
-    """The export stage's interface, as the pipeline (probe.run.pipeline) uses it."""
+    """The export stage's interface, as the pipeline (probe.run.pipeline) uses it. Every exporter is made as
+    cls(cfg, directory, worker_id, stats, client=None, live=False, metrics=None) (export.make_exporter)."""
 
     completed: list  # final paths of the files closed so far
+    metrics: "DnsMetrics | None"  # export.metrics.DnsMetrics counting what is written (Prometheus), or None
 
     def write(self, txs, address_events=None, now_ns=None):
         """Append completed transactions (and, for C-DNS, the decoder's address events)."""
@@ -30,10 +49,13 @@ class Exporter(Protocol):
         """A file is open."""
 
     def due(self, now_ns) -> bool:
-        """The open file has reached its time limit (capture time now_ns)."""
+        """An open file has reached its time limit (capture time now_ns)."""
 
     def rotate(self):
-        """Close the current file now; the next records open a new one."""
+        """Close the open files now; the next records open new ones."""
+
+    def reload(self):
+        """Read again what the rows are enriched from (databases, lists) when it changed on disk: at rotation."""
 
     def close(self):
         """End of output: close, and wait for anything still finishing the files."""
@@ -68,41 +90,66 @@ def hidden_part(path):
     return live_path(path, ".part", hidden=True)
 
 
-def free_path(directory, base, suffix, take=None):
-    """DIR/BASE+SUFFIX, or DIR/BASE.N+SUFFIX with the first N that is free, counting the live names of a file
-    (NAME.part, NAME.journal, .NAME.part, .NAME.journal) as taken. The name is taken by creating a file
-    exclusively: take(path) names it (default: path itself); take=False returns the free name without taking it.
+def name_in_use(path):
+    """path, or the live name of it (NAME.part, NAME.journal, .NAME.part, .NAME.journal) that exists; None: neither
+    does."""
+    names = [path] + [live_path(path, s, h) for s in LIVE_SUFFIXES for h in (False, True)]
+    return next((p for p in names if p.exists()), None)
 
-    Output names carry a time to the second (statistics) or microsecond (data); two runs writing to one
-    directory can still meet on a name, even at the same moment, and neither may replace the other's file."""
+
+def take(path):
+    """Create path exclusively (empty): the name is this run's. False when another run took it first."""
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+    except FileExistsError:
+        return False
+    return True
+
+
+def free_path(directory, base, suffix):
+    """DIR/BASE+SUFFIX, or DIR/BASE.N+SUFFIX with the first N that is free (name_in_use), taken by creating it.
+
+    For the statistics JSON, named after the run's start to the second: two runs in one second each keep theirs."""
     directory = Path(directory)
     seq = 0
     while True:
         path = directory / (f"{base}{suffix}" if not seq else f"{base}.{seq}{suffix}")
         seq += 1
-        if path.exists() or any(live_path(path, s, h).exists() for s in LIVE_SUFFIXES for h in (False, True)):
-            continue
-        if take is False:
+        if name_in_use(path) is None and take(path):
             return path
-        try:
-            os.close(os.open(take(path) if take else path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
-        except FileExistsError:  # another run took it since we looked
-            continue
-        return path
-
-
-STATS_DIR = "_stats"  # the hive layout's directory of statistics JSON files, skipped by engines as hidden
 
 
 def stats_json_path(export_cfg, directory, started):
-    """Where a run's statistics JSON goes: PREFIX<UTC start to the second>.stats.json, made unique and taken
-    (created empty) at once: call it when the file is about to be written. In the hive layout under _stats/, so
-    that the output directory holds nothing but the dataset."""
+    """Where a run's statistics JSON goes: _PREFIX<UTC start to the second>.stats.json in the output directory,
+    made unique and taken (created empty) at once: call it when the file is about to be written. The leading '_'
+    is Hadoop's mark of a file that is not data: Spark, Hive, Trino and pyarrow reading the directory skip it, in
+    either layout."""
     stamp = time.strftime("%Y%m%d.%H%M%S", time.gmtime(started))
-    if export_cfg.layout == "hive":
-        directory = Path(directory) / STATS_DIR
-        directory.mkdir(exist_ok=True)
-    return free_path(directory, f"{export_cfg.file_prefix}{stamp}", ".stats.json")
+    return free_path(directory, f"_{export_cfg.file_prefix}{stamp}", ".stats.json")
+
+
+# Where finished files are announced: the write end of the run's pipe (probe.run.onclose), set before the run starts
+# the processes that write files, which inherit it (fork). None: nothing listens (no export.on_close).
+_announce_fd = None
+
+
+def announce_finished_to(fd):
+    """Announce every file finished from now on, in this process and the ones it forks, on fd (None: stop)."""
+    global _announce_fd
+    _announce_fd = fd
+
+
+def announce_finished(path):
+    """The file is complete under its final name: tell the run (its absolute path, NUL-terminated; one write of
+    up to PIPE_BUF bytes, so processes writing at once never interleave their names)."""
+    if _announce_fd is None:
+        return
+    data = os.fsencode(os.path.abspath(path)) + b"\0"
+    try:
+        while data:
+            data = data[os.write(_announce_fd, data):]
+    except OSError as exc:  # (the file itself is fine: not an output error)
+        print(f"dnsprobe: {path}: not announced to export.on_close: {exc}", file=sys.stderr, flush=True)
 
 
 def lock_live_file(path):
@@ -143,36 +190,66 @@ def tx_time_ns(tx):
     return m[0]
 
 
+class OutputFile:
+    """A file being written, as rotation sees it: its names, the capture time of its first record, the records
+    its writer has put in it and the bytes it holds (size(), each format's own measure)."""
+
+    def __init__(self, final_path, part_path, start_ns):
+        self.final_path = final_path
+        self.part_path = part_path
+        self.start_ns = start_ns
+        self.records = 0  # records handed to the file (export.rotate_records)
+
+    def size(self):
+        """Bytes the file holds (export.rotate_bytes)."""
+        raise NotImplementedError
+
+
 class FileExporter:
-    """What the exporters share: names, .part paths, rotation on time, output errors."""
+    """What the file exporters share: names, .part paths, rotation, output errors.
+
+    A format's writer (a subclass) makes its OutputFile in _new_file(key, ts_ns) and finishes it in _close(file);
+    it gets the open file with _open(ts_ns, key), adds to file.records what it puts in it, puts no more records
+    in it than _room() allows, and calls _end_if_full() where the file may have reached its records or bytes
+    (after a row group, a block). One file is open per key: the partition of the hive layout, else None."""
 
     suffix = ""
     live_suffix = ".part"  # what the file is called while it is written: NAME + this
 
-    def __init__(self, export_cfg, directory, worker_id, stats):
-        self.cfg = export_cfg
+    def __init__(self, cfg, directory, worker_id, stats, metrics=None, live=False):
+        """live: the records come from live capture, whose file names are never refused nor replaced (_take_name)."""
+        self.cfg = cfg.export
         self.dir = Path(directory)
         self.worker_id = worker_id
         self.stats = stats
-        self.part_path = None
-        self.final_path = None
-        self.file_start_ns = None
+        self.files = {}  # key → OutputFile open, in order of opening
+        self.file_start_ns = None  # capture time of the newest file's first record
         self.completed = []  # final paths of closed files
-        self.metrics = None  # export.metrics.DnsMetrics of what is written, when asked for (Prometheus)
+        self.metrics = metrics
+        self.live = live
+        self.named = {}  # (directory, NAME without .N and suffix) → files this run has named so
+
+    @property
+    def part_path(self):
+        """The name of the newest file being written (None: none is open)."""
+        return next(reversed(self.files.values())).part_path if self.files else None
 
     def is_open(self):
-        raise NotImplementedError
-
-    def rotate(self):
-        raise NotImplementedError
+        return bool(self.files)
 
     def due(self, now_ns):
-        """True when the open file has reached its time limit."""
-        return (
-            self.is_open()
-            and self.cfg.rotate_seconds > 0
-            and now_ns - self.file_start_ns >= int(self.cfg.rotate_seconds * 1e9)
-        )
+        """True when an open file has reached its time limit."""
+        if self.cfg.rotate_seconds <= 0:
+            return False
+        limit = int(self.cfg.rotate_seconds * 1e9)
+        return any(now_ns - f.start_ns >= limit for f in self.files.values())
+
+    def rotate(self):
+        for key in list(self.files):
+            self._end(key)
+
+    def reload(self):
+        pass  # (a format whose rows are enriched reads its databases again)
 
     def close(self):
         self.rotate()
@@ -184,19 +261,97 @@ class FileExporter:
         return 0
 
     def live_files(self):
-        return [self.part_path] if self.is_open() else []
+        return [f.part_path for f in self.files.values()]
 
-    def _name(self, ts_ns):
-        """Choose and take the paths of a new file starting at ts_ns (a .N is added if the name is taken): the file
-        being written (part_path) is created here, empty."""
+    # -- rotation --
+
+    def _open(self, ts_ns, key=None):
+        """The open file of key; a new one, starting at capture time ts_ns, when there is none."""
+        f = self.files.get(key)
+        if f is None:
+            f = self.files[key] = self._new_file(key, ts_ns)
+            self.file_start_ns = ts_ns
+        return f
+
+    def _room(self, f, records):
+        """How many of `records` records the file f takes before it holds export.rotate_records."""
+        limit = self.cfg.rotate_records
+        return min(records, limit - f.records) if limit else records
+
+    def _over_size(self, f):
+        return 0 < self.cfg.rotate_bytes <= f.size()
+
+    def _full(self, f):
+        """The file f is complete: it holds export.rotate_records records or export.rotate_bytes bytes."""
+        return (0 < self.cfg.rotate_records <= f.records) or self._over_size(f)
+
+    def _end_if_full(self, key=None):
+        """Close the file of key when it is full; True when it was."""
+        f = self.files.get(key)
+        if f is None or not self._full(f):
+            return False
+        self._end(key)
+        return True
+
+    def _end(self, key):
+        self._close(self.files.pop(key))
+
+    def _finished(self, final_path, announced=False):
+        """A file is complete and renamed: counted, and announced (export.on_close) unless the thread that
+        renamed it has done so already (announced: at once, whatever happens to this process after)."""
+        self.completed.append(final_path)
+        self.stats.files += 1
+        if not announced:
+            announce_finished(final_path)
+
+    # -- what a format's writer provides --
+
+    def _new_file(self, key, ts_ns):
+        """Open a file of key starting at capture time ts_ns (its name: _take_name) and return its OutputFile."""
+        raise NotImplementedError
+
+    def _close(self, f):
+        """Finish the file f (no longer in self.files): write what it still waits for, close it, rename it."""
+        raise NotImplementedError
+
+    def _take_name(self, directory, ts_ns, hidden=False):
+        """(final path, live path) of a new file in directory starting at ts_ns; the live one is created here,
+        empty, so that no other run takes the name. A name this run gave already gets the next .N (files of one
+        rotation starting in the same microsecond); one that exists otherwise is an earlier run's (see the module
+        docstring)."""
         base = f"{self.cfg.file_prefix}{file_stamp(ts_ns)}.w{self.worker_id}"
-        try:
-            final = free_path(self.dir, base, self.suffix, take=lambda p: live_path(p, self.live_suffix))
-        except OSError as exc:
-            raise self._output_error(exc, self.dir) from None
-        self.final_path = final
-        self.part_path = Path(f"{final}{self.live_suffix}")
-        self.file_start_ns = ts_ns
+        key = (str(directory), base)
+        while True:
+            seq = self.named.get(key, 0)
+            self.named[key] = seq + 1
+            final = Path(directory) / (f"{base}.{seq}{self.suffix}" if seq else f"{base}{self.suffix}")
+            part = live_path(final, self.live_suffix, hidden)
+            try:
+                if self._may_take(final, part) and take(part):
+                    return final, part
+            except OSError as exc:
+                raise self._output_error(exc, directory) from None
+            if not self.live:  # another run took the name since we looked
+                raise self._name_exists(part)
+
+    def _may_take(self, final, part):
+        """Whether the name final may be written: it is not in use, or export.overwrite replaces it (a live file of
+        it left by an interrupted run is removed). Live capture passes on to the next .N; reading files, a name in
+        use is refused."""
+        found = name_in_use(final)
+        if found is None:
+            return True
+        if self.live:
+            return False
+        if not self.cfg.overwrite:
+            raise self._name_exists(found)
+        if part.exists():
+            part.unlink()
+        return True  # (the finished file is replaced when ours is renamed to it)
+
+    def _name_exists(self, path):
+        return ConfigError(f"{path} exists (this input written there before?): not written twice; --overwrite"
+                           " (export.overwrite) replaces it")
 
     def _output_error(self, exc, where=None):
         where = where or self.part_path or self.dir

@@ -1,7 +1,8 @@
 """DNS figures of what an exporter writes, for the Prometheus endpoint of a capture: transactions by RCODE, QTYPE
 and transport, and a histogram of response delays. Kept only when the endpoint is on (capture.prometheus_port):
-the exporters call add_table (Parquet: the Arrow table written, counted by pyarrow) or add_transactions (C-DNS:
-the transaction tuples)."""
+the exporters call add_table (Parquet: the Arrow table written, counted by pyarrow), add_records (C-DNS in the
+production pipeline: a TxBatch, counted from the Parquet columns the C column pass makes of it) or
+add_transactions (C-DNS in the reference pipeline: the transaction tuples)."""
 
 from collections import Counter
 
@@ -36,6 +37,12 @@ class DnsMetrics:
             self.delay_sum_us += pc.sum(delays).as_py()
             for i, bound in enumerate(_BOUNDS_US):
                 self.delay_le[i] += pc.sum(pc.less_equal(delays, bound)).as_py() or 0
+
+    def add_records(self, txs):
+        """A probe._records.TxBatch (transactions of message records)."""
+        from export.parquet.records import record_columns
+
+        self.add_table(record_columns(txs, ["rcode", "qtype", "prot", "response_delay_us"]))
 
     def add_transactions(self, txs):
         """Transaction tuples (query, response, response_messages)."""

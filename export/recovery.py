@@ -12,7 +12,7 @@ import os
 import time
 from pathlib import Path
 
-from export.base import lock_live_file
+from export.base import announce_finished, lock_live_file
 
 # Patterns of live files (a Parquet journal may be hidden: .NAME.parquet.journal in the hive layout).
 LIVE_PATTERNS = ("*.parquet.journal", "*.cdns.part", "*.cdns.*.part")
@@ -65,6 +65,7 @@ def recover(directories, export_cfg, recursive=False):
                 records = recover_cdns(path, final)
             if records:
                 done.append((final, records))
+                announce_finished(final)
         except OSError as exc:
             errors.append(f"{path}: cannot recover: {exc}")
         finally:

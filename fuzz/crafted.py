@@ -2,7 +2,9 @@
 sample, or a malformed message, with the fields matching reads (ID, client address and port, direction, QNAME
 in several cases, QTYPE including zone transfers, the last answer's type, transport, capture time) taken from
 a few values each, so that keys collide, queries repeat, transfers open and close and timeouts fire. Decoding
-frames reaches these states only by chance; here every 8 bytes make one message."""
+frames reaches these states only by chance; here every 8 bytes make one message. A message may be a dnstap
+one (probe.decode.dnstap): a scope of two families and of identities and producers that collide (an identity
+equal to a producer's name), addresses, ports or transport None, a query copy (QueryCopy)."""
 
 from harness import ROOT
 
@@ -10,13 +12,15 @@ from probe.capture.pcapfile import read_capture
 from probe.config import load_config
 from probe.decode.ipfilter import IpFilter
 from probe.decode.packets import PacketDecoder
-from probe.model import FLAG_QR, M
+from probe.model import FLAG_QR, M, QueryCopy
 from probe.stats import Stats
 
 T0 = 1_700_000_000_000_000_000
 CLIENTS = (b"\xc0\x00\x02\x01", b"\xc0\x00\x02\x02")
 SERVER = b"\xc6\x33\x64\x35"
 NAMES = ("a.example", "A.EXAMPLE", "\u212aelvin.example", "kelvin.example", "", "b.example")
+# dnstap: (identity, scope name: the identity or else the producer's name)
+DNSTAP_SCOPES = (("srv", "srv"), (None, "p1"), (None, "srv"))
 
 
 def _templates():
@@ -63,5 +67,26 @@ def messages(data):
                 m[M.QTYPE] = (251, 252)[qtype >> 2 & 1]
             if qtype & 8:
                 m[M.LAST_AN_TYPE] = 6 if qtype & 16 else 1
+        if proto & 0x20:
+            m = _dnstap(m, proto, port)
+            if name & 0x80:
+                out.append(QueryCopy(m))
+                continue
         out.append(tuple(m))
     return out
+
+
+def _dnstap(m, proto, port):
+    """Message m made a dnstap message, as probe.decode.dnstap makes them: no frame (lengths, TTL, checksum,
+    VLAN, RTT None), the scope and origin, and per the bits of port: addresses, or transport and ports, None."""
+    family = ("client", "auth")[proto >> 6 & 1]
+    identity, scope_name = DNSTAP_SCOPES[(port >> 1) % 3]
+    m[M.WIRELEN] = m[M.TTL] = m[M.UDP_SUM] = m[M.VLAN] = m[M.TCP_RTT_MS] = None
+    absent = port >> 3 & 3
+    if absent == 2:
+        m[M.SRC] = m[M.DST] = m[M.IPV] = None
+    elif absent == 3:
+        m[M.TRANSPORT] = m[M.PROTO] = m[M.SPORT] = m[M.DPORT] = None
+    m[M.SCOPE] = (m[M.TRANSPORT], family, scope_name)
+    m[M.ORIGIN] = (family, identity)
+    return tuple(m)

@@ -1,6 +1,7 @@
-"""Transactions through the C-DNS block builder in C (Block.add, export.cdns._cdnsblock) and in Python
-(Block.add_python): equal tables in the same order, items, counters, and equal block bytes (the C encoding
-against encode(python=True), which uses no C)."""
+"""Transactions through the C-DNS block builder in C, as message records (Block.add on a TxBatch:
+export.cdns._cdnsblock.add_records), and its Python reference, as tuples (Block.add_python): equal tables in the
+same order, items, counters, and equal block bytes (the C encoding against encode(python=True), which uses no
+C)."""
 
 import tempfile
 
@@ -9,12 +10,13 @@ from stages import transactions
 
 from export.cdns import block as cdns
 from export.cdns.writer import CdnsExporter
+from probe import _records
 from probe.config import load_config
 from probe.stats import Stats
 
 TABLES = ("ip", "names", "classtype", "sigs", "qrr", "qlist", "rr", "rrlist", "mm_data")
 WRITER = CdnsExporter(load_config(overrides={"export.format": "cdns"}), tempfile.mkdtemp(prefix="fuzz-cdns-"), 0,
-                      Stats())
+                      Stats(), records=True)
 
 
 def one_input(data):
@@ -24,8 +26,11 @@ def one_input(data):
     fast, slow = cdns.Block(WRITER), cdns.Block(WRITER)
     slow.items = []
     step = len(data) % 7 + 1
+    batch = _records.TxBatch()
+    for t in txs:
+        batch.append(t)
     for i in range(0, len(txs), step):
-        fast.add(txs[i : i + step])
+        fast.add(batch, i, min(i + step, len(txs)))
         slow.add_python(txs[i : i + step])
     for name in TABLES:
         a, b = list(getattr(fast, name).items()), list(getattr(slow, name).items())

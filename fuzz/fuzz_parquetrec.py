@@ -1,5 +1,5 @@
-"""Transactions through the record column pass (export.parquet._parquetrec: RecordBuilder.build on a TxBatch)
-and the Python reference (RecordBuilder.build on the same transactions as tuples, its column pass
+"""Transactions through the record column pass (export.parquet._parquetrec: RecordBuilder.build_records on a
+TxBatch) and the Python reference (RecordBuilder.build on the same transactions as tuples, its column pass
 columns.extract_python): equal tables, column for column, types and nulls included. The first byte turns the
 answers column on (the responses' bytes through the pass, then the answers made of them) and picks how the
 transactions are made: from fuzz frames decoded and matched (fuzz/stages.py), or from crafted messages
@@ -9,15 +9,11 @@ from crafted import messages
 from harness import check, run
 from stages import transactions
 
-import export.parquet.records as records
-from export.parquet import columns
 from export.parquet.records import RecordBuilder
 from probe import _records
 from probe.config import MatchConfig
 from probe.match import TransactionTable
 from probe.stats import Stats
-
-records.extract = columns.extract_python  # the tuple path's pure-Python reference
 
 
 def one_input(data):
@@ -34,7 +30,7 @@ def one_input(data):
     batch = _records.TxBatch()
     for t in txs:
         batch.append(t)
-    got, want = RecordBuilder(answers=answers).build(batch), RecordBuilder(answers=answers).build(txs)
+    got, want = RecordBuilder(answers=answers).build_records(batch), RecordBuilder(answers=answers).build(txs)
     got.validate(full=True)
     check(got.schema == want.schema, "schema", data, got.schema, want.schema)
     for name in want.column_names:

@@ -56,7 +56,8 @@ def main():
     shutil.rmtree(OUT, ignore_errors=True)
     rng = random.Random(18)
     rng21 = random.Random(21)  # (the later harnesses' own: the seeds of the others stay as they were)
-    ethernet = bytes([sorted(LINK_NAMES).index(1)])
+    ethernet = sorted(LINK_NAMES).index(1)
+    seeds = 0
     for path in CAPTURES:
         if not path.exists():
             continue
@@ -67,10 +68,15 @@ def main():
             if eth:
                 i = rng.randrange(len(eth))
                 run = join_frames(eth[i : i + rng.randint(2, 24)])
-                for name in ("fuzz_columns", "fuzz_cdnsblock"):
-                    save(name, run)
-                save("fuzz_match", bytes([rng.randrange(256) for _ in range(3)]) + run)
-                save("fuzz_frames", ethernet + join_frames(eth[i : i + 3]))
+                save("fuzz_cdnsblock", run)
+                save("fuzz_parquetrec", bytes([seeds % 2]) + run)  # (the answers column on or off)
+                match = [rng.randrange(256) for _ in range(3)]
+                save("fuzz_matchrec", bytes(match[:1] + [match[1] | 0x80] + match[2:]) + run)  # decoded messages
+                # Frames packed or as lists, the raw message kept or not, the IP lists on or off, VLAN offload.
+                mode = (0x08 if seeds % 2 else 0) | (0x10 if seeds % 3 else 0) | (0x20 if seeds % 4 == 0 else 0)
+                mode |= 0x40 if seeds % 5 == 0 else 0
+                save("fuzz_decoderec", bytes([ethernet | mode]) + join_frames(eth[i : i + 3]))
+                seeds += 1
         decoder = PacketDecoder(DecodeConfig(parser="wire"), (53,), Stats())
         decoded = [m for b in read_capture(path, 4096) for m in decoder.decode(b, str(path))]
         for raw in rng.sample([m[M.RAW] for m in decoded], min(12, len(decoded))):
@@ -112,15 +118,9 @@ def main():
 
 def new_harnesses(rng):
     """Seeds of the columnar path's harnesses and of the dnstap and ring ones, from the seeds above."""
-    ethernet = sorted(LINK_NAMES).index(1)
-    for i, f in enumerate(sorted((OUT / "fuzz_frames").iterdir())[:12]):
-        mode = ethernet | (0x08 if i % 2 else 0) | (0x10 if i % 3 else 0) | (0x20 if i % 4 == 0 else 0)
-        save("fuzz_decoderec", bytes([mode | (0x40 if i % 5 == 0 else 0)]) + f.read_bytes()[1:])
     msgs = [f.read_bytes() for f in sorted((OUT / "fuzz_dnswire").iterdir())]
     for i in range(0, len(msgs), 8):
         save("fuzz_decoderec", bytes([0x80 | 0x18]) + join_frames(msgs[i : i + 8]))
-    for i, f in enumerate(sorted((OUT / "fuzz_columns").iterdir())[:8]):
-        save("fuzz_parquetrec", bytes([i % 2]) + f.read_bytes())
     for _ in range(6):  # (fuzz/crafted.py: queries, most followed by their response, some repeated)
         steps = []
         for _ in range(rng.randint(4, 30)):
@@ -132,8 +132,7 @@ def new_harnesses(rng):
         crafted = bytes(rng.randrange(256) for _ in range(3)) + bytes(b for s in steps for b in s)
         save("fuzz_matchrec", crafted)
         save("fuzz_parquetrec", bytes([2 | rng.randrange(2)]) + crafted[3:])
-    sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "tests" / "decode")]
-    import fuzz_dnstap  # (tests/decode: the dnstap entry point and its valid frames)
+    import fuzz_dnstap  # (its valid frames)
 
     for frame in fuzz_dnstap.corpus():
         save("fuzz_dnstap", frame)

@@ -1,5 +1,6 @@
-"""Fuzz bytes → frames → messages → transactions, through the real stages (the C ones where built), for the
-harnesses of the later stages. Returns [] for inputs that give nothing."""
+"""Fuzz bytes → frames → messages → transactions, through the reference stages (message tuples: the Python frame
+loop with the C walker where built, TransactionTable), for the harnesses of the later stages. Returns [] for
+inputs that give nothing."""
 
 from harness import split_frames
 

@@ -1,8 +1,7 @@
-/* What the two common-frame fast paths of PacketDecoder share: probe/decode/_fastwire.c (message tuples into a
- * list) and probe/decode/_decoderec.c (message records into a MsgBatch) take the same arguments, count alike,
- * ask the IP lists and the TCP stream step alike and stop at the same frame; only what they make of a message
- * differs. The loop over the three lists of a FrameBatch is written here once, with the step for one frame
- * given by each file. */
+/* The common-frame loop of PacketDecoder.decode_into (probe/decode/_decoderec.c: message records into a
+ * MsgBatch): its arguments, counts, the IP lists and the TCP stream step, and where it stops, by the rules of
+ * the Python frame loop (probe/decode/packets.py). The loop over the three lists of a FrameBatch is written
+ * here, with the step for one frame given by its includer. */
 #ifndef DNSPROBE_FRAMELOOP_H
 #define DNSPROBE_FRAMELOOP_H
 
@@ -15,7 +14,7 @@
  * import: the frame loops also run with the Python step). */
 static TcpstreamAPI *tcp_api;
 
-/* The counts list both fast paths add to (packets.py's c_counts). */
+/* The counts list the frame loop adds to (packets.py's c_counts). */
 enum { C_BYTES, C_MESSAGES, C_RESPONSES, C_MALFORMED, C_FILTERED, N_COUNTS };
 
 /* The checks of the portmap, counts and tcp arguments. */

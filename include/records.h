@@ -9,7 +9,10 @@
  * slot: rec_to_tuple gives exactly the tuple the Python decoder makes, and rec_from_tuple takes one (the
  * frames decoded by the Python code join the batch that way, in capture order).
  *
- * None: -1 in the int32 fields that can be None, SPAN_NONE in a span's length, 0 in the has_ flags.
+ * None: -1 in the int32 (and wirelen) fields that can be None, 0 in ipv, proto and transport, the ABSENT_ bits
+ * for the addresses, SPAN_NONE in a span's length, 0 in the has_ flags. A packet's message has none of those
+ * None but vlan, rtt and the DNS ones; a dnstap message (probe/decode/_dnstap.c) has no frame: wirelen, ttl,
+ * udp_sum None, and the addresses, ports, ipv and proto when its producer did not send them.
  */
 #ifndef DNSPROBE_RECORDS_H
 #define DNSPROBE_RECORDS_H
@@ -19,13 +22,23 @@
 
 #define SPAN_NONE 0xFFFFFFFFu
 
-/* probe.model MESSAGE_FIELDS: how many, and where the fields a record does not store sit. A record is a
- * packet's message: its scope is its proto and its origin None (dnstap messages stay tuples). */
+/* probe.model MESSAGE_FIELDS: how many, and where the scope and origin sit. A packet's message (family 0) has
+ * its proto as scope and no origin; a dnstap message has the scope (transport, family, identity or else
+ * producer) and the origin (family, identity), made of the fields family, transport, identity and scope_name. */
 /* probe.model TRANSPORTS codes of packets' messages */
 #define TRANSPORT_UDP 1
 #define TRANSPORT_TCP 2
 
 enum { F_TRANSPORT = 12, F_SCOPE = 13, F_ORIGIN = 14, F_DNS = 15, N_FIELDS = 30 };
+
+/* dnstap message families (the origin's first item), by code: probe.decode.dnstap_types FAMILIES, whose code is
+ * its index + 1; 0 is a packet's message, which has no origin. */
+static const char *const FAMILY_NAMES[] = {NULL, "auth", "resolver", "client", "forwarder", "stub", "tool", "update"};
+#define N_FAMILIES ((int)(sizeof FAMILY_NAMES / sizeof FAMILY_NAMES[0]))
+
+/* Rec.absent: the address is None (dnstap) */
+#define ABSENT_SRC 1
+#define ABSENT_DST 2
 
 /* A string or bytes value in the record's tail: offset from the record's start, length (SPAN_NONE: None). */
 typedef struct {
@@ -36,10 +49,14 @@ typedef struct {
     uint32_t size; /* bytes of the record and its tail, a multiple of 8 */
     uint8_t ipv, proto, malformed, has_edns;
     uint8_t has_rtt, e_do, e_cookie, transport; /* transport: probe.model TRANSPORTS code, 0: None */
+    uint8_t family;     /* dnstap: the origin's message family (FAMILY_NAMES); 0: a packet's message, no origin */
+    uint8_t absent;     /* ABSENT_SRC, ABSENT_DST */
+    uint8_t query_copy; /* a probe.model.QueryCopy: the query a dnstap response carries (matching: _matchrec.c) */
+    uint8_t pad_;
     int32_t vlan; /* -1: None */
-    int64_t ts_ns, wirelen, dns_len;
+    int64_t ts_ns, wirelen, dns_len; /* wirelen -1: None */
     double rtt_ms;
-    int32_t sport, dport, ttl, udp_sum;
+    int32_t sport, dport, ttl, udp_sum;                    /* -1: None */
     int32_t id, flags, qdcount, ancount, nscount, arcount; /* -1: None */
     int32_t qtype, qclass, labels, last_an;                /* -1: None */
     int32_t e_udp, e_version, e_ext_rcode;                 /* EDNS (has_edns) */
@@ -48,6 +65,11 @@ typedef struct {
     Span raw;
     Span e_nsid, e_dau, e_dhu, e_n3u, e_ecs, e_other, e_rdata;
     Span e_ede; /* len: the number of codes, uint16 each */
+    /* dnstap (SPAN_NONE in a packet's message): the server identity (the origin's second item; SPAN_NONE: None),
+     * and the scope's third item, the identity or else the producer's name. Matching compares the scope as
+     * TransactionTable compares the tuple: transport, family and this text, byte for byte (the texts are
+     * UTF-8 of Python str, equal exactly when the str are), so no id has to be kept unique anywhere. */
+    Span identity, scope_name;
 } Rec;
 
 static inline const char *rec_at(const Rec *r, Span s)

@@ -1,4 +1,4 @@
-/* The C API that probe.decode._tcpstream exports to the frame loops (a capsule, as fastwire_api.h): the TCP stream
+/* The C API that probe.decode._tcpstream exports to the frame loops (a capsule, as decoderec_api.h): the TCP stream
  * step without a Python call per segment. The frame loops (include/frameloop.h) take, as their tcp argument, a
  * (TcpReassembler, on_reset) pair: on_reset(src, ipv) runs for a segment with RST before the step, as
  * PacketDecoder._tcp_step does. */

@@ -1,8 +1,8 @@
 /* The PyObject-free part of the DNS decoders in C: frame classification and the DNS message walk.
  *
- * Shared by probe.decode._fastwire (message tuples) and probe.decode._decoderec (message records), so that
- * both read frames and messages by the same rules, those of the Python reference (probe/decode/packets.py,
- * probe/decode/dnswire.py). Include after Python.h (it uses Py_ssize_t).
+ * Shared by probe.decode._fastwire (the DNS part of message tuples) and probe.decode._decoderec (message records),
+ * so that both read frames and messages by the same rules, those of the Python reference
+ * (probe/decode/packets.py, probe/decode/dnswire.py). Include after Python.h (it uses Py_ssize_t).
  */
 #ifndef DNSPROBE_WIRE_H
 #define DNSPROBE_WIRE_H

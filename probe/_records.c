@@ -218,25 +218,62 @@ static PyObject *edns_tuple(const Rec *r)
     return tuple_of(v, 13);
 }
 
+static PyObject *query_copy_type; /* probe.model.QueryCopy */
+static PyObject *family_str[N_FAMILIES]; /* FAMILY_NAMES as str objects (0: NULL) */
+
+static PyObject *address(const Rec *r, int absent_bit, const uint8_t *a)
+{
+    if (r->absent & absent_bit)
+        return Py_NewRef(Py_None);
+    return PyBytes_FromStringAndSize((const char *)a, addr_len(r));
+}
+
+/* The scope and origin of a dnstap message: (transport, family, identity or else producer), (family, identity). */
+static int dnstap_scope(const Rec *r, PyObject **scope, PyObject **origin)
+{
+    PyObject *fam = family_str[r->family < N_FAMILIES ? r->family : 0];
+    if (fam == NULL) {
+        PyErr_Format(PyExc_ValueError, "message record of an unknown dnstap family %d", r->family);
+        return -1;
+    }
+    PyObject *sv[3] = {r->transport ? PyLong_FromLong(r->transport) : Py_NewRef(Py_None), Py_NewRef(fam),
+                       PyUnicode_DecodeUTF8(rec_at(r, r->scope_name), r->scope_name.len, "surrogatepass")};
+    PyObject *ov[2] = {Py_NewRef(fam), span_str(r, r->identity)};
+    *scope = tuple_of(sv, 3);
+    *origin = tuple_of(ov, 2);
+    if (*scope == NULL || *origin == NULL) {
+        Py_CLEAR(*scope);
+        Py_CLEAR(*origin);
+        return -1;
+    }
+    return 0;
+}
+
 static PyObject *rec_to_tuple(const Rec *r)
 {
-    int alen = addr_len(r);
+    PyObject *scope, *origin;
+    if (r->family == 0) {
+        scope = r->proto ? PyLong_FromLong(r->proto) : Py_NewRef(Py_None); /* a packet's is its IP protocol */
+        origin = Py_NewRef(Py_None);
+    } else if (dnstap_scope(r, &scope, &origin) < 0) {
+        return NULL;
+    }
     PyObject *v[N_FIELDS] = {
         PyLong_FromLongLong(r->ts_ns),
-        PyLong_FromLongLong(r->wirelen),
-        PyLong_FromLong(r->ipv),
-        PyLong_FromLong(r->proto),
-        PyBytes_FromStringAndSize((const char *)r->src, alen),
-        PyLong_FromLong(r->sport),
-        PyBytes_FromStringAndSize((const char *)r->dst, alen),
-        PyLong_FromLong(r->dport),
-        PyLong_FromLong(r->ttl),
-        PyLong_FromLong(r->udp_sum),
+        r->wirelen < 0 ? Py_NewRef(Py_None) : PyLong_FromLongLong(r->wirelen),
+        r->ipv ? PyLong_FromLong(r->ipv) : Py_NewRef(Py_None),
+        r->proto ? PyLong_FromLong(r->proto) : Py_NewRef(Py_None),
+        address(r, ABSENT_SRC, r->src),
+        int_or_none(r->sport),
+        address(r, ABSENT_DST, r->dst),
+        int_or_none(r->dport),
+        int_or_none(r->ttl),
+        int_or_none(r->udp_sum),
         int_or_none(r->vlan),
         r->has_rtt ? PyFloat_FromDouble(r->rtt_ms) : Py_NewRef(Py_None),
         r->transport ? PyLong_FromLong(r->transport) : Py_NewRef(Py_None),
-        PyLong_FromLong(r->proto), /* scope: a packet's is its IP protocol */
-        Py_NewRef(Py_None),        /* origin: None for packets */
+        scope,
+        origin,
         PyLong_FromLongLong(r->dns_len),
         int_or_none(r->id),
         int_or_none(r->flags),
@@ -253,7 +290,12 @@ static PyObject *rec_to_tuple(const Rec *r)
         int_or_none(r->last_an),
         span_bytes(r, r->raw),
     };
-    return tuple_of(v, N_FIELDS);
+    PyObject *t = tuple_of(v, N_FIELDS);
+    if (t == NULL || !r->query_copy)
+        return t;
+    PyObject *copy = PyObject_CallOneArg(query_copy_type, t);
+    Py_DECREF(t);
+    return copy;
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -329,39 +371,107 @@ static int get_data(PyObject *v, const char *field, int is_str, int none_ok, con
     return 0;
 }
 
-enum { S_QNAME, S_RAW, S_NSID, S_DAU, S_DHU, S_N3U, S_ECS, S_OTHER, S_RDATA, S_EDE, N_SPANS };
+enum { S_QNAME, S_RAW, S_NSID, S_DAU, S_DHU, S_N3U, S_ECS, S_OTHER, S_RDATA, S_EDE, S_IDENTITY, S_SCOPE, N_SPANS };
 
-static int msgbatch_append_tuple(MsgBatch *b, PyObject *t)
+/* The family code of a family name (FAMILY_NAMES), or -1 with an exception. */
+static int family_code(PyObject *v)
+{
+    for (int k = 1; k < N_FAMILIES; k++) {
+        if (v == family_str[k] || (PyUnicode_CheckExact(v) && PyUnicode_Compare(v, family_str[k]) == 0))
+            return k;
+    }
+    if (PyErr_Occurred())
+        return -1;
+    return bad_value("family", v);
+}
+
+/* The scope name's UTF-8, with surrogatepass: a producer's name may be a file name that is not UTF-8 (Python keeps
+ * its bytes as surrogates); *hold: the bytes object it is in. */
+static int get_scope_name(PyObject *v, const char **data, uint32_t *len, PyObject **hold)
+{
+    if (!PyUnicode_CheckExact(v))
+        return bad_value("scope", v);
+    *hold = PyUnicode_AsEncodedString(v, "utf-8", "surrogatepass");
+    if (*hold == NULL)
+        return -1;
+    return get_data(*hold, "scope", 0, 0, data, len);
+}
+
+/* scope and origin into r and the identity and scope name texts: a packet's (proto, None), or a dnstap message's
+ * ((transport, family, identity or producer), (family, identity)). */
+static int get_scope(PyObject *scope, PyObject *origin, Rec *r, const char **data, uint32_t *len, PyObject **hold)
+{
+    if (origin == Py_None) {
+        if (!PyLong_CheckExact(scope) || r->proto == 0 || PyLong_AsLong(scope) != r->proto)
+            return bad_value("scope", scope);
+        return 0;
+    }
+    if (!PyTuple_CheckExact(scope) || PyTuple_GET_SIZE(scope) != 3)
+        return bad_value("scope", scope);
+    if (!PyTuple_CheckExact(origin) || PyTuple_GET_SIZE(origin) != 2)
+        return bad_value("origin", origin);
+    PyObject *transport = PyTuple_GET_ITEM(scope, 0);
+    if (transport == Py_None ? r->transport != 0
+                             : !PyLong_CheckExact(transport) || PyLong_AsLong(transport) != r->transport)
+        return bad_value("scope", scope);
+    int family = family_code(PyTuple_GET_ITEM(scope, 1));
+    if (family < 0)
+        return -1;
+    if (family_code(PyTuple_GET_ITEM(origin, 0)) != family)
+        return PyErr_Occurred() ? -1 : bad_value("origin", origin);
+    r->family = (uint8_t)family;
+    if (get_scope_name(PyTuple_GET_ITEM(scope, 2), &data[S_SCOPE], &len[S_SCOPE], hold) < 0
+        || get_data(PyTuple_GET_ITEM(origin, 1), "origin", 1, 1, &data[S_IDENTITY], &len[S_IDENTITY]) < 0)
+        return -1;
+    return 0;
+}
+
+/* An address of the message: packed bytes of its IP version's length, or None. */
+static int get_address(PyObject *a, const char *field, Rec *r, int absent_bit, uint8_t *out)
+{
+    if (a == Py_None) {
+        r->absent |= absent_bit;
+        return 0;
+    }
+    if (!PyBytes_CheckExact(a) || r->ipv == 0 || PyBytes_GET_SIZE(a) != addr_len(r))
+        return bad_value(field, a);
+    memcpy(out, PyBytes_AS_STRING(a), addr_len(r));
+    return 0;
+}
+
+/* msgbatch_append_tuple's work; *hold: an object the record's texts may be in until it is written. */
+static int append_tuple(MsgBatch *b, PyObject *t, PyObject **hold)
 {
     static const char *names[] = {"qname", "raw", "nsid", "dau", "dhu", "n3u", "client_subnet", "other", "rdata"};
-    if (!PyTuple_CheckExact(t) || PyTuple_GET_SIZE(t) != N_FIELDS)
+    int copy = Py_TYPE(t) == (PyTypeObject *)query_copy_type;
+    if ((!PyTuple_CheckExact(t) && !copy) || PyTuple_GET_SIZE(t) != N_FIELDS)
         return bad_value("(the message)", t);
     PyObject **m = &PyTuple_GET_ITEM(t, 0);
     Rec r;
     memset(&r, 0, sizeof r);
+    r.query_copy = (uint8_t)copy;
     const char *data[N_SPANS] = {NULL};
     uint32_t len[N_SPANS];
     int32_t v32;
     for (int k = 0; k < N_SPANS; k++)
         len[k] = SPAN_NONE;
-    if (get_i64(m[0], "ts_ns", &r.ts_ns) < 0 || get_i64(m[1], "wirelen", &r.wirelen) < 0)
+    r.wirelen = -1;
+    if (get_i64(m[0], "ts_ns", &r.ts_ns) < 0 || (m[1] != Py_None && get_i64(m[1], "wirelen", &r.wirelen) < 0))
         return -1;
-    if (get_i32(m[2], "ipv", 6, 0, &v32) < 0)
+    if (get_i32(m[2], "ipv", 6, 1, &v32) < 0)
         return -1;
-    if (v32 != 4 && v32 != 6)
+    if (v32 != 4 && v32 != 6 && v32 != -1)
         return bad_value("ipv", m[2]);
-    r.ipv = (uint8_t)v32;
-    if (get_i32(m[3], "proto", 255, 0, &v32) < 0)
+    r.ipv = v32 < 0 ? 0 : (uint8_t)v32;
+    if (get_i32(m[3], "proto", 255, 1, &v32) < 0)
         return -1;
-    r.proto = (uint8_t)v32;
-    for (int k = 0; k < 2; k++) {
-        PyObject *a = m[k ? 6 : 4];
-        if (!PyBytes_CheckExact(a) || PyBytes_GET_SIZE(a) != addr_len(&r))
-            return bad_value(k ? "dst" : "src", a);
-        memcpy(k ? r.dst : r.src, PyBytes_AS_STRING(a), addr_len(&r));
-    }
-    if (get_i32(m[5], "sport", 65535, 0, &r.sport) < 0 || get_i32(m[7], "dport", 65535, 0, &r.dport) < 0
-        || get_i32(m[8], "ttl", 255, 0, &r.ttl) < 0 || get_i32(m[9], "udp_sum", 65535, 0, &r.udp_sum) < 0
+    if (v32 == 0)
+        return bad_value("proto", m[3]);
+    r.proto = v32 < 0 ? 0 : (uint8_t)v32;
+    if (get_address(m[4], "src", &r, ABSENT_SRC, r.src) < 0 || get_address(m[6], "dst", &r, ABSENT_DST, r.dst) < 0)
+        return -1;
+    if (get_i32(m[5], "sport", 65535, 1, &r.sport) < 0 || get_i32(m[7], "dport", 65535, 1, &r.dport) < 0
+        || get_i32(m[8], "ttl", 255, 1, &r.ttl) < 0 || get_i32(m[9], "udp_sum", 65535, 1, &r.udp_sum) < 0
         || get_i32(m[10], "vlan", 4095, 1, &r.vlan) < 0)
         return -1;
     if (m[11] != Py_None) {
@@ -372,13 +482,11 @@ static int msgbatch_append_tuple(MsgBatch *b, PyObject *t)
     }
     if (get_i32(m[F_TRANSPORT], "transport", 255, 1, &v32) < 0)
         return -1;
+    if (v32 == 0)
+        return bad_value("transport", m[F_TRANSPORT]);
     r.transport = v32 < 0 ? 0 : (uint8_t)v32;
-    /* A packet's: its scope is its IP protocol and it has no origin (dnstap messages have other ones and are
-     * not records). */
-    if (!PyLong_CheckExact(m[F_SCOPE]) || PyLong_AsLong(m[F_SCOPE]) != r.proto)
-        return bad_value("scope", m[F_SCOPE]);
-    if (m[F_ORIGIN] != Py_None)
-        return bad_value("origin", m[F_ORIGIN]);
+    if (get_scope(m[F_SCOPE], m[F_ORIGIN], &r, data, len, hold) < 0)
+        return -1;
     m += F_DNS; /* the DNS fields, numbered from 0 */
     if (get_i64(m[0], "dns_len", &r.dns_len) < 0)
         return -1;
@@ -430,7 +538,7 @@ static int msgbatch_append_tuple(MsgBatch *b, PyObject *t)
     size_t start = rb->len;
     char *base = rb->buf + start;
     Span *spans[N_SPANS] = {&r.qname, &r.raw, &r.e_nsid, &r.e_dau, &r.e_dhu, &r.e_n3u, &r.e_ecs, &r.e_other,
-                            &r.e_rdata, &r.e_ede};
+                            &r.e_rdata, &r.e_ede, &r.identity, &r.scope_name};
     size_t off = sizeof(Rec);
     for (int k = 0; k < N_SPANS; k++) {
         spans[k]->off = (uint32_t)off;
@@ -457,6 +565,14 @@ static int msgbatch_append_tuple(MsgBatch *b, PyObject *t)
     memset(base + off, 0, size - off);
     rb->len += size;
     return recbuf_push(rb, start);
+}
+
+static int msgbatch_append_tuple(MsgBatch *b, PyObject *t)
+{
+    PyObject *hold = NULL;
+    int rc = append_tuple(b, t, &hold);
+    Py_XDECREF(hold);
+    return rc;
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -597,10 +713,16 @@ static int txbatch_add(TxBatch *b, const Rec *q, const Rec *r, int32_t messages)
     t->messages = messages;
     t->q = q ? sizeof(TxHead) : 0;
     t->r = r ? (uint32_t)(sizeof(TxHead) + (q ? q->size : 0)) : 0;
-    if (q)
+    /* A transaction's messages are never query copies: a copy that is matched is matched as the query itself
+     * (TransactionTable._query_copy adds tuple(m)). */
+    if (q) {
         memcpy((char *)t + t->q, q, q->size);
-    if (r)
+        ((Rec *)((char *)t + t->q))->query_copy = 0;
+    }
+    if (r) {
         memcpy((char *)t + t->r, r, r->size);
+        ((Rec *)((char *)t + t->r))->query_copy = 0;
+    }
     tb->len += size;
     return recbuf_push(tb, start);
 }
@@ -933,21 +1055,42 @@ PyMODINIT_FUNC PyInit__records(void)
 {
     if (PyType_Ready(&MsgBatch_Type) < 0 || PyType_Ready(&TxBatch_Type) < 0 || PyType_Ready(&Frames_Type) < 0)
         return NULL;
-    PyObject *mod = PyModule_Create(&module);
-    if (mod == NULL)
+    PyObject *model = PyImport_ImportModule("probe.model");
+    query_copy_type = model ? PyObject_GetAttrString(model, "QueryCopy") : NULL;
+    Py_XDECREF(model);
+    if (query_copy_type == NULL)
         return NULL;
+    PyObject *families = PyTuple_New(N_FAMILIES - 1);
+    if (families == NULL)
+        return NULL;
+    for (int k = 1; k < N_FAMILIES; k++) {
+        if ((family_str[k] = PyUnicode_InternFromString(FAMILY_NAMES[k])) == NULL) {
+            Py_DECREF(families);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(families, k - 1, Py_NewRef(family_str[k]));
+    }
+    PyObject *mod = PyModule_Create(&module);
+    if (mod == NULL) {
+        Py_DECREF(families);
+        return NULL;
+    }
     PyObject *capsule = PyCapsule_New((void *)&api, RECORDS_CAPSULE, NULL);
     if (capsule == NULL || PyModule_AddObject(mod, "api", capsule) < 0) {
         Py_XDECREF(capsule);
+        Py_DECREF(families);
         Py_DECREF(mod);
         return NULL;
     }
     if (PyModule_AddObjectRef(mod, "MsgBatch", (PyObject *)&MsgBatch_Type) < 0
         || PyModule_AddObjectRef(mod, "TxBatch", (PyObject *)&TxBatch_Type) < 0
         || PyModule_AddObjectRef(mod, "Frames", (PyObject *)&Frames_Type) < 0
-        || PyModule_AddIntConstant(mod, "RECORD_SIZE", sizeof(Rec)) < 0) {
+        || PyModule_AddIntConstant(mod, "RECORD_SIZE", sizeof(Rec)) < 0
+        || PyModule_AddObjectRef(mod, "FAMILIES", families) < 0) {
+        Py_DECREF(families);
         Py_DECREF(mod);
         return NULL;
     }
+    Py_DECREF(families);
     return mod;
 }

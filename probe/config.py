@@ -13,6 +13,7 @@ ConfigError naming the key (exit status 2).
 import dataclasses
 import ipaddress
 import math
+import shlex
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,11 +48,15 @@ def _hex_mask(value):
     return hex(value) if isinstance(value, int) and not isinstance(value, bool) else value
 
 
-def opt(default, help, *, min=None, max=None, choices=None, check=None, allow_empty=False, from_int=None):
+def opt(default, help, *, min=None, max=None, choices=None, check=None, allow_empty=False, from_int=None,
+        only=None, split=None):
     """check: a function of each value returning it (or raising ValueError with the problem);
-    allow_empty: a list option may be empty; from_int: a text option takes an integer through this."""
+    allow_empty: a list option may be empty; from_int: a text option takes an integer through this;
+    only: the export.format the option is for (another value than its default with the other format is refused:
+    probe.run.checks.check_config); split: a list option given as one text is split into its items by this (else
+    it is a list of one)."""
     meta = {"help": help, "min": min, "max": max, "choices": choices, "check": check, "allow_empty": allow_empty,
-            "from_int": from_int}
+            "from_int": from_int, "only": only, "split": split}
     if isinstance(default, (list, tuple)):
         return field(default=tuple(default), metadata=meta)
     return field(default=default, metadata=meta)
@@ -106,6 +111,10 @@ class ExportConfig:
     format: str = opt("parquet", "output format: parquet, or cdns (C-DNS, RFC 8618)", choices=("parquet", "cdns"))
     directory: str = opt(".", "output directory (the -o flag)")
     file_prefix: str = opt("dnsprobe.", "output file name prefix", check=_file_name_part)
+    overwrite: bool = opt(
+        False, "`dnsprobe read`: replace an output file whose name exists (the same input read again) instead of"
+        " refusing it; live capture never replaces a file (docs/usage.md)",
+    )
     rotate_records: int = opt(5000000, "close a file after this many records (0: no limit)", min=0)
     rotate_seconds: float = opt(300.0, "close a file this many seconds after it was opened (0: no limit)", min=0)
     rotate_bytes: int = opt(
@@ -116,8 +125,9 @@ class ExportConfig:
     layout: str = opt(
         "flat", "Parquet: flat (every file in the output directory) or hive (year=/month=/day=[/hour=]/server="
         " directories by capture time and server name, as ENTRADA writes them)", choices=("flat", "hive"),
+        only="parquet",
     )
-    partition_hour: bool = opt(False, "hive layout: also an hour=H directory below day=D")
+    partition_hour: bool = opt(False, "hive layout: also an hour=H directory below day=D", only="parquet")
     server_name: typing.Optional[str] = opt(  # noqa: UP045
         None, "this probe's server name: the hive layout's server=NAME directory and the server_location column"
         " (null: the host name in the hive layout, and server_location left empty as DNS Probe; '' is __default__)",
@@ -125,45 +135,59 @@ class ExportConfig:
     )
     sort: str = opt(
         "none", "Parquet: sort the rows of each row group by domainname, then qname (none: capture order)",
-        choices=("none", "domainname"),
+        choices=("none", "domainname"), only="parquet",
     )
     answers: bool = opt(
         False, "Parquet: the answers column, every resource record of the response in presentation format"
-        " (the decoder then keeps each response's bytes)",
+        " (the decoder then keeps each response's bytes)", only="parquet",
     )
     flush_seconds: float = opt(
         2.0, "live capture: every completed transaction is in a readable file within this many seconds, whatever"
         " happens to the worker afterwards (0: only once its file is closed)", min=0,
     )
-    row_group_size: int = opt(100000, "Parquet rows per row group", min=1)
+    row_group_size: int = opt(100000, "Parquet rows per row group", min=1, only="parquet")
     journal_compression: str = opt(
         "lz4", "live Parquet: compression of the journal's buffers, the file's first form until its rotation (lz4:"
         " least CPU; zstd: about half the journal's size, for more CPU; none)", choices=("lz4", "zstd", "none"),
+        only="parquet",
     )
     compression: str = opt(
-        "zstd", "Parquet compression codec", choices=("zstd", "snappy", "gzip", "brotli", "lz4", "none")
+        "zstd", "Parquet compression codec", choices=("zstd", "snappy", "gzip", "brotli", "lz4", "none"),
+        only="parquet",
     )
     compression_level: typing.Optional[int] = opt(  # noqa: UP045
         None, "level of the Parquet codec or of cdns_compression (null: the codec's default)"
     )
-    rotate_blocks: int = opt(0, "C-DNS: close a file after this many blocks (0: no limit)", min=0)
+    rotate_blocks: int = opt(0, "C-DNS: close a file after this many blocks (0: no limit)", min=0, only="cdns")
     cdns_block_items: int = opt(
-        10000, "C-DNS max-block-items: Q/R items (and malformed messages, address events) per block", min=1
+        10000, "C-DNS max-block-items: Q/R items (and malformed messages, address events) per block", min=1,
+        only="cdns",
     )
     cdns_compression: str = opt(
         "none", "C-DNS whole-file compression, done in a thread off the capture path: none, gzip, xz, zstd",
-        choices=("none", "gzip", "xz", "zstd"),
+        choices=("none", "gzip", "xz", "zstd"), only="cdns",
     )
     cdns_full_sections: bool = opt(
-        False, "C-DNS: also record the question (2nd and later), answer, authority and additional sections"
+        False, "C-DNS: also record the question (2nd and later), answer, authority and additional sections",
+        only="cdns",
     )
     cdns_qr_type: typing.Optional[str] = opt(  # noqa: UP045
         None, "C-DNS qr-type of every item (null: not recorded)",
-        choices=("stub", "client", "resolver", "auth", "forwarder", "tool"),
+        choices=("stub", "client", "resolver", "auth", "forwarder", "tool"), only="cdns",
     )
     cdns_server_addresses: tuple[str, ...] = opt(
         (), "C-DNS collection parameter server-addresses: addresses of the servers watched (metadata only)",
-        check=lambda text: str(ipaddress.ip_address(text)), allow_empty=True,
+        check=lambda text: str(ipaddress.ip_address(text)), allow_empty=True, only="cdns",
+    )
+    on_close: typing.Optional[tuple[str, ...]] = opt(  # noqa: UP045
+        None, "command run for every finished file (complete and renamed), its path added as the last argument: a"
+        " list (program, arguments) or a text split into words as a shell would, never run by a shell (null: none)",
+        split=shlex.split,
+    )
+    on_close_jobs: int = opt(2, "export.on_close commands running at once; the others wait their turn", min=1, max=64)
+    on_close_timeout: float = opt(
+        600.0, "seconds an export.on_close command may run; then it is sent SIGTERM (SIGKILL 5 s later) and counted"
+        " as failed (0: no limit)", min=0,
     )
 
 
@@ -173,14 +197,14 @@ class RunConfig:
     progress: str = opt(
         "auto", "progress bar: auto (on a terminal), always, never", choices=("auto", "always", "never")
     )
-    stats_json: bool = opt(True, "write the run statistics as JSON next to the data")
+    stats_json: bool = opt(True, "write the run statistics as _PREFIX<start>.stats.json in the output directory")
     workers: int = opt(
         1, "`dnsprobe read`: worker processes; each reads every input and keeps the flows whose IP address pair"
-        " hashes to it (docs/usage.md)", min=1, max=1024,
+        " hashes to it; at most one per core it may run on (docs/usage.md)", min=1, max=1024,
     )
     coremask: typing.Optional[str] = opt(  # noqa: UP045
         None, "`dnsprobe read`: cores to run the read workers on, one worker per core (a hex mask, quoted, e.g."
-        " '0x3'); replaces run.workers"
+        " '0x3'); not with run.workers"
     )
 
 
@@ -214,8 +238,9 @@ class CaptureConfig:
         " the traffic between them)"
     )
     wait_for_interface: bool = opt(
-        True, "an interface that does not exist or is down at start is waited for (logged), not an error (false:"
-        " exit status 2); one that goes down or away later is always waited for"
+        False, "an interface that does not exist at start is waited for (logged every minute) instead of exit status"
+        " 2 naming the interfaces there are; one that is down at start, or goes down or away later, is always"
+        " waited for"
     )
     stats_interval: float = opt(
         10.0, "seconds between writes of the statistics JSON file, also written at start and exit (0: only then)", min=0
@@ -438,7 +463,12 @@ def check_value(key, value, typ, meta):
         origin = typing.get_origin(typ)
     if origin is tuple:
         item = typing.get_args(typ)[0]
-        if isinstance(value, (int, str)) and not isinstance(value, bool):
+        if isinstance(value, str) and meta.get("split"):
+            try:
+                value = meta["split"](value)
+            except ValueError as exc:
+                raise ConfigError(f"config key '{key}': {value!r}: {exc}") from None
+        elif isinstance(value, (int, str)) and not isinstance(value, bool):
             value = [value]
         if not isinstance(value, (list, tuple)) or not (value or meta.get("allow_empty")):
             what = "a list" if meta.get("allow_empty") else "a non-empty list"
@@ -488,13 +518,15 @@ def _from_node(key, node, typ):
         raise ConfigError(f"config key '{key}': {exc.problem}") from None
 
 
-def _from_text(key, text, typ):
-    """The value of --set KEY=TEXT for an option of type typ."""
+def _from_text(key, text, typ, split=False):
+    """The value of --set KEY=TEXT for an option of type typ (split: a list option that splits a text itself)."""
     yaml = _yaml()
     item, many, _ = _unwrap(typ)
     stripped = text.strip()
     if item is str and not many and not stripped.startswith(("'", '"')) and stripped not in ("null", "~"):
         return stripped  # as written: 0x3, ::1, yes
+    if split and not stripped.startswith("[") and stripped not in ("null", "~"):
+        return stripped  # words as written (a shell's quotes, a colon), split by the option
     try:
         node = yaml.compose(text)
     except yaml.YAMLError as exc:
@@ -572,19 +604,17 @@ def load_config(path=None, overrides=None):
     read by the key's type)."""
     values = {} if path is None else flatten(_read_yaml(path), f"config file {path}")
     types = {key: typ for key, _, typ in options()}
+    splits = {key for key, f, _ in options() if f.metadata["split"]}
     for key, value in (overrides or {}).items():
         if key not in types:
             raise _unknown_key(key)
-        values[key] = _from_text(key, value, types[key]) if isinstance(value, Text) else value
+        values[key] = _from_text(key, value, types[key], key in splits) if isinstance(value, Text) else value
     sections = {}
     for key, f, typ in options():
         section, name = key.split(".")
         if key in values:
             sections.setdefault(section, {})[name] = check_value(key, values[key], typ, f.metadata)
-    cfg = Config(**{s: SECTIONS[s](**sections.get(s, {})) for s in SECTIONS})
-    if cfg.export.layout == "hive" and cfg.export.format != "parquet":
-        raise ConfigError("config key 'export.layout': the hive layout is for Parquet output (export.format parquet)")
-    return cfg
+    return Config(**{s: SECTIONS[s](**sections.get(s, {})) for s in SECTIONS})
 
 
 def render_default_yaml():

@@ -61,6 +61,11 @@ class FrameBatch:
         self._ts_ns, self._wirelen, self._data = self.packed.lists()
 
     @property
+    def has_lists(self):
+        """Whether the three lists exist (given, or made from packed when first read)."""
+        return self._data is not None
+
+    @property
     def ts_ns(self):
         if self._ts_ns is None:
             self._unpack()

@@ -11,25 +11,27 @@ import sys
 from pathlib import Path
 
 # module → what its Python twin does instead when it is missing
+RECORDS_MISSING = "decoding, matching and export (the reference pipeline, on message tuples)"
 EXTENSIONS = {
     "probe.capture._pcaprecords": "splitting pcap records",
     "probe.capture._ring": "reading the frames of AF_PACKET ring blocks",
-    "probe.decode._fastwire": "decoding frames and walking DNS messages",
+    "probe.decode._fastwire": "walking DNS messages",
     "probe.decode._dnstap": "decoding dnstap messages",
     "probe.decode._tcpstream": "reassembling DNS over TCP streams",
-    "probe.match._match": "matching queries with responses",
-    "export.parquet._columns": "building record columns",
-    "export.cdns._cdnsblock": "building C-DNS blocks",
+    "export.cdns._cdnsblock": "encoding C-DNS blocks",
     "export._lookup": "the cached lookups of enrichment and client privacy (Arrow's dictionary encoding and a dict)",
     "export.enrich._psl": "the Public Suffix List (the publicsuffixlist package, name by name)",
     "export.enrich._resolvers": "the public resolvers' prefix lists (ipaddress and bisect)",
     "export.parquet._answers": "the answers column (export.answers)",
-    "probe._records": "the columnar pipeline (message records; the pipeline runs on message tuples instead)",
-    "probe.decode._decoderec": "decoding frames into message records (the pipeline runs on message tuples instead)",
-    "probe.match._matchrec": "matching message records (the pipeline runs on message tuples instead)",
-    "export.parquet._parquetrec": "building Parquet columns from message records (the pipeline runs on message"
-    " tuples instead)",
+    # The production pipeline (message records); without any of these the pipeline is the Python reference.
+    "probe._records": RECORDS_MISSING,
+    "probe.decode._decoderec": RECORDS_MISSING,
+    "probe.match._matchrec": RECORDS_MISSING,
+    "export.parquet._parquetrec": RECORDS_MISSING,
 }
+# The extensions of the production pipeline: decode, match and export on message records (probe/run/pipeline.py).
+RECORD_EXTENSIONS = ("probe._records", "probe.decode._decoderec", "probe.match._matchrec",
+                     "export.parquet._parquetrec", "export.cdns._cdnsblock")
 OPTIONAL = {"probe.capture._dpdk": "DPDK capture (built only where libdpdk is found)"}
 
 _said = set()
@@ -79,6 +81,15 @@ def load(name):
     except ImportError as exc:
         _errors[name] = str(exc)
         return None
+
+
+def records_built():
+    """Whether every extension of the production pipeline (RECORD_EXTENSIONS) is built; where one is not, the
+    pipeline runs the Python reference, and says so once per missing extension."""
+    missing = [name for name in RECORD_EXTENSIONS if load(name) is None]
+    for name in missing:
+        say_not_built(name)
+    return not missing
 
 
 def import_error(name):

@@ -30,8 +30,10 @@ COUNTERS = (
     ("bytes", "bytes of those frames on the wire"),
     ("non_ip", "frames that are neither IPv4 nor IPv6 (ARP, LLDP, ...)"),
     ("non_dns", "IP packets that are not UDP/TCP on a DNS port (other ports, ICMP but the errors below)"),
-    ("icmp_unreachable", "ICMP/ICMPv6 destination-unreachable errors (not DNS; compactor's address events)"),
-    ("icmp_other_errors", "ICMP/ICMPv6 time-exceeded and ICMPv6 packet-too-big errors (C-DNS address events)"),
+    ("icmp_unreachable", "ICMP/ICMPv6 destination-unreachable errors (not DNS; compactor's address events; live,"
+     " the kernel filter passes only those about DNS)"),
+    ("icmp_other_errors", "ICMP/ICMPv6 time-exceeded and ICMPv6 packet-too-big errors (C-DNS address events; live,"
+     " only those about DNS)"),
     ("truncated_frames", "frames cut short by the snaplen or damaged below DNS (bad IP/UDP/TCP header)"),
     ("ip_filtered", "IP packets (and dnstap messages) dropped by the filter.* allow/deny lists (live, lists in the"
      " kernel filter: counted by the kernel, not in packets)"),
@@ -90,6 +92,10 @@ COUNTERS = (
      " or match.max_pending_per_key under one key)"),
     ("records", "records (rows) written"),
     ("files", "output files completed"),
+    ("on_close_commands", "export.on_close commands run for finished files that have ended (failed ones"
+     " included)"),
+    ("on_close_failed", "of those, the ones that failed: an exit status other than 0, a signal, export.on_close_timeout"
+     " reached, or no start (each logged with its stderr's end; the file is kept)"),
     ("worker_restarts", "live capture: workers that died and were restarted (what their files hold is recovered)"),
     ("lost_in_dead_worker", "live capture: transactions a worker that died had completed but not yet put in its"
      " file, and queries it held waiting for a response, as of its last report (once a second); nonzero: exit"
@@ -99,6 +105,8 @@ COUNTERS = (
 )
 
 COUNTER_NAMES = tuple(name for name, _ in COUNTERS)
+# Counters of the run's own process (live capture: the supervisor's), not of a worker.
+RUN_COUNTERS = ("on_close_commands", "on_close_failed")
 # The counters of one capture socket (AfPacketSource.counters), per worker and interface.
 SOCKET_COUNTERS = ("kernel_received", "kernel_drops", "kernel_freezes", "join_overlap")
 

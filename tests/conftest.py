@@ -1,9 +1,11 @@
-"""Fixtures shared by every test; helpers are in support.py."""
+"""Fixtures the tests of several stages share (a stage's own are in its folder's conftest.py); helpers are in the
+support package."""
 
 from pathlib import Path
 
 import pytest
-from support import HAVE_SHARED, NO_SHARED, SHARED, Hugepages, Probe, VethBed
+from support.data import HAVE_SHARED, NO_SHARED, SHARED
+from support.live import Probe, VethBed
 
 
 def _names_shared(value):
@@ -32,38 +34,12 @@ def out_dir(tmp_path):
     return d
 
 
-@pytest.fixture
-def nobody_dir():
-    """(uid of the user nobody, a directory under /tmp anyone may write, removed after): for runs as nobody."""
-    import pwd
-    import shutil
-    import tempfile
-
-    try:
-        uid = pwd.getpwnam("nobody").pw_uid
-    except KeyError:
-        pytest.skip("no user 'nobody'")
-    path = Path(tempfile.mkdtemp(prefix="dnsprobe-nobody-", dir="/tmp"))
-    path.chmod(0o777)
-    yield uid, path
-    shutil.rmtree(path, ignore_errors=True)
-
-
 @pytest.fixture(scope="module")
 def testbed():
     bed = VethBed()
     bed.up()
     yield bed
     bed.down()
-
-
-@pytest.fixture(scope="module")
-def hugepages():
-    """A hugetlbfs with pages reserved for DPDK's multi-process tests (support.Hugepages), removed afterwards."""
-    with Hugepages() as huge:
-        if huge.skip_reason:
-            pytest.skip(huge.skip_reason)
-        yield huge
 
 
 @pytest.fixture

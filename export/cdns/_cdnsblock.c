@@ -2,17 +2,18 @@
  * Q/R item maps of Block.encode, in C.
  *
  * Why: building the block tables, signatures and item tuples and turning the items into maps were most of the
- * C-DNS export's time in Python; this does the same work on the same Python objects. export/cdns/writer.py keeps
- * the Python loop as the reference and the fallback, and the tests compare the two
- * (tests/export/test_cdns_block.py): every table in the same insertion order, the same item tuples and counters.
+ * C-DNS export's time in Python; this does the same work from message records into the same Python tables.
+ * export/cdns/block.py keeps the Python loop (on transaction tuples) as the reference and the fallback, and the
+ * tests compare the two (tests/export/test_cdns_block.py, test_cdnsrec.py): every table in the same insertion
+ * order, the same item tuples and counters.
  *
- * add(txs, start, ip, names, classtype, sigs, items, earliest, qr_type[, cache])
+ * add_records(txs, start, stop, ip, names, classtype, sigs, items, earliest, qr_type[, cache])
  *     -> (stop, earliest, processed, unmatched_queries, unmatched_responses)
- *   Adds txs[start:stop] to the tables (dicts: value -> index in insertion order) and to the items list,
- *   exactly as Block.add_python does without client privacy and without full sections. It stops at the
- *   first transaction it does not take: a malformed message, or anything off the usual shapes (a value
- *   of another type than the decoders give, a header the walk would trip on); that transaction is left
- *   untouched for the caller to add with the Python loop (stop == len(txs) when all were taken).
+ *   Adds transactions start..stop-1 of a probe._records.TxBatch (message records) to the tables (dicts: value ->
+ *   index in insertion order) and to items (an Items), exactly as Block.add_python does with the same
+ *   transactions as tuples, without client privacy and without full sections. It stops at the first transaction
+ *   it does not take (a malformed message, a header the walk would trip on); that transaction is left untouched
+ *   for the caller to add with the Python loop (stop returned == stop given when all were taken).
  *   cache: the block's Cache(), which answers most name, class/type and signature lookups without making
  *   their key objects (see "Lookups by content" below); the tables come out the same with or without it.
  *
@@ -35,14 +36,6 @@
 
 #include "fastint.h"
 #include "records.h"
-
-/* Message tuple indexes (probe.model M and E; the tests compare them with INDEXES). */
-enum {
-    TS_NS = 0, IPV = 2, SRC = 4, SPORT = 5, DST = 6, DPORT = 7, TTL = 8, TRANSPORT = 12, DNS_LEN = 15, ID = 16,
-    FLAGS = 17, QDCOUNT = 18, ANCOUNT = 19, NSCOUNT = 20, ARCOUNT = 21, QNAME = 22, QTYPE = 23, QCLASS = 24,
-    EDNS = 26, MALFORMED = 27, RAW = 29, MESSAGE_LEN = 30
-};
-enum { E_UDP = 0, E_VERSION = 1, E_DO = 2, E_EXT = 3, E_RDATA = 12, EDNS_LEN = 13 };
 
 /* export.cdns_format values (compared by the tests through CONSTANTS). */
 #define NS_PER_TICK 1000
@@ -82,18 +75,6 @@ static inline int as_ll(PyObject *o, long long *out)
     }
     return 1;
 }
-
-/* ts_ns // NS_PER_TICK of a message (non-negative timestamps only: C division truncates). */
-static int ticks_of(PyObject *m, long long *ticks)
-{
-    long long ts;
-    if (!as_ll(F(m, TS_NS), &ts) || ts < 0)
-        return 0;
-    *ticks = ts / NS_PER_TICK;
-    return 1;
-}
-
-static int is_message(PyObject *m) { return PyTuple_CheckExact(m) && PyTuple_GET_SIZE(m) >= MESSAGE_LEN; }
 
 /* dnswire.read_name followed by cdns._wire: the name at off, pointers followed, in uncompressed wire form
  * (out holds 256 bytes). 0 where read_name would raise. */
@@ -355,9 +336,8 @@ static PyTypeObject CacheType = {
     .tp_methods = cache_methods,
 };
 
-/* The index of key p[0..n) in dict d (added when new), through t when there is one. obj: the key as a
- * bytes object if the caller has it, else NULL (made on a miss). New reference. */
-static PyObject *bytes_index(Table *t, PyObject *d, const void *p, Py_ssize_t n, PyObject *obj)
+/* The index of key p[0..n) in dict d (added when new), through t when there is one. New reference. */
+static PyObject *bytes_index(Table *t, PyObject *d, const void *p, Py_ssize_t n)
 {
     uint64_t h = 0;
     if (t != NULL) {
@@ -366,7 +346,7 @@ static PyObject *bytes_index(Table *t, PyObject *d, const void *p, Py_ssize_t n,
         if (i != NULL)
             return Py_NewRef(i);
     }
-    PyObject *key = obj != NULL ? Py_NewRef(obj) : PyBytes_FromStringAndSize((const char *)p, n);
+    PyObject *key = PyBytes_FromStringAndSize((const char *)p, n);
     if (key == NULL)
         return NULL;
     PyObject *i = table_index(d, key);
@@ -590,16 +570,16 @@ static PyTypeObject ItemsType = {
 };
 
 typedef struct {
-    PyObject *ip, *names, *classtype, *sigs, *items, *qr_type;
-    Items *store; /* items when they are an Items, else NULL (items is a list) */
+    PyObject *ip, *names, *classtype, *sigs, *qr_type;
+    Items *store; /* the items */
     Cache *cache; /* or NULL: the dicts alone */
     long long earliest;
     int has_earliest;
     long long processed, unmatched_q, unmatched_r;
 } Block;
 
-/* What Block.add_python reads of a transaction, as C values: filled from the message tuples (tx_of_tuple) or
- * from message records (tx_of_record), then added by add_tx. Optional values (the Python None) are flagged
+/* What Block.add_python reads of a transaction, as C values: filled from message records (tx_of_record), then
+ * added by add_tx. Optional values (the Python None) are flagged
  * in `nones`, by the N_ bits. */
 enum { N_HOP = 1, N_QSIZE = 2, N_RSIZE = 4, N_QAN = 8, N_QNS = 16, N_QAR = 32, N_EDNSV = 64, N_UDP = 128,
        N_QDCOUNT = 256, N_CPORT_UNUSED = 512 };
@@ -610,7 +590,6 @@ typedef struct {
     long long ticks, delay, nresp;   /* delay: with both sides */
     const unsigned char *client, *server;
     Py_ssize_t client_len, server_len;
-    PyObject *client_o, *server_o;   /* the addresses as bytes objects where the caller has them, else NULL */
     long long cport, sport, id, mflags, qdcount;
     long tflags, sflags, dnsflags;
     long long qrcode, rrcode;        /* with the query / the response */
@@ -621,7 +600,6 @@ typedef struct {
     long long qan, qns, qar, ednsv, udp, hop, qsize, rsize;
     const unsigned char *rdata;      /* the query's OPT RDATA (NULL: no OPT) */
     Py_ssize_t rdata_len;
-    PyObject *rdata_o;
     unsigned char name_buf[MAX_NAME + 1]; /* (last: not cleared) a compressed name made whole */
 } Tx;
 
@@ -714,121 +692,14 @@ static int response_side(Tx *t, long long rf, long long rqd, int has_opt, long l
     return 1;
 }
 
-/* An optional int field of a tuple (an exact int or None) into *v, flagging None; 0 for anything else. */
-static int opt_ll(PyObject *o, long long *v, unsigned *nones, unsigned bit)
-{
-    if (o == Py_None) {
-        *nones |= bit;
-        *v = 0;
-        return 1;
-    }
-    return as_ll(o, v);
-}
-
-/* A transaction tuple (query, response, response_messages) as a Tx: 1, or 0 when it is not one the C loop
- * takes (malformed, or off the usual shapes: Python adds it). */
-static int tx_of_tuple(PyObject *tx, Tx *t)
-{
-    if (!PyTuple_CheckExact(tx) || PyTuple_GET_SIZE(tx) != 3)
-        return 0;
-    PyObject *q = F(tx, 0), *r = F(tx, 1);
-    memset(t, 0, offsetof(Tx, name_buf));
-    if (q == Py_None)
-        q = NULL;
-    else if (!is_message(q))
-        return 0;
-    if (r == Py_None)
-        r = NULL;
-    else if (!is_message(r) || !as_ll(F(tx, 2), &t->nresp))
-        return 0;
-    PyObject *m = q != NULL ? q : r;
-    long long ipv, transport;
-    if (m == NULL || !ticks_of(m, &t->ticks) || F(m, MALFORMED) != Py_False)
-        return 0;
-    if (!as_ll(F(m, IPV), &ipv) || !as_ll(F(m, TRANSPORT), &transport))
-        return 0;
-    t->q = q != NULL, t->r = r != NULL;
-    PyObject *client, *cport, *server, *sport;
-    if (q != NULL) {
-        client = F(q, SRC), cport = F(q, SPORT), server = F(q, DST), sport = F(q, DPORT);
-    } else {
-        client = F(r, DST), cport = F(r, DPORT), server = F(r, SRC), sport = F(r, SPORT);
-    }
-    if (!PyBytes_CheckExact(client) || !PyBytes_CheckExact(server) || !as_ll(cport, &t->cport)
-        || !as_ll(sport, &t->sport) || !as_ll(F(m, ID), &t->id) || !as_ll(F(m, FLAGS), &t->mflags)
-        || !opt_ll(F(m, QDCOUNT), &t->qdcount, &t->nones, N_QDCOUNT))
-        return 0;
-    t->client_o = client, t->server_o = server;
-    t->client = (const unsigned char *)PyBytes_AS_STRING(client), t->client_len = PyBytes_GET_SIZE(client);
-    t->server = (const unsigned char *)PyBytes_AS_STRING(server), t->server_len = PyBytes_GET_SIZE(server);
-
-    Py_ssize_t name_end = -1;
-    t->has_name = F(m, QNAME) != Py_None;
-    if (t->has_name) {
-        PyObject *raw = F(m, RAW);
-        if (!PyBytes_CheckExact(raw) || !as_ll(F(m, QTYPE), &t->qtype) || !as_ll(F(m, QCLASS), &t->qclass)
-            || !first_name(t, (const unsigned char *)PyBytes_AS_STRING(raw), PyBytes_GET_SIZE(raw), &name_end))
-            return 0;
-    }
-    t->tflags = (ipv == 6 ? 1 : 0) | cdns_transport(transport) << 1;
-    if (q != NULL) {
-        PyObject *raw = F(q, RAW), *qe = F(q, EDNS);
-        long long qf, qd, an, ns, ar, ext = 0;
-        int do_bit = 0;
-        if (!PyBytes_CheckExact(raw) || !as_ll(F(q, FLAGS), &qf) || !as_ll(F(q, QDCOUNT), &qd)
-            || !as_ll(F(q, ANCOUNT), &an) || !as_ll(F(q, NSCOUNT), &ns) || !as_ll(F(q, ARCOUNT), &ar)
-            || !opt_ll(F(q, TTL), &t->hop, &t->nones, N_HOP) || !opt_ll(F(q, DNS_LEN), &t->qsize, &t->nones, N_QSIZE))
-            return 0;
-        if (qe != Py_None) {
-            PyObject *dobit;
-            if (!PyTuple_CheckExact(qe) || PyTuple_GET_SIZE(qe) < EDNS_LEN || !as_ll(F(qe, E_EXT), &ext))
-                return 0;
-            PyObject *rdata = F(qe, E_RDATA);
-            dobit = F(qe, E_DO);
-            if (!PyBytes_CheckExact(rdata) || (dobit != Py_True && dobit != Py_False)
-                || !opt_ll(F(qe, E_VERSION), &t->ednsv, &t->nones, N_EDNSV)
-                || !opt_ll(F(qe, E_UDP), &t->udp, &t->nones, N_UDP))
-                return 0;
-            do_bit = dobit == Py_True;
-            t->rdata_o = rdata;
-            t->rdata = (const unsigned char *)PyBytes_AS_STRING(rdata), t->rdata_len = PyBytes_GET_SIZE(rdata);
-        }
-        if (!query_side(t, (const unsigned char *)PyBytes_AS_STRING(raw), PyBytes_GET_SIZE(raw), name_end, qf, qd, an,
-                        ns, ar, qe != Py_None, do_bit, ext))
-            return 0;
-    } else {
-        t->nones |= N_HOP | N_QSIZE | N_QAN | N_QNS | N_QAR | N_EDNSV | N_UDP;
-    }
-    if (r != NULL) {
-        PyObject *re = F(r, EDNS);
-        long long rf, rqd, ext = 0;
-        if (!as_ll(F(r, FLAGS), &rf) || !as_ll(F(r, QDCOUNT), &rqd)
-            || !opt_ll(F(r, DNS_LEN), &t->rsize, &t->nones, N_RSIZE))
-            return 0;
-        if (re != Py_None
-            && (!PyTuple_CheckExact(re) || PyTuple_GET_SIZE(re) < EDNS_LEN || !as_ll(F(re, E_EXT), &ext)))
-            return 0;
-        if (!response_side(t, rf, rqd, re != Py_None, ext))
-            return 0;
-        if (q != NULL) {
-            long long rticks;
-            if (!ticks_of(r, &rticks))
-                return 0;
-            t->delay = rticks - t->ticks;
-        }
-    } else {
-        t->nones |= N_RSIZE;
-    }
-    return 1;
-}
-
-/* A transaction of message records as a Tx: 1, or 0 for the malformed (Python adds it). The raw message is
- * in the records (C-DNS decodes with keep_raw). */
+/* A transaction of message records as a Tx: 1, or 0 for the malformed and for a dnstap message without an
+ * address or a port (Python adds them). The raw message is in the records (C-DNS decodes with keep_raw). */
 static int tx_of_record(const TxHead *h, Tx *t)
 {
     const Rec *q = tx_query(h), *r = tx_response(h), *m = q ? q : r;
     memset(t, 0, offsetof(Tx, name_buf));
-    if (m == NULL || m->malformed || m->ts_ns < 0 || m->raw.len == SPAN_NONE || (q && q->raw.len == SPAN_NONE))
+    if (m == NULL || m->malformed || m->ts_ns < 0 || m->raw.len == SPAN_NONE || (q && q->raw.len == SPAN_NONE)
+        || m->absent || m->sport < 0 || m->dport < 0)
         return 0;
     t->q = q != NULL, t->r = r != NULL;
     t->nresp = h->messages;
@@ -852,6 +723,8 @@ static int tx_of_record(const TxHead *h, Tx *t)
     t->tflags = (m->ipv == 6 ? 1 : 0) | cdns_transport(m->transport) << 1;
     if (q != NULL) {
         t->hop = q->ttl;
+        if (q->ttl < 0) /* dnstap: no TTL */
+            t->nones |= N_HOP;
         t->qsize = q->dns_len;
         if (q->has_edns) {
             t->ednsv = q->e_version;
@@ -897,18 +770,17 @@ static int add_tx(Block *b, const Tx *t)
     }
 
     PyObject *ci = NULL, *si = NULL, *ni = NULL, *cti = NULL, *opt_i = NULL, *sig = NULL, *sgi = NULL;
-    PyObject *item = NULL;
     PyObject *v[17] = {NULL};
     int rc = -1;
     Cache *cache = b->cache;
     unsigned char kbuf[MAX_KEY * sizeof(int64_t) + sizeof(uint32_t)];
     Py_ssize_t klen = 0;
     uint64_t kh = 0;
-    if ((ci = bytes_index(cache ? &cache->ips : NULL, b->ip, t->client, t->client_len, t->client_o)) == NULL
-        || (si = bytes_index(cache ? &cache->ips : NULL, b->ip, t->server, t->server_len, t->server_o)) == NULL)
+    if ((ci = bytes_index(cache ? &cache->ips : NULL, b->ip, t->client, t->client_len)) == NULL
+        || (si = bytes_index(cache ? &cache->ips : NULL, b->ip, t->server, t->server_len)) == NULL)
         goto done;
     if (t->has_name) {
-        if ((ni = bytes_index(cache ? &cache->names : NULL, b->names, t->name_p, t->name_len, NULL)) == NULL)
+        if ((ni = bytes_index(cache ? &cache->names : NULL, b->names, t->name_p, t->name_len)) == NULL)
             goto done;
         Packed ct_key = {.n = 0};
         pack_ll(&ct_key, t->qtype);
@@ -926,7 +798,7 @@ static int add_tx(Block *b, const Tx *t)
         }
     }
     if (t->rdata != NULL
-        && (opt_i = bytes_index(cache ? &cache->names : NULL, b->names, t->rdata, t->rdata_len, t->rdata_o)) == NULL)
+        && (opt_i = bytes_index(cache ? &cache->names : NULL, b->names, t->rdata, t->rdata_len)) == NULL)
         goto done;
     long long op_v = (t->mflags >> 11) & 0xF;
     /* The signature: (si, sport, tflags, qr_type, sflags, opcode, dnsflags, qrcode, cti, qdcount, qan, qns, qar,
@@ -1009,13 +881,8 @@ static int add_tx(Block *b, const Tx *t)
     it.v[6] = t->delay;
     it.v[7] = ni_v;
     it.nones |= (t->q && t->r ? 0 : 1u << 6) | (ni != NULL ? 0 : 1u << 7);
-    if (b->store != NULL) {
-        if (items_push(b->store, &it) < 0)
-            goto done;
-    } else {
-        if ((item = item_tuple(&it)) == NULL || PyList_Append(b->items, item) < 0)
-            goto done;
-    }
+    if (items_push(b->store, &it) < 0)
+        goto done;
     if (!b->has_earliest || t->ticks < b->earliest) {
         b->earliest = t->ticks;
         b->has_earliest = 1;
@@ -1038,33 +905,22 @@ done:
     Py_XDECREF(opt_i);
     Py_XDECREF(sig);
     Py_XDECREF(sgi);
-    Py_XDECREF(item);
     for (int j = 0; j < 17; j++)
         Py_XDECREF(v[j]);
     return rc;
 }
 
-/* The arguments add and add_records share, into b (add_records has a stop after start: stop != NULL). */
+/* add_records' arguments, into b. */
 static int block_args(PyObject *args, Block *b, PyObject **txs, Py_ssize_t *start, Py_ssize_t *stop,
                       PyObject **earliest)
 {
     b->cache = NULL;
-    int ok = stop == NULL
-                 ? PyArg_ParseTuple(args, "OnO!O!O!O!OOO|O!:add", txs, start, &PyDict_Type, &b->ip, &PyDict_Type,
-                                    &b->names, &PyDict_Type, &b->classtype, &PyDict_Type, &b->sigs, &b->items,
-                                    earliest, &b->qr_type, &CacheType, &b->cache)
-                 : PyArg_ParseTuple(args, "OnnO!O!O!O!OOO|O!:add_records", txs, start, stop, &PyDict_Type, &b->ip,
-                                    &PyDict_Type, &b->names, &PyDict_Type, &b->classtype, &PyDict_Type, &b->sigs,
-                                    &b->items, earliest, &b->qr_type, &CacheType, &b->cache);
-    if (!ok)
+    if (!PyArg_ParseTuple(args, "OnnO!O!O!O!O!OO|O!:add_records", txs, start, stop, &PyDict_Type, &b->ip,
+                          &PyDict_Type, &b->names, &PyDict_Type, &b->classtype, &PyDict_Type, &b->sigs, &ItemsType,
+                          &b->store, earliest, &b->qr_type, &CacheType, &b->cache))
         return -1;
-    b->store = Py_IS_TYPE(b->items, &ItemsType) ? (Items *)b->items : NULL;
-    if (b->store == NULL && !PyList_Check(b->items)) {
-        PyErr_SetString(PyExc_TypeError, "add: items must be a list or an Items");
-        return -1;
-    }
     if (*start < 0) {
-        PyErr_SetString(PyExc_ValueError, "add: start must not be negative");
+        PyErr_SetString(PyExc_ValueError, "add_records: start must not be negative");
         return -1;
     }
     b->processed = b->unmatched_q = b->unmatched_r = 0;
@@ -1073,7 +929,7 @@ static int block_args(PyObject *args, Block *b, PyObject **txs, Py_ssize_t *star
     return 0;
 }
 
-/* add's result: (stop, earliest, processed, unmatched_queries, unmatched_responses). taken: the earliest-time
+/* add_records' result: (stop, earliest, processed, unmatched_queries, unmatched_responses). taken: the earliest-time
  * given was read (else it is given back as it was). */
 static PyObject *block_result(Block *b, Py_ssize_t stop, PyObject *earliest, int taken)
 {
@@ -1086,35 +942,6 @@ static PyObject *block_result(Block *b, Py_ssize_t stop, PyObject *earliest, int
     if (earliest == NULL)
         return NULL;
     return Py_BuildValue("nNLLL", stop, earliest, b->processed, b->unmatched_q, b->unmatched_r);
-}
-
-static PyObject *add(PyObject *Py_UNUSED(self), PyObject *args)
-{
-    PyObject *txs, *earliest;
-    Py_ssize_t start;
-    Block b;
-    if (block_args(args, &b, &txs, &start, NULL, &earliest) < 0)
-        return NULL;
-    PyObject *seq = PySequence_Fast(txs, "add: txs must be a sequence");
-    if (seq == NULL)
-        return NULL;
-    Py_ssize_t i = start, n = PySequence_Fast_GET_SIZE(seq);
-    /* An earliest-time that is not a plain int (never, from the Python loop): everything to Python. */
-    int taken = !b.has_earliest || as_ll(earliest, &b.earliest);
-    Tx t;
-    for (; taken && i < n; i++) {
-        PyObject *tx = Py_NewRef(PySequence_Fast_GET_ITEM(seq, i));
-        int rc = tx_of_tuple(tx, &t) ? add_tx(&b, &t) : 0;
-        Py_DECREF(tx);
-        if (rc < 0) {
-            Py_DECREF(seq);
-            return NULL;
-        }
-        if (rc == 0)
-            break;
-    }
-    Py_DECREF(seq);
-    return block_result(&b, i, earliest, taken);
 }
 
 /* add_records: add over transactions start..stop-1 of a TxBatch of message records (probe._records): the
@@ -1508,13 +1335,11 @@ static PyMethodDef methods[] = {
      "by_use(uses) -> (order, new): old indexes most used first (ties in index order), new index of each old one."},
     {"count_uses", count_uses, METH_VARARGS,
      "count_uses(items, field, n) -> [count]: how many items hold each index 0..n-1 in `field` (None skipped)."},
-    {"add", add, METH_VARARGS,
-     "add(txs, start, ip, names, classtype, sigs, items, earliest, qr_type[, cache]) -> (stop, earliest, "
-     "processed, unmatched_queries, unmatched_responses): Block.add_python's loop, up to the first transaction it "
-     "leaves to Python; cache: the block's Cache (lookups by content in front of names, classtype and sigs)."},
     {"add_records", add_records, METH_VARARGS,
-     "add_records(txs, start, stop, ip, names, classtype, sigs, items, earliest, qr_type[, cache]) -> as add, over "
-     "transactions start..stop-1 of a probe._records.TxBatch (its malformed transactions are left to Python)."},
+     "add_records(txs, start, stop, ip, names, classtype, sigs, items, earliest, qr_type[, cache]) -> (stop, "
+     "earliest, processed, unmatched_queries, unmatched_responses): Block.add_python's loop over transactions "
+     "start..stop-1 of a probe._records.TxBatch, up to the first one it leaves to Python (a malformed one); items: "
+     "an Items; cache: the block's Cache (lookups by content in front of names, classtype and sigs)."},
     {"items", items, METH_VARARGS,
      "items(items, earliest, new_ip, new_sig, new_name) -> [QueryResponse map]: cdns._item over the items."},
     {"encode_items", encode_items, METH_VARARGS,
@@ -1536,7 +1361,8 @@ PyMODINIT_FUNC PyInit__cdnsblock(void)
             return NULL;
     if (PyType_Ready(&CacheType) < 0 || PyType_Ready(&ItemsType) < 0)
         return NULL;
-    /* Message records (add_records) where probe._records is built; add works without it. */
+    /* Message records (add_records) where probe._records is built; the encoder works without it (the reference
+     * pipeline's blocks). */
     if (records_import() < 0)
         PyErr_Clear();
     PyObject *mod = PyModule_Create(&module);
@@ -1547,13 +1373,6 @@ PyMODINIT_FUNC PyInit__cdnsblock(void)
         Py_DECREF(mod);
         return NULL;
     }
-    PyObject *indexes = Py_BuildValue(
-        "{sisisisisisisisisisisisisisisisisisisisisi}", "TS_NS", TS_NS, "IPV", IPV, "TRANSPORT", TRANSPORT, "SRC", SRC,
-        "SPORT", SPORT, "DST", DST, "DPORT", DPORT, "TTL", TTL, "DNS_LEN", DNS_LEN, "ID", ID, "FLAGS", FLAGS,
-        "QDCOUNT", QDCOUNT, "ANCOUNT", ANCOUNT, "NSCOUNT", NSCOUNT, "ARCOUNT", ARCOUNT, "QNAME", QNAME, "QTYPE",
-        QTYPE, "QCLASS", QCLASS, "EDNS", EDNS, "MALFORMED", MALFORMED, "RAW", RAW);
-    PyObject *edns = Py_BuildValue("{sisisisisi}", "UDP_SIZE", E_UDP, "VERSION", E_VERSION, "DO", E_DO, "EXT_RCODE",
-                                   E_EXT, "RDATA", E_RDATA);
     PyObject *transports = PyTuple_New(N_TRANSPORTS);
     for (Py_ssize_t k = 0; transports != NULL && k < N_TRANSPORTS; k++) {
         PyObject *v = PyLong_FromLong(CDNS_TRANSPORT[k]);
@@ -1567,10 +1386,7 @@ PyMODINIT_FUNC PyInit__cdnsblock(void)
         TRANSPORT_QUERY_TRAILINGDATA, "QR_HAS_QUERY", QR_HAS_QUERY, "QR_HAS_RESPONSE", QR_HAS_RESPONSE,
         "QR_QUERY_HAS_OPT", QR_QUERY_HAS_OPT, "QR_RESPONSE_HAS_OPT", QR_RESPONSE_HAS_OPT, "QR_QUERY_HAS_NO_QUESTION",
         QR_QUERY_HAS_NO_QUESTION, "QR_RESPONSE_HAS_NO_QUESTION", QR_RESPONSE_HAS_NO_QUESTION, "QUERY_DO", QUERY_DO);
-    if (PyModule_AddObject(mod, "INDEXES", indexes) < 0 || PyModule_AddObject(mod, "EDNS_INDEXES", edns) < 0
-        || PyModule_AddObject(mod, "CONSTANTS", constants) < 0) {
-        Py_XDECREF(indexes);
-        Py_XDECREF(edns);
+    if (PyModule_AddObject(mod, "CONSTANTS", constants) < 0) {
         Py_XDECREF(constants);
         Py_DECREF(mod);
         return NULL;

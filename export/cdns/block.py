@@ -1,8 +1,9 @@
 """One C-DNS block (RFC 8618 7.3): transactions → deduplicated tables, Q/R items, address events, statistics
 → the block's CBOR. What is recorded, and how, is described in export/cdns/writer.py.
 
-Block.add runs the C loop (export.cdns._cdnsblock) for the common transactions and gives the others to
-Block.add_python, the reference implementation it must equal (tests/export/test_cdns_block.py).
+Block.add_python is the reference, on transaction tuples: the reference pipeline's, and that of the C loop on
+message records (export.cdns._cdnsblock.add_records), which Block.add runs in the production pipeline for the
+common transactions, giving the others to add_python (tests/export/test_cdns_block.py, test_cdnsrec.py).
 """
 
 
@@ -14,7 +15,7 @@ import cbor2
 from export.cdns import format as F
 from probe.decode.dnswire import Malformed, read_name, skip_name, walk_rrs
 from probe.model import CDNS_TRANSPORT_UNKNOWN, TRANSPORTS, E, M
-from probe.native import load, say_not_built
+from probe.native import load
 
 _cdnsblock = load("export.cdns._cdnsblock")
 BACKEND = "c" if _cdnsblock is not None else "python"
@@ -227,56 +228,48 @@ class Block:
         self.rr = _Table()
         self.rrlist = _Table()
         self.mm_data = _Table()
+        # add_records takes the transactions: message records, neither client privacy nor full sections.
+        self._c_loop = writer.records and writer.clients is None and not writer.full_sections
         # Item tuples, see add_python; maps are made at encode() once earliest-time is known. With the C loop
         # they are kept as C structs (_cdnsblock.Items reads as this list of tuples).
-        self.items = _cdnsblock.Items() if self._c_loop(writer) else []
+        self.items = _cdnsblock.Items() if self._c_loop else []
         self.malformed = []  # (ticks, client index, client port, data index)
         self.events = {}  # (type, code, address index, transport flags) -> count
         self.earliest = None  # ticks
         self.fallback_ticks = None  # earliest-time of a block with address events only
         self.processed = self.unmatched_q = self.unmatched_r = 0
-        self.cache = _cdnsblock.Cache() if _cdnsblock is not None else None  # see _cdnsblock.add
+        self.cache = _cdnsblock.Cache() if self._c_loop else None  # see _cdnsblock.add_records
 
     def __len__(self):
         return len(self.items) + len(self.malformed)
 
     def add(self, txs, start=0, stop=None):
-        """Add transactions txs[start:stop]: the hot loop of the C-DNS export. txs: a list of (query, response,
-        response_messages) tuples, or a probe._records.TxBatch of message records (the columnar pipeline).
+        """Add transactions txs[start:stop]: the hot loop of the C-DNS export. txs: what the writer is given
+        (writer.records): a probe._records.TxBatch of message records, else a list of (query, response,
+        response_messages) tuples, which add_python takes.
 
-        In C (export.cdns._cdnsblock.add, add_records) when it was built and there is neither client privacy nor
-        full sections; it gives back the transactions it does not take (malformed messages, unusual shapes), one
-        at a time, to add_python, the reference it must equal (tests/export/test_cdns_block.py)."""
-        w = self.w
-        records = not isinstance(txs, list)
+        Records go through the C loop (export.cdns._cdnsblock.add_records) unless there is client privacy or there
+        are full sections (then add_python takes their tuples); it gives back the transactions it does not take
+        (malformed messages), one at a time, to add_python, the reference it must equal."""
         stop = len(txs) if stop is None else stop
-        if not self._c_loop(w):
-            if _cdnsblock is None:
-                say_not_built("export.cdns._cdnsblock")
-            self.add_python(txs.to_tuples(start, stop) if records else txs[start:stop])
+        if not self.w.records:
+            self.add_python(txs[start:stop])
             return
-        if records:
-            add = _cdnsblock.add_records
-            i, bounds = start, (stop,)
-        else:
-            add = _cdnsblock.add
-            txs, i, stop, bounds = txs[start:stop], 0, stop - start, ()
+        if not self._c_loop:
+            self.add_python(txs.to_tuples(start, stop))
+            return
+        i = start
         while i < stop:
-            i, self.earliest, processed, unmatched_q, unmatched_r = add(
-                txs, i, *bounds, self.ip, self.names, self.classtype, self.sigs, self.items, self.earliest, w.qr_type,
-                self.cache
+            i, self.earliest, processed, unmatched_q, unmatched_r = _cdnsblock.add_records(
+                txs, i, stop, self.ip, self.names, self.classtype, self.sigs, self.items, self.earliest,
+                self.w.qr_type, self.cache
             )
             self.processed += processed
             self.unmatched_q += unmatched_q
             self.unmatched_r += unmatched_r
             if i < stop:
-                self.add_python(txs.to_tuples(i, i + 1) if records else txs[i : i + 1])
+                self.add_python(txs.to_tuples(i, i + 1))
                 i += 1
-
-    @staticmethod
-    def _c_loop(writer):
-        """Whether add() runs the C loop: built, and neither client privacy nor full sections."""
-        return _cdnsblock is not None and writer.clients is None and not writer.full_sections
 
     def add_python(self, txs):
         """add() in Python: the reference implementation, and the path of client privacy and full sections."""

@@ -44,7 +44,7 @@ import zlib
 
 import cbor2
 
-from export.base import FileExporter, lock_live_file, off_capture_cores, tx_time_ns
+from export.base import FileExporter, OutputFile, announce_finished, lock_live_file, off_capture_cores, tx_time_ns
 from export.cdns import format as F
 from export.cdns.block import QR_FIELDS, SECTION_FIELDS, TICKS_PER_SECOND, Block, Clients
 from probe import __version__
@@ -188,16 +188,15 @@ def check_level(codec, level):
 _FLUSH = object()  # queued by flush(): what was queued before it goes into the file, decodable
 
 
-class FileSink:
+class FileSink(OutputFile):
     """One output file: bytes queued by write() are compressed and written by a thread of the sink's own,
     which also closes the file and renames NAME.part to NAME after finish(). The file is locked
     (export.base.lock_live_file) until it has its final name. `durable` counts the records of the blocks in the
     file (decodable there whatever happens to the process: after a flush() or the file's end), `handed` those
-    queued."""
+    queued; `records` (rotation) those of its blocks and of the block being built."""
 
-    def __init__(self, part_path, final_path, codec, level):
-        self.part_path = part_path
-        self.final_path = final_path
+    def __init__(self, part_path, final_path, start_ns, codec, level):
+        super().__init__(final_path, part_path, start_ns)
         self.fh = open(part_path, "wb")  # closed by the thread
         try:
             self.lock = lock_live_file(part_path)
@@ -210,11 +209,19 @@ class FileSink:
         self.queue = queue.SimpleQueue()
         self.error = None
         self.handed = self.durable = self.counted = 0  # records: queued, in the file, counted by the exporter
+        self.blocks = 0
+        self.queued_bytes = 0  # before compression
         self.thread = threading.Thread(target=self._run, name=f"cdns-writer {final_path.name}", daemon=True)
         self.thread.start()
 
+    def size(self):
+        # export.rotate_bytes counts the C-DNS bytes before compression: where files split does not depend on how
+        # fast the compressor's thread runs.
+        return self.queued_bytes
+
     def write(self, data, records=0):
         self.handed += records
+        self.queued_bytes += len(data)
         self.queue.put((data, records))
 
     def flush(self):
@@ -257,6 +264,7 @@ class FileSink:
             fh.close()
             self.durable += pending
             os.replace(self.part_path, self.final_path)
+            announce_finished(self.final_path)
         except OSError as exc:
             self.error = exc
             try:
@@ -276,8 +284,13 @@ class FileSink:
 class CdnsExporter(FileExporter):
     """Writes transactions as C-DNS files (see the module docstring); the exporter interface is in export/."""
 
-    def __init__(self, cfg, directory, worker_id, stats, client=None, live=False):
-        super().__init__(cfg.export, directory, worker_id, stats)
+    def __init__(self, cfg, directory, worker_id, stats, client=None, live=False, metrics=None, records=False):
+        """client: the export.anonymise.ClientPrivacy of client addresses (None: recorded as they are); live: the
+        records come from live capture (the collection parameters say so); metrics: an export.metrics.DnsMetrics
+        counting what is written (None: not counted); records: write() is given probe._records.TxBatch (the
+        production pipeline), else transaction tuples (the Python reference)."""
+        super().__init__(cfg, directory, worker_id, stats, metrics, live)
+        self.records = records
         ecfg = cfg.export
         check_level(ecfg.cdns_compression, ecfg.compression_level)
         self.suffix = ".cdns" + F.COMPRESSION_SUFFIXES[ecfg.cdns_compression]
@@ -286,42 +299,36 @@ class CdnsExporter(FileExporter):
         self.qr_type = F.QR_TYPES[ecfg.cdns_qr_type] if ecfg.cdns_qr_type else None
         self.clients = Clients(client) if client is not None else None
         self.header = file_header(file_preamble(cfg, client, live))
-        self.sink = None
         self.finishing = []  # sinks whose thread is still compressing, closing or renaming
         self.block = Block(self)
-        self.file_blocks = 0
-        self.file_bytes = 0
-        self.file_records = 0
+
+    @property
+    def sink(self):
+        """The file being written (one at a time), or None."""
+        return self.files.get(None)
 
     # -- the exporter interface --
 
-    def is_open(self):
-        return self.sink is not None
-
     def write(self, txs, address_events=None, now_ns=None):
         self._reap()
-        records = not isinstance(txs, list)  # a probe._records.TxBatch (the columnar pipeline)
-        if self.metrics is not None:  # (Prometheus on: the tuples of records are made for it only)
-            self.metrics.add_transactions(txs.to_tuples() if records else txs)
-        limit = self.cfg.rotate_records
+        records = self.records
+        if self.metrics is not None:
+            (self.metrics.add_records if records else self.metrics.add_transactions)(txs)
         i = 0
         n = len(txs)
         while i < n:
             if self.sink is None:
                 self._open(txs.time_ns(i) if records else tx_time_ns(txs[i]))
-            room = self.max_items - len(self.block)
-            if limit:
-                room = min(room, limit - self.file_records)
+            room = self._room(self.sink, self.max_items - len(self.block))
             stop = min(n, i + room)
             before = len(self.block)
             self.block.add(txs, i, stop)
             i = stop
             added = len(self.block) - before
-            self.file_records += added
+            self.sink.records += added
             if len(self.block) >= self.max_items:
                 self._flush_block()
-            if limit and self.file_records >= limit:
-                self.rotate()
+            self._end_if_full()
         events = list(address_events.items()) if address_events else []
         while events:
             if self.sink is None:
@@ -330,13 +337,9 @@ class CdnsExporter(FileExporter):
             if events:
                 self._flush_block()
 
-    def rotate(self):
-        if self.sink is None:
-            return
+    def _close(self, sink):
         if len(self.block) or self.block.events:
-            self._flush_block(rotating=True)
-        sink = self.sink
-        self.sink = None
+            self._write_block(sink)
         sink.write(FILE_TRAILER)
         sink.finish()
         self.finishing.append(sink)
@@ -367,34 +370,32 @@ class CdnsExporter(FileExporter):
 
     def live_files(self):
         self._reap()  # (a file may have been finished since: it is then completed, not live)
-        return [s.part_path for s in self.finishing] + ([self.part_path] if self.sink is not None else [])
+        return [s.part_path for s in self.finishing] + super().live_files()
 
     # -- internals --
 
-    def _open(self, ts_ns):
-        self._name(ts_ns)
+    def _new_file(self, key, ts_ns):
+        final, part = self._take_name(self.dir, ts_ns)
         try:
-            self.sink = FileSink(self.part_path, self.final_path, self.cfg.cdns_compression, self.cfg.compression_level)
+            sink = FileSink(part, final, ts_ns, self.cfg.cdns_compression, self.cfg.compression_level)
         except OSError as exc:
-            raise self._output_error(exc) from None
-        self.sink.write(self.header)
-        self.file_bytes = len(self.header)
-        self.file_blocks = 0
-        self.file_records = 0
+            raise self._output_error(exc, part) from None
+        sink.write(self.header)
+        return sink
 
-    def _flush_block(self, rotating=False):
-        data = self.block.encode()
-        # export.rotate_bytes counts the C-DNS bytes before compression: where files split does not depend on how
-        # fast the compressor's thread runs.
-        self.file_bytes += len(data)
-        self.sink.write(data, len(self.block))  # counted in `records` once in the file (_reap)
+    def _full(self, sink):
+        """Also after export.rotate_blocks blocks (a limit of this format's)."""
+        return super()._full(sink) or 0 < self.cfg.rotate_blocks <= sink.blocks
+
+    def _flush_block(self):
+        """Write the block; the file ends here when full."""
+        self._write_block(self.sink)
+        self._end_if_full()
+
+    def _write_block(self, sink):
+        sink.write(self.block.encode(), len(self.block))  # in stats.records once in the file (_reap)
         self.block = Block(self)
-        self.file_blocks += 1
-        if not rotating and (
-            (self.cfg.rotate_blocks and self.file_blocks >= self.cfg.rotate_blocks)
-            or (self.cfg.rotate_bytes and self.file_bytes >= self.cfg.rotate_bytes)
-        ):
-            self.rotate()
+        sink.blocks += 1
 
     def _reap(self):
         """Count the records now in the files, account for the files whose thread has finished (in order); raise
@@ -409,8 +410,7 @@ class CdnsExporter(FileExporter):
                 raise self._output_error(sink.error, sink.part_path)
             self.stats.records += sink.durable - sink.counted  # (the last ones, written as the thread ended)
             sink.counted = sink.durable
-            self.completed.append(sink.final_path)
-            self.stats.files += 1
+            self._finished(sink.final_path, announced=True)
         for sink in self._sinks():
             if sink.error is not None:
                 raise self._output_error(sink.error, sink.part_path)

@@ -1,8 +1,8 @@
 /* export.parquet._parquetrec: a TxBatch of message records -> the Arrow buffers of the Parquet columns
  * (export/parquet/schema.py), in one pass, derived columns included.
  *
- * Why: the record builder over transaction tuples (export/parquet/_columns.c, then Arrow compute kernels for the derived
- * columns) waited on the scattered tuples for most of its time; the records of a TxBatch are contiguous, and
+ * Why: a record builder over transaction tuples (a column pass, then Arrow compute kernels for the derived columns)
+ * waited on the scattered tuples for most of its time; the records of a TxBatch are contiguous, and
  * every column, the derived ones too (times, flag bits, opcode, RCODE with its extended bits, the delay, the
  * domain name, address text), is written here from them. RecordBuilder.build over the transaction tuples stays
  * the reference; tests/export/test_parquetrec.py checks that both give equal tables.
@@ -10,8 +10,8 @@
  * parquet_columns(txs, names) -> [(null_count, validity or None, buffers...), ...]
  *   One result per name in `names` (export/parquet/schema.py SCHEMA names but the enrichment ones and answers,
  *   and r_raw: the response's DNS bytes as binary, for the answers column; ValueError for another), with the
- *   buffers of Arrow's layout as export/parquet/_columns.c gives them (fixed width and bool: (data,); strings and
- *   binary: (offsets, data); list<int32>: (offsets, values)).
+ *   buffers of Arrow's layout (fixed width and bool: (data,); strings and binary: (offsets, data); list<int32>:
+ *   (offsets, values)).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -33,7 +33,7 @@ typedef enum {
     C_QDCOUNT, C_OPCODE, C_RCODE, C_QTYPE, C_QCLASS, C_EMPTY, C_EDNS_UDP, C_EDNS_VERSION, C_EDNS_DO, C_FALSE,
     C_EDNS_NSID, C_DAU, C_DHU, C_N3U, C_ECS, C_OTHER, C_LABELS, C_RES_LEN, C_TIME_MICRO, C_DNS_RES_LEN, C_RTT,
     C_Q_PRESENT, C_R_PRESENT, C_DELAY, C_Q_TIME, C_R_TIME, C_VLAN, C_EDE, C_MALFORMED, C_MESSAGES, C_RES_EDNS_UDP,
-    C_TRANSPORT, C_NULL, C_R_RAW,
+    C_TRANSPORT, C_DNSTAP_TYPE, C_SERVER_IDENTITY, C_R_RAW,
 } Source;
 
 static const struct {
@@ -60,8 +60,8 @@ static const struct {
     {"response_present", C_R_PRESENT, K_BOOL}, {"response_delay_us", C_DELAY, K_I64},
     {"query_time", C_Q_TIME, K_I64}, {"response_time", C_R_TIME, K_I64}, {"vlan", C_VLAN, K_I32},
     {"edns_ede", C_EDE, K_LIST}, {"malformed", C_MALFORMED, K_BOOL}, {"response_messages", C_MESSAGES, K_I32},
-    {"res_edns_udp", C_RES_EDNS_UDP, K_I32}, {"transport", C_TRANSPORT, K_STR}, {"dnstap_type", C_NULL, K_STR},
-    {"server_identity", C_NULL, K_STR}, /* (dnstap only: records are packets') */
+    {"res_edns_udp", C_RES_EDNS_UDP, K_I32}, {"transport", C_TRANSPORT, K_STR}, {"dnstap_type", C_DNSTAP_TYPE, K_STR},
+    {"server_identity", C_SERVER_IDENTITY, K_STR},
     {"r_raw", C_R_RAW, K_STR},          /* (binary: not a column, what the answers column is made of) */
 };
 
@@ -105,6 +105,8 @@ static inline void set_null(Col *c, Py_ssize_t i)
 
 /* Coalesce of an int32 field that can be None (-1): the query's, else the response's. */
 #define COALESCE(q, r, f) ((q) != NULL && (q)->f >= 0 ? (q)->f : (r) != NULL ? (r)->f : -1)
+/* The same of a field whose None is 0 (ipv, proto). */
+#define COALESCE0(q, r, f) ((q) != NULL && (q)->f ? (q)->f : (r) != NULL ? (r)->f : 0)
 
 static inline void put_i32(Col *c, Py_ssize_t i, int32_t v, int present)
 {
@@ -179,11 +181,35 @@ static inline int put_edns_text(Col *c, Py_ssize_t i, const Rec *m, size_t field
     return put_text(c, i, rec_at(m, *s), s->len);
 }
 
-static inline int put_address(Col *c, Py_ssize_t i, const uint8_t *a, int ipv)
+static inline int put_address_text(Col *c, Py_ssize_t i, const uint8_t *a, int ipv)
 {
     char text[64];
     Py_ssize_t len = ipv == 6 ? ipv6_text(a, text) : ipv4_text(a, text);
     return put_text(c, i, text, (size_t)len);
+}
+
+/* The address text of the query's field (qa: src or dst, ABSENT_ bit qbit), else of the response's (ra, rbit);
+ * null where both are None (dnstap). */
+static inline int put_address(Col *c, Py_ssize_t i, const Rec *q, const uint8_t *qa, int qbit, const Rec *r,
+                              const uint8_t *ra, int rbit)
+{
+    if (q != NULL && !(q->absent & qbit))
+        return put_address_text(c, i, qa, q->ipv);
+    if (r != NULL && !(r->absent & rbit))
+        return put_address_text(c, i, ra, r->ipv);
+    return put_null_var(c, i);
+}
+
+/* Text or null: a span of the query, else of the response (origin's items: the same in both, or one side). */
+static inline int put_span(Col *c, Py_ssize_t i, const Rec *q, const Rec *r, size_t field)
+{
+    const Span *qs = q ? (const Span *)((const char *)q + field) : NULL;
+    const Span *rs = r ? (const Span *)((const char *)r + field) : NULL;
+    if (qs != NULL && qs->len != SPAN_NONE)
+        return put_text(c, i, rec_at(q, *qs), qs->len);
+    if (rs != NULL && rs->len != SPAN_NONE)
+        return put_text(c, i, rec_at(r, *rs), rs->len);
+    return put_null_var(c, i);
 }
 
 /* Arrow's integer division (truncating, as C). */
@@ -245,21 +271,25 @@ static int fill(Col *c, const Rows *w)
         c->var_len += domain_name(rec_at(n, n->qname), n->qname.len, c->var + c->var_len);
         CHECK(close_value(c, i));
         END_ROWS break;
-    case C_LEN: ROWS CHECK(put_len(c, i, q ? q->wirelen : 0, q != NULL)); END_ROWS break;
-    case C_RES_LEN: ROWS CHECK(put_len(c, i, r ? r->wirelen : 0, r != NULL)); END_ROWS break;
+    case C_LEN: ROWS CHECK(put_len(c, i, q ? q->wirelen : 0, q && q->wirelen >= 0)); END_ROWS break;
+    case C_RES_LEN: ROWS CHECK(put_len(c, i, r ? r->wirelen : 0, r && r->wirelen >= 0)); END_ROWS break;
     case C_DNS_LEN: ROWS CHECK(put_len(c, i, q ? q->dns_len : 0, q != NULL)); END_ROWS break;
     case C_DNS_RES_LEN: ROWS CHECK(put_len(c, i, r ? r->dns_len : 0, r != NULL)); END_ROWS break;
     case C_ZERO: break; /* zeros already, all valid */
-    case C_TTL: ROWS put_i32(c, i, q ? q->ttl : 0, q != NULL); END_ROWS break;
-    case C_UDP_SUM: ROWS put_i32(c, i, q ? q->udp_sum : 0, q != NULL); END_ROWS break;
-    case C_IPV: ROWS put_i32(c, i, m->ipv, 1); END_ROWS break;
-    case C_PROT: ROWS put_i32(c, i, m->proto, 1); END_ROWS break;
-    case C_SRCP: ROWS put_i32(c, i, q ? q->sport : r->dport, 1); END_ROWS break;
-    case C_DSTP: ROWS put_i32(c, i, q ? q->dport : r->sport, 1); END_ROWS break;
+    case C_TTL: ROWS put_i32(c, i, q ? q->ttl : 0, q && q->ttl >= 0); END_ROWS break;
+    case C_UDP_SUM: ROWS put_i32(c, i, q ? q->udp_sum : 0, q && q->udp_sum >= 0); END_ROWS break;
+    case C_IPV: ROWS int v = COALESCE0(q, r, ipv); put_i32(c, i, v, v != 0); END_ROWS break;
+    case C_PROT: ROWS int v = COALESCE0(q, r, proto); put_i32(c, i, v, v != 0); END_ROWS break;
+    case C_SRCP:
+        ROWS int32_t v = q && q->sport >= 0 ? q->sport : r ? r->dport : -1; put_i32(c, i, v, v >= 0); END_ROWS break;
+    case C_DSTP:
+        ROWS int32_t v = q && q->dport >= 0 ? q->dport : r ? r->sport : -1; put_i32(c, i, v, v >= 0); END_ROWS break;
     case C_SRC:
-        ROWS CHECK(q ? put_address(c, i, q->src, q->ipv) : put_address(c, i, r->dst, r->ipv)); END_ROWS break;
+        ROWS CHECK(put_address(c, i, q, q ? q->src : NULL, ABSENT_SRC, r, r ? r->dst : NULL, ABSENT_DST)); END_ROWS
+        break;
     case C_DST:
-        ROWS CHECK(q ? put_address(c, i, q->dst, q->ipv) : put_address(c, i, r->src, r->ipv)); END_ROWS break;
+        ROWS CHECK(put_address(c, i, q, q ? q->dst : NULL, ABSENT_DST, r, r ? r->src : NULL, ABSENT_SRC)); END_ROWS
+        break;
     case C_AA: ROWS int32_t f = r ? r->flags : -1; put_bool(c, i, f & FLAG_AA, f >= 0); END_ROWS break;
     case C_TC: ROWS int32_t f = r ? r->flags : -1; put_bool(c, i, f & FLAG_TC, f >= 0); END_ROWS break;
     case C_RD: ROWS int32_t f = q ? q->flags : -1; put_bool(c, i, f & FLAG_RD, f >= 0); END_ROWS break;
@@ -338,7 +368,19 @@ static int fill(Col *c, const Rows *w)
         }
         CHECK(put_text(c, i, TRANSPORT_NAMES[code], strlen(TRANSPORT_NAMES[code])));
         END_ROWS break;
-    case C_NULL: ROWS CHECK(put_null_var(c, i)); END_ROWS break;
+    case C_DNSTAP_TYPE:
+        ROWS int f = q && q->family ? q->family : r ? r->family : 0;
+        if (f == 0) {
+            CHECK(put_null_var(c, i));
+            continue;
+        }
+        if (f >= N_FAMILIES) {
+            PyErr_Format(PyExc_ValueError, "dnstap family code %d is not in include/records.h FAMILY_NAMES", f);
+            return -1;
+        }
+        CHECK(put_text(c, i, FAMILY_NAMES[f], strlen(FAMILY_NAMES[f])));
+        END_ROWS break;
+    case C_SERVER_IDENTITY: ROWS CHECK(put_span(c, i, q, r, offsetof(Rec, identity))); END_ROWS break;
     case C_R_RAW:
         ROWS if (r == NULL || r->raw.len == SPAN_NONE) {
             CHECK(put_null_var(c, i));

@@ -1,9 +1,9 @@
-"""Rows of nested tuples → Arrow arrays, one array per (path, kind) spec.
+"""Rows of nested tuples → Arrow arrays, one array per (path, kind) spec: the Python reference's column pass.
 
-The record builder needs ~60 columns out of each batch of transactions. `extract` reads them with the
-C extension export.parquet._columns in one row-major pass and wraps its buffers with pa.Array.from_buffers (no
-copy). `extract_python` is the reference implementation (pa.array over Python lists); the tests check
-that both give equal arrays, and it is used when the extension was not built (see `BACKEND`).
+The record builder of the reference pipeline (RecordBuilder.build, on transaction tuples) reads ~60 columns out
+of each batch of transactions with `extract_python` (pa.array over Python lists). The production pipeline's
+column pass, export/parquet/_parquetrec.c on message records, must give the same table
+(tests/export/test_parquetrec.py).
 
 A path is a tuple of indexes followed from the row through nested tuples; a None anywhere on it is a
 null, except that a spec (path, kind, fill) gives `fill` for a None met after the first tuple on the path
@@ -17,11 +17,6 @@ import socket
 
 import pyarrow as pa
 
-from probe.native import load, say_not_built
-
-_columns = load("export.parquet._columns")
-
-BACKEND = "c" if _columns is not None else "python"
 KIND_TYPES = {
     "q": pa.int64(),
     "i": pa.int32(),
@@ -40,7 +35,8 @@ def domain_name(qname):
     """DNS Probe's domain_name: the QNAME ASCII-lowercased, cut to its last two labels when it has two
     dots or more. Defined as the regex replace ^.*\\.([^.]*\\.[^.]*)$ → \\1 (whose '.' does not match a
     newline, so a newline before the second-to-last dot keeps the whole name); the regex cost 1.7 µs a
-    row in pyarrow, this rule (in C for 'D') a few ns. tests/export/test_columns.py checks the two agree."""
+    row in pyarrow, this rule a few ns (in C: the domain_name column of _parquetrec.c). tests/export/test_columns.py
+    checks that both agree with the regex."""
     low = qname.translate(_ASCII_LOWER)
     last = low.rfind(".")
     second = low.rfind(".", 0, last) if last > 0 else -1
@@ -65,7 +61,7 @@ def _address(packed):
 
 
 def extract_python(rows, specs):
-    """Reference implementation: the same arrays as `extract`, built with pa.array."""
+    """One Arrow array per (path, kind) spec, read from `rows` (a list of tuples), built with pa.array."""
     out = []
     for path, kind, *fill in specs:
         values = [_follow(row, path) for row in rows]
@@ -79,22 +75,3 @@ def extract_python(rows, specs):
             values = [None if v is None else domain_name(v) for v in values]
         out.append(pa.array(values, KIND_TYPES[kind]))
     return out
-
-
-def _wrap(kind, n, result):
-    nulls, validity, *buffers = result
-    typ = KIND_TYPES[kind]
-    bufs = [None if validity is None else pa.py_buffer(validity)] + [pa.py_buffer(b) for b in buffers]
-    if kind == "L":
-        values = pa.Array.from_buffers(pa.int32(), len(buffers[1]) // 4, [None, bufs[2]])
-        return pa.Array.from_buffers(typ, n, bufs[:2], nulls, children=[values])
-    return pa.Array.from_buffers(typ, n, bufs, nulls)
-
-
-def extract(rows, specs):
-    """One Arrow array per (path, kind) spec, read from `rows` (a list of tuples)."""
-    if _columns is None:
-        say_not_built("export.parquet._columns")
-        return extract_python(rows, specs)
-    n = len(rows)
-    return [_wrap(spec[1], n, res) for spec, res in zip(specs, _columns.extract(rows, specs))]

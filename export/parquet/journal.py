@@ -19,7 +19,7 @@ import threading
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
-from export.base import live_path, lock_live_file, off_capture_cores
+from export.base import announce_finished, live_path, lock_live_file, off_capture_cores
 from export.parquet.schema import SCHEMA
 from export.parquet.writer import ParquetExporter, _File, open_parquet, write_row_groups
 
@@ -166,7 +166,8 @@ class _Conversion(threading.Thread):
     def run(self):
         off_capture_cores()
         try:
-            convert_journal(self.journal, self.final, self.cfg)
+            if convert_journal(self.journal, self.final, self.cfg):
+                announce_finished(self.final)
         except OSError as exc:
             self.error = exc
         finally:
@@ -183,13 +184,13 @@ class JournalingParquetExporter(ParquetExporter):
         super().__init__(*args, **kwargs)
         self.converting = []
 
-    def _open(self, bucket, ts_ns):
+    def _new_file(self, bucket, ts_ns):
+        final, journal = self._file_name(bucket, ts_ns)
         try:
-            final, journal = self._take_name(bucket, ts_ns)
             writer = JournalWriter(journal, self.cfg.journal_compression)
         except OSError as exc:
             raise self._output_error(exc, self.dir) from None
-        return self._opened(bucket, _File(final, journal, ts_ns, writer, writer))
+        return _File(final, journal, ts_ns, writer, writer)  # (the journal's size: export.rotate_bytes)
 
     def _count(self, records):
         pass  # counted once in the file: flush()
@@ -217,10 +218,9 @@ class JournalingParquetExporter(ParquetExporter):
 
     def live_files(self):
         self._reap()  # (a conversion may have finished since: its file is then completed, not live)
-        return [c.journal for c in self.converting] + [f.part_path for f in self.files.values()]
+        return [c.journal for c in self.converting] + super().live_files()
 
-    def _close(self, bucket):
-        f = self.files.pop(bucket)
+    def _close(self, f):
         self._flush_row_groups(f, force=True)
         try:
             self.stats.records += f.writer.flush()
@@ -231,8 +231,6 @@ class JournalingParquetExporter(ParquetExporter):
         conversion = _Conversion(f.part_path, f.final_path, self.cfg, f.writer.lock)
         conversion.start()
         self.converting.append(conversion)
-        if not self.files:
-            self.part_path = None
         self._reap()
 
     def close(self):
@@ -247,5 +245,4 @@ class JournalingParquetExporter(ParquetExporter):
             conversion = self.converting.pop(0)
             if conversion.error is not None:
                 raise self._output_error(conversion.error, conversion.journal)
-            self.completed.append(conversion.final)
-            self.stats.files += 1
+            self._finished(conversion.final, announced=True)

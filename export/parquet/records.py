@@ -13,7 +13,7 @@ columns are null in a query-only row, so `dns_len > 0` means "has a query" and `
 import pyarrow as pa
 
 from export.parquet.answers import answers_column
-from export.parquet.columns import extract
+from export.parquet.columns import extract_python
 from export.parquet.schema import ANSWERS, BOOL, I32, SCHEMA, STR, TS_US
 from probe.model import (
     FLAG_AA,
@@ -86,7 +86,6 @@ _CLIENT = {"client": (((Q, M.SRC), (R, M.DST)), "a")}
 _RESPONSE_RAW = {"r_raw": ((R, M.RAW), "y")}
 
 
-_records = load("probe._records")
 _parquetrec = load("export.parquet._parquetrec")
 
 
@@ -105,18 +104,11 @@ class RecordBuilder:
         self._answers = answers
         self._specs = dict(_FIELDS, **_CLIENT, **(_RESPONSE_RAW if answers else {}))
 
-    def build(self, txs):
-        """The Arrow table of the transactions: a probe._records.TxBatch (message records), or a list of
-        (query, response, response_messages) tuples."""
-        if _records is not None and isinstance(txs, _records.TxBatch):
-            return self._build_records(txs)
-        return self._build_tuples(txs)
-
-    def _build_records(self, txs):
-        """One C pass over the records writes every column (export/parquet/_parquetrec.c) but the enrichment
-        ones (null until export.enrich fills them) and the answers, made here from the responses' bytes (which
-        the pass gives as the r_raw column); _build_tuples, whose column pass has its own reference in Python
-        (columns.extract_python), is the reference of this one."""
+    def build_records(self, txs):
+        """The Arrow table of a probe._records.TxBatch (transactions of message records), the production path: one
+        C pass over the records writes every column (export/parquet/_parquetrec.c) but the enrichment ones (null
+        until export.enrich fills them) and the answers, made here from the responses' bytes (which the pass
+        gives as the r_raw column). build() is its reference."""
         n = len(txs)
         names = _C_NAMES + (["r_raw"] if self._answers else [])
         made = dict(zip(names, _parquetrec.parquet_columns(txs, names)))
@@ -130,86 +122,22 @@ class RecordBuilder:
                 arrays.append(pa.nulls(n, field.type))
         return pa.Table.from_arrays(arrays, schema=SCHEMA)
 
-    def _build_tuples(self, txs):
+    def build(self, txs):
+        """The Arrow table of a list of (query, response, response_messages) tuples: the Python reference (the
+        reference pipeline, the C-DNS reader)."""
+        specs = self._specs
+        f = dict(zip(specs, extract_python(txs, list(specs.values()))))
+        n = len(txs)
+        return pa.Table.from_arrays(_dns_probe_columns(f, n) + self._own_columns(f, n), schema=SCHEMA)
+
+    def _own_columns(self, f, n):
+        """dnsprobe's columns, after DNS Probe's, from the values read (f: name → array)."""
         import pyarrow.compute as pc
 
-        specs = self._specs
-        f = dict(zip(specs, extract(txs if isinstance(txs, list) else list(txs), list(specs.values()))))
-        n = len(txs)
         q_present = f["q_ts"].is_valid()
         r_present = f["r_ts"].is_valid()
         qts, rts = f["q_ts"], f["r_ts"]
-        ts = pc.coalesce(qts, rts)
-        time_us = pc.divide(ts, 1000)
-        unixtime = pc.divide(ts, 1_000_000_000)
-        qflags, rflags = f["q_flags"], f["r_flags"]
-        qname = f["qname"]
-        rcode = pc.bit_wise_or(
-            pc.bit_wise_and(rflags, pa.scalar(0x0F, I32)),
-            pc.shift_left(f["r_ext_rcode"], pa.scalar(4, I32)),
-        )
-        opcode = pc.bit_wise_and(pc.shift_right(pc.coalesce(qflags, rflags), pa.scalar(11, I32)), pa.scalar(0x0F, I32))
-        zero_i32 = pa.nulls(n, I32).fill_null(0)
-        empty = pa.nulls(n, STR).fill_null("")
-        false = pa.nulls(n, BOOL).fill_null(False)
-
-        columns = [
-            f["id"],
-            unixtime,
-            time_us,
-            qname,
-            f["domain_name"],
-            f["q_wirelen"],
-            zero_i32,
-            f["q_ttl"],
-            f["ipv"],
-            f["proto"],
-            f["client"],
-            f["client_port"],
-            f["server"],
-            f["server_port"],
-            f["q_udp_sum"],
-            f["q_dns_len"],
-            _bit(rflags, FLAG_AA),
-            _bit(rflags, FLAG_TC),
-            _bit(qflags, FLAG_RD),
-            _bit(qflags, FLAG_RA),
-            _bit(qflags, FLAG_Z),
-            _bit(qflags, FLAG_AD),
-            _bit(qflags, FLAG_CD),
-            f["r_ancount"],
-            f["r_arcount"],
-            f["r_nscount"],
-            f["q_qdcount"],
-            opcode,
-            rcode,
-            f["qtype"],
-            f["qclass"],
-            empty,
-            empty,
-            f["q_edns_udp"],
-            f["q_edns_version"],
-            f["q_edns_do"],
-            false,
-            f["r_nsid"],
-            f["q_dau"],
-            f["q_dhu"],
-            f["q_n3u"],
-            f["q_ecs"],
-            f["q_other"],
-            empty,
-            empty,
-            f["labels"],
-            f["r_wirelen"],
-            pc.subtract(time_us, pc.multiply(unixtime, 1_000_000)),
-            zero_i32,
-            zero_i32,
-            false,
-            false,
-            f["r_dns_len"],
-            empty,
-            f["rtt"],
-            # dnsprobe's own columns
+        return [
             q_present,
             r_present,
             pc.divide(pc.subtract(rts, qts), 1000),
@@ -229,12 +157,96 @@ class RecordBuilder:
             pa.nulls(n, STR),
             answers_column(f["r_raw"]) if self._answers else pa.nulls(n, ANSWERS),
         ]
-        return pa.Table.from_arrays(columns, schema=SCHEMA)
+
+
+def _dns_probe_columns(f, n):
+    """DNS Probe's 55 columns, from the values read (f: name → array)."""
+    import pyarrow.compute as pc
+
+    qts, rts = f["q_ts"], f["r_ts"]
+    ts = pc.coalesce(qts, rts)
+    time_us = pc.divide(ts, 1000)
+    unixtime = pc.divide(ts, 1_000_000_000)
+    qflags, rflags = f["q_flags"], f["r_flags"]
+    qname = f["qname"]
+    rcode = pc.bit_wise_or(
+        pc.bit_wise_and(rflags, pa.scalar(0x0F, I32)),
+        pc.shift_left(f["r_ext_rcode"], pa.scalar(4, I32)),
+    )
+    opcode = pc.bit_wise_and(pc.shift_right(pc.coalesce(qflags, rflags), pa.scalar(11, I32)), pa.scalar(0x0F, I32))
+    zero_i32 = pa.nulls(n, I32).fill_null(0)
+    empty = pa.nulls(n, STR).fill_null("")
+    false = pa.nulls(n, BOOL).fill_null(False)
+
+    return [
+        f["id"],
+        unixtime,
+        time_us,
+        qname,
+        f["domain_name"],
+        f["q_wirelen"],
+        zero_i32,
+        f["q_ttl"],
+        f["ipv"],
+        f["proto"],
+        f["client"],
+        f["client_port"],
+        f["server"],
+        f["server_port"],
+        f["q_udp_sum"],
+        f["q_dns_len"],
+        _bit(rflags, FLAG_AA),
+        _bit(rflags, FLAG_TC),
+        _bit(qflags, FLAG_RD),
+        _bit(qflags, FLAG_RA),
+        _bit(qflags, FLAG_Z),
+        _bit(qflags, FLAG_AD),
+        _bit(qflags, FLAG_CD),
+        f["r_ancount"],
+        f["r_arcount"],
+        f["r_nscount"],
+        f["q_qdcount"],
+        opcode,
+        rcode,
+        f["qtype"],
+        f["qclass"],
+        empty,
+        empty,
+        f["q_edns_udp"],
+        f["q_edns_version"],
+        f["q_edns_do"],
+        false,
+        f["r_nsid"],
+        f["q_dau"],
+        f["q_dhu"],
+        f["q_n3u"],
+        f["q_ecs"],
+        f["q_other"],
+        empty,
+        empty,
+        f["labels"],
+        f["r_wirelen"],
+        pc.subtract(time_us, pc.multiply(unixtime, 1_000_000)),
+        zero_i32,
+        zero_i32,
+        false,
+        false,
+        f["r_dns_len"],
+        empty,
+        f["rtt"],
+    ]
 
 
 # The columns the C pass writes: all but the enrichment ones and the answers.
 _C_NAMES = [name for name in SCHEMA.names if name not in ("public_resolver", "registered_domain", "public_suffix",
                                                           "answers")]
+
+
+def record_columns(txs, names):
+    """The columns `names` of the schema, made by the C column pass from a probe._records.TxBatch, as a table."""
+    fields = [SCHEMA.field(name) for name in names]
+    made = _parquetrec.parquet_columns(txs, names)
+    return pa.Table.from_arrays([_wrap(f.type, len(txs), m) for f, m in zip(fields, made)], schema=pa.schema(fields))
 
 
 def _wrap(typ, n, result):

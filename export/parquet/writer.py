@@ -3,10 +3,12 @@ client privacy (export.parquet.privacy) → rotating files, flat or in hive part
 
 A file is written as NAME.parquet.part (hive layout: .NAME.parquet.part, a name engines skip) and renamed
 to NAME.parquet only once complete, so readers never see a half-written file. NAME = <prefix><UTC start
-YYYYmmdd.HHMMSS.ffffff>.w<worker>, the start being the capture time of the file's first record. Rotation:
-after rotate_records records, once the file holds rotate_bytes bytes (checked after each row group), and
-rotate_seconds after the file's start (the pipeline asks due() with capture time offline; live, the
-supervisor rotates on the wall clock, so a quiet file is still closed on time).
+YYYYmmdd.HHMMSS.ffffff>.w<worker>[.N], the start being the capture time of the file's first record (a name that
+exists: export.base). Rotation
+(export.base.FileExporter): after rotate_records records, once the file holds rotate_bytes bytes (checked after
+each row group; the rows not yet in a row group then go to the next file), and rotate_seconds after the file's
+start (the pipeline asks due() with capture time offline; live, the supervisor rotates on the wall clock, so a
+quiet file is still closed on time).
 
 Layout (export.layout): flat, every file in the output directory; or hive, each file in the directory of
 its records' partition, year=Y/month=M/day=D[/hour=H]/server=NAME (unpadded numbers, UTC capture time of
@@ -24,7 +26,7 @@ import socket
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from export.base import FileExporter, file_stamp, free_path, live_path
+from export.base import FileExporter, OutputFile
 from export.parquet.schema import DELTA_ENCODED, SCHEMA, UNIQUE_VALUED, UNSORTED_WITHOUT_STATISTICS
 
 DAY_US = 86_400_000_000
@@ -93,37 +95,49 @@ def write_row_groups(f, export_cfg, force, full=lambda f: False):
         f.pending_rows = table.num_rows
 
 
-class _File:
+class _File(OutputFile):
     """One open Parquet file: its paths, writer, and the rows buffered for its next row group."""
 
     def __init__(self, final_path, part_path, start_ns, writer, sink):
-        self.final_path = final_path
-        self.part_path = part_path
-        self.start_ns = start_ns
+        super().__init__(final_path, part_path, start_ns)
         self.writer = writer
         self.sink = sink
-        self.records = 0
         self.pending = []
         self.pending_rows = 0
+
+    def size(self):
+        return self.sink.tell()
 
 
 class ParquetExporter(FileExporter):
     suffix = ".parquet"
     live_suffix = ".part"  # (hidden in the hive layout: .NAME.parquet.part)
 
-    def __init__(self, export_cfg, directory, worker_id, stats, builder=None, steps=(), late_ns=0):
-        """steps: table → table functions applied to every batch of records before it is written, in order
-        (export.enrich, then client privacy); late_ns: how long after a hive partition's end a transaction
-        of it can still complete (the query timeout)."""
-        super().__init__(export_cfg, directory, worker_id, stats)
-        if builder is None:
-            from export.parquet.records import RecordBuilder
+    def __init__(self, cfg, directory, worker_id, stats, client=None, live=False, metrics=None, records=False):
+        """client: the export.anonymise.ClientPrivacy of client addresses (None: written as they are); live: the
+        records come from live capture (names: export.base.FileExporter._take_name; its journal is a class of its
+        own, chosen by export.make_exporter); metrics: an export.metrics.DnsMetrics counting what is written (None:
+        not counted); records: write() is given probe._records.TxBatch (built by the C column pass), else
+        transaction tuples (the Python reference)."""
+        # Imported here: recovering journals (export.recovery) needs none of them.
+        from export.enrich import make_enricher
+        from export.parquet.records import RecordBuilder
 
-            builder = RecordBuilder()
-        self.builder = builder
+        super().__init__(cfg, directory, worker_id, stats, metrics, live)
+        export_cfg = cfg.export
+        self.builder = RecordBuilder(answers=export_cfg.answers)
+        self.records = records
+        # Applied to every batch of records before it is written, in order. Enrichment looks the real addresses
+        # up; privacy transforms them afterwards (docs/enrichment.md).
+        self.enricher = make_enricher(cfg)
+        steps = [self.enricher] if self.enricher is not None else []
+        if client is not None:
+            from export.parquet.privacy import TablePrivacy  # with pyarrow.compute: only when configured
+
+            steps.append(TablePrivacy(client, cfg.enrich.cache_size))
         self.steps = tuple(steps)
-        self.files = {}  # partition (None in the flat layout, else its bucket number) → _File
-        self.late_ns = late_ns
+        # files: partition (None in the flat layout, else its bucket number) → _File
+        self.late_ns = int(cfg.match.query_timeout * 1e9)  # how late a transaction of a hive partition completes
         self.hive = export_cfg.layout == "hive"
         self.bucket_us = HOUR_US if export_cfg.partition_hour else DAY_US
         self.server = server_name(export_cfg) or DEFAULT_SERVER
@@ -136,7 +150,7 @@ class ParquetExporter(FileExporter):
         if self.hive and now_ns is not None:
             self._close_ended(now_ns)
         if txs:
-            table = self.builder.build(txs)
+            table = self.builder.build_records(txs) if self.records else self.builder.build(txs)
             for step in self.steps:
                 table = step(table)
             self.write_table(table)
@@ -151,19 +165,9 @@ class ParquetExporter(FileExporter):
         for bucket, rows in self._partitions(table):
             self._append(bucket, rows)
 
-    def is_open(self):
-        return bool(self.files)
-
-    def due(self, now_ns):
-        """True when an open file has reached its time limit."""
-        if self.cfg.rotate_seconds <= 0:
-            return False
-        limit = int(self.cfg.rotate_seconds * 1e9)
-        return any(now_ns - f.start_ns >= limit for f in self.files.values())
-
-    def rotate(self):
-        for bucket in list(self.files):
-            self._close(bucket)
+    def reload(self):
+        if self.enricher is not None:
+            self.enricher.reload()
 
     # -- partitions --
 
@@ -188,65 +192,50 @@ class ParquetExporter(FileExporter):
     def _close_ended(self, now_ns):
         for bucket in list(self.files):
             if bucket is not None and (bucket + 1) * self.bucket_us * 1000 + self.late_ns <= now_ns:
-                self._close(bucket)
+                self._end(bucket)
 
     # -- files --
 
     def _append(self, bucket, table):
-        limit = self.cfg.rotate_records
         while table.num_rows:
-            f = self.files.get(bucket)
-            if f is None:
-                f = self._open(bucket, _first_time_ns(table))
-            take = table.num_rows if not limit else min(table.num_rows, limit - f.records)
+            f = self._open(_first_time_ns(table), bucket)
+            take = self._room(f, table.num_rows)
             f.pending.append(table.slice(0, take))
             f.pending_rows += take
             f.records += take
             self._count(take)
             table = table.slice(take)
             self._flush_row_groups(f, force=False)
-            if self._full(f):
+            if self._over_size(f):
                 # The rows not written yet belong to the next file.
                 rest, f.pending = f.pending, []
                 f.records -= f.pending_rows
                 self._count(-f.pending_rows)
                 f.pending_rows = 0
-                self._close(bucket)
                 table = pa.concat_tables(rest + [table])
-            elif limit and f.records >= limit:
-                self._close(bucket)
+            self._end_if_full(bucket)
 
     def _count(self, records):
         """Records handed to the file (ParquetExporter: in `records` at once; the journal counts them in its file)."""
         self.stats.records += records
 
-    def _full(self, f):
-        return self.cfg.rotate_bytes > 0 and f.sink.tell() >= self.cfg.rotate_bytes
-
-    def _take_name(self, bucket, ts_ns):
-        """(final path, live path) of a new file of the partition starting at ts_ns; the live one is created here
-        (export.base.free_path), so no other run can take the name."""
+    def _file_name(self, bucket, ts_ns):
+        """(final path, live path) of a new file of the partition starting at ts_ns, the live one created."""
         directory = self.dir if bucket is None else self.partition_dir(bucket)
-        directory.mkdir(parents=True, exist_ok=True)
-        base = f"{self.cfg.file_prefix}{file_stamp(ts_ns)}.w{self.worker_id}"
-        final = free_path(directory, base, self.suffix, take=lambda p: live_path(p, self.live_suffix, self.hive))
-        return final, live_path(final, self.live_suffix, self.hive)
-
-    def _open(self, bucket, ts_ns):
         try:
-            final, part = self._take_name(bucket, ts_ns)
-            writer, sink = open_parquet(part, self.cfg)
+            directory.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise self._output_error(exc, self.dir) from None
-        return self._opened(bucket, _File(final, part, ts_ns, writer, sink))
+        return self._take_name(directory, ts_ns, self.hive)
 
-    def _opened(self, bucket, f):
-        self.files[bucket] = f
-        self.part_path, self.final_path, self.file_start_ns = f.part_path, f.final_path, f.start_ns
-        return f
+    def _new_file(self, bucket, ts_ns):
+        final, part = self._file_name(bucket, ts_ns)
+        try:
+            return _File(final, part, ts_ns, *open_parquet(part, self.cfg))
+        except OSError as exc:
+            raise self._output_error(exc, self.dir) from None
 
-    def _close(self, bucket):
-        f = self.files.pop(bucket)
+    def _close(self, f):
         self._flush_row_groups(f, force=True)
         try:
             f.writer.close()
@@ -254,13 +243,10 @@ class ParquetExporter(FileExporter):
             os.replace(f.part_path, f.final_path)
         except OSError as exc:
             raise self._output_error(exc, f.part_path) from None
-        self.completed.append(f.final_path)
-        self.stats.files += 1
-        if not self.files:
-            self.part_path = None
+        self._finished(f.final_path)
 
     def _flush_row_groups(self, f, force):
         try:
-            write_row_groups(f, self.cfg, force, self._full)
+            write_row_groups(f, self.cfg, force, self._over_size)
         except OSError as exc:
             raise self._output_error(exc, f.part_path) from None

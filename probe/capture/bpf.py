@@ -1,12 +1,14 @@
 """The classic BPF programs of live capture, assembled here: the kernel filter and the fanout program.
 
 The filter keeps UDP and TCP on the DNS ports (also behind one or two VLAN tags, and behind IPv6 extension
-headers) and fragments of UDP/TCP datagrams; the IP allow/deny lists (filter.*) can be compiled into it too.
+headers), fragments of UDP/TCP datagrams and the ICMP/ICMPv6 errors the decoder counts when they quote such a
+packet; the IP allow/deny lists (filter.*) can be compiled into it too.
 The fanout program (PACKET_FANOUT_CBPF) sends a frame to the worker its IP address pair hashes to, as
 `dnsprobe read --workers` splits files. Opcodes are those of <linux/filter.h>; BpfAssembler resolves symbolic
 forward jumps.
 """
 
+from probe.decode.packets import ICMP_EVENTS, PROTO_ICMP, PROTO_ICMPV6
 from probe.model import SNAPLEN
 
 PACKET_OUTGOING = 4  # <linux/if_packet.h>: the packet type of a frame this host sends
@@ -157,19 +159,63 @@ def _verdicts(a, p, snaplen, lists, family, base, invert):
     a.op("ret", snaplen)
 
 
+# The ICMP/ICMPv6 types the decoder counts and keeps as C-DNS address events (probe/decode/packets.py): the filter
+# keeps those that quote a DNS packet.
+ICMP_ERRORS = tuple(sorted(t for proto, t in ICMP_EVENTS if proto == PROTO_ICMP))
+ICMPV6_ERRORS = tuple(sorted(t for proto, t in ICMP_EVENTS if proto == PROTO_ICMPV6))
+
+
 def _ipv4_block(a, base, ports, snaplen, lists=None, invert=False):
+    """IPv4 at base. UDP/TCP: a fragment is kept, else its ports are checked at X + base (X: the header length).
+    An ICMP error (_icmp_quote) leads to the same port check, X then at the quoted packet's transport header."""
     p = f"ip4_{base}_"
     a.label(p + "start")
     a.op("ldb", base + 9)  # protocol
     a.op("jeq", 17, p + "l4", None)
-    a.op("jeq", 6, p + "l4", p + "no")
+    a.op("jeq", 6, p + "l4", None)
+    a.op("jeq", PROTO_ICMP, None, p + "icmp_no")
+    _icmp_quote(a, p, base)
     a.label(p + "l4")
     a.op("ldh", base + 6)  # flags and fragment offset
     a.op("jset", 0x3FFF, p + "dns", None)  # a fragment (MF set or offset > 0): keep
     a.op("ldxb_msh", base)  # X = IPv4 header length
+    a.label(p + "ports")
     _ports_check(a, ports, True, base, p + "dns", None)  # source port
     _ports_check(a, ports, True, base + 2, p + "dns", p + "no")  # destination port
     _verdicts(a, p, snaplen, lists, 4, base, invert)
+
+
+def _icmp_quote(a, p, base):
+    """An ICMP error the decoder counts, whose quote (the IP header of the packet that caused it, 8 bytes after
+    the ICMP header) is IPv4 UDP or TCP: a quoted fragment with an offset (no ports in the quote) is kept,
+    else X is set for the port check (p"ports") of the quoted transport header. The IP lists then apply to the
+    error's own addresses, as the decoder applies them. A quote cut before its ports ends the program (0)."""
+    a.op("ldxb_msh", base)  # X = the error's IPv4 header length
+    a.op("ldb_x", base)  # ICMP type
+    for i, icmp_type in enumerate(ICMP_ERRORS):
+        a.op("jeq", icmp_type, p + "quote", p + "icmp_no" if i == len(ICMP_ERRORS) - 1 else None)
+    a.label(p + "quote")
+    quoted = base + 8
+    a.op("ldb_x", quoted)  # the quoted version and header length
+    a.op("and", 0xF0)
+    a.op("jeq", 0x40, None, p + "icmp_no")
+    a.op("ldb_x", quoted + 9)  # the quoted protocol
+    a.op("jeq", 17, p + "quoted_l4", None)
+    a.op("jeq", 6, p + "quoted_l4", p + "icmp_no")
+    a.label(p + "quoted_l4")
+    a.op("ldh_x", quoted + 6)
+    a.op("jset", 0x1FFF, p + "quoted_fragment", None)
+    a.op("ldb_x", quoted)
+    a.op("and", 0x0F)
+    a.op("lsh", 2)
+    a.op("add_x")
+    a.op("add", 8)
+    a.op("tax")  # X = the error's header, the ICMP header and the quoted IP header: ports at X + base
+    a.op("ja", p + "ports")
+    a.label(p + "quoted_fragment")
+    a.op("ja", p + "dns")
+    a.label(p + "icmp_no")
+    a.op("ret", 0)
 
 
 # IPv6 extension headers walked to the transport header, as the decoder walks them (probe/decode/packets.py):
@@ -178,44 +224,44 @@ IPV6_EXT = (0, 43, 60, 135, 139, 140)
 IPV6_AH = 51
 IPV6_FRAGMENT = 44
 MAX_IPV6_EXT = 8  # headers walked; a packet with more is kept (the decoder judges it)
+MAX_QUOTED_IPV6_EXT = 3  # headers walked in the packet an ICMPv6 error quotes; a quote with more is kept
 
 
-def _ipv6_block(a, base, ports, snaplen, lists=None, invert=False):
-    """IPv6 at base: the extension headers are walked as the decoder walks them (probe/decode/packets.py), with X at
-    the current header and the next-header value in A (scratch M[0], M[1] while the length is added), unrolled
-    MAX_IPV6_EXT times. A fragment header is walked as an 8-byte header and remembered (M[2]). UDP or TCP at the
-    end: a fragment is kept (the decoder reassembles and judges the datagram), else its ports are checked,
-    relative to X."""
-    p = f"ip6_{base}_"
-    a.label(p + "start")
-    a.op("ld_imm", 0)
-    a.op("st", 2)  # no fragment header yet
-    a.op("ldx_imm", base + 40)
-    a.op("ldb", base + 6)  # next header
-    for i in range(MAX_IPV6_EXT):
-        q = f"{p}{i}_"
-        a.op("jeq", 17, q + "l4", None)
-        a.op("jeq", 6, q + "l4", None)
-        a.op("jeq", IPV6_FRAGMENT, q + "frag", None)
-        a.op("jeq", IPV6_AH, q + "ah", None)
+def _ipv6_chain(a, q, depth, l4, icmp, kept, other):
+    """Walks an IPv6 header chain as the decoder walks it: on entry X is at the first header after the fixed one and
+    A holds its type; X at the current header and its type in A (scratch M[0], M[1] while the length is added),
+    unrolled `depth` times. A fragment header is walked as an 8-byte header and remembered (M[2] = 1). Ends
+    at label l4 (UDP or TCP at X), icmp (ICMPv6 at X; None: not looked for), kept (more headers than walked) or
+    other."""
+    for i in range(depth):
+        r = f"{q}{i}_"
+        a.op("jeq", 17, r + "l4", None)
+        a.op("jeq", 6, r + "l4", None)
+        if icmp:
+            a.op("jeq", PROTO_ICMPV6, r + "icmp", None)
+        a.op("jeq", IPV6_FRAGMENT, r + "frag", None)
+        a.op("jeq", IPV6_AH, r + "ah", None)
         for nh in IPV6_EXT:
-            a.op("jeq", nh, q + "ext", None)
-        a.op("ja", p + "no")
-        a.label(q + "l4")
-        a.op("ja", p + "l4")
-        a.label(q + "frag")
+            a.op("jeq", nh, r + "ext", None)
+        a.op("ja", other)
+        a.label(r + "l4")
+        a.op("ja", l4)
+        if icmp:
+            a.label(r + "icmp")
+            a.op("ja", icmp)
+        a.label(r + "frag")
         a.op("ld_imm", 1)
         a.op("st", 2)
         a.op("ld_imm", 8)
-        a.op("ja", q + "length")
+        a.op("ja", r + "length")
         for kind, add, shift in (("ah", 2, 2), ("ext", 1, 3)):
-            a.label(q + kind)
+            a.label(r + kind)
             a.op("ldb_x", 1)  # the header's length field
             a.op("add", add)
             a.op("lsh", shift)
             if kind == "ah":
-                a.op("ja", q + "length")
-        a.label(q + "length")  # A: the header's length
+                a.op("ja", r + "length")
+        a.label(r + "length")  # A: the header's length
         a.op("st", 1)
         a.op("ldb_x", 0)  # its next header
         a.op("st", 0)
@@ -223,15 +269,56 @@ def _ipv6_block(a, base, ports, snaplen, lists=None, invert=False):
         a.op("add_x")
         a.op("tax")  # X: the next header's offset
         a.op("ld_mem", 0)
-        a.op("ja", f"{p}{i + 1}_loop" if i + 1 < MAX_IPV6_EXT else p + "deep")
-        if i + 1 < MAX_IPV6_EXT:
-            a.label(f"{p}{i + 1}_loop")
-    a.label(p + "deep")  # MAX_IPV6_EXT headers walked: UDP or TCP next is checked, another header kept
-    a.op("jeq", 17, p + "l4", None)
-    a.op("jeq", 6, p + "l4", None)
+    # `depth` headers walked: UDP, TCP or ICMPv6 next is checked, another header kept
+    a.op("jeq", 17, q + "deep_l4", None)
+    a.op("jeq", 6, q + "deep_l4", None)
+    if icmp:
+        a.op("jeq", PROTO_ICMPV6, q + "deep_icmp", None)
     for nh in (IPV6_FRAGMENT, IPV6_AH) + IPV6_EXT:
-        a.op("jeq", nh, p + "dns", None)
-    a.op("ja", p + "no")
+        a.op("jeq", nh, q + "deep_kept", None)
+    a.op("ja", other)
+    a.label(q + "deep_l4")
+    a.op("ja", l4)
+    if icmp:
+        a.label(q + "deep_icmp")
+        a.op("ja", icmp)
+    a.label(q + "deep_kept")
+    a.op("ja", kept)
+
+
+def _ipv6_block(a, base, ports, snaplen, lists=None, invert=False):
+    """IPv6 at base, its header chain walked (_ipv6_chain). UDP or TCP at the end: a fragment is kept (the decoder
+    reassembles and judges the datagram), else its ports are checked, relative to X. An ICMPv6 error the decoder
+    counts, quoting IPv6: the quoted packet's chain is walked the same way, up to MAX_QUOTED_IPV6_EXT headers, to
+    the same check (a quoted fragment kept; a quote cut before its ports ends the program with 0), and the IP lists
+    then apply to the error's own addresses, as the decoder applies them."""
+    p = f"ip6_{base}_"
+    a.label(p + "start")
+    a.op("ld_imm", 0)
+    a.op("st", 2)  # no fragment header yet
+    a.op("ldx_imm", base + 40)
+    a.op("ldb", base + 6)  # next header
+    _ipv6_chain(a, p + "w", MAX_IPV6_EXT, p + "l4", p + "icmp", p + "dns", p + "no")
+    a.label(p + "icmp")
+    a.op("ldb_x", 0)  # ICMPv6 type
+    for i, icmp_type in enumerate(ICMPV6_ERRORS):
+        a.op("jeq", icmp_type, p + "error", p + "icmp_no" if i == len(ICMPV6_ERRORS) - 1 else None)
+    a.label(p + "error")
+    a.op("ldb_x", 8)  # the quoted packet's version
+    a.op("and", 0xF0)
+    a.op("jeq", 0x60, p + "quote", None)
+    a.label(p + "icmp_no")
+    a.op("ret", 0)
+    a.label(p + "quote")
+    a.op("ld_imm", 0)
+    a.op("st", 2)  # the quote's own fragment header counts, not the error's
+    a.op("ldb_x", 8 + 6)  # the quoted next header
+    a.op("st", 0)
+    a.op("ld_imm", 8 + 40)
+    a.op("add_x")
+    a.op("tax")  # X: after the quoted fixed header
+    a.op("ld_mem", 0)
+    _ipv6_chain(a, p + "q", MAX_QUOTED_IPV6_EXT, p + "l4", None, p + "dns", p + "no")
     a.label(p + "l4")
     a.op("ld_mem", 2)
     a.op("jeq", 0, None, p + "dns")  # a fragment: kept
@@ -246,7 +333,10 @@ def dns_filter(ports, skip_outgoing=False, snaplen=SNAPLEN, ip_filter=None, inve
     Kept: IPv4/IPv6 UDP or TCP with a source or destination port in `ports`, and fragments of
     IPv4/IPv6 UDP or TCP datagrams; untagged or behind one or two VLAN tags (802.1Q, 802.1ad, 0x9100);
     IPv6 behind extension headers (hop-by-hop, routing, destination options, mobility, HIP, shim6, AH,
-    fragment), as the decoder walks them, up to MAX_IPV6_EXT of them (a longer chain is kept).
+    fragment), as the decoder walks them, up to MAX_IPV6_EXT of them (a longer chain is kept). Also kept: the
+    ICMP errors (destination unreachable, time exceeded) and ICMPv6 errors (those and packet too big) that the
+    decoder counts and turns into C-DNS address events, when the packet they quote is UDP or TCP on a DNS port
+    or a fragment of either, so live capture counts them as `dnsprobe read` does.
     skip_outgoing drops frames this host sends (used on loopback, where every frame is seen twice).
     ip_filter (probe.decode.ipfilter.IpFilter): of those, keep only what its allow/deny lists keep, or with
     invert_ip_filter only what they reject (the program of the socket that counts them). ValueError when

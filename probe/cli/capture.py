@@ -16,7 +16,9 @@ Files rotate on the wall clock every export.rotate_seconds for all workers toget
 export.rotate_records records, and on SIGHUP. SIGINT or SIGTERM stops: pending transactions are written,
 files closed, a one-line summary printed. A worker that dies is restarted (logged; counted as
 worker_restarts); what it had put in its file is kept, what it had not is counted as lost_in_dead_worker.
-An interface that is down or absent (at start or later) is waited for. Statistics: a JSON file in the
+An interface that does not exist at start is exit status 2, naming the interfaces there are, unless
+--wait-for-interface (capture.wait_for_interface); one that is down at start, or goes down or away later,
+is waited for, with a line every minute while it is. Statistics: a JSON file in the
 output directory (at start, every capture.stats_interval seconds, at exit), a Prometheus endpoint
 (capture.prometheus_port), and a status line when stderr is a terminal.
 
@@ -30,7 +32,8 @@ AmbientCapabilities= under systemd); --user NAME makes the workers switch to NAM
 open.
 
 exit status: 0 stopped cleanly by SIGINT/SIGTERM; 1 data was lost (a worker died), or a worker failed
-while stopping; 2 usage or configuration error (bad coremask, no permission, fanout group in use, ...).
+while stopping; 2 usage or configuration error (bad coremask, no such interface, no permission, fanout group
+in use, ...).
 
 examples:
   dnsprobe capture -i eth0 -o /var/lib/dnsprobe
@@ -45,6 +48,8 @@ CAPTURE_FLAGS = (
     (("-i", "--interface"), "capture.interfaces", str, "interface to capture on (repeatable)"),
     (("--coremask",), "capture.coremask", str, "hex mask of the cores to run workers on, e.g. 0x3"),
     (("--promiscuous",), "capture.promiscuous", None, "put the interfaces in promiscuous mode"),
+    (("--wait-for-interface",), "capture.wait_for_interface", None, "wait for an interface that does not exist yet"
+     " (without: exit status 2 naming the interfaces there are)"),
     (("--user",), "capture.user", str, "user the workers switch to after opening their sockets"),
     (("--block-size",), "capture.block_size", int, "bytes per ring block"),
     (("--block-count",), "capture.block_count", int, "blocks per ring"),

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from export.parquet.schema import COLUMNS, DNSPROBE_COLUMNS
 from probe.config import options
+from probe.run.checks import FORMAT_NAMES
 from probe.stats import COUNTERS
 
 # The source tree (docs/ is not part of the installed package).
@@ -35,7 +36,8 @@ def config_table():
     for key, f, _ in options():
         default = list(f.default) if isinstance(f.default, tuple) else f.default
         default = "null" if default is None else default
-        lines.append(f"| `{key}` | `{default}` | {f.metadata['help']} |")
+        only = f" *({FORMAT_NAMES[f.metadata['only']]} only)*" if f.metadata["only"] else ""
+        lines.append(f"| `{key}` | `{default}` | {f.metadata['help']}{only} |")
     return "\n".join(lines)
 
 

@@ -21,6 +21,8 @@ examples:
   dnsprobe inspect FILE.parquet --columns qname,qtype,rcode,response_delay_us
   dnsprobe inspect capture.cdns.xz --json                # a C-DNS file (RFC 8618), any writer: every record
   dnsprobe inspect --pcap rebuilt.pcap capture.cdns.xz    # its DNS messages as a pcap (full sections needed)
+  dnsprobe inspect --summary out/                        # counts, top names and clients, mixes, delays
+  dnsprobe inspect --summary out/ --json --limit 100     # the same as one JSON object, lists of 100
 
 C-DNS files (plain, .gz, .xz or .zst, told from Parquet by their content) are printed with the Parquet
 column names; columns C-DNS does not record (len, res_len, udp_sum, vlan, tcp_hs_rtt, response_messages)
@@ -61,6 +63,9 @@ def add_parser(sub):
                       help=f"records to print (0: all; default: {TABLE_LIMIT} in the table, all with --json)")
     insp.add_argument("--columns", metavar="A,B,...", help="columns to print (default: a summary set)")
     insp.add_argument("--all-columns", action="store_true", help="print every column")
+    insp.add_argument("--summary", action="store_true",
+                      help="print a summary of the records instead: time span, rate, top QNAMEs, registered domains "
+                           "and clients, QTYPE, RCODE and transport mix, response delays (--limit: list length)")
 
 
 def record_files(directory):
@@ -132,6 +137,10 @@ def _inspect_pcap(args):
 def run(args):
     import pyarrow as pa
 
+    if args.summary:
+        from probe.cli.summary import run_summary
+
+        return run_summary(args)
     if args.limit is None:
         args.limit = 0 if args.json else TABLE_LIMIT  # JSON is for pipes: all of it
     if args.limit < 0:

@@ -7,6 +7,7 @@ from pathlib import Path
 from probe.cli.flags import CONFIG_FLAGS, add_pipeline_options, overrides
 from probe.cli.output import error, need_file, show_progress
 from probe.config import load_config
+from probe.run.checks import check_config
 from probe.run.offline import read_files
 
 READ_EPILOG = """\
@@ -17,7 +18,9 @@ dnstap.message_types, default AUTH_* and CLIENT_*). Packets and dnstap may be mi
 with each other, and the dnstap_type column tells their rows apart. Files are
 read in the order given, as one continuous capture: a query in one file can match a response in
 the next. Records are written as NAME.parquet.part (C-DNS: NAME.cdns[.gz|.xz|.zst].part) and renamed
-when complete; a statistics JSON file is written next to them.
+when complete; NAME comes from the capture time of the file's first record and the worker, so the same
+input read again meets its names: refused (exit 2), or replaced with --overwrite. The statistics go to
+_PREFIX<start>.stats.json beside them (a name engines reading the directory skip).
 
 examples:
   dnsprobe read capture.pcap.xz -o out/
@@ -35,6 +38,11 @@ READ_FLAGS = (
     (("--workers",), "run.workers", int, "worker processes, each reading its share of the flows (default 1)"),
     (("--coremask",), "run.coremask", str, "hex mask of the cores to run one read worker on each, e.g. 0x3"),
 )
+# Switches of read only (set the key to true).
+READ_SWITCHES = (
+    (("--overwrite",), "export.overwrite", "replace output files whose names exist (the same input read again);"
+     " without it such a name is refused (exit 2)"),
+)
 
 
 def add_parser(sub):
@@ -49,28 +57,21 @@ def add_parser(sub):
     add_pipeline_options(read, CONFIG_FLAGS, "decode.tcp_idle_timeout=30", "a progress bar", "the statistics table")
     for flags, key, typ, help_ in READ_FLAGS:
         read.add_argument(*flags, dest=key, type=typ, metavar=key.split(".")[1].upper(), help=help_)
+    for flags, key, help_ in READ_SWITCHES:
+        read.add_argument(*flags, dest=key, action="store_const", const=True, help=help_)
 
 
 def run(args):
-    cfg = load_config(args.config, overrides(args, READ_FLAGS))
+    cfg = load_config(args.config, overrides(args, READ_FLAGS + READ_SWITCHES))
+    check_config(cfg, "read")
     for f in args.files:
         need_file(f, "input file ")
-    parallel = cfg.run.workers > 1 or cfg.run.coremask
-    bar = _progress_bar() if show_progress(cfg) and not parallel else None  # (workers: no bar)
-
-    def progress(path, size):
-        task = bar.add_task(Path(path).name, total=size)
-        return lambda pos: bar.update(task, completed=pos)
-
-    if bar:
-        bar.start()
+    bar = ProgressBar() if show_progress(cfg) else None
     try:
-        stats, errors, interrupted = read_files(
-            cfg, args.files, progress if bar else None, on_error=lambda exc: error(str(exc))
-        )
+        stats, errors, interrupted = read_files(cfg, args.files, bar, on_error=lambda exc: error(str(exc)))
     finally:
         if bar:
-            bar.stop()
+            bar.close()
     if interrupted:
         error("interrupted; writing what was decoded")
     if not args.quiet:
@@ -82,11 +83,23 @@ def run(args):
     return 1 if errors else 0
 
 
-def _progress_bar():
-    from rich.console import Console
-    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
+class ProgressBar:
+    """A bar per input on stderr, shown from the first input on, by the process that reads it (with several read
+    workers, worker 0, a forked process: the bar starts there, not before the fork)."""
 
-    return Progress(
-        TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TimeRemainingColumn(),
-        console=Console(file=sys.stderr),
-    )
+    def __init__(self):
+        from rich.console import Console
+        from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
+
+        self.bars = Progress(
+            TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TimeRemainingColumn(),
+            console=Console(file=sys.stderr),
+        )
+
+    def __call__(self, path, size):
+        self.bars.start()  # (once: a started display ignores it)
+        task = self.bars.add_task(Path(path).name, total=size)
+        return lambda pos: self.bars.update(task, completed=pos)
+
+    def close(self):
+        self.bars.stop()  # (nothing when it was not started here)

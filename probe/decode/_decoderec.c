@@ -1,10 +1,11 @@
 /* probe.decode._decoderec: the common-frame fast path of PacketDecoder (probe/decode/packets.py) writing message
- * records (include/records.h) into a MsgBatch instead of message tuples into a list: PacketDecoder.decode_into.
+ * records (include/records.h) into a MsgBatch: PacketDecoder.decode_into. Its Python reference is PacketDecoder's
+ * frame loop (PacketDecoder.decode, message tuples; tests/decode/test_decoderec.py compares the two).
  *
- * The same frames as probe.decode._fastwire.decode_frames (wire.h classify: Ethernet with VLAN tags, IPv4
- * without fragments, IPv6 without extension headers, UDP, and TCP through the Python stream step), the same
- * checks, counters and stopping rule: it stops at the first frame it does not handle and returns (i, j), the
- * caller decodes frames i..j-1 with the Python code and appends their tuples to the batch. The message walk is
+ * The common frames (wire.h classify: Ethernet with VLAN tags, IPv4 without fragments, IPv6 without extension
+ * headers, UDP, and TCP through the stream step), with the Python code's checks and counters; it stops at the
+ * first frame it does not handle and returns (i, j), the caller decodes frames i..j-1 with the Python code and
+ * appends their tuples to the batch. The message walk is
  * wire.h's walk_message; what the Python walker makes objects of (the QNAME text, the EDNS fields) is written
  * into the record's tail here.
  *
@@ -21,6 +22,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "decoderec_api.h"
 #include "frameloop.h"
 #include "records.h"
 #include "valuetext.h"
@@ -28,16 +30,6 @@
 
 static PyObject *ipv6_address; /* ipaddress.IPv6Address, for the text of an IPv6 client subnet */
 
-
-/* The network part of a message (probe.model NET_FIELDS). */
-typedef struct {
-    int64_t ts, wirelen;
-    int ipv, proto;
-    const unsigned char *src, *dst;
-    int32_t sport, dport, ttl, udp_sum, vlan;
-    int has_rtt;
-    double rtt;
-} Net;
 
 /* A growing tail: values appended behind the record at base. */
 typedef struct {
@@ -171,16 +163,49 @@ static int tail_opt(Tail *t, Rec *r, const unsigned char *p, Py_ssize_t start, P
     return 0;
 }
 
-/* The record of the message p[0..n) with the network part net, appended to out and counted. */
-static int put_message(MsgBatch *out, const Net *net, const unsigned char *p, Py_ssize_t n, int keep_raw,
-                       long long *counts)
+/* The network part, scope and origin of a record (its dnstap texts into the tail). */
+static void set_net(Rec *r, Tail *t, const MsgNet *net)
+{
+    r->ts_ns = net->ts;
+    r->wirelen = net->wirelen;
+    r->ipv = (uint8_t)net->ipv;
+    r->proto = (uint8_t)net->proto;
+    r->transport = (uint8_t)net->transport;
+    int alen = net->ipv == 6 ? 16 : 4;
+    if (net->src)
+        memcpy(r->src, net->src, alen);
+    if (net->dst)
+        memcpy(r->dst, net->dst, alen);
+    r->absent = (net->src ? 0 : ABSENT_SRC) | (net->dst ? 0 : ABSENT_DST);
+    r->sport = net->sport;
+    r->dport = net->dport;
+    r->ttl = net->ttl;
+    r->udp_sum = net->udp_sum;
+    r->vlan = net->vlan;
+    r->has_rtt = (uint8_t)net->has_rtt;
+    r->rtt_ms = net->rtt;
+    r->family = (uint8_t)net->family;
+    r->query_copy = (uint8_t)net->query_copy;
+    r->identity.len = r->scope_name.len = SPAN_NONE;
+    if (net->family) {
+        if (net->identity)
+            r->identity = tail_put(t, net->identity, net->identity_len);
+        r->scope_name = tail_put(t, net->scope_name, net->scope_name_len);
+    }
+}
+
+/* The record of the message p[0..n) with the network part net, appended to out (the capsule's put_record). */
+static int put_record(MsgBatch *out, const MsgNet *net, const unsigned char *p, Py_ssize_t n, int keep_raw,
+                      int32_t *flags, int *malformed)
 {
     Walk w;
     walk_message(p, n, &w);
     size_t opt_len = w.has_opt ? (size_t)(w.opt_end - w.opt_start) : 0;
     /* Bound of the tail: the QNAME escaped (4 bytes per byte), the EDNS texts (each option's bytes at most 4
-     * times over, the codes of `other` 1.5 times, an ECS text 64), the OPT RDATA and the raw message. */
-    size_t bound = align8(sizeof(Rec) + 4 * (size_t)w.jlen + 8 * opt_len + 128 + (keep_raw ? (size_t)n : 0));
+     * times over, the codes of `other` 1.5 times, an ECS text 64), the OPT RDATA, the raw message and the dnstap
+     * texts. */
+    size_t bound = align8(sizeof(Rec) + 4 * (size_t)w.jlen + 8 * opt_len + 128 + (keep_raw ? (size_t)n : 0)
+                          + (net->identity ? net->identity_len : 0) + (net->family ? net->scope_name_len : 0));
     if (bound > UINT32_MAX) {
         PyErr_SetString(PyExc_OverflowError, "message record over 4 GiB");
         return -1;
@@ -192,21 +217,7 @@ static int put_message(MsgBatch *out, const Net *net, const unsigned char *p, Py
     Rec *r = (Rec *)(rb->buf + start);
     memset(r, 0, sizeof *r);
     Tail t = {(char *)r, sizeof(Rec)};
-    r->ts_ns = net->ts;
-    r->wirelen = net->wirelen;
-    r->ipv = (uint8_t)net->ipv;
-    r->proto = (uint8_t)net->proto;
-    r->transport = net->proto == PROTO_TCP ? TRANSPORT_TCP : TRANSPORT_UDP;
-    int alen = net->ipv == 6 ? 16 : 4;
-    memcpy(r->src, net->src, alen);
-    memcpy(r->dst, net->dst, alen);
-    r->sport = net->sport;
-    r->dport = net->dport;
-    r->ttl = net->ttl;
-    r->udp_sum = net->udp_sum;
-    r->vlan = net->vlan;
-    r->has_rtt = (uint8_t)net->has_rtt;
-    r->rtt_ms = net->rtt;
+    set_net(r, &t, net);
     r->dns_len = n;
     r->id = (int32_t)w.id;
     r->flags = (int32_t)w.flags;
@@ -241,9 +252,22 @@ static int put_message(MsgBatch *out, const Net *net, const unsigned char *p, Py
     rb->len += size;
     if (records->push(rb, start) < 0)
         return -1;
+    *flags = (int32_t)w.flags;
+    *malformed = w.malformed;
+    return 0;
+}
+
+/* put_record, counted. */
+static int put_message(MsgBatch *out, const MsgNet *net, const unsigned char *p, Py_ssize_t n, int keep_raw,
+                       long long *counts)
+{
+    int32_t flags;
+    int malformed;
+    if (put_record(out, net, p, n, keep_raw, &flags, &malformed) < 0)
+        return -1;
     counts[C_MESSAGES]++;
-    counts[C_RESPONSES] += w.flags >= 0 && (w.flags & 0x8000);
-    counts[C_MALFORMED] += w.malformed;
+    counts[C_RESPONSES] += flags >= 0 && (flags & 0x8000);
+    counts[C_MALFORMED] += malformed;
     return 0;
 }
 
@@ -281,8 +305,9 @@ static int tcp_message(void *ctx, PyObject *m)
     const Fast *x = t->x;
     PyObject *rtt = PyTuple_GET_ITEM(m, 4), *data = PyTuple_GET_ITEM(m, 0);
     int64_t mttl;
-    Net net = {.ipv = x->ipv, .proto = PROTO_TCP, .src = t->f + x->addr, .dst = t->f + x->addr + x->alen,
-               .sport = (int32_t)x->sport, .dport = (int32_t)x->dport, .udp_sum = 0, .vlan = (int32_t)x->vlan};
+    MsgNet net = {.ipv = x->ipv, .proto = PROTO_TCP, .transport = TRANSPORT_TCP, .src = t->f + x->addr,
+                  .dst = t->f + x->addr + x->alen, .sport = (int32_t)x->sport,
+                  .dport = (int32_t)x->dport, .udp_sum = 0, .vlan = (int32_t)x->vlan};
     if (step_int(PyTuple_GET_ITEM(m, 1), INT64_MAX, &net.ts) < 0
         || step_int(PyTuple_GET_ITEM(m, 2), INT64_MAX, &net.wirelen) < 0
         || step_int(PyTuple_GET_ITEM(m, 3), 255, &mttl) < 0)
@@ -300,8 +325,8 @@ static int tcp_message(void *ctx, PyObject *m)
                        t->keep_raw, t->counts);
 }
 
-/* A TCP segment through the stream step, with the arguments _fastwire gives it. ts and wl: the frame's time and
- * length objects (NULL: made here from ts_ns and wirelen). */
+/* A TCP segment through the stream step, with the arguments PacketDecoder._tcp_step takes. ts and wl: the
+ * frame's time and length objects (NULL: made here from ts_ns and wirelen). */
 static int tcp_frame(PyObject *ts, PyObject *wl, long long ts_ns, long long wirelen, const unsigned char *f,
                      const Fast *x, PyObject *src, PyObject *dst, PyObject *tcp, int keep_raw, MsgBatch *out,
                      long long *counts)
@@ -337,9 +362,9 @@ static int fast_frame(PyObject *ts, PyObject *wl, long long ts_ns, long long wir
     if (r > 0 && x->proto == PROTO_TCP) {
         r = tcp_frame(ts, wl, ts_ns, wirelen, f, x, src, dst, tcp, keep_raw, out, counts);
     } else if (r > 0) {
-        Net net = {.ts = ts_ns, .wirelen = wirelen, .ipv = x->ipv, .proto = PROTO_UDP, .src = f + x->addr,
-                   .dst = f + x->addr + x->alen, .sport = (int32_t)x->sport, .dport = (int32_t)x->dport,
-                   .ttl = (int32_t)x->ttl, .udp_sum = (int32_t)x->csum, .vlan = (int32_t)x->vlan};
+        MsgNet net = {.ts = ts_ns, .wirelen = wirelen, .ipv = x->ipv, .proto = PROTO_UDP, .transport = TRANSPORT_UDP,
+                      .src = f + x->addr, .dst = f + x->addr + x->alen, .sport = (int32_t)x->sport,
+                      .dport = (int32_t)x->dport, .ttl = (int32_t)x->ttl, .udp_sum = (int32_t)x->csum, .vlan = (int32_t)x->vlan};
         r = put_message(out, &net, f + x->dns, x->dns_len, keep_raw, counts);
     }
     Py_XDECREF(src);
@@ -534,7 +559,7 @@ static PyMethodDef methods[] = {
      "flow_hash(frame, linktype) -> int: the symmetric hash of the frame's IP address pair (include/wire.h)."},
     {"decode_frames", decode_frames, METH_VARARGS,
      "decode_frames(ts, wirelen, data, start, out, portmap, keep4, keep6, counts, tcp, keep_raw) -> (i, j): "
-     "probe.decode._fastwire.decode_frames with records appended to the MsgBatch out."},
+     "the common-frame fast path of PacketDecoder.decode_into, records appended to the MsgBatch out."},
     {"decode_packed", decode_packed, METH_VARARGS,
      "decode_packed(frames, start, out, portmap, keep4, keep6, counts, tcp, keep_raw) -> (i, j): decode_frames over "
      "a probe._records.Frames (FrameBatch.packed)."},
@@ -544,6 +569,8 @@ static PyMethodDef methods[] = {
 static struct PyModuleDef module = {
     .m_base = PyModuleDef_HEAD_INIT, .m_name = "probe.decode._decoderec", .m_size = -1, .m_methods = methods,
 };
+
+static const DecoderecApi api = {DECODEREC_API_VERSION, put_record};
 
 PyMODINIT_FUNC PyInit__decoderec(void)
 {
@@ -556,5 +583,12 @@ PyMODINIT_FUNC PyInit__decoderec(void)
     Py_DECREF(mod);
     if (ipv6_address == NULL)
         return NULL;
-    return PyModule_Create(&module);
+    PyObject *m = PyModule_Create(&module);
+    PyObject *capsule = m ? PyCapsule_New((void *)&api, DECODEREC_CAPSULE, NULL) : NULL;
+    if (capsule == NULL || PyModule_AddObject(m, "_C_API", capsule) < 0) {
+        Py_XDECREF(capsule);
+        Py_XDECREF(m);
+        return NULL;
+    }
+    return m;
 }

@@ -2,11 +2,13 @@
  *
  * Why: the Python decoder spent most of its time neither in protobuf's parser (upb) nor in the DNS walker
  * but in making a Python object for each field it read and in the interpreter around them (figures:
- * docs/performance.md). Here the protobuf wire format is read in place for the fields the mapping needs, the DNS message
- * is walked by _fastwire's walker (its C API, include/fastwire_api.h) and the message tuple comes out
- * directly. It is a translation of the Python decoder, rule for rule, which stays the reference (and the
- * fallback); tests/decode/test_dnstap_c.py checks that both give equal results, and that this reader
- * accepts and refuses exactly the bytes upb accepts and refuses, on real and on mutated frames.
+ * docs/performance.md). Here the protobuf wire format is read in place for the fields the mapping needs, and
+ * each message becomes a message record (include/records.h) written by the packet decoder's record writer
+ * (probe/decode/_decoderec.c, its C API include/decoderec_api.h: the one DNS walker), with no Python object per
+ * message: the scope, origin, transport and server identity are record fields. It is a translation of the
+ * Python decoder, rule for rule, which stays the reference (and the fallback); tests/decode/test_dnstap_c.py
+ * checks that both give equal messages (the records read back as tuples), and that this reader accepts and
+ * refuses exactly the bytes upb accepts and refuses, on real and on mutated frames.
  *
  * Protobuf as upb reads proto2 (dnstap.proto): a field's last occurrence wins; a message field seen twice
  * is merged; a known field with another wire type, an enum value outside its enum, and any other field
@@ -14,25 +16,24 @@
  * group) or above 2^29-1, a truncated value, an end-group without its start, wire types 6 and 7, and nesting (messages and
  * groups) deeper than 100 are errors. A Policy is checked, not read. Required fields are not enforced.
  *
- * decode(frames, start, producer, out, counts, type_counts, types, scopes, keep4, keep6, names, max_names,
- *        keep_raw, copy_type) -> (stop, max_ts)
- *   DnstapDecoder._run over frames[start:] (a list of bytes) of one producer: the message tuples are
- *   appended to out, counts (a list in the order of dnstap.COUNTS) and type_counts (a list indexed by
- *   message type) added to. types: a tuple indexed by message type of (selected, family, response) or
- *   None; scopes: the decoder's dict of (scope, origin) pairs; keep4, keep6: the IP lists' callables
- *   (client address, server address) -> keep, or None; names, max_names: the walker's cache of question
- *   names; keep_raw: fill the raw field; copy_type: probe.model.QueryCopy. It stops at the first frame
- *   protobuf refuses: stop is its index (len(frames) when none), left with its counters to the Python
- *   loop; max_ts is the latest message time seen (0: none).
+ * decode(frames, start, producer, out, counts, type_counts, types, keep4, keep6, keep_raw) -> (stop, max_ts)
+ *   DnstapDecoder._run over frames[start:] (a list of bytes) of one producer (its name, a str): the message
+ *   records are appended to the MsgBatch out, counts (a list in the order of dnstap.COUNTS) and type_counts (a
+ *   list indexed by message type) added to. types: a tuple indexed by message type of (selected, family,
+ *   response) or None; keep4, keep6: the IP lists' callables (client address, server address) -> keep, or
+ *   None; keep_raw: fill the raw field. It stops at the first frame protobuf refuses: stop is its index
+ *   (len(frames) when none), left with its counters to the Python loop; max_ts is the latest message time seen
+ *   (0: none).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
 #include <string.h>
 
-#include "fastwire_api.h"
+#include "decoderec_api.h"
+#include "records.h"
 
-static FastwireAPI *fw;
+static const DecoderecApi *writer; /* the record writer of probe.decode._decoderec */
 
 /* dnstap.COUNTS, in its order (the tests compare them with COUNT_NAMES). */
 enum { C_FRAMES, C_DECODE_ERRORS, C_DISCARDED, C_NOT_MESSAGE, C_UNKNOWN_TYPE, C_FILTERED, C_NO_TIME, C_NO_DNS,
@@ -42,8 +43,6 @@ static const char *COUNT_NAMES[N_COUNTS] = {
     "dnstap_unknown_type", "dnstap_filtered", "dnstap_no_time", "dnstap_no_dns", "dnstap_bad_address",
     "dnstap_embedded_queries", "ip_filtered", "dns_messages", "queries", "responses", "malformed"};
 
-#define N_NET 15     /* probe.model NET_FIELDS */
-#define N_MESSAGE 30 /* probe.model MESSAGE_FIELDS */
 #define N_TYPES 15   /* dnstap Message.Type 1..14 */
 #define FIELD_MAX 536870911u /* 2^29 - 1: protobuf's largest field number */
 #define DEPTH 100            /* upb's nesting limit (messages and groups) */
@@ -51,7 +50,6 @@ static const char *COUNT_NAMES[N_COUNTS] = {
 #define TS_MAX 9223372036854775807ull /* later times do not fit int64 nanoseconds */
 #define TRANSPORT_DOH 4
 #define HTTP3 3
-#define SCOPE_CACHE_MAX 10000
 
 /* IP protocol by transport (probe.model TRANSPORTS; the tests compare them) */
 static const int PROTO_OF[8] = {0, 17, 6, 6, 6, 17, 6, 17};
@@ -60,17 +58,17 @@ typedef struct {
     const uint8_t *p;
     Py_ssize_t n;
     int set;
-} Span;
+} Bytes;
 
 /* What the mapping reads of one frame. */
 typedef struct {
     int dnstap_type, has_message;
-    Span identity;
+    Bytes identity;
     int type, family, protocol, http; /* 0: absent (or outside the enum) */
     int has_qsec, has_rsec;
     uint64_t qsec, rsec;
     uint32_t qnsec, rnsec, qport, rport;
-    Span qaddr, raddr, qmsg, rmsg;
+    Bytes qaddr, raddr, qmsg, rmsg;
 } Frame;
 
 /* ---------------------------------------------------------------------------------------------
@@ -185,7 +183,7 @@ static int check_fields(const uint8_t *p, const uint8_t *end, int depth)
     return 0;
 }
 
-static int len_delimited(const uint8_t **pp, const uint8_t *end, Span *s)
+static int len_delimited(const uint8_t **pp, const uint8_t *end, Bytes *s)
 {
     uint64_t v;
     if (varint5(pp, end, &v) || v > (uint64_t)(end - *pp))
@@ -239,11 +237,11 @@ static int decode_message(const uint8_t *p, const uint8_t *end, Frame *f, int de
                 f->rnsec = le32(p);
             p += 4;
         } else if (wt == 2 && (field == 4 || field == 5 || field == 10 || field == 14)) {
-            Span *s = field == 4 ? &f->qaddr : field == 5 ? &f->raddr : field == 10 ? &f->qmsg : &f->rmsg;
+            Bytes *s = field == 4 ? &f->qaddr : field == 5 ? &f->raddr : field == 10 ? &f->qmsg : &f->rmsg;
             if (len_delimited(&p, end, s))
                 return -1;
         } else if (wt == 2 && field == 15) {
-            Span policy;
+            Bytes policy;
             if (len_delimited(&p, end, &policy) || depth < 1
                 || check_fields(policy.p, policy.p + policy.n, depth - 1))
                 return -1;
@@ -268,7 +266,7 @@ static int decode_frame(const uint8_t *p, const uint8_t *end, Frame *f)
             if (len_delimited(&p, end, &f->identity))
                 return -1;
         } else if (wt == 2 && field == 14) {
-            Span m;
+            Bytes m;
             if (len_delimited(&p, end, &m) || depth < 1 || decode_message(m.p, m.p + m.n, f, depth - 1))
                 return -1;
             f->has_message = 1;
@@ -287,81 +285,18 @@ static int decode_frame(const uint8_t *p, const uint8_t *end, Frame *f)
  * The mapping (DnstapDecoder._message) */
 
 typedef struct {
-    PyObject *out, *producer, *types, *scopes, *keep4, *keep6, *names, *copy_type;
-    Py_ssize_t max_names;
+    MsgBatch *out;
+    PyObject *types, *keep4, *keep6;
+    const char *producer; /* its UTF-8 text */
+    Py_ssize_t producer_len;
     int keep_raw;
     long long counts[N_COUNTS], type_counts[N_TYPES];
     unsigned long long max_ts;
 } Run;
 
-static PyObject *bytes_of(const Span *s)
+static PyObject *bytes_of(const Bytes *s)
 {
     return PyBytes_FromStringAndSize((const char *)s->p, s->n);
-}
-
-/* (scope, origin) for the identity, family, transport and producer, from the decoder's cache. New reference. */
-static PyObject *scope_origin(Run *run, const Span *identity, PyObject *family, int transport)
-{
-    PyObject *ident = identity->n ? bytes_of(identity) : Py_NewRef(Py_None);
-    PyObject *tr = transport ? PyLong_FromLong(transport) : Py_NewRef(Py_None);
-    PyObject *key = NULL, *value = NULL, *text = NULL;
-    if (ident == NULL || tr == NULL)
-        goto done;
-    key = PyTuple_Pack(4, ident, family, tr, identity->n ? Py_None : run->producer);
-    if (key == NULL)
-        goto done;
-    value = PyDict_GetItemWithError(run->scopes, key);
-    if (value != NULL) {
-        Py_INCREF(value);
-        goto done;
-    }
-    if (PyErr_Occurred())
-        goto done;
-    if (PyDict_GET_SIZE(run->scopes) >= SCOPE_CACHE_MAX)
-        PyDict_Clear(run->scopes);
-    text = identity->n ? PyUnicode_DecodeUTF8((const char *)identity->p, identity->n, "replace") : Py_NewRef(Py_None);
-    if (text == NULL)
-        goto done;
-    PyObject *scope = PyTuple_Pack(3, tr, family, identity->n ? text : run->producer);
-    PyObject *origin = scope ? PyTuple_Pack(2, family, text) : NULL;
-    if (origin != NULL)
-        value = PyTuple_Pack(2, scope, origin);
-    Py_XDECREF(scope);
-    Py_XDECREF(origin);
-    if (value != NULL && PyDict_SetItem(run->scopes, key, value) < 0)
-        Py_CLEAR(value);
-done:
-    Py_XDECREF(ident);
-    Py_XDECREF(tr);
-    Py_XDECREF(key);
-    Py_XDECREF(text);
-    return value;
-}
-
-/* One message tuple: the net part (its items: new references, NULL allowed only with an exception set) and
- * the DNS part walked from dns. New reference, or NULL. */
-static PyObject *message(PyObject **net, const Span *dns, int keep_raw, PyObject *names, Py_ssize_t max_names,
-                         long *flags, int *malformed)
-{
-    PyObject *t = PyTuple_New(N_MESSAGE);
-    int bad = t == NULL;
-    for (int i = 0; i < N_NET; i++) {
-        if (net[i] == NULL)
-            bad = 1;
-        if (t != NULL && net[i] != NULL)
-            PyTuple_SET_ITEM(t, i, Py_NewRef(net[i]));
-    }
-    PyObject *raw = NULL;
-    if (!bad && keep_raw && (raw = bytes_of(dns)) == NULL)
-        bad = 1;
-    if (!bad && fw->fill_dns(t, N_NET, dns->p, dns->n, raw, names, max_names, flags, malformed) < 0)
-        bad = 1;
-    Py_XDECREF(raw);
-    if (bad) {
-        Py_XDECREF(t); /* unset items are NULL, which a tuple's release skips */
-        return NULL;
-    }
-    return t;
 }
 
 /* sec and nsec make a time of at most TS_MAX ns (nsec below a second) */
@@ -370,9 +305,13 @@ static int time_ok(uint64_t sec, uint32_t nsec)
     return nsec < NS && sec <= TS_MAX / NS && sec * NS + nsec <= TS_MAX;
 }
 
-static int keep(PyObject *fn, PyObject *client, PyObject *server)
+/* The IP lists' verdict on the client and server addresses: 1 keep, 0 drop, -1 error. */
+static int keep(PyObject *fn, const Bytes *client, const Bytes *server)
 {
-    PyObject *r = PyObject_CallFunctionObjArgs(fn, client, server, NULL);
+    PyObject *qa = bytes_of(client), *ra = bytes_of(server);
+    PyObject *r = qa && ra ? PyObject_CallFunctionObjArgs(fn, qa, ra, NULL) : NULL;
+    Py_XDECREF(qa);
+    Py_XDECREF(ra);
     if (r == NULL)
         return -1;
     int yes = PyObject_IsTrue(r);
@@ -380,7 +319,58 @@ static int keep(PyObject *fn, PyObject *client, PyObject *server)
     return yes;
 }
 
-/* The message of frame f, appended to run->out (with the query it carries first), or counted. -1: error. */
+/* The identity's text, as identity.decode("utf-8", "replace") (ASCII, nearly always, as it is; else through
+ * Python's decoder, held in *obj). -1 with an exception. */
+static int identity_text(const Bytes *id, MsgNet *net, PyObject **obj)
+{
+    int ascii = 1;
+    for (Py_ssize_t i = 0; i < id->n && ascii; i++)
+        ascii = id->p[i] < 0x80;
+    if (ascii) {
+        net->identity = (const char *)id->p;
+        net->identity_len = (size_t)id->n;
+        return 0;
+    }
+    *obj = PyUnicode_DecodeUTF8((const char *)id->p, id->n, "replace");
+    Py_ssize_t n;
+    net->identity = *obj ? PyUnicode_AsUTF8AndSize(*obj, &n) : NULL;
+    if (net->identity == NULL)
+        return -1;
+    net->identity_len = (size_t)n;
+    return 0;
+}
+
+/* DnstapDecoder._ends: the IP version (0: None), or -1 when an address does not fit it or a port is too big. */
+static int ends(const Frame *f)
+{
+    int ipv = 0;
+    if (f->family) {
+        ipv = f->family == 1 ? 4 : 6;
+    } else {
+        const Bytes *a = f->qaddr.n ? &f->qaddr : f->raddr.n ? &f->raddr : NULL;
+        if (a != NULL) {
+            if (a->n != 4 && a->n != 16)
+                return -1;
+            ipv = a->n == 4 ? 4 : 6;
+        }
+    }
+    Py_ssize_t want = ipv == 4 ? 4 : 16;
+    if ((f->qaddr.n && f->qaddr.n != want) || (f->raddr.n && f->raddr.n != want) || f->qport > 65535
+        || f->rport > 65535)
+        return -1;
+    return ipv;
+}
+
+/* The IP protocol of the frame's transport (0: none), as DnstapDecoder._message: DoH over HTTP/3 is UDP. */
+static int proto_of(const Frame *f)
+{
+    if (!f->protocol)
+        return 0;
+    return f->protocol == TRANSPORT_DOH && f->http == HTTP3 ? 17 : PROTO_OF[f->protocol];
+}
+
+/* The records of frame f's message (the query it carries first) appended to run->out, or the frame counted as
+ * dropped. -1: error. */
 static int map_frame(Run *run, const Frame *f)
 {
     if (!f->dnstap_type || !f->has_message) {
@@ -397,7 +387,6 @@ static int map_frame(Run *run, const Frame *f)
         run->counts[C_FILTERED]++;
         return 0;
     }
-    PyObject *family = PyTuple_GET_ITEM(info, 1);
     int response = PyTuple_GET_ITEM(info, 2) == Py_True;
     int has_time = response ? f->has_rsec : f->has_qsec;
     uint64_t sec = response ? f->rsec : f->qsec;
@@ -406,112 +395,60 @@ static int map_frame(Run *run, const Frame *f)
         run->counts[C_NO_TIME]++;
         return 0;
     }
-    const Span *dns = response ? &f->rmsg : &f->qmsg;
+    const Bytes *dns = response ? &f->rmsg : &f->qmsg;
     if (!dns->set) {
         run->counts[C_NO_DNS]++;
         return 0;
     }
-    /* DnstapDecoder._ends */
-    int ipv = 0;
-    if (f->family) {
-        ipv = f->family == 1 ? 4 : 6;
-    } else {
-        const Span *a = f->qaddr.n ? &f->qaddr : f->raddr.n ? &f->raddr : NULL;
-        if (a != NULL) {
-            if (a->n != 4 && a->n != 16) {
-                run->counts[C_BAD_ADDRESS]++;
-                return 0;
-            }
-            ipv = a->n == 4 ? 4 : 6;
-        }
-    }
-    Py_ssize_t want = ipv == 4 ? 4 : 16;
-    if ((f->qaddr.n && f->qaddr.n != want) || (f->raddr.n && f->raddr.n != want) || f->qport > 65535
-        || f->rport > 65535) {
+    int ipv = ends(f);
+    if (ipv < 0) {
         run->counts[C_BAD_ADDRESS]++;
         return 0;
     }
-    int rc = -1, proto = 0;
-    unsigned long long ts = sec * NS + nsec;
-    PyObject *qa = NULL, *ra = NULL, *qp = NULL, *rp = NULL, *ipv_o = NULL, *proto_o = NULL, *tr = NULL,
-             *so = NULL, *tso = NULL, *m = NULL, *copy = NULL;
-    qa = f->qaddr.n ? bytes_of(&f->qaddr) : Py_NewRef(Py_None);
-    ra = f->raddr.n ? bytes_of(&f->raddr) : Py_NewRef(Py_None);
-    if (qa == NULL || ra == NULL)
-        goto done;
     PyObject *keep_fn = ipv == 4 ? run->keep4 : ipv == 6 ? run->keep6 : Py_None;
-    if (keep_fn != Py_None && qa != Py_None && ra != Py_None) {
-        int yes = keep(keep_fn, qa, ra);
-        if (yes < 0)
-            goto done;
-        if (!yes) {
-            run->counts[C_IP_FILTERED]++;
-            rc = 0;
-            goto done;
+    if (keep_fn != Py_None && f->qaddr.n && f->raddr.n) {
+        int yes = keep(keep_fn, &f->qaddr, &f->raddr);
+        if (yes <= 0) {
+            run->counts[C_IP_FILTERED] += yes == 0;
+            return yes;
         }
     }
-    if (f->protocol) {
-        proto = PROTO_OF[f->protocol];
-        if (f->protocol == TRANSPORT_DOH && f->http == HTTP3)
-            proto = 17;
-    }
-    qp = f->qport ? PyLong_FromUnsignedLong(f->qport) : Py_NewRef(Py_None);
-    rp = f->rport ? PyLong_FromUnsignedLong(f->rport) : Py_NewRef(Py_None);
-    ipv_o = ipv ? PyLong_FromLong(ipv) : Py_NewRef(Py_None);
-    proto_o = proto ? PyLong_FromLong(proto) : Py_NewRef(Py_None);
-    tr = f->protocol ? PyLong_FromLong(f->protocol) : Py_NewRef(Py_None);
-    so = scope_origin(run, &f->identity, family, f->protocol);
-    tso = PyLong_FromUnsignedLongLong(ts);
-    if (qp == NULL || rp == NULL || ipv_o == NULL || proto_o == NULL || tr == NULL || so == NULL || tso == NULL)
-        goto done;
-    PyObject *scope = PyTuple_GET_ITEM(so, 0), *origin = PyTuple_GET_ITEM(so, 1);
+    unsigned long long ts = sec * NS + nsec;
     if (ts > run->max_ts)
         run->max_ts = ts;
-    long flags;
-    int malformed;
+    const unsigned char *qa = f->qaddr.n ? f->qaddr.p : NULL, *ra = f->raddr.n ? f->raddr.p : NULL;
+    int32_t qp = f->qport ? (int32_t)f->qport : -1, rp = f->rport ? (int32_t)f->rport : -1;
+    /* the message family's code is the type's pair: probe.decode.dnstap_types FAMILIES (the tests check it) */
+    MsgNet net = {.ts = (int64_t)ts, .wirelen = -1, .ipv = ipv, .proto = proto_of(f), .transport = f->protocol,
+                  .src = qa, .dst = ra, .sport = qp, .dport = rp, .ttl = -1, .udp_sum = -1, .vlan = -1,
+                  .family = (f->type + 1) / 2};
+    PyObject *text = NULL;
+    if (f->identity.n && identity_text(&f->identity, &net, &text) < 0)
+        return -1;
+    net.scope_name = net.identity ? net.identity : run->producer;
+    net.scope_name_len = net.identity ? net.identity_len : (size_t)run->producer_len;
+    int32_t flags;
+    int malformed, rc = 0;
     if (response && f->qmsg.set) {
         run->counts[C_EMBEDDED]++;
-        PyObject *qts = tso;
-        PyObject *own = NULL;
-        if (f->has_qsec && time_ok(f->qsec, f->qnsec)) {
-            if ((own = PyLong_FromUnsignedLongLong(f->qsec * NS + f->qnsec)) == NULL)
-                goto done;
-            qts = own;
-        }
-        PyObject *qnet[N_NET] = {qts, Py_None, ipv_o, proto_o, qa, qp, ra, rp, Py_None, Py_None, Py_None,
-                                 Py_None, tr, scope, origin};
-        PyObject *q = message(qnet, &f->qmsg, run->keep_raw, run->names, run->max_names, &flags, &malformed);
-        Py_XDECREF(own);
-        if (q == NULL)
-            goto done;
-        copy = PyObject_CallOneArg(run->copy_type, q);
-        Py_DECREF(q);
-        if (copy == NULL || PyList_Append(run->out, copy) < 0)
-            goto done;
+        MsgNet q = net;
+        if (f->has_qsec && time_ok(f->qsec, f->qnsec))
+            q.ts = (int64_t)(f->qsec * NS + f->qnsec);
+        q.query_copy = 1;
+        rc = writer->put_record(run->out, &q, f->qmsg.p, f->qmsg.n, run->keep_raw, &flags, &malformed);
     }
-    PyObject *net[N_NET] = {tso, Py_None, ipv_o, proto_o, response ? ra : qa, response ? rp : qp,
-                            response ? qa : ra, response ? qp : rp, Py_None, Py_None, Py_None, Py_None,
-                            tr, scope, origin};
-    m = message(net, dns, run->keep_raw, run->names, run->max_names, &flags, &malformed);
-    if (m == NULL || PyList_Append(run->out, m) < 0)
-        goto done;
+    if (rc == 0 && response) { /* server -> client */
+        net.src = ra, net.dst = qa, net.sport = rp, net.dport = qp;
+    }
+    if (rc == 0)
+        rc = writer->put_record(run->out, &net, dns->p, dns->n, run->keep_raw, &flags, &malformed);
+    Py_XDECREF(text);
+    if (rc < 0)
+        return -1;
     run->counts[C_MESSAGES]++;
     run->counts[flags >= 0 && (flags & 0x8000) ? C_RESPONSES : C_QUERIES]++;
     run->counts[C_MALFORMED] += malformed;
-    rc = 0;
-done:
-    Py_XDECREF(qa);
-    Py_XDECREF(ra);
-    Py_XDECREF(qp);
-    Py_XDECREF(rp);
-    Py_XDECREF(ipv_o);
-    Py_XDECREF(proto_o);
-    Py_XDECREF(tr);
-    Py_XDECREF(so);
-    Py_XDECREF(tso);
-    Py_XDECREF(m);
-    Py_XDECREF(copy);
-    return rc;
+    return 0;
 }
 
 /* counts[k] += add[k] (Python ints). */
@@ -532,14 +469,13 @@ static int add_counts(PyObject *counts, const long long *add, Py_ssize_t n)
 
 static PyObject *decode(PyObject *Py_UNUSED(self), PyObject *args)
 {
-    PyObject *frames, *counts, *type_counts;
+    PyObject *frames, *counts, *type_counts, *producer;
     Py_ssize_t start;
     Run run;
     memset(&run, 0, sizeof run);
-    if (!PyArg_ParseTuple(args, "O!nOO!O!O!O!O!OOOnpO:decode", &PyList_Type, &frames, &start, &run.producer,
-                          &PyList_Type, &run.out, &PyList_Type, &counts, &PyList_Type, &type_counts, &PyTuple_Type,
-                          &run.types, &PyDict_Type, &run.scopes, &run.keep4, &run.keep6, &run.names, &run.max_names,
-                          &run.keep_raw, &run.copy_type))
+    if (!PyArg_ParseTuple(args, "O!nUO!O!O!O!OOp:decode", &PyList_Type, &frames, &start, &producer,
+                          records->msgbatch_type, &run.out, &PyList_Type, &counts, &PyList_Type, &type_counts,
+                          &PyTuple_Type, &run.types, &run.keep4, &run.keep6, &run.keep_raw))
         return NULL;
     if (PyList_GET_SIZE(counts) != N_COUNTS || PyList_GET_SIZE(type_counts) != N_TYPES
         || PyTuple_GET_SIZE(run.types) != N_TYPES) {
@@ -553,6 +489,12 @@ static PyObject *decode(PyObject *Py_UNUSED(self), PyObject *args)
             return NULL;
         }
     }
+    /* (surrogatepass: a file's name that is not UTF-8 has surrogates in Python; _records reads it back so) */
+    PyObject *name = PyUnicode_AsEncodedString(producer, "utf-8", "surrogatepass");
+    if (name == NULL)
+        return NULL;
+    run.producer = PyBytes_AS_STRING(name);
+    run.producer_len = PyBytes_GET_SIZE(name);
     Py_INCREF(frames); /* the list is the caller's; the IP lists' callables may run any Python code */
     Py_ssize_t i = start < 0 ? 0 : start;
     int failed = 0;
@@ -576,6 +518,7 @@ static PyObject *decode(PyObject *Py_UNUSED(self), PyObject *args)
             break;
     }
     Py_DECREF(frames);
+    Py_DECREF(name);
     if (add_counts(counts, run.counts, N_COUNTS) < 0 || add_counts(type_counts, run.type_counts, N_TYPES) < 0)
         failed = 1;
     if (failed)
@@ -585,8 +528,8 @@ static PyObject *decode(PyObject *Py_UNUSED(self), PyObject *args)
 
 static PyMethodDef methods[] = {
     {"decode", decode, METH_VARARGS,
-     "decode(frames, start, producer, out, counts, type_counts, types, scopes, keep4, keep6, names, max_names,"
-     " keep_raw, copy_type) -> (stop, max_ts): DnstapDecoder._run in C (see the module source)."},
+     "decode(frames, start, producer, out, counts, type_counts, types, keep4, keep6, keep_raw) -> (stop, max_ts): "
+     "DnstapDecoder._run in C, writing message records into the MsgBatch out (see the module source)."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -597,11 +540,17 @@ static struct PyModuleDef module = {
 
 PyMODINIT_FUNC PyInit__dnstap(void)
 {
-    fw = (FastwireAPI *)PyCapsule_Import(FASTWIRE_CAPSULE, 0);
-    if (fw == NULL)
+    if (records_import() < 0)
         return NULL;
-    if (fw->version != FASTWIRE_API_VERSION) {
-        PyErr_SetString(PyExc_ImportError, "probe.decode._fastwire has another C API version: rebuild both");
+    PyObject *decoderec = PyImport_ImportModule("probe.decode._decoderec"); /* (see records_import) */
+    if (decoderec == NULL)
+        return NULL;
+    Py_DECREF(decoderec);
+    writer = (const DecoderecApi *)PyCapsule_Import(DECODEREC_CAPSULE, 0);
+    if (writer == NULL)
+        return NULL;
+    if (writer->version != DECODEREC_API_VERSION) {
+        PyErr_SetString(PyExc_ImportError, "probe.decode._decoderec has another C API version: rebuild both");
         return NULL;
     }
     PyObject *mod = PyModule_Create(&module);

@@ -1,49 +1,25 @@
-/* probe.decode._fastwire: the DNS wire walker and the common-frame fast path, in C.
+/* probe.decode._fastwire: the DNS wire walker in C, making the DNS part of a message tuple.
  *
- * Why: decoding a frame in Python (struct unpacks, slices, the walker in probe/decode/dnswire.py) was the
- * largest part of a run; here an Ethernet/UDP frame costs a fraction of that, most of it the allocation of
- * the objects of the message tuple. For a TCP frame only its stream step (probe/decode/tcpstream.py) is
- * Python code.
- * It is a translation of the Python code, rule for rule: probe/decode/dnswire.py stays the reference
- * (and the fallback where this module is not built), and tests/decode/test_fastwire.py checks that both give
+ * Why: walking a DNS message in Python (probe/decode/dnswire.py) was the largest part of decoding a message
+ * tuple; PacketDecoder's Python frame loop (the frames the record decoder declines) calls parse_message with
+ * decode.parser fast.
+ * It is a translation of the Python code, rule for rule: probe/decode/dnswire.py stays the reference (and
+ * the fallback where this module is not built), and tests/decode/test_fastwire.py checks that both give
  * equal results on every message of the test captures and on many thousands of damaged ones.
  *
  * parse_message(buf, names=None, max_names=-1) -> the DNS tuple of dnswire.parse_message(buf, names).
  *   names: None or the dict cache of question names (wire bytes -> (text, label count)), filled as the
  *   Python walker fills it. max_names >= 0: first clear names when it holds more entries (as
  *   dnswire.MessageParser.parse does). A buf that is not bytes is handed to the Python walker.
- *
- * decode_frames(ts, wirelen, data, start, out, portmap, keep4, keep6, names, max_names, counts, tcp=None,
- *               keep_raw=True) -> (i, j)
- *   PacketDecoder.decode for a batch of Ethernet frames: from frame `start` on, frames that are
- *   Ethernet (VLAN tags allowed) + IPv4 (not a fragment) or IPv6 without extension headers + UDP, or
- *   TCP when tcp is given, on a DNS port (portmap: 8192 bytes, bit p set for port p), with headers
- *   and lengths that pass every check of the Python code, are decoded and their message tuples
- *   appended to out; those the IP lists drop (keep4/keep6: callables (src, dst) -> keep?, or None)
- *   are counted. A TCP segment goes to tcp(ipv, (src, sport, dst, dport), ts, wirelen, ttl, seq,
- *   flags, payload) (PacketDecoder._tcp_step: the RST count and event, the stream step), which
- *   returns the messages it completes as TcpReassembler.segment does; each becomes a message tuple
- *   here. keep_raw false: the raw field of the tuples is None. It stops at the first frame it does
- *   not handle and returns its index i and the index j of the next frame it would handle (i == j ==
- *   len(data) at the end), so the caller decodes frames i..j-1 in Python and calls again from j:
- *   messages stay in capture order. counts: a list [bytes, messages, responses, malformed,
- *   ip_filtered] that is added to for the frames handled.
- *
- * _C_API: a capsule with the walker for the other extensions (include/fastwire_api.h; the dnstap decoder).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
 #include <string.h>
 
-#include "fastwire_api.h"
-#include "frameloop.h"
 #include "wire.h"
 
 #define N_DNS 15 /* probe.model DNS_FIELDS */
-#define N_NET 15 /* probe.model NET_FIELDS */
-#define TRANSPORT_UDP 1 /* probe.model TRANSPORTS */
-#define TRANSPORT_TCP 2
 
 static PyObject *empty_str, *ipv6_address, *py_parse_message;
 
@@ -267,7 +243,7 @@ done:
     return r;
 }
 
-/* In front of the names dict, for the frame fast path only: a direct-mapped table of recent question
+/* In front of the names dict, for the dnstap decoder only (api_fill_dns): a direct-mapped table of recent question
  * names (wire bytes inline, with their text and label count). A hit costs one or two cache lines where
  * the dict costs a key object, its hash and four or five scattered objects. The table holds what the
  * dict would give (the text is a function of the wire bytes); parse_message does not use it, so that a
@@ -702,185 +678,16 @@ static PyObject *parse_message(PyObject *Py_UNUSED(self), PyObject *args)
     return t;
 }
 
-/* ---------------------------------------------------------------------------------------------
- * Frames */
-
-/* The address as a bytes object. A direct-mapped table keeps the last one of each slot: a busy probe sees
- * the same few thousand addresses again and again, and a shared object saves an allocation, its later
- * release and, in the transaction table, the hashing of a new key part (bytes cache their hash). Bytes
- * are immutable, so the sharing is invisible. */
-#define ADDR_SLOTS 8192
-static PyObject *addr_slots[ADDR_SLOTS];
-
-static PyObject *address(const unsigned char *a, Py_ssize_t n)
-{
-    uint64_t h;
-    if (n == 4) {
-        h = rd32(a);
-    } else {
-        uint64_t w[2];
-        memcpy(w, a, 16);
-        h = w[0] ^ (w[1] * 0xff51afd7ed558ccdull);
-    }
-    h *= 0x9E3779B97F4A7C15ull;
-    unsigned k = (unsigned)(h >> 51) & (ADDR_SLOTS - 1);
-    PyObject *o = addr_slots[k];
-    if (o != NULL && PyBytes_GET_SIZE(o) == n && memcmp(PyBytes_AS_STRING(o), a, n) == 0)
-        return Py_NewRef(o);
-    o = PyBytes_FromStringAndSize((const char *)a, n);
-    if (o != NULL)
-        Py_XSETREF(addr_slots[k], Py_NewRef(o));
-    return o;
-}
-
-/* Append the message tuple net + the DNS tuple of p[0..n) to out and count it. net: N_NET new references
- * (NULL items allowed: then an error), released here in any case. raw: the raw field (NULL: None). */
-static int emit(PyObject **net, const unsigned char *p, Py_ssize_t n, PyObject *raw, PyObject *out,
-                PyObject *names, Py_ssize_t max_names, long long *counts)
-{
-    PyObject *t = PyTuple_New(N_NET + N_DNS);
-    int bad = set_items(t, 0, net, N_NET) < 0;
-    long flags;
-    int malformed;
-    if (bad || bound_cache(names, max_names) < 0 || fill_dns(t, N_NET, p, n, raw, names, 1, &flags, &malformed) < 0) {
-        Py_XDECREF(t); /* unset items are NULL, which a tuple's release skips */
-        return -1;
-    }
-    /* Everything in it was made here (ints, bytes, str, None, bools and the EDNS tuple, itself untracked)
-     * but the capture time and length, which come from the source, and for TCP the TTL and handshake RTT,
-     * which come from the stream step: only those need the check untrack_if_acyclic makes on all of them. */
-    if (acyclic(PyTuple_GET_ITEM(t, 0)) && acyclic(PyTuple_GET_ITEM(t, 1)) && acyclic(PyTuple_GET_ITEM(t, 8))
-        && (PyTuple_GET_ITEM(t, 11) == Py_None || PyFloat_CheckExact(PyTuple_GET_ITEM(t, 11))))
-        PyObject_GC_UnTrack(t);
-    int r = PyList_Append(out, t);
-    Py_DECREF(t);
-    if (r < 0)
-        return -1;
-    counts[C_MESSAGES]++;
-    counts[C_RESPONSES] += flags >= 0 && (flags & 0x8000);
-    counts[C_MALFORMED] += malformed;
-    return 0;
-}
-
-/* What a frame's messages go to: the arguments of decode_frames. */
-typedef struct {
-    PyObject *tcp, *out, *names;
-    Py_ssize_t max_names;
-    int keep_raw;
-} Sink;
-
-/* A TCP segment's frame: the network fields of its messages, all but those the stream step gives. */
-typedef struct {
-    const Sink *sink;
-    PyObject *ipv, *src, *sport, *dst, *dport, *vlan;
-    long long *counts;
-} TcpFrame;
-
-/* frameloop.h's TcpMessageFn: a message the stream step completed, as a message tuple (PacketDecoder._transport). */
-static int tcp_message(void *ctx, PyObject *m)
-{
-    const TcpFrame *t = ctx;
-    PyObject *data = PyTuple_GET_ITEM(m, 0);
-    PyObject *net[N_NET] = {
-        Py_NewRef(PyTuple_GET_ITEM(m, 1)), Py_NewRef(PyTuple_GET_ITEM(m, 2)), Py_NewRef(t->ipv), shared16(PROTO_TCP),
-        Py_NewRef(t->src), Py_NewRef(t->sport), Py_NewRef(t->dst), Py_NewRef(t->dport),
-        Py_NewRef(PyTuple_GET_ITEM(m, 3)), shared16(0), Py_NewRef(t->vlan), Py_NewRef(PyTuple_GET_ITEM(m, 4)),
-        shared16(TRANSPORT_TCP), shared16(PROTO_TCP), Py_NewRef(Py_None),
-    };
-    return emit(net, (const unsigned char *)PyBytes_AS_STRING(data), PyBytes_GET_SIZE(data),
-                t->sink->keep_raw ? data : NULL, t->sink->out, t->sink->names, t->sink->max_names, t->counts);
-}
-
-static int tcp_frame(PyObject *ts, PyObject *wl, const unsigned char *f, const Fast *x, PyObject *src,
-                     PyObject *dst, const Sink *s, long long *counts)
-{
-    TcpFrame t = {s, shared16(x->ipv), src, u16(x->sport), dst, u16(x->dport),
-                  x->vlan < 0 ? Py_NewRef(Py_None) : shared16(x->vlan), counts};
-    int r = -1;
-    if (t.ipv != NULL && t.sport != NULL && t.dport != NULL && t.vlan != NULL)
-        r = tcp_segment(s->tcp, f, x, t.ipv, src, t.sport, dst, t.dport, ts, wl, tcp_message, &t);
-    Py_XDECREF(t.ipv);
-    Py_XDECREF(t.sport);
-    Py_XDECREF(t.dport);
-    Py_XDECREF(t.vlan);
-    return r;
-}
-
-static int udp_frame(PyObject *ts, PyObject *wl, const unsigned char *f, const Fast *x, PyObject *src,
-                     PyObject *dst, const Sink *s, long long *counts)
-{
-    PyObject *raw = NULL;
-    if (s->keep_raw && (raw = PyBytes_FromStringAndSize((const char *)f + x->dns, x->dns_len)) == NULL)
-        return -1;
-    PyObject *net[N_NET] = {
-        Py_NewRef(ts), Py_NewRef(wl), shared16(x->ipv), shared16(PROTO_UDP), Py_NewRef(src), u16(x->sport),
-        Py_NewRef(dst), u16(x->dport), shared16(x->ttl), u16(x->csum),
-        x->vlan < 0 ? Py_NewRef(Py_None) : shared16(x->vlan), Py_NewRef(Py_None), shared16(TRANSPORT_UDP),
-        shared16(PROTO_UDP), Py_NewRef(Py_None),
-    };
-    int r = emit(net, f + x->dns, x->dns_len, raw, s->out, s->names, s->max_names, counts);
-    Py_XDECREF(raw);
-    return r;
-}
-
-/* frameloop.h's FrameStep: one frame that classify accepted, its messages appended to out or counted as
- * filtered. */
-static int fast_frame(void *ctx, PyObject *ts, PyObject *wl, long long Py_UNUSED(wirelen), PyObject *frame,
-                      const Fast *x, PyObject *keep, long long *counts)
-{
-    const Sink *s = ctx;
-    const unsigned char *f = (const unsigned char *)PyBytes_AS_STRING(frame);
-    PyObject *src = address(f + x->addr, x->alen);
-    PyObject *dst = address(f + x->addr + x->alen, x->alen);
-    int r = src != NULL && dst != NULL ? keep_frame(keep, src, dst, counts) : -1;
-    if (r > 0)
-        r = (x->proto == PROTO_TCP ? tcp_frame : udp_frame)(ts, wl, f, x, src, dst, s, counts);
-    Py_XDECREF(src);
-    Py_XDECREF(dst);
-    return r;
-}
-
-static PyObject *decode_frames(PyObject *Py_UNUSED(self), PyObject *args)
-{
-    PyObject *ts, *wl, *data, *keep4, *keep6, *counts;
-    Sink s = {.tcp = Py_None, .keep_raw = 1};
-    Py_ssize_t start;
-    const unsigned char *portmap;
-    Py_ssize_t portmap_len;
-    if (!PyArg_ParseTuple(args, "OOOnO!y#OOOnO!|Op:decode_frames", &ts, &wl, &data, &start, &PyList_Type, &s.out,
-                          &portmap, &portmap_len, &keep4, &keep6, &s.names, &s.max_names, &PyList_Type, &counts,
-                          &s.tcp, &s.keep_raw)
-        || check_frame_args(portmap_len, counts, s.tcp) < 0)
-        return NULL;
-    return tcp_done(s.tcp,
-                    frame_loop(ts, wl, data, start, portmap, s.tcp != Py_None, keep4, keep6, counts, fast_frame, &s));
-}
-
-/* The C API of include/fastwire_api.h: fill_dns as the frame fast path calls it (the table of recent names in
- * front of the dict), with the names cache bounded first. */
-static int api_fill_dns(PyObject *t, Py_ssize_t first, const unsigned char *p, Py_ssize_t n, PyObject *raw,
-                        PyObject *names, Py_ssize_t max_names, long *flags, int *malformed)
-{
-    if (bound_cache(names, max_names) < 0)
-        return -1;
-    return fill_dns(t, first, p, n, raw, names, 1, flags, malformed);
-}
-
-static FastwireAPI api = {FASTWIRE_API_VERSION, api_fill_dns};
-
 static PyMethodDef methods[] = {
     {"parse_message", parse_message, METH_VARARGS,
      "parse_message(buf, names=None, max_names=-1) -> the DNS tuple of probe.decode.dnswire.parse_message."},
-    {"decode_frames", decode_frames, METH_VARARGS,
-     "decode_frames(ts, wirelen, data, start, out, portmap, keep4, keep6, names, max_names, counts) -> (i, j):"
-     " the common-frame fast path of PacketDecoder.decode (see the module source)."},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {
     .m_base = PyModuleDef_HEAD_INIT,
     .m_name = "_fastwire",
-    .m_doc = "The DNS wire walker and the common-frame fast path, in C.",
+    .m_doc = "The DNS wire walker, in C.",
     .m_size = -1,
     .m_methods = methods,
 };
@@ -890,14 +697,5 @@ PyMODINIT_FUNC PyInit__fastwire(void)
     empty_str = PyUnicode_FromStringAndSize("", 0);
     if (empty_str == NULL)
         return NULL;
-    PyObject *mod = PyModule_Create(&module);
-    if (mod == NULL)
-        return NULL;
-    PyObject *capsule = PyCapsule_New(&api, FASTWIRE_CAPSULE, NULL);
-    if (capsule == NULL || PyModule_AddObject(mod, "_C_API", capsule) < 0) {
-        Py_XDECREF(capsule);
-        Py_DECREF(mod);
-        return NULL;
-    }
-    return mod;
+    return PyModule_Create(&module);
 }

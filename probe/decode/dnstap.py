@@ -17,8 +17,11 @@ Frames, lengths, TTL, UDP checksum, VLAN and TCP handshake RTT are not in dnstap
 
 Whatever is dropped is counted (probe.stats, dnstap_*). A frame that does not decode as protobuf ends
 its producer's run: the rest is dropped, and batch.refused tells the source to close that producer.
-With decode.parser fast (auto, when built) the loop over a producer's frames runs in C (probe/decode/_dnstap.c),
-which hands back to this Python code, the reference it must equal, the frame protobuf refuses.
+decode gives message tuples (the Python pipeline, the reference); decode_into appends the same messages to a
+probe._records.MsgBatch as message records (the columnar pipeline): with decode.parser fast (auto, when built)
+the loop over a producer's frames runs in C (probe/decode/_dnstap.c), which writes the records and hands back to
+this Python code, the reference it must equal, the frame protobuf refuses (its messages join the batch as
+tuples, MsgBatch.extend, in order).
 """
 
 from google.protobuf.message import DecodeError
@@ -76,26 +79,40 @@ class DnstapDecoder:
             else:
                 keep4, keep6 = self.keep.get(4), self.keep.get(6)
                 # the arguments of _dnstap.decode after (frames, start, producer, out, counts, type_counts)
-                self._c_args = (self.types, self._scopes, keep4, keep6, parser.names, parser.max_names, keep_raw,
-                                QueryCopy)
+                self._c_args = (self.types, keep4, keep6, keep_raw)
                 self._c = _dnstap.decode
 
     def decode(self, batch, source_name="input"):
+        """The messages of the batch as message tuples (the Python loop: the reference)."""
         out = []
         counts = [0] * len(COUNTS)
-        type_counts = self.type_counts
         for producer, frames in batch.runs:
-            if self._c is not None:
-                stop, max_ts = self._c(frames, 0, producer, out, counts, type_counts, *self._c_args)
-                if max_ts > self.now_ns:
-                    self.now_ns = max_ts
-                if stop < len(frames):  # a frame protobuf refuses: the Python loop says why
-                    frames = frames[stop:]
-                else:
-                    continue
             problem = self._run(producer, frames, out, counts)
             if problem is not None:
                 batch.refused[producer] = problem
+        self._add_counts(counts)
+        return out
+
+    def decode_into(self, batch, out, source_name="input"):
+        """The same messages appended to out, a probe._records.MsgBatch, as message records."""
+        counts = [0] * len(COUNTS)
+        for producer, frames in batch.runs:
+            if self._c is not None:
+                stop, max_ts = self._c(frames, 0, producer, out, counts, self.type_counts, *self._c_args)
+                if max_ts > self.now_ns:
+                    self.now_ns = max_ts
+                if stop == len(frames):
+                    continue
+                frames = frames[stop:]  # a frame protobuf refuses: the Python loop says why
+            msgs = []
+            problem = self._run(producer, frames, msgs, counts)
+            out.extend(msgs)
+            if problem is not None:
+                batch.refused[producer] = problem
+        self._add_counts(counts)
+
+    def _add_counts(self, counts):
+        type_counts = self.type_counts
         stats = self.stats
         for name, value in zip(COUNTS, counts):
             if value:
@@ -105,7 +122,6 @@ class DnstapDecoder:
                 name = TYPE_COUNTERS[number]
                 setattr(stats, name, getattr(stats, name) + value)
                 type_counts[number] = 0
-        return out
 
     def flush(self):
         """End of input: nothing is held between frames."""

@@ -25,6 +25,9 @@ MESSAGE_TYPES = {
     14: ("UPDATE_RESPONSE", "update", True),
 }
 TYPE_NAMES = tuple(name for name, _, _ in MESSAGE_TYPES.values())
+# The families in type order: a message record stores its family as the index here + 1, (type + 1) // 2
+# (include/records.h FAMILY_NAMES; tests/decode/test_dnstap_c.py checks both).
+FAMILIES = tuple(dict.fromkeys(family for _, family, _ in MESSAGE_TYPES.values()))
 DEFAULT_TYPES = ("AUTH_QUERY", "AUTH_RESPONSE", "CLIENT_QUERY", "CLIENT_RESPONSE")
 # The statistics counter of each type (probe.stats): messages received, selected or not.
 TYPE_COUNTERS = {number: f"dnstap_{name.lower()}" for number, (name, _, _) in MESSAGE_TYPES.items()}

@@ -1,19 +1,22 @@
-"""Packet decoder: a FrameBatch in, a list of DNS message tuples out (see probe.model).
+"""Packet decoder: a FrameBatch in, DNS messages out (see probe.model).
 
-Per frame the work is a handful of struct unpacks and slices; the DNS parse reads only what the
-output needs. Counters are kept in locals and added to the shared Stats once per batch. With the C
-parser (decode.parser fast, or auto when built) the common frames (Ethernet, VLAN tags allowed, + IP +
-UDP or TCP on a DNS port) are decoded in C (probe/decode/_fastwire.c; for TCP it calls the C stream step,
+decode() is the Python reference: message tuples, made by the frame loop below. Per frame the work is a handful
+of struct unpacks and slices; the DNS parse reads only what the output needs. Counters are kept in locals and
+added to the shared Stats once per batch.
+
+decode_into() is the production path: message records appended to a probe._records.MsgBatch. With the C parser
+(decode.parser fast, or auto when built) the common frames (Ethernet, VLAN tags allowed, + IP + UDP or TCP on a
+DNS port) are decoded in C (probe/decode/_decoderec.c; for TCP it calls the C stream step,
 probe/decode/_tcpstream.c, directly, or _tcp_step below where the Python step runs), which stops at each
-frame it does not handle; those go through the Python code below, so messages stay in capture order.
-decode_into does the same with message records (probe/decode/_decoderec.c) for the columnar pipeline.
+frame it does not handle; those go through the Python frame loop, whose tuples join the batch in capture order.
+With the wire or dpkt parser every frame takes the Python frame loop, and its tuples join the batch.
 """
 
 import struct
 
 from probe.decode.fragments import FragmentReassembler
 from probe.decode.link import ETH_IPV4, ETH_IPV6, LINK_DECODERS, LINK_NAMES
-from probe.decode.parsers import _fastwire, make_parser, resolve
+from probe.decode.parsers import make_parser, resolve
 from probe.decode.tcpstream import TcpReassembler as PyTcpReassembler
 from probe.errors import CaptureFileError
 from probe.model import LINKTYPE_ETHERNET, TRANSPORT_TCP, TRANSPORT_UDP, FrameBatch, M
@@ -60,7 +63,7 @@ AE_TCP_RESET = 0
 class PacketDecoder:
     """Stateful decoder for one worker: fragment and TCP reassembly persist across batches."""
 
-    def __init__(self, decode_cfg, dns_ports, stats, ip_filter=None, keep_raw=True):
+    def __init__(self, decode_cfg, dns_ports, stats, ip_filter=None, keep_raw=True, share=None):
         """keep_raw: fill the raw field of the messages (probe.model.DNS_FIELDS); False leaves it None, which
         saves a copy of every message where the exporter never reads it (only C-DNS does)."""
         self.stats = stats
@@ -90,15 +93,13 @@ class PacketDecoder:
             stats,
             decode_cfg.tcp_max_bytes,
         )
-        # The tcp argument of the C frame loops: the C step is called from C directly, with _reset_seen for a
+        # The tcp argument of the C frame loop: the C step is called from C directly, with _reset_seen for a
         # RST first, as _tcp_step does (include/frameloop.h); the Python step through _tcp_step.
         self._c_tcp = (self.tcp, self._reset_seen) if reassembler is not PyTcpReassembler else self._tcp_step
-        parser = make_parser(self.parser, stats, keep_raw)
-        self.parse = parser.parse
-        self._c_frames = None
-        if self.parser == "fast":
-            self._c_frames = _fastwire.decode_frames
-            self._names, self._max_names = parser.names, parser.max_names
+        self.parse = make_parser(self.parser, stats, keep_raw).parse
+        # decode_into runs the C frame loop (probe/decode/_decoderec.c): the C parser, and it is built.
+        self.records = self.parser == "fast" and _decoderec is not None and _records is not None
+        if self.records:
             portmap = bytearray(8192)  # bit p: port p carries DNS
             for port in self.ports:
                 if 0 <= port < 65536:
@@ -106,44 +107,41 @@ class PacketDecoder:
             self._portmap = bytes(portmap)
         self.keep_raw = keep_raw
         # (k, n): this decoder is worker k of n and decodes only the flows that hash to k (_share_of); None: all.
-        self.share = None
-        # decode_into (message records) can run: the C decoder and its record twin are built.
-        self.records = self._c_frames is not None and _decoderec is not None
+        self.share = share
         self.now_ns = 0
         self._next_sweep = 0
         # C-DNS address events since the exporter last took them: (type, code, address, ip version) -> count.
         self.address_events = {}
 
     def decode(self, batch, source_name="input"):
-        """The messages of the batch's frames, as a list of message tuples (probe.model MESSAGE_FIELDS)."""
+        """The messages of the batch's frames, as a list of message tuples (probe.model MESSAGE_FIELDS): the
+        Python reference."""
         link = self._link(batch, source_name)
         whole, batch = batch, self._share_of(batch)
         out = []
         counts = [0, 0, 0, 0, 0]  # bytes, non_ip, non_dns, truncated_frames, ip_filtered
-        fast = batch.linktype == LINKTYPE_ETHERNET
-        if fast and self._c_frames is not None:
-            self._decode_c(batch, link, out, counts)
-        else:
-            self._frames(link, fast, batch.ts_ns, batch.wirelen, batch.data, out, counts)
-            self._count(out)
+        self._frames(link, batch.linktype == LINKTYPE_ETHERNET, batch.ts_ns, batch.wirelen, batch.data, out, counts)
+        self._count(out)
         self._account(whole, len(batch), counts)
         return out
 
     def decode_into(self, batch, out, source_name="input"):
         """The messages of the batch's frames appended to `out`, a probe._records.MsgBatch, as records: the
-        columnar pipeline (decode.parser fast only; probe/decode/_decoderec.c). The frames its C loop does not
-        handle take the Python code below, whose tuples join the batch in capture order."""
+        production pipeline. The C frame loop (probe/decode/_decoderec.c, decode.parser fast) takes the common
+        frames; the others, and every frame with the wire or dpkt parser, take the Python frame loop, whose
+        tuples join the batch in capture order."""
         link = self._link(batch, source_name)
         whole, batch = batch, self._share_of(batch)
         counts = [0, 0, 0, 0, 0]
-        if batch.linktype == LINKTYPE_ETHERNET:
+        if batch.linktype == LINKTYPE_ETHERNET and self.records:
             if batch.packed is not None:
                 self._decode_packed(batch.packed, link, out, counts)
             else:
                 self._decode_records(batch, link, out, counts)
         else:
             msgs = []
-            self._frames(link, False, batch.ts_ns, batch.wirelen, batch.data, msgs, counts)
+            self._frames(link, batch.linktype == LINKTYPE_ETHERNET, batch.ts_ns, batch.wirelen, batch.data, msgs,
+                         counts)
             self._count(msgs)
             out.extend(msgs)
         self._account(whole, len(batch), counts)
@@ -159,7 +157,7 @@ class PacketDecoder:
         if self.share is None or not len(batch):
             return batch
         frames = batch.packed
-        if frames is None or batch._data is not None:
+        if frames is None or batch.has_lists:
             frames = _records.Frames()
             for ts, wirelen, data in zip(batch.ts_ns, batch.wirelen, batch.data):
                 frames.add(data, ts, wirelen)
@@ -242,23 +240,6 @@ class PacketDecoder:
         stats.responses += c_counts[2]
         stats.queries += c_counts[1] - c_counts[2]
         stats.malformed += c_counts[3]
-
-    def _decode_c(self, batch, link, out, counts):
-        """The C fast path over the batch; the runs of frames it does not handle go through _frames."""
-        ts, wl, data = batch.ts_ns, batch.wirelen, batch.data
-        c_counts = [0, 0, 0, 0, 0]  # bytes, messages, responses, malformed, ip_filtered (frames done in C)
-        i, n = 0, len(data)
-        tcp, raw = self._c_tcp, self.keep_raw
-        args = (out, self._portmap, self.keep4, self.keep6, self._names, self._max_names, c_counts, tcp, raw)
-        while True:
-            i, j = self._c_frames(ts, wl, data, i, *args)
-            if i >= n:
-                break
-            first = len(out)
-            self._frames(link, True, ts[i:j], wl[i:j], data[i:j], out, counts)
-            self._count(out[first:])
-            i = j
-        self._add_c_counts(counts, c_counts)
 
     def _frames(self, link, fast, ts_list, wl_list, data_list, out, counts):
         """Decode frames in Python, appending their messages to out; adds to counts (see decode)."""
@@ -470,7 +451,7 @@ class PacketDecoder:
 
     def _tcp_step(self, ipv, key, ts, wirelen, ttl, seq, flags, payload):
         """A TCP segment whose headers passed the checks (by _transport, or in C by decode_frames in
-        _fastwire.c): its RST count and address event, then its stream step. Returns the completed
+        _decoderec.c): its RST count and address event, then its stream step. Returns the completed
         messages as the reassembler's segment does (tcpstream.py, or its C twin _tcpstream.c)."""
         if flags & TCP_RST:
             self._reset_seen(key[0], ipv)

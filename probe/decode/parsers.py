@@ -1,7 +1,8 @@
 """Which DNS parser a run uses (config decode.parser), and the C walker when it is built.
 
-- fast: probe.decode._fastwire (probe/decode/_fastwire.c), the wire walker and the common-frame fast
-  path in C; the tests check it against the Python walker message by message.
+- fast: the decoders in C: the common frames straight to message records (probe/decode/_decoderec.c, the
+  production pipeline), and the walker probe.decode._fastwire (probe/decode/_fastwire.c) for the DNS part of
+  message tuples; the tests check both against the Python code message by message.
 - wire: the Python walker, probe.decode.dnswire (the reference for the C code).
 - dpkt: dpkt for every message, the walker where dpkt cannot parse (probe.decode.dpkt_parser).
 - auto: fast when the extension is built, else wire, saying so once on stderr.

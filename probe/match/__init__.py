@@ -1,8 +1,8 @@
 """Matching stage: DNS messages → transactions (query, response, response_messages).
 
-probe.match.table.TransactionTable is the matcher of message tuples: its per-message loop runs in C
-(probe/match/_match.c) and its Python loop is the reference the tests compare the C loop with.
-probe.match.records.RecordTable is the same table on message records, all in C, for the columnar pipeline.
+probe.match.records.RecordTable is the production matcher, on message records, all in C (probe/match/_matchrec.c).
+probe.match.table.TransactionTable is the same table on message tuples, in Python: the reference pipeline's
+matcher and the reference RecordTable is tested against.
 """
 
 from typing import Protocol

@@ -1,12 +1,12 @@
 /* probe.match._matchrec: the matching stage (probe/match/table.py TransactionTable) on message records.
  *
- * Why: the C loop over message tuples (probe/match/_match.c) still hashed a key tuple and went through a Python dict
- * per message; here the pending queries are copies of their records in a hash table of its own, and completed
+ * Why: matching message tuples hashes a key tuple and goes through a Python dict per message; here the pending
+ * queries are copies of their records in a hash table of its own, and completed
  * transactions are written into a TxBatch. Everything TransactionTable does is done here, with its exact
  * rules and order: the question check, the timeout rule, retries under one key, duplicates, response-only and
  * malformed messages, expiry and the max_pending bound (walking keys in the dict's insertion order, retries
  * re-inserted at the young end), zone transfers (summed counts capped to int32), and the flush order.
- * TransactionTable.add_python stays the reference; tests/match/test_matchrec.py compares the two on every capture.
+ * TransactionTable stays the reference; tests/match/test_matchrec.py compares the two on every capture.
  *
  * Matcher(timeout_ns, max_pending, max_pending_per_key, seed)
  *   m.add(msgs, out, now_ns=None) -> counts
@@ -16,9 +16,13 @@
  *                                last message
  *   m.flush(out) -> counts       end of input: open transfers, then every pending query (query-only)
  *   len(m)                       pending keys; m.held(): pending queries (max_pending bounds them)
- *   m.state()                    (now_ns, held, pending, transfers) as tuples, for RecordTable.hand_over
  *   counts: (matched, response_only, duplicate_queries, query_only, match_evicted, zone_transfer_messages,
- *            lengths_capped) of that call.
+ *            lengths_capped, dnstap_embedded_used) of that call.
+ *
+ * dnstap messages (Rec.family set): their scope is compared as TransactionTable compares the tuple (transport,
+ * family, identity or else producer): the transport and family codes in the key, the text (Rec.scope_name)
+ * byte for byte when two keys are otherwise equal (its hash in the key); their addresses and ports may be None.
+ * A query copy (Rec.query_copy) is taken as TransactionTable._query_copy takes it.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -30,13 +34,19 @@
 enum { FLAG_QR = 0x8000, QTYPE_IXFR = 251, QTYPE_AXFR = 252, TYPE_SOA = 6 };
 #define INT32_CAP 0x7FFFFFFFLL
 
-/* (proto, ipv, client port, server port, id, client, server): a query's key is its (src, sport, dst, dport), a
- * response's the same with the ends swapped. Padding is zeroed so keys compare with memcmp. */
+/* (scope, client, client port, server, server port, id): a query's key is its (src, sport, dst, dport), a
+ * response's the same with the ends swapped. The scope: a packet's proto; a dnstap message's transport, family
+ * and the hash of its scope name (the name itself is compared in omap_find). ipv: the addresses' length (0
+ * without either, whose key then holds none: as the tuple's None, whatever the message's ipv). absent: the
+ * K_ bits of the None among addresses and ports. Padding is zeroed so keys compare with memcmp. */
 typedef struct {
-    uint8_t proto, ipv;
+    uint8_t proto, ipv, family, transport, absent, pad_;
     uint16_t cport, sport, id;
     uint8_t client[16], server[16];
+    uint64_t scope_hash;
 } Key;
+
+enum { K_CLIENT = 1, K_SERVER = 2, K_CPORT = 4, K_SPORT = 8 };
 
 /* A copy of a record, in a chain. */
 typedef struct Held {
@@ -53,6 +63,7 @@ static Held *hold(const Rec *r)
     }
     h->next = NULL;
     memcpy(&h->rec, r, r->size);
+    h->rec.query_copy = 0; /* a copy that is kept is kept as the query itself (tuple(m) in _query_copy) */
     return h;
 }
 
@@ -77,6 +88,7 @@ typedef struct {
     size_t mask;
     Py_ssize_t count;
     Node *oldest, *youngest;
+    const Rec *(*rec_of)(const Node *n); /* a message of the key (a dnstap key's scope name is in it) */
 } OMap;
 
 /* Pending queries under one key: oldest first; is_list as in Python (a second query made the value a list). */
@@ -97,9 +109,9 @@ typedef struct {
 
 static uint64_t hash_key(const Key *k, uint64_t seed)
 {
-    uint64_t w[5], h = seed;
+    uint64_t w[sizeof(Key) / 8], h = seed;
     memcpy(w, k, sizeof w);
-    for (int i = 0; i < 5; i++) {
+    for (size_t i = 0; i < sizeof w / sizeof w[0]; i++) {
         h ^= w[i] * 0x87C37B91114253D5ull;
         h = ((h << 31) | (h >> 33)) * 0x4CF5AD432745937Full;
     }
@@ -110,12 +122,19 @@ static uint64_t hash_key(const Key *k, uint64_t seed)
     return h ^ (h >> 33);
 }
 
-static Node *omap_find(const OMap *m, const Key *k, uint64_t h)
+static int same_scope_name(const Rec *a, const Rec *b)
+{
+    return a->scope_name.len == b->scope_name.len
+           && memcmp(rec_at(a, a->scope_name), rec_at(b, b->scope_name), a->scope_name.len) == 0;
+}
+
+/* The node of key k (hash h) of the message r. */
+static Node *omap_find(const OMap *m, const Key *k, uint64_t h, const Rec *r)
 {
     if (m->buckets == NULL)
         return NULL;
     for (Node *n = m->buckets[h & m->mask]; n != NULL; n = n->chain) {
-        if (n->hash == h && memcmp(&n->key, k, sizeof *k) == 0)
+        if (n->hash == h && memcmp(&n->key, k, sizeof *k) == 0 && (!k->family || same_scope_name(m->rec_of(n), r)))
             return n;
     }
     return NULL;
@@ -179,8 +198,18 @@ typedef struct {
     int64_t timeout, now;
     Py_ssize_t max_pending, per_key, held; /* held: queries in pending */
     uint64_t seed;
-    long long matched, response_only, duplicates, query_only, evicted, xfr_messages, capped;
+    long long matched, response_only, duplicates, query_only, evicted, xfr_messages, capped, embedded_used;
 } Matcher;
+
+static const Rec *pending_rec(const Node *n)
+{
+    return &((const Pending *)n)->first->rec; /* (a key without queries is removed at once) */
+}
+
+static const Rec *transfer_rec(const Node *n)
+{
+    return &((const Transfer *)n)->query->rec;
+}
 
 static void free_transfer(Transfer *x)
 {
@@ -206,19 +235,43 @@ static void clear_maps(Matcher *m)
     PyMem_Free(m->transfers.buckets);
     memset(&m->pending, 0, sizeof m->pending);
     memset(&m->transfers, 0, sizeof m->transfers);
+    m->pending.rec_of = pending_rec;
+    m->transfers.rec_of = transfer_rec;
+}
+
+/* FNV-1a: the scope name's part of the key hash (which hash_key seeds and mixes). */
+static uint64_t hash_text(const char *s, uint32_t n)
+{
+    uint64_t h = 0xCBF29CE484222325ull;
+    for (uint32_t i = 0; i < n; i++)
+        h = (h ^ (unsigned char)s[i]) * 0x100000001B3ull;
+    return h;
 }
 
 static void make_key(const Rec *r, int response, Key *k)
 {
     int alen = addr_len(r);
+    int absent_client = response ? ABSENT_DST : ABSENT_SRC, absent_server = response ? ABSENT_SRC : ABSENT_DST;
+    int32_t cport = response ? r->dport : r->sport, sport = response ? r->sport : r->dport;
     memset(k, 0, sizeof *k);
-    k->proto = r->proto;
-    k->ipv = r->ipv;
     k->id = (uint16_t)r->id;
-    k->cport = (uint16_t)(response ? r->dport : r->sport);
-    k->sport = (uint16_t)(response ? r->sport : r->dport);
-    memcpy(k->client, response ? r->dst : r->src, alen);
-    memcpy(k->server, response ? r->src : r->dst, alen);
+    k->cport = (uint16_t)cport;
+    k->sport = (uint16_t)sport;
+    if (!(r->absent & absent_client))
+        memcpy(k->client, response ? r->dst : r->src, alen);
+    if (!(r->absent & absent_server))
+        memcpy(k->server, response ? r->src : r->dst, alen);
+    if (r->family == 0) { /* a packet's: its scope is its IP protocol */
+        k->proto = r->proto;
+        k->ipv = r->ipv;
+        return;
+    }
+    k->family = r->family;
+    k->transport = r->transport;
+    k->absent = (r->absent & absent_client ? K_CLIENT : 0) | (r->absent & absent_server ? K_SERVER : 0)
+                | (cport < 0 ? K_CPORT : 0) | (sport < 0 ? K_SPORT : 0);
+    k->ipv = (k->absent & (K_CLIENT | K_SERVER)) == (K_CLIENT | K_SERVER) ? 0 : r->ipv;
+    k->scope_hash = hash_text(rec_at(r, r->scope_name), r->scope_name.len);
 }
 
 static int is_ascii(const char *s, uint32_t n)
@@ -304,7 +357,7 @@ static int emit_transfer(Matcher *m, Transfer *x, TxBatch *out)
 static void transfer_add(Transfer *x, const Rec *r)
 {
     x->ancount += r->ancount < 0 ? 0 : r->ancount;
-    x->wirelen += r->wirelen;
+    x->wirelen = x->wirelen < 0 || r->wirelen < 0 ? -1 : x->wirelen + r->wirelen; /* dnstap: None */
     x->dns_len += r->dns_len;
     x->messages++;
     x->last_ts = r->ts_ns;
@@ -319,7 +372,7 @@ static int open_transfer(Matcher *m, const Key *k, uint64_t h, Held *q, const Re
         free_chain(q);
         return -1;
     }
-    Transfer *x = (Transfer *)omap_find(&m->transfers, k, h);
+    Transfer *x = (Transfer *)omap_find(&m->transfers, k, h, r);
     int fresh = x == NULL;
     if (fresh) {
         x = PyMem_Calloc(1, sizeof *x);
@@ -351,7 +404,7 @@ static int response(Matcher *m, const Rec *r, TxBatch *out)
     Key k;
     make_key(r, 1, &k);
     uint64_t h = hash_key(&k, m->seed);
-    Pending *p = (Pending *)omap_find(&m->pending, &k, h);
+    Pending *p = (Pending *)omap_find(&m->pending, &k, h, r);
     if (p != NULL) {
         __int128 min_ts = (__int128)r->ts_ns - m->timeout;
         Held *q = NULL, **link = &p->first, *prev = NULL;
@@ -386,7 +439,7 @@ static int response(Matcher *m, const Rec *r, TxBatch *out)
         }
     }
     if (m->transfers.count) {
-        Transfer *x = (Transfer *)omap_find(&m->transfers, &k, h);
+        Transfer *x = (Transfer *)omap_find(&m->transfers, &k, h, r);
         if (x != NULL) {
             transfer_add(x, r);
             m->xfr_messages++;
@@ -428,7 +481,7 @@ static int query(Matcher *m, const Rec *r, TxBatch *out)
     Held *q = hold(r);
     if (q == NULL)
         return -1;
-    Pending *p = (Pending *)omap_find(&m->pending, &k, h);
+    Pending *p = (Pending *)omap_find(&m->pending, &k, h, r);
     if (p != NULL) {
         m->duplicates++;
         if ((p->is_list && p->count >= m->per_key) || (!p->is_list && m->per_key <= 1)) {
@@ -466,6 +519,25 @@ static int query(Matcher *m, const Rec *r, TxBatch *out)
     }
     m->held++;
     return 0;
+}
+
+/* TransactionTable._query_copy: the query a dnstap response carries waits for that response like a query, unless
+ * it is malformed or the query itself is pending (logged on its own): then it is dropped (a transaction counts
+ * once). */
+static int query_copy(Matcher *m, const Rec *r, TxBatch *out)
+{
+    if (r->malformed)
+        return 0;
+    Key k;
+    make_key(r, 0, &k);
+    Pending *p = (Pending *)omap_find(&m->pending, &k, hash_key(&k, m->seed), r);
+    for (Held *c = p ? p->first : NULL; c != NULL; c = p->is_list ? c->next : NULL) {
+        int a = answers(&c->rec, r, c->rec.ts_ns);
+        if (a != 0)
+            return a < 0 ? -1 : 0;
+    }
+    m->embedded_used++;
+    return r->flags & FLAG_QR ? response(m, r, out) : query(m, r, out);
 }
 
 static int emit_queries(Matcher *m, Held *chain, TxBatch *out, __int128 cutoff)
@@ -553,15 +625,24 @@ static int expire(Matcher *m, TxBatch *out)
     return 0;
 }
 
+#define N_COUNTERS 8
+#define SNAPSHOT(m)                                                                                                 \
+    {m->matched, m->response_only, m->duplicates, m->query_only, m->evicted, m->xfr_messages, m->capped,            \
+     m->embedded_used}
+
 static PyObject *counts_since(Matcher *m, const long long *before)
 {
-    long long now[7] = {m->matched, m->response_only, m->duplicates, m->query_only, m->evicted, m->xfr_messages,
-                        m->capped};
-    return Py_BuildValue("(LLLLLLL)", now[0] - before[0], now[1] - before[1], now[2] - before[2], now[3] - before[3],
-                         now[4] - before[4], now[5] - before[5], now[6] - before[6]);
+    long long now[N_COUNTERS] = SNAPSHOT(m);
+    PyObject *t = PyTuple_New(N_COUNTERS);
+    for (int k = 0; t != NULL && k < N_COUNTERS; k++) {
+        PyObject *v = PyLong_FromLongLong(now[k] - before[k]);
+        if (v == NULL)
+            Py_CLEAR(t);
+        else
+            PyTuple_SET_ITEM(t, k, v);
+    }
+    return t;
 }
-
-#define SNAPSHOT(m) {m->matched, m->response_only, m->duplicates, m->query_only, m->evicted, m->xfr_messages, m->capped}
 
 static PyObject *matcher_add(PyObject *self, PyObject *args)
 {
@@ -574,11 +655,13 @@ static PyObject *matcher_add(PyObject *self, PyObject *args)
     long long now_ns = 0;
     if (clock != Py_None && (now_ns = PyLong_AsLongLong(clock)) == -1 && PyErr_Occurred())
         return NULL;
-    long long before[7] = SNAPSHOT(m);
+    long long before[N_COUNTERS] = SNAPSHOT(m);
     for (Py_ssize_t i = 0; i < msgs->recs.n; i++) {
         const Rec *r = msgbatch_get(msgs, i);
         int rc;
-        if (r->malformed) /* exported alone: on the query side unless the header says response */
+        if (r->query_copy)
+            rc = query_copy(m, r, out);
+        else if (r->malformed) /* exported alone: on the query side unless the header says response */
             rc = r->flags >= 0 && (r->flags & FLAG_QR) ? records->txbatch_add(out, NULL, r, 1) : records->txbatch_add(out, r, NULL, 1);
         else
             rc = r->flags & FLAG_QR ? response(m, r, out) : query(m, r, out);
@@ -622,7 +705,7 @@ static PyObject *matcher_flush(PyObject *self, PyObject *args)
     TxBatch *out;
     if (!PyArg_ParseTuple(args, "O!:flush", records->txbatch_type, &out))
         return NULL;
-    long long before[7] = SNAPSHOT(m);
+    long long before[N_COUNTERS] = SNAPSHOT(m);
     for (Node *n = m->transfers.oldest; n != NULL; n = n->younger) {
         if (emit_transfer(m, (Transfer *)n, out) < 0)
             return NULL;
@@ -676,6 +759,8 @@ static PyObject *matcher_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     m->max_pending = max_pending;
     m->per_key = per_key;
     m->seed = (uint64_t)seed;
+    m->pending.rec_of = pending_rec;
+    m->transfers.rec_of = transfer_rec;
     return (PyObject *)m;
 }
 
@@ -690,67 +775,8 @@ static PyObject *matcher_held(PyObject *self, PyObject *Py_UNUSED(unused))
     return PyLong_FromSsize_t(((Matcher *)self)->held);
 }
 
-/* A key as TransactionTable's: (scope, client, client port, server, server port, id). */
-static PyObject *key_tuple(const Key *k)
-{
-    int alen = k->ipv == 6 ? 16 : 4;
-    return Py_BuildValue("(iy#iy#ii)", k->proto, (const char *)k->client, (Py_ssize_t)alen, k->cport,
-                         (const char *)k->server, (Py_ssize_t)alen, k->sport, k->id);
-}
-
-/* state() -> (now_ns, held, pending, transfers), for a TransactionTable to carry on from (RecordTable.hand_over):
- * pending [(key, [query tuple, ...], is_list)] and transfers [(key, query, first response, ancount, wirelen,
- * dns_len, messages, last_ts)], both oldest key first. */
-static PyObject *matcher_state(PyObject *self, PyObject *Py_UNUSED(unused))
-{
-    Matcher *m = (Matcher *)self;
-    PyObject *pending = PyList_New(0), *transfers = PyList_New(0);
-    if (pending == NULL || transfers == NULL)
-        goto fail;
-    for (Node *n = m->pending.oldest; n != NULL; n = n->younger) {
-        Pending *p = (Pending *)n;
-        PyObject *queries = PyList_New(0);
-        if (queries == NULL)
-            goto fail;
-        for (Held *h = p->first; h != NULL; h = h->next) {
-            PyObject *t = records->rec_to_tuple(&h->rec);
-            if (t == NULL || PyList_Append(queries, t) < 0) {
-                Py_XDECREF(t);
-                Py_DECREF(queries);
-                goto fail;
-            }
-            Py_DECREF(t);
-        }
-        PyObject *item = Py_BuildValue("(NNO)", key_tuple(&n->key), queries, p->is_list ? Py_True : Py_False);
-        if (item == NULL || PyList_Append(pending, item) < 0) {
-            Py_XDECREF(item);
-            goto fail;
-        }
-        Py_DECREF(item);
-    }
-    for (Node *n = m->transfers.oldest; n != NULL; n = n->younger) {
-        Transfer *x = (Transfer *)n;
-        PyObject *item = Py_BuildValue("(NNNLLLLL)", key_tuple(&n->key), records->rec_to_tuple(&x->query->rec),
-                                       records->rec_to_tuple(&x->first->rec), (long long)x->ancount,
-                                       (long long)x->wirelen, (long long)x->dns_len, (long long)x->messages,
-                                       (long long)x->last_ts);
-        if (item == NULL || PyList_Append(transfers, item) < 0) {
-            Py_XDECREF(item);
-            goto fail;
-        }
-        Py_DECREF(item);
-    }
-    return Py_BuildValue("(LnNN)", (long long)m->now, m->held, pending, transfers);
-fail:
-    Py_XDECREF(pending);
-    Py_XDECREF(transfers);
-    return NULL;
-}
-
 static PyMethodDef matcher_methods[] = {
     {"held", matcher_held, METH_NOARGS, "held() -> the pending queries (TransactionTable.held)."},
-    {"state", matcher_state, METH_NOARGS,
-     "state() -> (now_ns, held, pending, transfers): what a TransactionTable needs to carry on."},
     {"add", matcher_add, METH_VARARGS,
      "add(msgs, out, now_ns=None) -> counts: match a MsgBatch into a TxBatch, then expire at now_ns."},
     {"flush", matcher_flush, METH_VARARGS, "flush(out) -> counts: end of input, everything pending into out."},

@@ -1,11 +1,11 @@
-"""The matching stage on message records, for the columnar pipeline: probe.match._matchrec.Matcher, the whole
-table in C (probe/match/_matchrec.c), with TransactionTable's rules and order. TransactionTable's Python loop
-stays the reference (tests/match/test_matchrec.py compares the two).
+"""The matching stage on message records, the production pipeline's: probe.match._matchrec.Matcher, the whole
+table in C (probe/match/_matchrec.c), with TransactionTable's rules and order, for packets' and dnstap's messages
+(their scopes, query copies). TransactionTable (Python, on message tuples) is the reference
+(tests/match/test_matchrec.py compares the two).
 """
 
 import os
 
-from probe.match.table import _Transfer
 from probe.native import load
 
 _matchrec = load("probe.match._matchrec")
@@ -13,7 +13,7 @@ _matchrec = load("probe.match._matchrec")
 # The counters of a Matcher call, in the order it gives them.
 _COUNTERS = (
     "matched", "response_only", "duplicate_queries", "query_only", "match_evicted", "zone_transfer_messages",
-    "lengths_capped",
+    "lengths_capped", "dnstap_embedded_used",
 )
 
 
@@ -45,22 +45,6 @@ class RecordTable:
     def __len__(self):
         """Pending keys."""
         return len(self.matcher)
-
-    def hand_over(self, table):
-        """Give the pending queries and open zone transfers, as tuples, to the empty TransactionTable `table`,
-        which carries on as this table would have (same order, same clock); this table is left empty."""
-        now_ns, held, pending, transfers = self.matcher.state()
-        table.now_ns = max(table.now_ns, now_ns)
-        table.held = held
-        for key, queries, is_list in pending:
-            table.pending[key] = queries if is_list else queries[0]
-        for key, query, first, ancount, wirelen, dns_len, messages, last_ts in transfers:
-            xfr = _Transfer(query, first)
-            xfr.ancount, xfr.wirelen, xfr.dns_len, xfr.messages, xfr.last_ts = (
-                ancount, wirelen, dns_len, messages, last_ts
-            )
-            table.transfers[key] = xfr
-        self.matcher = _matchrec.Matcher(table.timeout_ns, table.max_pending, table.per_key, 0)
 
     @property
     def held(self):

@@ -11,15 +11,12 @@ Zone transfers (AXFR/IXFR): the first response opens the transaction; later resp
 connection with the same ID add their ANCOUNT and lengths, until a message whose last answer is an SOA
 (or an error RCODE) closes it, as DNS Probe does.
 
-The per-message loop runs in C (probe.match._match) when it was built; TransactionTable.add_python is its
-reference and does what the C loop leaves to it (zone transfers, values of unexpected types).
+TransactionTable is the matcher of message tuples, in Python: the reference pipeline's, and the reference that
+the production matcher on message records (RecordTable, probe/match/_matchrec.c) must equal
+(tests/match/test_matchrec.py).
 """
 
 from probe.model import FLAG_QR, M, QueryCopy, cap_int32
-from probe.native import load, say_not_built
-
-_match = load("probe.match._match")
-BACKEND = "c" if _match is not None else "python"
 
 QTYPE_IXFR = 251
 QTYPE_AXFR = 252
@@ -78,8 +75,7 @@ class TransactionTable:
     each list (a response scans the list of its key).
     """
 
-    def __init__(self, match_cfg, stats, python=False):
-        """python=True: always the Python loop (the reference the tests compare the C loop with)."""
+    def __init__(self, match_cfg, stats):
         self.timeout_ns = int(match_cfg.query_timeout * 1e9)
         self.max_pending = match_cfg.max_pending
         self.per_key = match_cfg.max_pending_per_key
@@ -88,10 +84,6 @@ class TransactionTable:
         self.pending = {}  # key -> query tuple, or list of query tuples (oldest first); oldest key first
         self.transfers = {}  # key -> _Transfer
         self.now_ns = 0
-        if _match is None and not python:
-            say_not_built("probe.match._match")
-        # The C loop does its time arithmetic in 64 bits: an absurd timeout stays in Python.
-        self._c_run = None if python or _match is None or abs(self.timeout_ns) >= 2**63 else _match.run
 
     def add(self, msgs, now_ns=None):
         """now_ns: the capture clock after these messages, which expiry runs on: the pipeline's, the time of its
@@ -99,43 +91,15 @@ class TransactionTable:
         between workers (`dnsprobe read --workers`); None: the time of the last message."""
         out = []
         if msgs:
-            if self._c_run is not None:
-                self._add_c(msgs, out)
-            else:
-                self.add_python(msgs, out)
+            self._pair(msgs, out)
         last = now_ns if now_ns is not None else msgs[-1][_TS] if msgs else None
         if last is not None and last > self.now_ns:
             self.now_ns = last
         self._expire(out)
         return out
 
-    def _add_c(self, msgs, out):
-        """The C loop over msgs; each message it leaves to Python goes through add_python alone."""
-        counts = [0, 0, 0, 0, 0]  # matched, response_only, duplicate_queries, stored, evicted (done in C)
-        run, pending, timeout = self._c_run, self.pending, self.timeout_ns
-        i, n = 0, len(msgs)
-        while True:
-            i = run(msgs, i, pending, timeout, bool(self.transfers), out, counts, self.per_key)
-            if i >= n:
-                break
-            self.add_python(msgs[i : i + 1], out)
-            i += 1
-        matched, response_only, dup, stored, evicted = counts
-        self.held += stored - matched - evicted  # (in C a response takes a query only to match it)
-        self._count(matched, response_only, dup, evicted)
-
-    def _count(self, matched, response_only, dup, evicted):
-        """The counters of a run of the matching loop, C or Python."""
-        stats = self.stats
-        stats.matched += matched
-        stats.response_only += response_only
-        stats.duplicate_queries += dup
-        stats.query_only += evicted
-        stats.match_evicted += evicted
-
-    def add_python(self, msgs, out):
-        """Match msgs in Python, appending completed transactions to out (no expiry): the reference of the C
-        loop (probe.match._match.run), which must give the same out, pending dict (in the same order) and counters."""
+    def _pair(self, msgs, out):
+        """Match msgs, appending completed transactions to out (no expiry)."""
         pending = self.pending
         stats = self.stats
         timeout = self.timeout_ns
@@ -207,7 +171,11 @@ class TransactionTable:
                 else:
                     pending[key] = [waiting, m]
         self.held += stored - taken - evicted
-        self._count(matched, response_only, dup, evicted)
+        stats.matched += matched
+        stats.response_only += response_only
+        stats.duplicate_queries += dup
+        stats.query_only += evicted
+        stats.match_evicted += evicted
 
     def _query_copy(self, m, out):
         """A query carried in a dnstap response: it waits for that response like a query, unless the query
@@ -220,7 +188,7 @@ class TransactionTable:
                 if _answers(q, m, q[_TS]):
                     return
         self.stats.dnstap_embedded_used += 1
-        self.add_python([tuple(m)], out)
+        self._pair([tuple(m)], out)
 
     def _expire(self, out):
         """Export queries older than the timeout (and the oldest beyond max_pending) as query-only."""

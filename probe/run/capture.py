@@ -6,15 +6,13 @@ before it starts the workers (a server that finds no socket may never connect) a
 workers restart; every worker accepts from them, and a producer's connection stays with the worker that took
 it. Its messages go into that worker's files, beside the packets, with counters of their own (dnstap_*)."""
 
+import dataclasses
 from pathlib import Path
 
-from export.anonymise import client_privacy
-from export.base import check_output_dir
-from probe.capture.afpacket import InterfaceUnavailable, interface_link_type, ip_lists_fit
+from probe.capture.afpacket import ip_lists_fit
 from probe.capture.dnstap_listen import close_listeners, open_listeners
 from probe.decode.ipfilter import IpFilter
-from probe.errors import ConfigError
-from probe.run.checks import check_capture_permission, lookup_user, parse_coremask
+from probe.run.checks import capture_sources, check_capture_permission, check_config, parse_coremask
 from probe.run.fanout import fanout_ids
 from probe.run.live_worker import LiveWorker
 from probe.run.log import log
@@ -23,41 +21,24 @@ from probe.run.supervisor import Supervisor
 
 def capture(cfg, show_status=False):
     """Run a capture until SIGINT/SIGTERM; returns (exit status, the supervisor, for its totals)."""
-    client_privacy(cfg.privacy)  # a missing or malformed key file stops us here, before any worker starts
-    dnstap = [f"dnstap socket {p}" for p in (cfg.dnstap.socket,) if p]
-    dnstap += [f"dnstap TCP {a}" for a in (cfg.dnstap.listen,) if a]
+    check_config(cfg, "capture")
+    waits = capture_sources(cfg)
     if cfg.dpdk.enabled:
-        if dnstap:
-            raise ConfigError("dnstap sockets (dnstap.socket, dnstap.listen) cannot be used with DPDK capture: run"
-                              " a second dnsprobe capture for them")
         from probe.run.dpdk_worker import dpdk_supervisor  # imports nothing of DPDK's unless asked for
 
         supervisor = dpdk_supervisor(cfg, show_status)
         return supervisor.run(), supervisor
+    dnstap = [f"dnstap socket {p}" for p in (cfg.dnstap.socket,) if p]
+    dnstap += [f"dnstap TCP {a}" for a in (cfg.dnstap.listen,) if a]
     cap = cfg.capture
-    if not cap.interfaces and not dnstap:
-        raise ConfigError("nothing to capture: give -i IFACE (capture.interfaces), --dnstap-socket PATH"
-                          " (dnstap.socket) or --dnstap-listen HOST:PORT (dnstap.listen)")
     interfaces = cap.interfaces or ()
-    if len(set(interfaces)) != len(interfaces):
-        raise ConfigError(f"config key 'capture.interfaces': an interface is named twice: {list(interfaces)}")
-    if "any" in interfaces:
-        raise ConfigError(
-            "config key 'capture.interfaces': 'any' is not supported: name each interface to capture on "
-            "(-i eth0 -i eth1); every worker reads each through a ring of its own"
-        )
     cores = parse_coremask(cap.coremask)
     out_dir = Path(cfg.export.directory)
-    check_output_dir(out_dir)
-    if cap.user:
-        lookup_user(cap.user)
-    for ifname in interfaces:
-        try:
-            interface_link_type(ifname)
-        except InterfaceUnavailable as exc:
-            if not cap.wait_for_interface:
-                raise
-            log(f"{exc}; the workers wait for it (capture.wait_for_interface)")
+    for why in waits:
+        log(f"{why}; the workers wait for it")
+    # Whether an interface absent at start is waited for is decided above, once; a worker (started, or restarted
+    # while an interface is away) waits for any interface that is not there or down, as for a link fault.
+    cfg = dataclasses.replace(cfg, capture=dataclasses.replace(cap, wait_for_interface=True))
     if interfaces:
         check_capture_permission()
     ip_filter = IpFilter(cfg.filter)

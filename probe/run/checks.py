@@ -1,16 +1,102 @@
-"""Checks a capture makes before it starts anything, so that a usage or configuration error is exit status 2
-with one line naming it; and the privilege drop of a worker once its sockets are open."""
+"""Checks `read` and `capture` make before they start anything, so that a usage or configuration error is exit
+status 2 with one line naming it, and `dnsprobe config` makes the same (check_config; capture_sources: what only a
+capture needs); and the privilege drop of a worker once its sockets are open."""
 
 import ctypes
 import os
 import socket
+from pathlib import Path
 
-from probe.capture.afpacket import NET_RAW_HINT
+from export.anonymise import client_privacy
+from export.base import check_output_dir
+from probe.capture.afpacket import NET_RAW_HINT, InterfaceUnavailable, interface_link_type
+from probe.config import options
 from probe.errors import ConfigError
+from probe.run.links import interface_state
 
 PR_SET_KEEPCAPS = 8
 CAP_NET_RAW = 13
 _CAP_VERSION_3 = 0x20080522
+
+FORMAT_NAMES = {"parquet": "Parquet", "cdns": "C-DNS"}
+
+
+def check_config(cfg, command):
+    """What `command` (read, capture; config: both) refuses of a configuration before it starts: an option that
+    does not apply, cores this machine lacks, more read workers than cores, an output directory it cannot write, a
+    key file it cannot read, a user or an interface list that cannot be."""
+    check_format_options(cfg.export)
+    check_output_dir(Path(cfg.export.directory))
+    client_privacy(cfg.privacy)  # reads the key file: a missing or malformed one stops us here
+    if command in ("read", "config"):
+        read_workers(cfg.run)
+    if command in ("capture", "config"):
+        parse_coremask(cfg.capture.coremask)
+        if cfg.capture.user:
+            lookup_user(cfg.capture.user)
+        check_interface_names(cfg.capture.interfaces or ())
+
+
+def check_format_options(export_cfg):
+    """An option of one output format set (to another value than its default) while writing the other."""
+    for key, f, _ in options():
+        only = f.metadata["only"]
+        if only and only != export_cfg.format and getattr(export_cfg, key.split(".")[1]) != f.default:
+            value = getattr(export_cfg, key.split(".")[1])
+            value = list(value) if isinstance(value, tuple) else value
+            raise ConfigError(f"config key '{key}': {value!r} is for {FORMAT_NAMES[only]} output (export.format "
+                              f"{only}), and the output is {FORMAT_NAMES[export_cfg.format]}")
+
+
+def read_workers(run_cfg):
+    """(worker count, cores or None) of `dnsprobe read`: run.coremask, one worker per core, or run.workers, at most
+    one per core this process may run on (more would only share the cores and write more files)."""
+    if run_cfg.coremask:
+        if run_cfg.workers != 1:
+            raise ConfigError(f"config keys 'run.workers' ({run_cfg.workers}) and 'run.coremask' "
+                              f"({run_cfg.coremask}): give one (the coremask runs one worker per core)")
+        cores = parse_coremask(run_cfg.coremask, "run.coremask")
+        return len(cores), cores
+    available = len(os.sched_getaffinity(0))
+    if run_cfg.workers > available:
+        raise ConfigError(f"config key 'run.workers': {run_cfg.workers} workers, but this process may run on "
+                          f"{available} core(s): give at most {available}")
+    return run_cfg.workers, None
+
+
+def check_interface_names(interfaces):
+    if len(set(interfaces)) != len(interfaces):
+        raise ConfigError(f"config key 'capture.interfaces': an interface is named twice: {list(interfaces)}")
+    if "any" in interfaces:
+        raise ConfigError(
+            "config key 'capture.interfaces': 'any' is not supported: name each interface to capture on "
+            "(-i eth0 -i eth1); every worker reads each through a ring of its own"
+        )
+
+
+def capture_sources(cfg):
+    """What a capture checks of what it captures from, besides check_config: something to capture, dnstap not with
+    DPDK, every interface there unless capture.wait_for_interface (the message names the interfaces there are, as
+    tcpdump does). Returns why for each interface that will be waited for (absent, or down)."""
+    dnstap = cfg.dnstap.socket or cfg.dnstap.listen
+    if cfg.dpdk.enabled:
+        if dnstap:
+            raise ConfigError("dnstap sockets (dnstap.socket, dnstap.listen) cannot be used with DPDK capture: run"
+                              " a second dnsprobe capture for them")
+        return []
+    if not cfg.capture.interfaces and not dnstap:
+        raise ConfigError("nothing to capture: give -i IFACE (capture.interfaces), --dnstap-socket PATH"
+                          " (dnstap.socket) or --dnstap-listen HOST:PORT (dnstap.listen)")
+    waits = []
+    for ifname in cfg.capture.interfaces or ():
+        try:
+            interface_link_type(ifname)
+        except InterfaceUnavailable as exc:
+            if interface_state(ifname)[0] is None and not cfg.capture.wait_for_interface:
+                raise ConfigError(f"{exc}; --wait-for-interface (capture.wait_for_interface: true) waits for it"
+                                  ) from None
+            waits.append(str(exc))
+    return waits
 
 
 def parse_coremask(text, key="capture.coremask"):

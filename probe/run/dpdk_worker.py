@@ -5,6 +5,7 @@ owns the EAL's memory and the port; workers 1..N-1 are secondaries attached to i
 frames (its own RX queue where the device hashes the IP addresses; else the ring the primary fills for it by the
 flow hash of the address pair) straight from the mbufs into its own Pipeline, which writes its own files
 (NAME.w<id>), and frees the mbufs once the pipeline has taken the batch. No process shares a GIL with another.
+Each worker kind is a backend of the worker shell (probe.run.worker: the supervisor's commands, the snapshots).
 
 The supervisor starts the primary first and the secondaries once it is ready (DpdkGroup.LEADER). A stop goes
 in order: the primary reads what the port still holds (passing the others' frames to their rings), finishes its
@@ -20,7 +21,6 @@ Secondary processes attach to the primary's hugepage files, so this shape needs 
 more than decoding capacity. With one core, the primary alone runs either way.
 """
 
-import dataclasses
 import os
 import threading
 import time
@@ -40,24 +40,16 @@ from probe.capture.dpdk import (
 from probe.decode.ipfilter import IpFilter
 from probe.errors import ConfigError, DnsprobeError
 from probe.run.checks import parse_coremask
-from probe.run.durability import FileReport, FlushClock
+from probe.run.durability import FlushClock
 from probe.run.fanout import fanout_ids
-from probe.run.log import log
-from probe.run.pipeline import Pipeline
 from probe.run.supervisor import Supervisor
-from probe.run.worker import STATS_PUSH_S
-from probe.stats import Stats
+from probe.run.worker import WorkerShell
 
 POLL_US = 200_000  # longest wait of a poll for frames (the worker then checks for commands, stop and rotation)
 DRAIN_US = 20_000  # on stop: a source is drained when a poll this long returns nothing
 DRAIN_MAX_S = 1.0  # ... or after this long
 DPDK_COUNTERS = {"ipackets": "dpdk_ipackets", "imissed": "dpdk_imissed", "ierrors": "dpdk_ierrors",
                  "rx_nombuf": "dpdk_rx_nombuf"}
-
-
-def _live_cfg(cfg):
-    # Time rotation is the supervisor's (wall clock, all workers together), not the pipeline's.
-    return dataclasses.replace(cfg, export=dataclasses.replace(cfg.export, rotate_seconds=0))
 
 
 def _cores(cfg):
@@ -70,6 +62,22 @@ def _fanout_id(cfg):
     """The fanout group of the net_af_packet device's sockets when it has several queues (one that no other
     capture on the interface uses)."""
     return lambda ifname: fanout_ids(cfg.capture, [ifname])[0]
+
+
+def _port_interface(port, port_stats, queues):
+    """What a snapshot says of a port: its counters, driver, mode and hashing, and the queues read here."""
+    return {**port_stats, "driver": port.info["driver"], "mode": port.mode, "rss_hash_functions": port.rss,
+            "frames_as_on_wire": port.frames_as_on_wire, "queues": queues}
+
+
+def _queue(reader, core):
+    """What a snapshot says of a queue (or ring) read here."""
+    return {reader.source.name: {"frames": reader.source.frames, "core": core}}
+
+
+def _count_port(stats, port_stats):
+    for name, counter in DPDK_COUNTERS.items():
+        setattr(stats, counter, port_stats[name])
 
 
 class _Reader:
@@ -96,94 +104,37 @@ class _Reader:
 
     def drain(self):
         """Read what the source still holds: until a poll of DRAIN_US finds nothing, for DRAIN_MAX_S at most (a
-        source that never runs dry: the frames then left are counted by the port, not read)."""
+        source that never runs dry: the frames then left are counted by the port, not read), then finish the
+        pipeline."""
         end = time.monotonic() + DRAIN_MAX_S
         while self.step(DRAIN_US) and time.monotonic() < end:
             pass
+        self.pipeline.finish()
 
 
 # ---------------------------------------------------------------------------------------------
 # One process per core
 
 
-class _ProcessWorker:
+class _ProcessWorker(WorkerShell):
     """A worker process of the multi-process shape: one source, one pipeline, in the main thread."""
 
     SOURCE = "dpdk"
 
-    def __init__(self, spec, conn, stop):
-        self.spec, self.conn, self.stop = spec, conn, stop
-
     def _start(self, source):
         """The pipeline and its reader of `source`, once the EAL is up."""
-        spec = self.spec
-        self.pipeline = Pipeline(_live_cfg(spec.cfg), spec.out_dir, spec.worker_id, live=True)
-        self.files = FileReport([self.pipeline])
-        self.dns = None
-        if spec.dns_metrics:
-            from export.metrics import DnsMetrics
-
-            self.dns = DnsMetrics()
-            self.pipeline.count_dns(self.dns)
-        self.reader = _Reader(source, self.pipeline, spec.cfg.run.batch_size)
+        cfg = self.spec.cfg
+        self.reader = _Reader(source, self.new_pipeline(cfg, self.spec.worker_id), cfg.run.batch_size)
 
     def _args(self, proc_type):
         cfg = self.spec.cfg
         return eal_args(cfg.dpdk, None, core=self.spec.core, proc_type=proc_type, prefix=self.spec.group)
 
-    def _commands(self, wait=0.0):
-        try:
-            while self.conn.poll(wait):
-                wait = 0.0
-                cmd = self.conn.recv()
-                if cmd == "rotate":
-                    self.pipeline.rotate()
-                elif cmd == "stop":
-                    self.stop.set()
-                elif cmd == "close":
-                    return "close"
-        except (EOFError, OSError):
-            self.stop.set()  # the supervisor is gone: stop cleanly
-            return "close"
-        return None
+    def step(self):
+        self.reader.step(POLL_US)
 
-    def _snapshot(self):
-        stats = self.pipeline.stats
-        snapshot = {"counters": stats.as_dict(), "interfaces": self.interfaces(),
-                    "part_file": self.pipeline.summary()["part_file"], **self.files.snapshot()}
-        if self.dns is not None:
-            snapshot["dns"] = self.dns.as_dict()
-        return snapshot
-
-    def _send(self, *message):
-        try:
-            self.conn.send(message)
-        except (BrokenPipeError, OSError):
-            self.stop.set()
-
-    def _push(self, final=False):
-        self._send("final" if final else "stats", self._snapshot())
-
-    def _loop(self):
-        next_push = time.monotonic() + STATS_PUSH_S
-        while not self.stop.is_set():
-            self.reader.step(POLL_US)
-            self._commands()
-            now = time.monotonic()
-            if now >= next_push:
-                self._push()
-                next_push = now + STATS_PUSH_S
-
-    def run(self):
-        try:
-            self._loop()
-            self.reader.drain()
-            self.pipeline.finish()
-        except DnsprobeError as exc:
-            log(f"worker {self.spec.worker_id}: {exc}")
-            self.close()
-            return exc.exit_status
-        return self.stopped()
+    def drain(self):
+        self.reader.drain()
 
 
 class DpdkPrimaryWorker(_ProcessWorker):
@@ -204,34 +155,25 @@ class DpdkPrimaryWorker(_ProcessWorker):
             raise
         self.last_port = dict.fromkeys(DPDK_COUNTERS, 0)
         self.last_rings = []
-        conn.send(("ready", os.getpid()))
 
-    def interfaces(self):
+    def interfaces(self, stats):
         port = self.port
         if port.started:
             self.last_port, self.last_rings = port.stats(), port.ring_stats()
-        stats = self.pipeline.stats
-        for name, counter in DPDK_COUNTERS.items():
-            setattr(stats, counter, self.last_port[name])
+        _count_port(stats, self.last_port)
         stats.dpdk_ring_full = sum(full for _, full, _ in self.last_rings)
         rings = {f"w{k}": {"passed": passed, "ring_full": full, "waiting": waiting}
                  for k, (passed, full, waiting) in enumerate(self.last_rings, 1)}
-        source = self.reader.source
-        return {port.name: {**self.last_port, "driver": port.info["driver"], "mode": port.mode,
-                            "rss_hash_functions": port.rss, "frames_as_on_wire": port.frames_as_on_wire,
-                            "queues": {source.name: {"frames": source.frames, "core": self.spec.core}},
-                            **({"rings": rings} if rings else {})}}
+        interface = _port_interface(port, self.last_port, _queue(self.reader, self.spec.core))
+        return {port.name: {**interface, **({"rings": rings} if rings else {})}}
 
     def stopped(self):
         """The pipeline is finished: say so, wait until the secondaries are gone ("close"), close the port."""
-        self._push()
-        self._send("drained")
-        while self._commands(wait=1.0) != "close":
+        self.push()
+        self.send("drained")
+        while not self.commands(wait=1.0):
             pass
-        self._push()  # the port's final counters, read before it stops
-        self.port.close()
-        self._push(final=True)
-        return 0
+        return super().stopped()
 
     def close(self):
         self.port.close()
@@ -250,18 +192,9 @@ class DpdkSecondaryWorker(_ProcessWorker):
         except BaseException:
             self.eal.close()
             raise
-        conn.send(("ready", os.getpid()))
 
-    def interfaces(self):
-        source = self.reader.source
-        return {self.eal.name: {"mode": self.eal.mode,
-                                "queues": {source.name: {"frames": source.frames, "core": self.spec.core}}}}
-
-    def stopped(self):
-        self._push()
-        self.eal.close()
-        self._push(final=True)
-        return 0
+    def interfaces(self, stats):
+        return {self.eal.name: {"mode": self.eal.mode, "queues": _queue(self.reader, self.spec.core)}}
 
     def close(self):
         self.eal.close()
@@ -297,7 +230,6 @@ class _QueueThread(threading.Thread):
         self.rotations = 0  # asked for by the worker's main thread
         self.rotated = 0
         self.error = None
-        self.done = False
 
     def run(self):
         try:
@@ -308,113 +240,72 @@ class _QueueThread(threading.Thread):
                     self.reader.pipeline.rotate()
                 self.reader.step(POLL_US)
             self.reader.drain()
-            self.reader.pipeline.finish()
         except DnsprobeError as exc:
             self.error = exc
         except Exception as exc:  # reported by the worker, which then stops
             self.error = DnsprobeError(f"{self.name}: {type(exc).__name__}: {exc}")
-        self.done = True
 
 
-class DpdkThreadsWorker:
-    """The one worker process of a DPDK capture without hugepages: one thread per queue."""
+class DpdkThreadsWorker(WorkerShell):
+    """The one worker process of a DPDK capture without hugepages: one thread per queue, each with its own
+    pipeline; the main thread obeys the supervisor and reports for all of them."""
 
     SOURCE = "dpdk"
 
     def __init__(self, spec, conn, stop):
-        self.spec, self.conn, self.stop = spec, conn, stop
+        super().__init__(spec, conn, stop)
         cfg = spec.cfg
         cores = _cores(cfg)
         self.port = DpdkPort(cfg.dpdk, eal_args(cfg.dpdk, cfg.capture.coremask), queues=len(cores), workers=len(cores),
                              fanout_id=_fanout_id(cfg), batch_size=cfg.run.batch_size)
         try:
-            live_cfg = _live_cfg(cfg)
             self.threads = [
                 _QueueThread(_Reader(DpdkSource(poller, f"{self.port.name}/q{q}", cfg.dpdk.batch_timeout_ms),
-                                     Pipeline(live_cfg, spec.out_dir, q, live=True), cfg.run.batch_size), core)
+                                     self.new_pipeline(cfg, q), cfg.run.batch_size), core)
                 for q, (poller, core) in enumerate(zip(self.port.pollers(), cores, strict=True))
             ]
         except BaseException:
             self.port.close()
             raise
-        self.files = FileReport([t.reader.pipeline for t in self.threads])
-        self.dns = None
-        if spec.dns_metrics:
-            from export.metrics import DnsMetrics
-
-            self.dns = [DnsMetrics() for _ in self.threads]
-            for t, metrics in zip(self.threads, self.dns):
-                t.reader.pipeline.count_dns(metrics)
-        self.last_port_stats = dict.fromkeys(DPDK_COUNTERS, 0)
-        conn.send(("ready", os.getpid()))
-
-    def _commands(self):
-        try:
-            while self.conn.poll(0.2):
-                cmd = self.conn.recv()
-                if cmd == "rotate":
-                    for t in self.threads:
-                        t.rotations += 1
-                elif cmd == "stop":
-                    self.stop.set()
-                    return
-        except (EOFError, OSError):
-            self.stop.set()  # the supervisor is gone: stop cleanly
-
-    def _push(self, final=False):
-        total = Stats()
-        for t in self.threads:
-            total.add(t.reader.pipeline.stats)
-        port = self.port.stats() if self.port.started else self.last_port_stats
-        self.last_port_stats = port
-        for name, counter in DPDK_COUNTERS.items():
-            setattr(total, counter, port[name])
-        queues = {t.reader.source.name: {"frames": t.reader.source.frames, "core": t.core} for t in self.threads}
-        interfaces = {self.port.name: {**port, "driver": self.port.info["driver"], "mode": self.port.mode,
-                                       "rss_hash_functions": self.port.rss,
-                                       "frames_as_on_wire": self.port.frames_as_on_wire, "queues": queues}}
-        part = [p for p in (t.reader.pipeline.summary()["part_file"] for t in self.threads) if p]
-        snapshot = {"counters": total.as_dict(), "interfaces": interfaces, "part_file": ", ".join(part) or None,
-                    **self.files.snapshot()}
-        if self.dns is not None:
-            from export.metrics import DnsMetrics
-
-            dns = DnsMetrics()
-            for metrics in self.dns:
-                dns.add_dict(metrics.as_dict())
-            snapshot["dns"] = dns.as_dict()
-        try:
-            self.conn.send(("final" if final else "stats", snapshot))
-        except (BrokenPipeError, OSError):
-            self.stop.set()
-
-    def run(self):
+        self.last_port = dict.fromkeys(DPDK_COUNTERS, 0)
         for t in self.threads:
             t.start()
-        next_push = time.monotonic() + STATS_PUSH_S
-        status = 0
-        while not self.stop.is_set():
-            self._commands()
-            failed = [t for t in self.threads if t.error]
-            if failed:
-                log(f"worker {self.spec.worker_id}: {failed[0].error}")
-                status = failed[0].error.exit_status
-                break
-            if time.monotonic() >= next_push:
-                self._push()
-                next_push = time.monotonic() + STATS_PUSH_S
+
+    def step(self):
+        """The threads read; the main thread waits for a command, and stops when a thread failed."""
+        self.conn.poll(POLL_US / 1e6)
+        self._raise_failure()
+
+    def _raise_failure(self):
+        for t in self.threads:
+            if t.error:
+                raise t.error
+
+    def rotate(self):
+        for t in self.threads:  # each thread rotates its own pipeline, between two of its reads
+            t.rotations += 1
+
+    def drain(self):
+        """Each thread reads what its queue still holds and finishes its pipeline."""
+        self._stop_threads()
+        self._raise_failure()
+
+    def _stop_threads(self):
         for t in self.threads:
             t.stopping.set()
         for t in self.threads:
             t.join()
-            if t.error and not status:
-                log(f"worker {self.spec.worker_id}: {t.error}")
-                status = t.error.exit_status
-        self._push()  # the port's final counters, read before it stops
+
+    def interfaces(self, stats):
+        if self.port.started:
+            self.last_port = self.port.stats()
+        _count_port(stats, self.last_port)
+        queues = {name: queue for t in self.threads for name, queue in _queue(t.reader, t.core).items()}
+        return {self.port.name: _port_interface(self.port, self.last_port, queues)}
+
+    def close(self):
+        self._stop_threads()  # (after a failure: the other threads finish their pipelines)
         self.port.close()
-        if not status:
-            self._push(final=True)
-        return status
 
 
 def dpdk_supervisor(cfg, show_status):

@@ -4,9 +4,10 @@ A capture socket reports an error (poll's POLLERR; SO_ERROR says ENETDOWN) when 
 removed. That is not a reason for the worker to die: it closes its files (readable), counts the event
 (`capture_interruptions`), logs it and waits for the interface. A link that went down and comes back up
 (the same interface index) resumes on the same socket, which the kernel attaches again; an interface that
-was removed, or did not exist or was down at start (capture.wait_for_interface), gets a new socket once an
+was removed, or was down or (capture.wait_for_interface) did not exist at start, gets a new socket once an
 interface of that name exists and is up. The worker learns of link changes from the kernel (an rtnetlink
-socket in its poll set, LinkEvents), and also looks again after a delay that grows while it waits.
+socket in its poll set, LinkEvents), and also looks again after a delay that grows while it waits. While it
+waits, worker 0 logs a line every minute (WAIT_LINE_S), so that a capture that records nothing says why.
 """
 
 import errno
@@ -22,6 +23,7 @@ from probe.stats import SOCKET_COUNTERS
 RTMGRP_LINK = 1
 RETRY_FIRST_S = 0.5
 RETRY_MAX_S = 30.0
+WAIT_LINE_S = 60.0  # a line of worker 0 this often while an interface is waited for
 
 
 def interface_state(ifname):
@@ -79,6 +81,7 @@ class CaptureInterface:
         self.since = time.monotonic()
         self.delay = RETRY_FIRST_S
         self.next_try = 0.0
+        self.next_line = float("inf")  # when worker 0 says again that it still waits
         self.retired = dict.fromkeys(SOCKET_COUNTERS + ("frames",), 0)  # counters of the sockets closed
         self.rejected_retired = 0
         self.last_problem = None
@@ -87,7 +90,8 @@ class CaptureInterface:
 
     def open(self, wait):
         """Open at start: True when capturing; with wait, an interface that is absent or down is waited for
-        (logged) instead of an error."""
+        (logged) instead of an error. (A capture's workers always wait: probe.run.capture decided before it started
+        them whether an interface absent at start is an error.)"""
         try:
             self._open()
             return True
@@ -108,8 +112,9 @@ class CaptureInterface:
         self.since = time.monotonic()
         self.delay = RETRY_FIRST_S
         self.next_try = self.since + self.delay
+        self.next_line = self.since + WAIT_LINE_S
         self.last_problem = why
-        log(f"worker {self.worker_id}: {why}; waiting for it (capture.wait_for_interface)")
+        log(f"worker {self.worker_id}: {why}; waiting for it")
 
     # -- faults --
 
@@ -132,13 +137,18 @@ class CaptureInterface:
         self.since = time.monotonic()
         self.delay = RETRY_FIRST_S
         self.next_try = self.since + self.delay
+        self.next_line = self.since + WAIT_LINE_S
         return True
 
     def retry(self, now, woken, drain_s):
         """Look at an interface that is down or waited for again (on a link notification, or when its delay has
         passed); True when the set of sockets changed. drain_s: how long the socket of a removed interface is
         still read before it is closed."""
-        if self.state == "capturing" or (not woken and now < self.next_try):
+        if self.state == "capturing":
+            return False
+        if now >= self.next_line:
+            self._still_waiting(now)
+        if not woken and now < self.next_try:
             return False
         index, up = interface_state(self.ifname)
         changed = False
@@ -171,6 +181,14 @@ class CaptureInterface:
         log(f"worker {self.worker_id}: interface {self.ifname!r} is there and up after {now - self.since:.1f} s; "
             "capturing")
         return True
+
+    def _still_waiting(self, now):
+        self.next_line = now + WAIT_LINE_S
+        if self.worker_id != 0:  # one line per interface, not one per worker
+            return
+        index, up = interface_state(self.ifname)
+        why = "it does not exist" if index is None else "it is down" if not up else "its socket is being replaced"
+        log(f"worker 0: still waiting for interface {self.ifname!r} after {(now - self.since) / 60:.0f} min: {why}")
 
     def _later(self, now):
         self.next_try = now + self.delay

@@ -1,4 +1,5 @@
-"""Live capture worker: AF_PACKET rings and dnstap sockets.
+"""Live capture worker: AF_PACKET rings and dnstap sockets, the backend of the worker shell (probe.run.worker,
+which handles the supervisor's commands and sends the snapshots).
 
 Worker (one process per core, pinned with sched_setaffinity):
   - opens one AfPacketSource (TPACKET_V3 ring, fanout group, BPF filter) per interface, and a
@@ -10,12 +11,11 @@ Worker (one process per core, pinned with sched_setaffinity):
     completed transactions in its file within export.flush_seconds (probe.run.durability);
   - a capture socket error (link down, interface removed) closes its files and waits for the interface;
   - on "stop": closes the kernel filter and stops accepting producers, drains what the rings and the
-    connections still hold, reads the kernel's final counters, then finishes the pipeline (pending queries
-    exported as query-only, files closed).
+    connections still hold, finishes the pipeline (pending queries exported as query-only, files closed), then
+    reads the kernel's final counters and closes its sockets.
 """
 
 import dataclasses
-import os
 import select
 import time
 
@@ -23,28 +23,25 @@ from probe.capture.afpacket import AfPacketSource, RejectedCounter
 from probe.capture.dnstap_socket import DnstapSocketSource
 from probe.config import FilterConfig
 from probe.decode.ipfilter import IpFilter
-from probe.errors import DnsprobeError
 from probe.run.checks import drop_privileges
-from probe.run.durability import FileReport, FlushClock
+from probe.run.durability import FlushClock
 from probe.run.links import CaptureInterface, LinkEvents
 from probe.run.log import log
-from probe.run.pipeline import Pipeline
-from probe.run.worker import STATS_PUSH_S
+from probe.run.worker import WorkerShell
 from probe.stats import SOCKET_COUNTERS
 
-POLL_MS = 200  # longest wait of a worker for a ring block or a command
-IDLE_PUSH_S = 0.2  # an idle worker whose counters changed reports them after this long, not a second later
+POLL_S = 0.2  # longest wait of a worker for a ring block or a command
 DRAIN_SETTLE_S = 0.02  # a stopping worker reads its rings at least this long after closing its filter
 DRAIN_GRACE_S = 5.0  # ... and gives up on a block the kernel has not handed over 2 x block timeout + this later
 
 
-class LiveWorker:
-    SOURCE = "af_packet"  # the counters that apply (probe.stats.applicable)
+class LiveWorker(WorkerShell):
+    """The AF_PACKET and dnstap backend of the worker shell (probe.run.worker)."""
+
+    SOURCE = "af_packet"
 
     def __init__(self, spec, conn, stop):
-        self.spec = spec
-        self.conn = conn
-        self.stop = stop
+        super().__init__(spec, conn, stop)
         cfg = spec.cfg
         self.sources = []  # the AfPacketSource of each interface that has one now
         self.counters = []  # RejectedCounter per interface: worker 0 only, with the IP lists in the kernel
@@ -69,19 +66,10 @@ class LiveWorker:
             if spec.dnstap_listeners:
                 self.dnstap = DnstapSocketSource(spec.dnstap_listeners, cfg.dnstap.max_connections, log,
                                                  tag=f"w{spec.worker_id}")
-            # Time rotation is the supervisor's (wall clock, all workers together), not the pipeline's.
-            live_cfg = dataclasses.replace(cfg, export=dataclasses.replace(cfg.export, rotate_seconds=0))
-            if in_kernel:  # nothing that reaches the worker is rejected by the lists: no need to check again
-                live_cfg = dataclasses.replace(live_cfg, filter=FilterConfig())
-            self.pipeline = Pipeline(live_cfg, spec.out_dir, spec.worker_id, live=True)
+            # Nothing that reaches the worker is rejected by the lists in the kernel: no need to check again.
+            live_cfg = dataclasses.replace(cfg, filter=FilterConfig()) if in_kernel else cfg
+            self.pipeline = self.new_pipeline(live_cfg, spec.worker_id)
             self.stats = self.pipeline.stats
-            if spec.dns_metrics:
-                from export.metrics import DnsMetrics
-
-                self.dns = DnsMetrics()
-                self.pipeline.count_dns(self.dns)
-            else:
-                self.dns = None
             self.events = LinkEvents()
             for ifname in spec.interfaces:
                 link = CaptureInterface(ifname, opener, spec.worker_id, self.stats)
@@ -90,12 +78,11 @@ class LiveWorker:
             if cfg.capture.user:
                 drop_privileges(cfg.capture.user, spec.out_dir)
         except BaseException:
-            self._close_sources()
+            self.close()
             raise
         self.batch_size = cfg.run.batch_size
         self.drain_s = 2 * cfg.capture.block_timeout_ms / 1000 + DRAIN_GRACE_S
         self.flush_clock = FlushClock(cfg.export.flush_seconds)
-        self.files = FileReport([self.pipeline])
         self.poller = select.poll()
         self.poller.register(conn.fileno(), select.POLLIN)
         self.poller.register(self.events.fileno(), select.POLLIN)
@@ -103,7 +90,6 @@ class LiveWorker:
             self.poller.register(self.dnstap.fileno(), select.POLLIN)
         self.by_fd = {}
         self._refresh()
-        conn.send(("ready", os.getpid()))
 
     def _refresh(self):
         """The sources and counters of the interfaces that have a socket now, in the poll set."""
@@ -132,19 +118,15 @@ class LiveWorker:
                 got = True
         return got
 
-    def _commands(self):
-        try:
-            while self.conn.poll():
-                cmd = self.conn.recv()
-                if cmd == "rotate":
-                    self.pipeline.rotate()
-                elif cmd == "stop":
-                    self.stop.set()
-        except (EOFError, OSError):
-            self.stop.set()  # the supervisor is gone: stop cleanly
+    def step(self):
+        if not self._read_ready():
+            self._poll(self.flush_clock.timeout(time.monotonic(), POLL_S))
+        if self.flush_clock.due(self.pipeline, time.monotonic()):
+            self.pipeline.flush()
+            self.flush_clock.flushed()
 
-    def _push(self, final=False):
-        stats = self.stats
+    def interfaces(self, stats):
+        """The kernel's counters of every interface (summed into stats), and the dnstap producers."""
         for name in SOCKET_COUNTERS:
             setattr(stats, name, 0)
         interfaces = {}
@@ -158,24 +140,10 @@ class LiveWorker:
             for name, value in self.dnstap.counters().items():
                 setattr(stats, name, value)
             interfaces[self.dnstap.name] = {"producers": self.dnstap.producers()}
-        part = self.pipeline.summary()["part_file"]
-        snapshot = {"counters": stats.as_dict(), "interfaces": interfaces, "part_file": part, **self.files.snapshot()}
-        if self.dns is not None:
-            snapshot["dns"] = self.dns.as_dict()
-        self.pushed = self._progress()
-        try:
-            self.conn.send(("final" if final else "stats", snapshot))
-        except (BrokenPipeError, OSError):
-            self.stop.set()
-
-    def _progress(self):
-        """What changes when the worker has news for the supervisor."""
-        stats = self.stats
-        return stats.packets, stats.dnstap_frames, stats.records, stats.capture_interruptions
+        return interfaces
 
     def _poll(self, timeout_s):
-        """Wait for a ring block, a command or a link notification; handle socket errors and link changes.
-        True when nothing came (the worker is idle)."""
+        """Wait for a ring block, a command or a link notification; handle socket errors and link changes."""
         events = self.poller.poll(timeout_s * 1000)
         faults = [self.by_fd[fd] for fd, ev in events if ev & select.POLLERR and fd in self.by_fd]
         woken = any(fd == self.events.fileno() for fd, _ in events)
@@ -189,37 +157,15 @@ class LiveWorker:
         changed = [link.retry(now, woken, self.drain_s) for link in self.links]
         if any(changed):
             self._refresh()
-        return not events
 
-    def run(self):
-        next_push = time.monotonic() + STATS_PUSH_S
-        self.pushed = None
-        try:
-            while not self.stop.is_set():
-                idle = False
-                if not self._read_ready():
-                    idle = self._poll(self.flush_clock.timeout(time.monotonic(), POLL_MS / 1000))
-                self._commands()
-                now = time.monotonic()
-                if self.flush_clock.due(self.pipeline, now):
-                    self.pipeline.flush()
-                    self.flush_clock.flushed()
-                changed = self._progress() != self.pushed
-                if now >= next_push or (idle and changed and now >= next_push - STATS_PUSH_S + IDLE_PUSH_S):
-                    self._push()
-                    next_push = now + STATS_PUSH_S
-            self._drain()
-            self.pipeline.finish()
-        except DnsprobeError as exc:
-            log(f"worker {self.spec.worker_id}: {exc}")
-            self._close_sources()
-            return exc.exit_status
-        self._push(final=True)
-        return 0
+    def drain(self):
+        self._drain()
+        self.pipeline.finish()
 
     def _drain(self):
         """Stop letting frames in, then read what the rings still hold (a partly filled block is handed
-        over by the kernel after block_timeout_ms), then read the kernel's final counters.
+        over by the kernel after block_timeout_ms); the kernel's final counters are read by the last snapshot
+        before the sockets close (WorkerShell.stopped).
 
         The rings are read once more after every wait, also after the deadline: a worker that got no CPU
         for a while (a loaded machine) finds the last block handed over meanwhile, and reads it before it
@@ -244,10 +190,8 @@ class LiveWorker:
                      f"hand over within {self.drain_s:.1f} s of the stop (counted in kernel_received, not read)")
                 break
             time.sleep(0.01)
-        self._push()  # final kernel counters, read before the sockets close
-        self._close_sources()
 
-    def _close_sources(self):
+    def close(self):
         for link in self.links:
             link.close()
         for src in self.sources + self.counters:  # (closing twice does nothing)

@@ -37,7 +37,8 @@ from probe.capture.files import open_file_source
 from probe.compressed import compression, open_stream
 from probe.errors import CaptureFileError, DnsprobeError
 from probe.run import tee
-from probe.run.checks import parse_coremask
+from probe.run.checks import read_workers
+from probe.run.onclose import OnCloseCommands
 from probe.run.pipeline import Pipeline
 from probe.stats import COUNTER_NAMES, Stats
 
@@ -45,23 +46,41 @@ from probe.stats import COUNTER_NAMES, Stats
 def read_files(cfg, files, progress=None, on_error=None):
     """Run the pipeline(s) over the capture files; returns (stats, errors, interrupted).
 
-    progress: a callable (path, size or None) → a callable(position) or None, for a progress display (one
-    worker only); on_error: called with each CaptureFileError (that file's batches before the problem are kept).
+    progress: a callable (path, size or None) → a callable(position) or None, for a progress display, closed (its
+    close()) once every input is read; with several workers, worker 0's (each reads every input); on_error: called
+    with each CaptureFileError (that file's batches before the problem are kept).
     A KeyboardInterrupt stops the reading; what was decoded is still written."""
     out_dir = Path(cfg.export.directory)
     check_output_dir(out_dir)
-    cores = parse_coremask(cfg.run.coremask, "run.coremask") if cfg.run.coremask else None
-    workers = len(cores) if cores else cfg.run.workers
-    if workers > 1:
-        return _read_parallel(cfg, files, out_dir, workers, cores, on_error)
-    if cores:
-        os.sched_setaffinity(0, cores)
-    pipeline = Pipeline(cfg, out_dir)
-    errors, interrupted = _feed_files(pipeline, cfg, files, progress, on_error)
-    stats = pipeline.finish()
-    if cfg.run.stats_json:
-        _write_stats(cfg, out_dir, stats, pipeline.started, pipeline.summary(), files, errors)
-    return stats, errors, interrupted
+    workers, cores = read_workers(cfg.run)
+    on_close = OnCloseCommands(cfg.export)  # before the workers are forked: they announce their files to it
+    try:
+        if workers > 1:
+            return _read_parallel(cfg, files, out_dir, workers, cores, progress, on_error, on_close)
+        if cores:
+            os.sched_setaffinity(0, cores)
+        on_close.start_thread()
+        pipeline = Pipeline(cfg, out_dir)
+        try:
+            errors, interrupted = _feed_files(pipeline, cfg, files, progress, on_error)
+        finally:
+            if progress is not None:
+                progress.close()
+        stats = pipeline.finish()
+        interrupted = _finish_commands(on_close, stats) or interrupted
+        if cfg.run.stats_json:
+            _write_stats(cfg, out_dir, stats, pipeline.started, pipeline.summary(), files, errors)
+        return stats, errors, interrupted
+    finally:
+        on_close.wait()  # (the files finished before an error get their command too)
+
+
+def _finish_commands(on_close, stats):
+    """The end of the reading: wait for the export.on_close commands, and count them; True when the waiting was
+    interrupted."""
+    interrupted = on_close.wait()
+    on_close.count(stats)
+    return interrupted
 
 
 def _feed_files(pipeline, cfg, files, progress=None, on_error=None, share=None, piped=None, stop=()):
@@ -134,26 +153,47 @@ def _opens_itself(path):
         return True  # every worker meets the same problem and says so
 
 
-def _read_parallel(cfg, files, out_dir, workers, cores, on_error):
-    """read_files with `workers` processes (see the module docstring)."""
-    import multiprocessing  # here: a one-worker run starts without it
-
-    copied = [i for i, f in enumerate(files) if not _opens_itself(f)]
-    preload(cfg)
-    ctx = multiprocessing.get_context("fork")
+def _start_workers(ctx, cfg, files, out_dir, workers, cores, copied, progress):
+    """The read worker processes: (processes, the pipes of their results, the sockets of their inputs' pipes)."""
     procs, conns, commands = [], [], []
     for k in range(workers):
         receive, send = ctx.Pipe(duplex=False)
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         core = cores[k] if cores else None
         proc = ctx.Process(target=_worker, args=(cfg, files, out_dir, k, workers, core, send, theirs, copied,
-                                                 commands), daemon=True)
+                                                 commands, progress if k == 0 else None), daemon=True)
         proc.start()
         send.close()
         theirs.close()
         procs.append(proc)
         conns.append(receive)
         commands.append(ours)
+    return procs, conns, commands
+
+
+def _merged_errors(files, results, copy_errors):
+    """The input errors of a parallel read, once each, in the order of the inputs. Every worker reads every pcap
+    file and meets the same errors in it; a dnstap file's are its worker's. An input the parent could not read to
+    its end ended there for the workers too: its error is the parent's."""
+    seen = {(str(e.path), e.problem): None for e in copy_errors}
+    cut = {str(e.path) for e in copy_errors}
+    for result in results:
+        for e in result["errors"]:
+            if str(e[0]) not in cut:
+                seen.setdefault(tuple(e), None)
+    order = {str(f): i for i, f in enumerate(files)}
+    return [CaptureFileError(*e) for e in sorted(seen, key=lambda e: order.get(str(e[0]), len(order)))]
+
+
+def _read_parallel(cfg, files, out_dir, workers, cores, progress, on_error, on_close):
+    """read_files with `workers` processes (see the module docstring); on_close: the OnCloseCommands of the run."""
+    import multiprocessing  # here: a one-worker run starts without it
+
+    copied = [i for i, f in enumerate(files) if not _opens_itself(f)]
+    preload(cfg)
+    procs, conns, commands = _start_workers(multiprocessing.get_context("fork"), cfg, files, out_dir, workers, cores,
+                                            copied, progress)
+    on_close.start_thread()
     interrupts = []
 
     def on_interrupt(signum, frame):
@@ -203,20 +243,11 @@ def _read_parallel(cfg, files, out_dir, workers, cores, on_error):
         for name, value in result["counters"].items():
             setattr(part, name, value)
         stats.add(part)
-    # Every worker reads every pcap file and meets the same errors in it; a dnstap file's are its worker's. An input
-    # the parent could not read to its end ended there for the workers too: its error is the parent's.
-    seen = {(str(e.path), e.problem): None for e in copy_errors}
-    cut = {str(e.path) for e in copy_errors}
-    for result in results:
-        for e in result["errors"]:
-            if str(e[0]) not in cut:
-                seen.setdefault(tuple(e), None)
-    order = {str(f): i for i, f in enumerate(files)}
-    errors = [CaptureFileError(*e) for e in sorted(seen, key=lambda e: order.get(str(e[0]), len(order)))]
+    errors = _merged_errors(files, results, copy_errors)
     for exc in errors:
         if on_error:
             on_error(exc)
-    interrupted = interrupted or any(r["interrupted"] for r in results)
+    interrupted = _finish_commands(on_close, stats) or interrupted or any(r["interrupted"] for r in results)
     if cfg.run.stats_json:
         summary = dict(results[0]["summary"])
         summary["files_written"] = sorted(name for r in results for name in r["summary"]["files_written"])
@@ -295,10 +326,11 @@ def _add_counters(stats, counters):
             setattr(stats, name, getattr(stats, name) + value)
 
 
-def _worker(cfg, files, out_dir, k, n, core, conn, commands, copied, others):
+def _worker(cfg, files, out_dir, k, n, core, conn, commands, copied, others, progress):
     """One read worker (a forked process): its share of every file through its own pipeline; its results, as
     plain data, to the parent. The inputs whose indexes are in `copied` it reads from the pipes the parent gives it
-    on the socket `commands` (others: the parent's ends of the workers' sockets made before this one, closed here)."""
+    on the socket `commands` (others: the parent's ends of the workers' sockets made before this one, closed here).
+    progress: worker 0's display of its reading (read_files)."""
     for sock in others:
         sock.close()
     # A terminal's ^C reaches every process, and the parent passes it on too. It stops the reading between two
@@ -321,9 +353,12 @@ def _worker(cfg, files, out_dir, k, n, core, conn, commands, copied, others):
     try:
         if core is not None:
             os.sched_setaffinity(0, {core})
-        pipeline = Pipeline(cfg, out_dir, worker_id=k)
-        pipeline.decoder.share = (k, n)
-        errors, interrupted = _feed_files(pipeline, cfg, files, share=(k, n), piped=piped, stop=stop)
+        pipeline = Pipeline(cfg, out_dir, worker_id=k, share=(k, n))
+        try:
+            errors, interrupted = _feed_files(pipeline, cfg, files, progress, share=(k, n), piped=piped, stop=stop)
+        finally:
+            if progress is not None:
+                progress.close()
         commands.close()
         stats = pipeline.finish()
         usage = resource.getrusage(resource.RUSAGE_SELF)

@@ -3,18 +3,23 @@
 The same object serves offline reading (`dnsprobe read`) and each live-capture worker. The decoder follows
 the batch's type: packets (FrameBatch) go to the packet decoder, dnstap frames (DnstapBatch) to the dnstap
 decoder, made on the first such batch; both feed the one transaction table and exporter.
+
+It runs one of two pipelines, picked once at construction: in production, C message records (probe._records:
+PacketDecoder.decode_into, RecordTable, an exporter given TxBatch); where those extensions are not built, the
+Python reference end to end (message tuples: PacketDecoder.decode, TransactionTable, an exporter given tuples).
+The output is the same either way (tests/run/test_columnar.py).
 """
 
 import gc
 import time
 
-from export import make_exporter, reads_raw, reload
+from export import make_exporter, reads_raw
 from export.anonymise import client_privacy
 from probe.decode.ipfilter import IpFilter
 from probe.decode.packets import PacketDecoder
 from probe.match import RecordTable, TransactionTable
 from probe.model import DnstapBatch
-from probe.native import load
+from probe.native import load, records_built
 from probe.stats import Stats
 
 _records = load("probe._records")
@@ -36,22 +41,23 @@ def tune_gc():
 
 
 class Pipeline:
-    """columnar: packets become C message records (probe._records) through PacketDecoder.decode_into, RecordTable
-    and a TxBatch, rather than tuples; None: whenever it can (the C decoder runs, the record extensions are built,
-    the query timeout fits in 64 bits). The first dnstap batch turns a columnar pipeline into a tuple one, its
-    pending queries and transactions taken over (dnstap messages stay tuples). The output is the same either way
-    (tests/run/test_columnar.py)."""
+    """columnar: the production pipeline on C message records (probe._records): packets and dnstap messages through
+    the decoders' decode_into, RecordTable and a TxBatch; False: the Python reference on message tuples; None: the
+    records whenever they can run (the record extensions are built, probe.native.RECORD_EXTENSIONS, and the query
+    timeout fits in 64 bits), with any decode.parser. The output is the same either way (tests/run/test_columnar.py)."""
 
-    def __init__(self, cfg, out_dir, worker_id=0, stats=None, live=False, columnar=None):
+    def __init__(self, cfg, out_dir, worker_id=0, stats=None, live=False, columnar=None, share=None):
+        """share: (k, n), this pipeline is read worker k of n (`dnsprobe read --workers n`) and keeps only the
+        frames whose IP address pair hashes to k (PacketDecoder.share); None: every frame."""
         tune_gc()
         self.cfg = cfg
         self.stats = stats if stats is not None else Stats()
         self.decoder = PacketDecoder(
-            cfg.decode, cfg.decode.dns_ports, self.stats, IpFilter(cfg.filter), keep_raw=reads_raw(cfg)
+            cfg.decode, cfg.decode.dns_ports, self.stats, IpFilter(cfg.filter), keep_raw=reads_raw(cfg), share=share
         )
         self.dnstap = None  # the DnstapDecoder, made for the first DnstapBatch
         if columnar is None:
-            columnar = self.decoder.parser == "fast" and self.decoder.records and RecordTable.supports(cfg.match)
+            columnar = records_built() and RecordTable.supports(cfg.match)
         self.columnar = columnar
         if columnar:
             self.table = RecordTable(cfg.match, self.stats)
@@ -61,7 +67,8 @@ class Pipeline:
             self.table = TransactionTable(cfg.match, self.stats)
             self._txs = []
         client = client_privacy(cfg.privacy)
-        self.exporter = make_exporter(cfg, out_dir, worker_id, self.stats, client=client, live=live)
+        self.exporter = make_exporter(cfg, out_dir, worker_id, self.stats, client=client, live=live,
+                                      records=columnar)
         self._until_gc = GC_EVERY_PACKETS
         self._collections = 0
         self.started = time.time()
@@ -86,16 +93,13 @@ class Pipeline:
             self._collections += 1
             # Young generations usually; all of them now and then, for cycles among long-lived objects.
             gc.collect(1 if self._collections % GC_FULL_EVERY else 2)
-        if type(batch) is DnstapBatch:
-            if self.columnar:
-                self._to_tuples()
-            msgs = self._dnstap_decoder().decode(batch, source_name)
-        elif self.columnar:
+        decoder = self._dnstap_decoder() if type(batch) is DnstapBatch else self.decoder
+        if self.columnar:
             msgs = self._msgs
             msgs.clear()
-            self.decoder.decode_into(batch, msgs, source_name)
+            decoder.decode_into(batch, msgs, source_name)
         else:
-            msgs = self.decoder.decode(batch, source_name)
+            msgs = decoder.decode(batch, source_name)
         if self.exporter.due(self.now_ns):
             # Close on time first: what completed before this batch belongs to the closing file.
             self._export()
@@ -109,21 +113,12 @@ class Pipeline:
         if len(self._txs) >= EXPORT_BATCH or (not self.exporter.is_open() and (msgs or len(self._txs))):
             self._export()  # also opens a file as soon as there are records, starting its clock
 
-    def _to_tuples(self):
-        """From here on, message tuples: the C table's state becomes a TransactionTable's, the transactions not yet
-        exported become tuples (dnstap messages carry what records do not: their scope and origin)."""
-        table = TransactionTable(self.cfg.match, self.stats)
-        self.table.hand_over(table)
-        self.table = table
-        self._txs = self._txs.to_tuples()
-        self.columnar = False
-
     def rotate(self):
         """Close the current file now (live capture: SIGHUP, wall-clock rotation); pending queries stay pending.
-        Enrichment databases and lists changed on disk are read again (export.reload), for the next file."""
+        Enrichment databases and lists changed on disk are read again (Exporter.reload), for the next file."""
         self._export()
         self.exporter.rotate()
-        reload(self.exporter)
+        self.exporter.reload()
 
     def _export(self):
         txs = self._txs

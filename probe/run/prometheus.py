@@ -2,7 +2,8 @@
 
 - every counter of probe.stats that applies to the capture's source, per worker: dnsprobe_<counter>_total
   {worker} (no DPDK series under AF_PACKET, no kernel series under DPDK); the kernel's counters per interface
-  too: dnsprobe_kernel_received_total{worker, interface}, and dnsprobe_interface_up{worker, interface};
+  too: dnsprobe_kernel_received_total{worker, interface}, and dnsprobe_interface_up{worker, interface}; the
+  export.on_close counters are the supervisor's: dnsprobe_on_close_commands_total, without a worker;
 - what was written, over all workers: dnsprobe_dns_transactions_total{rcode, qtype, transport} (rcode "none":
   no response; QTYPEs without a mnemonic are "other") and the histogram dnsprobe_dns_response_delay_seconds;
 - dnsprobe_worker_up{worker}, dnsprobe_build_info{version, python, parser}, and per process (the supervisor and
@@ -13,7 +14,7 @@ import os
 import platform
 
 from probe.errors import ConfigError
-from probe.stats import COUNTERS, SOCKET_COUNTERS, applicable
+from probe.stats import COUNTERS, RUN_COUNTERS, SOCKET_COUNTERS, Stats, applicable
 
 TRANSPORTS = {17: "udp", 6: "tcp"}
 
@@ -76,8 +77,13 @@ def serve_prometheus(supervisor):
             with supervisor.lock:
                 per_worker = [(str(s.worker_id), s.counters(), s.interfaces(), s.proc is not None)
                               for s in supervisor.slots]
+            run = Stats()
+            supervisor.on_close.count(run)
             for name, meaning in counters:
-                if name in SOCKET_COUNTERS:
+                if name in RUN_COUNTERS:  # the supervisor's, not a worker's
+                    fam = CounterMetricFamily(f"dnsprobe_{name}", meaning)
+                    fam.add_metric([], getattr(run, name))
+                elif name in SOCKET_COUNTERS:
                     fam = CounterMetricFamily(f"dnsprobe_{name}", meaning, labels=["worker", "interface"])
                     for wid, _, interfaces, _ in per_worker:
                         for ifname, values in interfaces.items():

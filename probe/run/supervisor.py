@@ -14,7 +14,9 @@ Supervisor (the process that runs the command):
   - restarts a worker that dies (logged, counted as worker_restarts); the files it had completed are
     untouched, what it had not yet put in a file is counted as lost_in_dead_worker (from its last snapshot),
     and the file it was writing is finished by a recovery process (probe.run.recovery): every transaction it
-    had put there is kept. Files that an earlier run left unfinished are recovered at start.
+    had put there is kept. Files that an earlier run left unfinished are recovered at start;
+  - runs export.on_close for every file its workers and recoveries finish (probe.run.onclose), and waits for
+    those commands at the end.
 
 A led group (a worker class with LEADER, DPDK's multi-process shape): worker 0 leads. It starts first, the
 others once it is ready; a stop asks it first, then the others once it says it is "drained", then tells it to
@@ -37,6 +39,7 @@ from probe.decode.parsers import effective as effective_parser
 from probe.errors import ConfigError, DnsprobeError
 from probe.run.durability import KEEP_FILE_NAMES
 from probe.run.log import StatusLine, log
+from probe.run.onclose import OnCloseCommands
 from probe.run.prometheus import serve_prometheus
 from probe.run.recovery import Recoveries
 from probe.run.worker import WorkerSpec, worker_main
@@ -121,8 +124,8 @@ class _Slot:
 class Supervisor:
     def __init__(self, cfg, out_dir, interfaces, cores, worker_class, show_status=False, ip_filter_where=None,
                  dnstap_listeners=(), dnstap=(), fanout_ids=None):
-        """worker_class: what a worker process runs (probe.run.live_worker.LiveWorker,
-        probe.run.dpdk_worker.DpdkWorker); ip_filter_where: where the filter.* IP lists are applied: "kernel",
+        """worker_class: what a worker process runs, a WorkerShell backend (LiveWorker, DpdkGroup,
+        DpdkThreadsWorker); ip_filter_where: where the filter.* IP lists are applied: "kernel",
         "workers" or None (no lists); dnstap_listeners: the dnstap listening sockets every worker accepts from,
         described by the dnstap lines (for the log and the statistics); fanout_ids: the fanout group of each
         interface (probe.run.fanout; None: derived from the process id)."""
@@ -150,6 +153,7 @@ class Supervisor:
         self.errors = []
         self.stats_path = None  # taken at the first write (export.base.stats_json_path)
         self.recoveries = Recoveries(self.ctx, cfg.export)
+        self.on_close = OnCloseCommands(cfg.export, cfg.capture.user)  # (before any fork: see probe.run.onclose)
         self.dns_metrics = bool(cfg.capture.prometheus_port)
         self.leads = bool(getattr(worker_class, "LEADER", False))
         self.generation = 0  # starts of a led group's leader
@@ -297,6 +301,7 @@ class Supervisor:
             for slot in self.slots:
                 total.add(slot.counters())
         total.files += len(self.recoveries.files)
+        self.on_close.count(total)
         return total
 
     def files_written(self):
@@ -383,7 +388,7 @@ class Supervisor:
             self.stop_requested = signal.Signals(signum).name
 
     def _wait(self, timeout):
-        waitables = self.recoveries.waitables()
+        waitables = self.recoveries.waitables() + self.on_close.waitables()
         for slot in self.slots:
             if slot.conn is not None:
                 waitables.append(slot.conn)
@@ -397,6 +402,7 @@ class Supervisor:
             if slot.conn is not None:
                 self._receive(slot)
         self.recoveries.poll()
+        self.on_close.poll()
 
     def _tell(self, slots, cmd):
         for slot in slots:
@@ -526,6 +532,7 @@ class Supervisor:
         self.stopped = True
         self._groups_ended()
         self.recoveries.wait()
+        self.on_close.wait()
         self.write_stats(running=False)
         total = self.totals()
         log(self.summary(total))

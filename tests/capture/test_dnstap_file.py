@@ -8,20 +8,11 @@ import sys
 
 import pytest
 import zstandard
-from support import (
-    DNSPROBE_DATA,
-    NS,
-    ROOT,
-    T0,
-    dnstap_frame,
-    fstrm_file,
-    probe_run,
-    q_dns,
-    r_dns,
-    read_output,
-    rows_of,
-    run_dnsprobe,
-)
+from support.data import DNSPROBE_DATA, ROOT
+from support.dnsprobe import probe_run, read_output, rows_of, run_dnsprobe
+from support.dnstap import dnstap_frame, fstrm_file
+from support.frames import NS, T0
+from support.messages import q_dns, r_dns
 
 PCAP = DNSPROBE_DATA / "test_pcaps" / "udp_simple.pcap"  # 92 transactions
 

@@ -17,15 +17,10 @@ import time
 import urllib.request
 
 import pytest
-from support import (
-    T0,
-    FstrmProducer,
-    dnstap_frame,
-    fstrm_file,
-    q_dns,
-    r_dns,
-    rows_of,
-)
+from support.dnsprobe import rows_of
+from support.dnstap import FstrmProducer, dnstap_frame, fstrm_file
+from support.frames import T0
+from support.messages import q_dns, r_dns
 
 from probe.capture.dnstap_listen import close_listeners, open_listeners
 from probe.capture.dnstap_socket import DnstapSocketSource
@@ -324,7 +319,7 @@ def _free_port():
 
 
 def test_capture_needs_something_to_capture(out_dir):
-    from support import run_dnsprobe
+    from support.dnsprobe import run_dnsprobe
 
     proc = run_dnsprobe("capture", "-o", out_dir, "-q", check=False)
     assert proc.returncode == 2 and "nothing to capture" in proc.stderr

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from support import fstrm_file
+from support.dnstap import fstrm_file
 
 from probe.capture.fstrm import (
     ACCEPT,

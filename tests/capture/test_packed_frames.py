@@ -14,7 +14,7 @@ import random
 import struct
 
 import pytest
-from test_pcap_records import CAPTURES, load, to_big_endian
+from support.pcap_records import CAPTURES, load, to_big_endian
 
 from probe import _records
 from probe.capture import _pcaprecords, pcapfile

@@ -1,37 +1,17 @@
 """The C pcap record splitter (probe.capture._pcaprecords) against the Python reference
 (probe.capture.pcapfile.split_records): same frames, timestamps, lengths, positions and errors."""
 
-import lzma
 import random
 import struct
 
 import pytest
-from support import COMPACTOR_DATA, DNSPROBE_DATA, needs_shared, run_dnsprobe, shared_params
+from support.data import needs_shared, shared_params
+from support.dnsprobe import run_dnsprobe
+from support.pcap_records import CAPTURES, load, to_big_endian
 
 from probe.capture import _pcaprecords, pcapfile
 from probe.capture.pcapfile import split_records
 from probe.errors import CaptureFileError
-
-CAPTURES = sorted((DNSPROBE_DATA / "test_pcaps").glob("*.pcap")) + [
-    COMPACTOR_DATA / "gold.pcap.xz",
-    COMPACTOR_DATA / "malformed.pcap.xz",
-]
-
-
-def load(path):
-    data = path.read_bytes()
-    return lzma.decompress(data) if path.suffix == ".xz" else data
-
-
-def to_big_endian(body):
-    """The same records with big-endian headers (as a pcap written on a big-endian host)."""
-    out = bytearray()
-    pos = 0
-    while pos + 16 <= len(body):
-        sec, frac, caplen, wirelen = struct.unpack_from("<IIII", body, pos)
-        out += struct.pack(">IIII", sec, frac, caplen, wirelen) + body[pos + 16 : pos + 16 + caplen]
-        pos += 16 + caplen
-    return bytes(out)
 
 
 def both(buf, pos, big, ts_mult, limit):
@@ -42,8 +22,6 @@ def both(buf, pos, big, ts_mult, limit):
     return results
 
 
-PCAP_MAGICS = (b"\xd4\xc3\xb2\xa1", b"\x4d\x3c\xb2\xa1")  # classic pcap, µs and ns (the others are pcapng)
-CAPTURES = [p for p in CAPTURES if p.exists() and load(p)[:4] in PCAP_MAGICS]
 
 
 @needs_shared

@@ -9,7 +9,8 @@ import struct
 import subprocess
 
 import pytest
-from support import DNSPROBE_DATA, needs_shared, read_output, run_dnsprobe
+from support.data import DNSPROBE_DATA, needs_shared
+from support.dnsprobe import read_output, run_dnsprobe
 
 PCAP = DNSPROBE_DATA / "test_pcaps" / "udp_simple.pcap"  # pcapng, 184 packets, 92 transactions
 TCP_PCAP = DNSPROBE_DATA / "test_pcaps" / "tcp_simple.pcap"  # classic pcap
@@ -174,7 +175,7 @@ def test_read_only_output_directory(tmp_path):
 
 @needs_shared
 def test_disk_full_keeps_completed_files(tmp_path):
-    from support import COMPACTOR_DATA
+    from support.data import COMPACTOR_DATA
 
     small = tmp_path / "small"
     _mount_tmpfs(small, "size=256k")

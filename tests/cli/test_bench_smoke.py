@@ -17,7 +17,8 @@ import live  # noqa: E402
 import pytest
 import suite  # noqa: E402
 import traffic  # noqa: E402
-from support import ROOT, Testbed  # also puts benchmarks/ on sys.path
+from support.data import ROOT  # also puts benchmarks/ on sys.path
+from support.live import Testbed
 
 TOOLS = ("dnsprobe parquet", "dnsprobe cdns", "dnsprobe dpdk-parquet", "dnscap pcap", "netsniff-ng pcap",
          "tcpdump pcap (baseline)")

@@ -4,7 +4,8 @@ import os
 import subprocess
 import sys
 
-from tests.support import ROOT, read_output
+from support.data import ROOT
+from support.dnsprobe import read_output
 
 SAMPLE = ROOT / "samples" / "sample-mix.pcap.xz"
 

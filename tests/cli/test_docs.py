@@ -5,7 +5,7 @@ import re
 import shutil
 
 import pytest
-from support import ROOT
+from support.data import ROOT
 
 from probe.cli.docs import PAGES, TABLES, block, stale_pages, update
 

@@ -7,7 +7,8 @@ import re
 
 import pyarrow.parquet as pq
 import pytest
-from support import ROOT, run_dnsprobe
+from support.data import ROOT
+from support.dnsprobe import run_dnsprobe
 
 SAMPLE = ROOT / "samples" / "sample-mix.pcap.xz"
 

@@ -7,7 +7,8 @@ import sys
 
 import pytest
 import yaml
-from support import ROOT, read_output, run_dnsprobe
+from support.data import ROOT
+from support.dnsprobe import read_output, run_dnsprobe
 
 from probe.config import render_default_yaml
 

@@ -10,7 +10,8 @@ import subprocess
 import sys
 
 import pytest
-from support import ROOT, run_python
+from support.data import ROOT
+from support.dnsprobe import run_python
 
 UNIT = ROOT / "contrib" / "dnsprobe@.service"
 needs_analyze = pytest.mark.skipif(not shutil.which("systemd-analyze"), reason="needs systemd-analyze (systemd)")

@@ -3,8 +3,10 @@ the Parquet rows are read back and checked value by value.
 
 Covers EDNS (NSID, client subnet, cookies, DAU/DHU/N3U, DO, version, UDP size, extended RCODE,
 extended DNS errors), TC, RR types dpkt cannot parse (HTTPS, SVCB, RRSIG, DNSKEY, DS, CAA, an
-unassigned type) under both parsers, non-UTF-8 QNAME bytes, malformed and truncated messages,
-unmatched queries and responses, capture-time timeouts, question mismatch, AXFR over TCP and QNAME case.
+unassigned type) under both parsers, non-UTF-8 QNAME bytes, malformed and truncated messages, the rows of
+unmatched queries and responses, QNAME case kept, and an AXFR over TCP, its messages reassembled and merged into
+one row. What matching does (timeouts, question mismatch, retries, zone transfers, bounds) is tested on the
+matcher itself, in tests/match/test_semantics.py.
 """
 
 import json
@@ -36,7 +38,7 @@ from scapy.all import (
     Raw,
     wrpcap,
 )
-from support import dnsprobe_read
+from support.dnsprobe import dnsprobe_read
 
 T0 = 1_600_000_000  # capture time base, whole seconds (exact in the pcap's microsecond timestamps)
 CLIENT4, SERVER4 = "192.0.2.1", "198.51.100.53"
@@ -324,7 +326,7 @@ def test_malformed_messages(tmp_path):
 
 
 # --------------------------------------------------------------------------------------------------
-# Matching: unmatched messages, capture-time timeouts, question mismatch, case
+# Unmatched messages (the side missing is null) and QNAME case kept (matching itself: tests/match/)
 
 
 def test_unmatched_query_and_response(tmp_path):
@@ -355,60 +357,6 @@ def test_unmatched_query_and_response(tmp_path):
     # Identity from the response: the client is its destination.
     assert (ro["src"], ro["srcp"], ro["dst"], ro["dstp"]) == (CLIENT4, 44002, SERVER4, 53)
     assert ro["unixtime"] == T0 + 1 and ro["response_messages"] == 1
-
-
-def _timeout_capture():
-    pkts = []
-    for mid, sport, delay in ((0x0701, 45001, 4.0), (0x0702, 45002, 6.0)):
-        q = DNS(id=mid, rd=1, qd=DNSQR(qname=f"t{mid:x}.example"))
-        r = DNS(id=mid, qr=1, qd=DNSQR(qname=f"t{mid:x}.example"),
-                an=DNSRR(rrname=f"t{mid:x}.example", rdata="192.0.2.1"))
-        base = 10.0 * (mid & 0xF)
-        pkts += [query(base, q, sport), response(base + delay, r, sport)]
-    return pkts
-
-
-def test_timeout_on_capture_time(tmp_path):
-    pkts = _timeout_capture()
-    rows, stats = run(tmp_path, pkts)  # default query timeout: 5 s
-    assert (stats["matched"], stats["query_only"], stats["response_only"]) == (1, 1, 1)
-    assert len(rows) == 3
-    four = [r for r in rows if r["id"] == 0x0701]
-    assert len(four) == 1 and four[0]["response_delay_us"] == 4_000_000
-    six = sorted((r for r in rows if r["id"] == 0x0702), key=lambda r: r["query_present"])
-    assert [(r["query_present"], r["response_present"]) for r in six] == [(False, True), (True, False)]
-    assert six[1]["unixtime"] == T0 + 20 and six[0]["unixtime"] == T0 + 26
-
-    rows, stats = run(tmp_path, pkts, "--query-timeout", "10", name="t10")
-    assert (stats["matched"], stats["query_only"], stats["response_only"]) == (2, 0, 0)
-    assert {r["id"]: r["response_delay_us"] for r in rows} == {0x0701: 4_000_000, 0x0702: 6_000_000}
-
-
-def test_timeout_across_batches(tmp_path):
-    # Same capture with one frame per batch: expiry between batches gives the same result.
-    rows, stats = run(tmp_path, _timeout_capture(), "--set", "run.batch_size=1")
-    assert (stats["matched"], stats["query_only"], stats["response_only"]) == (1, 1, 1)
-    assert len(rows) == 3
-
-
-def test_question_mismatch_does_not_match(tmp_path):
-    q = DNS(id=0x0801, rd=1, qd=DNSQR(qname="right.example", qtype="A"))
-    wrong_name = DNS(id=0x0801, qr=1, qd=DNSQR(qname="wrong.example", qtype="A"))
-    wrong_type = DNS(id=0x0801, qr=1, qd=DNSQR(qname="right.example", qtype="AAAA"))
-    right = DNS(id=0x0801, qr=1, qd=DNSQR(qname="right.example", qtype="A"),
-                an=DNSRR(rrname="right.example", rdata="192.0.2.2"))
-    pkts = [query(0, q, 46001), response(0.1, wrong_name, 46001), response(0.2, wrong_type, 46001),
-            response(0.3, right, 46001)]
-    rows, stats = run(tmp_path, pkts)
-    assert (stats["matched"], stats["response_only"], stats["query_only"]) == (1, 2, 0)
-    got = sorted((r["qname"], r["qtype"], r["query_present"], r["response_present"], r["ancount"]) for r in rows)
-    assert got == [
-        ("right.example", 1, True, True, 1),
-        ("right.example", 28, False, True, 0),
-        ("wrong.example", 1, False, True, 0),
-    ]
-    matched = next(r for r in rows if r["query_present"])
-    assert matched["response_delay_us"] == 300_000
 
 
 def test_qname_case(tmp_path):

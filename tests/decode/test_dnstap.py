@@ -5,7 +5,9 @@ project's schema table; tests/oracle/test_dnstap_servers.py checks the decoder a
 import ipaddress
 
 import pytest
-from support import C4, C6, CPORT, NS, S4, S6, T0, dnstap_frame, q_dns, r_dns
+from support.dnstap import dnstap_frame
+from support.frames import C4, C6, CPORT, NS, S4, S6, T0
+from support.messages import q_dns, r_dns
 
 from probe.config import load_config
 from probe.decode.dnstap import DnstapDecoder

@@ -1,12 +1,12 @@
 """The dnstap decoder's C loop (probe/decode/_dnstap.c) against its Python twin and protobuf's parser (upb):
 the same messages, counters and refusals, and the same bytes accepted, on crafted, real-shaped and mutated
-frames (tests/decode/fuzz_dnstap.py is the entry point a coverage-guided fuzzer drives)."""
+frames (fuzz/fuzz_dnstap.py's one_input, which the coverage-guided fuzzer drives)."""
 
 import random
 
 import pytest
 from fuzz_dnstap import corpus, decode_both, mutate, one_input, upb_accepts
-from support import dnstap_frame
+from support.dnstap import dnstap_frame
 
 from probe.decode import _dnstap, dnstap
 from probe.model import TRANSPORTS
@@ -119,3 +119,31 @@ GOOD = dnstap_frame("CLIENT_QUERY")
 ])
 def test_crafted(frame):
     one_input(frame)
+
+
+def test_families_are_the_records():
+    """A record stores the family as its code, (type + 1) // 2, named by probe._records.FAMILIES."""
+    from probe import _records
+    from probe.decode.dnstap_types import FAMILIES, MESSAGE_TYPES
+
+    assert _records.FAMILIES == FAMILIES
+    assert all(FAMILIES.index(family) + 1 == (number + 1) // 2 for number, (_, family, _) in MESSAGE_TYPES.items())
+
+
+def test_records_round_trip_the_python_tuples():
+    """The Python decoder's tuples (QueryCopy included) through MsgBatch.append come back unchanged, type and all:
+    the frames the C loop hands back join the batch that way. The producer is a file whose name is not UTF-8
+    (a surrogate in Python), as the C loop also takes it."""
+    from fuzz_dnstap import _decoder
+
+    from probe import _records
+    from probe.model import DnstapBatch
+
+    msgs = _decoder(True).decode(DnstapBatch([("tap-é-\udcff.fstrm", corpus() * 2)]))
+    batch = _records.MsgBatch()
+    batch.extend(msgs)
+    back = batch.to_tuples()
+    assert [(type(m), tuple(m)) for m in back] == [(type(m), tuple(m)) for m in msgs]
+    assert sum(type(m).__name__ == "QueryCopy" for m in back) > 2
+    python, c = decode_both(corpus(), producer="tap-é-\udcff.fstrm")
+    assert python == c

@@ -25,7 +25,8 @@ from pathlib import Path
 
 import dpkt
 import pytest
-from support import COMPACTOR_DATA, DNSPROBE_DATA, dns_messages, needs_shared, shared_params
+from support.data import COMPACTOR_DATA, DNSPROBE_DATA, needs_shared, shared_params
+from support.stages import dns_messages
 
 from probe.decode.dnswire import Malformed, parse_message
 from probe.decode.dpkt_parser import from_dpkt

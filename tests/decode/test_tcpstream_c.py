@@ -245,11 +245,11 @@ def test_decoder_uses_the_c_twin_with_the_c_parser_only():
 
 
 def test_frame_loops_call_the_c_step_directly():
-    """With the C parser the frame loops get (TcpReassembler, on_reset), not the Python _tcp_step; anything else in a
-    pair is refused before a frame is read. (test_fastwire.py's fast-against-wire tests compare the messages,
+    """With the C parser the frame loop gets (TcpReassembler, on_reset), not the Python _tcp_step; anything else in a
+    pair is refused before a frame is read. (test_decoderec.py's records-against-wire tests compare the messages,
     counters and RST address events of this path with the Python one on every capture.)"""
     from probe._records import MsgBatch
-    from probe.decode import _decoderec, _fastwire
+    from probe.decode import _decoderec
 
     decoder = PacketDecoder(DecodeConfig(), {53}, Stats())
     assert decoder._c_tcp == (decoder.tcp, decoder._reset_seen)
@@ -257,19 +257,16 @@ def test_frame_loops_call_the_c_step_directly():
     python_twin = tcpstream.TcpReassembler(1, 1, 1, 1, Stats())
     for bad in ((object(), print), (decoder.tcp, 1), (decoder.tcp,), (python_twin, print)):
         with pytest.raises(TypeError, match="pair"):
-            _fastwire.decode_frames(*head, decoder._portmap, None, None, decoder._names, decoder._max_names, [0] * 5,
-                                    bad, True)
-        with pytest.raises(TypeError, match="pair"):
             _decoderec.decode_frames(*head[:4], MsgBatch(), decoder._portmap, None, None, [0] * 5, bad, True)
 
 
-@pytest.mark.parametrize("form", ["tuples", "records", "packed"])
+@pytest.mark.parametrize("form", ["tuples", "records", "packed"])  # (tuples: the C step called from Python)
 def test_frame_loops_write_the_c_steps_counts_at_each_call(tmp_path, form):
     """The C step called from the frame loops leaves its counts pending and each loop writes them at its end: after
     every batch the counters equal those of the Python decoder (the decoder's own expiry writes them too, but it
     runs once a second of capture time: most batches here have none)."""
     from scapy.utils import wrpcap
-    from test_fastwire import tcp_frames
+    from support.edge_frames import tcp_frames
 
     from probe._records import Frames, MsgBatch
     from probe.capture.pcapfile import read_capture

@@ -26,7 +26,8 @@ from scapy.layers.ipsec import AH
 from scapy.layers.l2 import ARP, CookedLinux, CookedLinuxV2, Ether
 from scapy.packet import Raw
 from scapy.utils import PcapNgWriter
-from support import (
+from support.dnsprobe import at_us, by_id, probe_run
+from support.frames import (
     C4,
     C6,
     CPORT,
@@ -39,21 +40,16 @@ from support import (
     T0,
     TTL_C,
     TcpConn,
-    at_us,
-    big_response,
-    by_id,
     ether,
     framed,
     ip_layer,
-    probe_run,
-    q_dns,
-    r_dns,
     total_len,
     udp_frame,
     udp_l3,
     write_pcap,
     write_pcapng_ns,
 )
+from support.messages import big_response, q_dns, r_dns
 
 from export.parquet.schema import COLUMNS, DNSPROBE_COLUMNS
 

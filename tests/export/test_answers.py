@@ -6,7 +6,8 @@ import base64
 
 import pyarrow as pa
 import pytest
-from support import ROOT, dnsprobe_read
+from support.data import ROOT
+from support.dnsprobe import dnsprobe_read
 
 from export.parquet.answers import (
     RDATA_LAYOUTS,
@@ -188,7 +189,9 @@ def test_c_walker_equals_the_twin_on_the_captures():
     changed, cut), through the C walker and through the twin: equal columns."""
     import random
 
-    from support import SHARED_CAPTURES, bench_mix, dns_messages
+    from support.captures import bench_mix
+    from support.data import SHARED_CAPTURES
+    from support.stages import dns_messages
 
     rng = random.Random(21)
     messages = []

@@ -2,7 +2,10 @@
 ("non-standard") for DoQ, DNSCrypt and a transport the producer did not give, and what the reader makes of them."""
 
 import cbor2
-from support import T0, dnstap_frame, fstrm_file, q_dns, r_dns, run_dnsprobe
+from support.dnsprobe import run_dnsprobe
+from support.dnstap import dnstap_frame, fstrm_file
+from support.frames import T0
+from support.messages import q_dns, r_dns
 
 from export.cdns import format as F
 from export.cdns.reader import read_records

@@ -31,7 +31,8 @@ import cbor2
 import dpkt
 import pytest
 import zstandard
-from support import COMPACTOR_DATA, DNSPROBE_DATA, ROOT, dnsprobe_read, needs_shared, run_dnsprobe, skip_without_shared
+from support.data import COMPACTOR_DATA, DNSPROBE_DATA, ROOT, needs_shared, skip_without_shared
+from support.dnsprobe import dnsprobe_read, run_dnsprobe
 
 from export.cdns import format as F
 from export.cdns.reader import CDNS_ABSENT_COLUMNS, CdnsFile, read_records

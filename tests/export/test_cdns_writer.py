@@ -27,18 +27,8 @@ from scapy.layers.inet6 import ICMPv6DestUnreach, IPerror6, IPv6
 from scapy.layers.l2 import Ether
 from scapy.packet import Raw
 from scapy.utils import wrpcap
-from support import (
-    COMPACTOR_DATA,
-    DNSPROBE_DATA,
-    HAVE_SHARED,
-    NO_SHARED,
-    ROOT,
-    SHARED,
-    as_rows,
-    needs_shared,
-    read_output,
-    run_dnsprobe,
-)
+from support.data import COMPACTOR_DATA, DNSPROBE_DATA, HAVE_SHARED, NO_SHARED, ROOT, SHARED, needs_shared
+from support.dnsprobe import as_rows, read_output, run_dnsprobe
 
 from export.cdns import format as F
 
@@ -768,7 +758,8 @@ def test_preamble_collection_parameters(tmp_path):
 @needs_shared
 @pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("ip"), reason="needs root and iproute2")
 def test_live_capture_writes_cdns(tmp_path):
-    from support import KEY_COLUMNS, Probe, VethBed, build_traffic
+    from support.captures import KEY_COLUMNS, build_traffic
+    from support.live import Probe, VethBed
 
     pcap = tmp_path / "traffic.pcap"
     passed = build_traffic(pcap, 0, 200)

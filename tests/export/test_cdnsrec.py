@@ -1,13 +1,15 @@
 """The C-DNS block builder on message records (export.cdns._cdnsblock.add_records, the columnar pipeline's
 C-DNS) against its Python reference (Block.add_python on the same transactions as tuples): every table with the
 same entries in the same order, the same items, earliest-time, statistics and encoded bytes, on the captures
-of test_cdns_block (DNS Probe's, compactor's matching/unmatched/malformed/EDNS cases, the sample) and the
+of support.cdns (DNS Probe's, compactor's matching/unmatched/malformed/EDNS cases, the sample) and the
 benchmark mix, added in chunks of several sizes; only the malformed transactions go to Python.
 """
 
 import pytest
-from support import COMPACTOR_DATA, DNSPROBE_DATA, bench_mix, transactions
-from test_cdns_block import CAPTURES, CHUNKS, assert_same, exporter
+from support.captures import bench_mix
+from support.cdns import CAPTURES, CHUNKS, assert_same, exporter
+from support.data import COMPACTOR_DATA, DNSPROBE_DATA
+from support.stages import transactions
 
 from export.cdns import block as cdns
 from probe import _records
@@ -50,6 +52,34 @@ def test_record_block_equals_python_block(path, tmp_path):
     assert handed == [i for i, (q, r, _) in enumerate(txs) if (q if q is not None else r)[M.MALFORMED]]
 
 
-def test_add_records_takes_only_a_txbatch():
+def test_add_records_takes_only_a_txbatch_and_items():
     with pytest.raises(TypeError, match="TxBatch"):
-        cdns._cdnsblock.add_records([], 0, 0, {}, {}, {}, {}, [], None, None)
+        cdns._cdnsblock.add_records([], 0, 0, {}, {}, {}, {}, cdns._cdnsblock.Items(), None, None)
+    with pytest.raises(TypeError, match="Items"):
+        cdns._cdnsblock.add_records(_records.TxBatch(), 0, 0, {}, {}, {}, {}, [], None, None)
+
+
+def test_metrics_of_records_equal_those_of_tuples(tmp_path):
+    """With Prometheus on, the C-DNS exporter counts a TxBatch from its Parquet record columns (DnsMetrics.add_records,
+    no tuples made): the same counts by RCODE, QTYPE and protocol and the same delay histogram as the tuples give."""
+    from export.metrics import DnsMetrics
+
+    counted = 0
+    for path in CAPTURES + [bench_mix()]:
+        txs = transactions(path)
+        batch = _records.TxBatch()
+        for t in txs:
+            batch.append(t)
+        got, want = DnsMetrics(), DnsMetrics()
+        got.add_records(batch)
+        want.add_transactions(txs)
+        assert got.transactions == want.transactions, path.name
+        assert (got.delay_le, got.delay_count, got.delay_sum_us) == (want.delay_le, want.delay_count,
+                                                                    want.delay_sum_us), path.name
+        counted += want.delay_count
+    assert counted > 5000
+    writer = exporter(tmp_path)  # the exporter counts what it is given as it writes it
+    writer.metrics = DnsMetrics()
+    writer.write(batch)
+    writer.close()
+    assert writer.metrics.as_dict() == got.as_dict()

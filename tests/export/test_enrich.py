@@ -12,7 +12,7 @@ from scapy.layers.inet import IP, UDP
 from scapy.layers.inet6 import IPv6
 from scapy.layers.l2 import Ether
 from scapy.utils import wrpcap
-from support import dnsprobe_read, run_dnsprobe
+from support.dnsprobe import dnsprobe_read, run_dnsprobe
 
 from export.enrich import make_enricher
 from export.enrich.geo import GeoLookup
@@ -317,7 +317,7 @@ def test_refresh_script_reads_the_sources_formats(tmp_path):
     Google, Cloudflare's plain lists; the header (source) is kept, the date replaced."""
     import importlib.util
 
-    from support import ROOT
+    from support.data import ROOT
 
     spec = importlib.util.spec_from_file_location("refresh", ROOT / "contrib" / "refresh-resolver-lists.py")
     refresh = importlib.util.module_from_spec(spec)

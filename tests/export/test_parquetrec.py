@@ -1,5 +1,5 @@
 """The record column pass (export.parquet._parquetrec, RecordBuilder.build on a TxBatch) must give the table the
-Python reference builds from the same transactions as tuples (columns.extract_python, then RecordBuilder's
+Python reference builds from the same transactions as tuples (RecordBuilder.build: columns.extract_python, then
 Arrow kernels), column for column, types and nulls included; with the answers column too.
 
 Transactions: those of every shared capture (DNS Probe's, compactor's: malformed messages, zone transfers,
@@ -8,10 +8,10 @@ by the Python loop and copied into a TxBatch.
 """
 
 import pytest
-from support import columnar_captures, transactions
+from support.captures import columnar_captures
+from support.stages import transactions
 
 import export.parquet.records as records
-from export.parquet import columns
 from export.parquet.records import RecordBuilder
 from export.parquet.schema import SCHEMA
 from probe import _records
@@ -39,15 +39,14 @@ def test_every_schema_column_and_no_other():
 
 
 @pytest.mark.parametrize("answers", [False, True], ids=["plain", "answers"])
-def test_tables_equal_python_builder(captures, answers, monkeypatch):
-    monkeypatch.setattr(records, "extract", columns.extract_python)  # the tuple path's pure-Python reference
+def test_tables_equal_python_builder(captures, answers):
     rows = with_answers = 0
     for path in captures:
         txs = transactions(path, keep_raw=answers)
         batch = _records.TxBatch()
         for t in txs:
             batch.append(t)
-        got = RecordBuilder(answers=answers).build(batch)
+        got = RecordBuilder(answers=answers).build_records(batch)
         want = RecordBuilder(answers=answers).build(txs)
         got.validate(full=True)
         assert got.schema == want.schema

@@ -21,27 +21,11 @@ from scapy.layers.dns import DNS, DNSQR, DNSRROPT, EDNS0ClientSubnet
 from scapy.layers.inet import IP, UDP
 from scapy.layers.inet6 import IPv6
 from scapy.packet import Raw
-from support import (
-    DNSPROBE_DATA,
-    SHARED,
-    T0,
-    TcpConn,
-    assert_rows_equal_dnsprobe,
-    build_traffic,
-    by_id,
-    dnsprobe_read,
-    ether,
-    framed,
-    keys,
-    needs_shared,
-    probe_run,
-    q_dns,
-    r_dns,
-    rows_of,
-    run_dnsprobe,
-    skip_without_shared,
-    write_pcap,
-)
+from support.captures import build_traffic, keys
+from support.data import DNSPROBE_DATA, SHARED, needs_shared, skip_without_shared
+from support.dnsprobe import assert_rows_equal_dnsprobe, by_id, dnsprobe_read, probe_run, rows_of, run_dnsprobe
+from support.frames import T0, TcpConn, ether, framed, write_pcap
+from support.messages import q_dns, r_dns
 
 from export.anonymise import CryptoPAn, read_key_file
 from probe.capture.afpacket import ip_lists_fit

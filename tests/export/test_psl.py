@@ -4,7 +4,8 @@ it), an edge-case list, odd list files; the rules read as the package reads them
 
 import pyarrow as pa
 import pytest
-from support import ROOT, SHARED_CAPTURES, bench_mix
+from support.captures import bench_mix
+from support.data import ROOT, SHARED_CAPTURES
 
 from export.enrich.psl import PublicSuffixes, read_list, read_rules
 from probe.errors import ConfigError

@@ -10,7 +10,8 @@ import signal
 
 import pyarrow.parquet as pq
 import pytest
-from support import ROOT, run_python
+from support.data import ROOT
+from support.dnsprobe import run_python
 
 from export.cdns.reader import read_table
 from export.recovery import orphans, recover
@@ -65,9 +66,10 @@ def reference(tmp_path, fmt, codec):
     """What `dnsprobe read` of the whole sample writes (the recovered file must be its beginning)."""
     out = tmp_path / "ref"
     out.mkdir()
+    # (each format's own options only: the other format's are refused)
+    options = ("--row-group-size", "1000") if fmt == "parquet" else ("--cdns-compression", codec)
     proc = run_python("import sys; from probe.cli import main; sys.exit(main(sys.argv[1:]))", "read", SAMPLE, "-o",
-                      out, "-q", "--no-progress", "--format", fmt, "--cdns-compression", codec,
-                      "--row-group-size", "1000")
+                      out, "-q", "--no-progress", "--format", fmt, *options)
     assert proc.returncode == 0, proc.stderr
     (path,) = [p for p in out.iterdir() if not p.name.endswith(".stats.json")]
     return records(path)
@@ -156,7 +158,7 @@ def test_journal_conversion_makes_the_direct_writers_files(tmp_path, settings):
     from export.parquet.writer import ParquetExporter
     from probe.stats import Stats
 
-    cfg = load_config(None, {"export.row_group_size": 700, **settings}).export
+    cfg = load_config(None, {"export.row_group_size": 700, **settings})
     table = reference(tmp_path, "parquet", "none")
     files = {}
     for name, cls in (("direct", ParquetExporter), ("journal", JournalingParquetExporter)):
@@ -193,7 +195,7 @@ def test_journal_codec_is_export_journal_compression(tmp_path):
     for codec in ("none", "lz4", "zstd"):
         d = tmp_path / codec
         d.mkdir()
-        cfg = load_config(None, {"export.journal_compression": codec}).export
+        cfg = load_config(None, {"export.journal_compression": codec})
         exporter = JournalingParquetExporter(cfg, d, 0, Stats())
         exporter.write_table(table)
         exporter.flush()

@@ -16,7 +16,8 @@ import re
 
 import dpkt
 import pytest
-from support import COMPACTOR_DATA, needs_shared, read_output, run_dnsprobe
+from support.data import COMPACTOR_DATA, needs_shared
+from support.dnsprobe import read_output, run_dnsprobe
 
 from probe.capture.pcapfile import read_capture
 

@@ -10,7 +10,8 @@ import subprocess
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from support import DNSPROBE_DATA, assert_rows_equal_dnsprobe, dnsprobe_read, needs_shared
+from support.data import DNSPROBE_DATA, needs_shared
+from support.dnsprobe import assert_rows_equal_dnsprobe, dnsprobe_read
 
 from export.parquet.schema import DNSPROBE_COLUMNS, SCHEMA
 

@@ -22,16 +22,15 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from support import (
+from support.dnsprobe import rows_of, run_dnsprobe
+from support.live import Probe
+from support.servers import (
     EXAMPLE_ZONE,
     Netns,
-    Probe,
     knot_config,
     kresd_config,
     make_certificate,
     missing_servers,
-    rows_of,
-    run_dnsprobe,
     stop_servers,
     unbound_config,
 )

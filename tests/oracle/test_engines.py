@@ -1,6 +1,7 @@
-"""Analytics engines read our Parquet files with their default settings: DuckDB and Apache Spark (pyspark in local
-mode, on Debian's OpenJDK). Both must see every record, the capture times to the microsecond and the same counts
-per RCODE as the probe's own statistics and pyarrow."""
+"""Analytics engines read our output directory as it is, with their default settings: DuckDB, Apache Spark (pyspark
+in local mode, on Debian's OpenJDK) and pyarrow, pointed at the directory (flat and hive), not at a list of files:
+the statistics JSON beside the data is skipped by its name. Each must see every record, the capture times to the
+microsecond and the same counts per RCODE as the probe's own statistics."""
 
 import json
 import shutil
@@ -9,7 +10,8 @@ from collections import Counter
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
-from support import ROOT, at_us, read_output, run_dnsprobe
+from support.data import ROOT
+from support.dnsprobe import at_us, read_output, run_dnsprobe
 
 SAMPLE = ROOT / "samples" / "sample-mix.pcap.xz"
 
@@ -19,19 +21,26 @@ def output(tmp_path_factory):
     out = tmp_path_factory.mktemp("engines")
     run_dnsprobe("read", SAMPLE, "-o", out, "-q", "--no-progress", "--rotate-records", "4000")
     table = read_output(out)
-    stats = json.loads(next(out.glob("*.stats.json")).read_text())["counters"]
-    files = sorted(str(p) for p in out.glob("*.parquet"))
-    assert len(files) >= 2 and table.num_rows == stats["records"] > 0
+    (stats_file,) = out.glob("_dnsprobe.*.stats.json")
+    stats = json.loads(stats_file.read_text())["counters"]
+    assert len(list(out.glob("*.parquet"))) >= 2 and table.num_rows == stats["records"] > 0
     rcodes = Counter(table.column("rcode").to_pylist())
     first_ns = pc.min(table.column("query_time").cast("int64")).as_py() * 1000
-    return files, stats, rcodes, first_ns
+    return out, stats, rcodes, first_ns
+
+
+def test_pyarrow_reads_the_directory(output):
+    out, stats, rcodes, _first_ns = output
+    table = pq.read_table(out)
+    assert table.num_rows == stats["records"]
+    assert Counter(table.column("rcode").to_pylist()) == rcodes
 
 
 def test_duckdb_reads_every_record(output):
     duckdb = pytest.importorskip("duckdb", reason="pip install duckdb (in the test extras)")
-    files, stats, rcodes, first_ns = output
+    out, stats, rcodes, first_ns = output
     con = duckdb.connect()
-    rel = f"read_parquet({files!r})"
+    rel = f"read_parquet('{out}')"
     assert con.execute(f"SELECT count(*) FROM {rel}").fetchone()[0] == stats["records"]
     got = dict(con.execute(f"SELECT rcode, count(*) FROM {rel} GROUP BY rcode").fetchall())
     assert got == dict(rcodes)
@@ -57,8 +66,8 @@ def spark():
 
 def test_spark_reads_every_record_with_default_settings(output, spark):
     session, pyspark = spark
-    files, stats, rcodes, first_ns = output
-    df = session.read.parquet(*files)
+    out, stats, rcodes, first_ns = output
+    df = session.read.parquet(str(out))
     assert df.count() == stats["records"]
     assert isinstance(df.schema["query_time"].dataType, pyspark.sql.types.TimestampType)
     got = {row["rcode"]: row["count"] for row in df.groupBy("rcode").count().collect()}
@@ -100,7 +109,7 @@ def dataset(tmp_path_factory):
                      "--set", "export.answers=true", "--set", f"enrich.geoip_asn={base / 'asn.mmdb'}",
                      "--set", "enrich.public_suffix=true", "--set", "enrich.public_resolvers=true",
                      "--set", f"enrich.resolver_lists={lists}")
-        newest = max((data / "_stats").glob("*.stats.json"), key=lambda p: p.stat().st_mtime_ns)
+        newest = max(data.glob("_*.stats.json"), key=lambda p: p.stat().st_mtime_ns)
         stats[server] = json.loads(newest.read_text())["counters"]
     files = sorted(data.rglob("*.parquet"))
     rows = []
@@ -114,13 +123,20 @@ def test_duckdb_reads_the_hive_dataset_of_two_probes(dataset):
     duckdb = pytest.importorskip("duckdb", reason="pip install duckdb (in the test extras)")
     data, stats, rows = dataset
     con = duckdb.connect()
-    rel = f"read_parquet('{data}/**/*.parquet', hive_partitioning = true)"
+    rel = f"read_parquet('{data}', hive_partitioning = true)"
     per_server = dict(con.execute(f"SELECT server, count(*) FROM {rel} GROUP BY server").fetchall())
     assert per_server == {s: stats[s]["records"] for s in SERVERS}
     partitions = con.execute(f"SELECT DISTINCT year, month, day FROM {rel}").fetchall()
     assert partitions == [(2024, 5, 1)]
     got = Counter(dict(con.execute(f"SELECT rcode, count(*) FROM {rel} GROUP BY rcode").fetchall()))
     assert got == Counter(r["rcode"] for r in rows)
+
+
+def test_pyarrow_reads_the_hive_dataset_of_two_probes(dataset):
+    data, stats, rows = dataset
+    table = pq.read_table(data)
+    per_server = Counter(table.column("server").to_pylist())
+    assert per_server == {s: stats[s]["records"] for s in SERVERS} and table.num_rows == len(rows)
 
 
 def doc_queries():

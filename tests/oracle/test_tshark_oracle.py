@@ -41,7 +41,8 @@ from scapy.all import (
     Raw,
     wrpcap,
 )
-from support import COMPACTOR_DATA, dnsprobe_read, needs_shared
+from support.data import COMPACTOR_DATA, needs_shared
+from support.dnsprobe import dnsprobe_read
 
 pytestmark = pytest.mark.skipif(shutil.which("tshark") is None, reason="tshark not installed")
 

@@ -18,7 +18,10 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from support import ROOT, Probe, Testbed, as_rows, keys, rows_of, run_dnsprobe, traffic_parts
+from support.captures import keys, traffic_parts
+from support.data import ROOT
+from support.dnsprobe import as_rows, rows_of, run_dnsprobe
+from support.live import Probe, Testbed
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("ip"), reason="needs root and iproute2")
 
@@ -150,12 +153,12 @@ def test_link_down_and_up_during_traffic(testbed, traffic, probes, out_dir):
 
 
 def test_interface_created_after_start_is_waited_for(traffic, probes, out_dir):
-    """An interface that does not exist at start is a warning and a wait, not an error: once it is created (and
-    up), capture starts on it."""
+    """An interface that does not exist at start is, with --wait-for-interface, a warning and a wait, not an error:
+    once it is created (and up), capture starts on it."""
     pcap, passed, expected = traffic["A"]
     late = Testbed("l", pairs=1)
     try:
-        probe = probes(late, out_dir, "--set", "export.flush_seconds=1")
+        probe = probes(late, out_dir, "--set", "export.flush_seconds=1", "--wait-for-interface")
         probe.wait_ready()
         assert f"interface {late.iface!r} does not exist" in probe.stderr and "waiting for it" in probe.stderr
         late.up()

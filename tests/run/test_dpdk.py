@@ -20,31 +20,18 @@ from pathlib import Path
 
 import pytest
 import yaml
-from support import (
-    ROOT,
-    Probe,
-    VethBed,
-    as_rows,
-    build_traffic,
-    copy_env,
-    keys,
-    q_dns,
-    read_output,
-    rows_of,
-    run_dnsprobe,
-    run_python,
-    udp_frame,
-    write_pcap,
-)
+from support.captures import build_traffic, keys
+from support.data import ROOT
+from support.dnsprobe import as_rows, copy_env, read_output, rows_of, run_dnsprobe, run_python
+from support.frames import udp_frame, write_pcap
+from support.live import LIBDPDK, NO_HUGE, DpdkProbe, VethBed
+from support.messages import q_dns
 
-LIBDPDK = shutil.which("pkg-config") is not None and subprocess.run(
-    ["pkg-config", "--exists", "libdpdk"], capture_output=True).returncode == 0
 needs_dpdk = pytest.mark.skipif(not LIBDPDK, reason="libdpdk is not installed (apt-get install libdpdk-dev "
                                 "pkg-config), so the DPDK extension is not built")
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="DPDK's EAL needs root (/var/run/dpdk, device access)")
 # Columns that hold capture timestamps (or are computed from them): DPDK's are the TSC's, a file's its own.
 TIME_COLUMNS = {"unixtime", "time", "time_micro", "query_time", "response_time", "response_delay_us", "tcp_hs_rtt"}
-NO_HUGE = "--no-huge --no-pci -m 512"
 WAIT_S = 60.0
 
 
@@ -63,16 +50,6 @@ def pcap_frames(path):
 
 def without_time(rows):
     return Counter(repr(tuple((k, v) for k, v in r.items() if k not in TIME_COLUMNS)) for r in rows)
-
-
-class DpdkProbe(Probe):
-    """`dnsprobe capture --dpdk` as a subprocess: test_live_capture's Probe, given a configuration file (which
-    names no interface) and DPDK's flags instead of an interface."""
-
-    def __init__(self, out_dir, dpdk_args, coremask="0x1", mbuf_size=2048):
-        conf = Path(out_dir).parent / "dpdk.yml"
-        conf.write_text(f"capture:\n  coremask: '{coremask}'\ndpdk:\n  mbuf_size: {mbuf_size}\n")
-        super().__init__(None, out_dir, "--dpdk", f"--dpdk-args={dpdk_args}", config=conf)
 
 
 def dpdk_capture(out_dir, dpdk_args, coremask="0x1", mbuf_size=2048):

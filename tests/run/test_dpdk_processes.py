@@ -2,7 +2,8 @@
 of the test's own): a dead secondary is restarted alone and attaches to the running primary; a dead primary takes
 the secondary with it and the group starts again with a fresh EAL, whose predecessor's runtime and hugepage files
 are removed. Every transaction completed before each death is in a file. (Equality with `dnsprobe read` for one
-and two processes: test_flow_split.py.)"""
+and two processes: test_flow_split.py.) Both shapes of two workers, processes and threads, obey the supervisor's
+"rotate"."""
 
 import os
 import signal
@@ -10,7 +11,8 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from support import build_traffic, keys, rows_of, run_dnsprobe
+from support.captures import build_traffic, keys
+from support.dnsprobe import rows_of, run_dnsprobe
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0 or len(os.sched_getaffinity(0)) < 2,
                                 reason="needs root and 2 cores")
@@ -31,7 +33,7 @@ def parts(tmp_path_factory):
 
 
 def test_dead_processes_are_restarted(testbed, hugepages, parts, out_dir):
-    from test_dpdk import LIBDPDK, DpdkProbe
+    from support.live import LIBDPDK, DpdkProbe
 
     if not LIBDPDK:
         pytest.skip("libdpdk is not installed, so the DPDK extension is not built")
@@ -73,7 +75,7 @@ def test_device_with_rss_gives_each_process_its_queue(hugepages, out_dir):
     # net_null hashes (RSS on IP among its offloads) and has queues to spare: no distribution, each process reads
     # the RX queue of its number. It makes frames of zeros as fast as they are read (not IP: counted as non_ip),
     # and never runs dry: the stop reads it for a bounded time.
-    from test_dpdk import LIBDPDK, DpdkProbe
+    from support.live import LIBDPDK, DpdkProbe
 
     if not LIBDPDK:
         pytest.skip("libdpdk is not installed, so the DPDK extension is not built")
@@ -92,3 +94,34 @@ def test_device_with_rss_gives_each_process_its_queue(hugepages, out_dir):
     assert c["packets"] == c["non_ip"] == sum(read.values()) and all(read.values())
     assert c["dpdk_ipackets"] >= c["packets"] and c["dpdk_ring_full"] == 0
     assert hugepages.files() == []
+
+
+@pytest.mark.parametrize("shape", ["processes", "threads"])
+def test_every_dpdk_worker_rotates_when_told(testbed, parts, shape, out_dir, request):
+    """SIGHUP: the supervisor tells every worker to "rotate", and each closes its file while the capture runs, so
+    every transaction so far is in a closed file (the worker shell, probe/run/worker.py; a worker kind that did
+    not answer would keep its transactions in its .part file until the stop). The primary and the secondary of the
+    multi-process shape; the queue threads of the one process without hugepages. (AF_PACKET workers:
+    test_live_capture.test_sighup_rotates.)"""
+    from support.live import LIBDPDK, NO_HUGE, DpdkProbe
+
+    if not LIBDPDK:
+        pytest.skip("libdpdk is not installed, so the DPDK extension is not built")
+    vdev = f"--vdev=net_af_packet0,iface={testbed.iface}"
+    if shape == "processes":
+        probe = DpdkProbe(out_dir, f"--huge-dir={request.getfixturevalue('hugepages').dir} --no-pci {vdev}", "0x3")
+    else:
+        probe = DpdkProbe(out_dir, f"{NO_HUGE} {vdev},qpairs=2,framesz=4096", "0x3", mbuf_size=4096)
+    probe.wait_ready()
+    pcap, want = parts["A"]
+    try:
+        testbed.send(pcap, pps=5000)
+        probe.wait_counter("matched", want.total())
+        assert not list(out_dir.glob("*.parquet"))  # rotate_seconds (300 s): no file closed on time yet
+        probe.signal(signal.SIGHUP)
+        probe.wait_for(lambda d: keys(rows_of(out_dir)) == want, "every transaction in a closed file")
+        closed = sorted(p.name.split(".w")[1] for p in out_dir.glob("*.parquet"))
+    finally:
+        rc = probe.stop()
+    assert rc == 0, probe.stderr
+    assert closed == ["0.parquet", "1.parquet"]  # both workers (queues) had transactions, and closed their file

@@ -1,6 +1,6 @@
 """Resource bounds under attack, short (benchmarks/floods.py runs each flood for 60 s at the highest rate and
 reports peak RSS): each flood's frames, as trafgen makes them for the benchmark, with normal traffic mixed in
-(support.build_traffic's transactions: UDP, TCP, IPv6, VLAN, fragmented responses; one normal frame after every
+(support.captures.build_traffic's transactions: UDP, TCP, IPv6, VLAN, fragmented responses; one normal frame after every
 few flood frames), replayed into `dnsprobe capture` with small bounds. The bound is reached and its evictions
 counted; every normal transaction is still exported, query and response matched, as `dnsprobe read` of the
 normal traffic alone exports it; nothing is lost or restarted.
@@ -17,7 +17,8 @@ import struct
 
 import floods  # (benchmarks/, on the path through support)
 import pytest
-from support import build_traffic, rows_of, run_dnsprobe
+from support.captures import build_traffic
+from support.dnsprobe import rows_of, run_dnsprobe
 
 from probe.capture.pcapfile import read_capture
 

@@ -4,8 +4,8 @@ length and offset fields rewritten) replayed through a veth into `dnsprobe captu
 - No worker dies and none is restarted; the capture stops cleanly (exit 0).
 - Every frame is counted: the kernel's count is what the workers read plus what it dropped, and what the workers
   read is classified exactly as `dnsprobe read` classifies the frames the kernel filter keeps (run through the
-  filter program by support.run_cbpf, on the frame as support.received says the kernel holds it: outer VLAN tag
-  off): packets, non-IP, non-DNS, ICMP errors, damaged frames, fragments, TCP segments, DNS messages, malformed
+  filter program by support.cbpf.run_cbpf, on the frame as support.cbpf.received says the kernel holds it: outer
+  VLAN tag off): packets, non-IP, non-DNS, ICMP errors, damaged frames, fragments, TCP segments, DNS messages, malformed
   messages.
 - The output files read back (pyarrow), with as many records as the workers counted.
 
@@ -21,7 +21,9 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from support import ROOT, received, run_cbpf, run_dnsprobe
+from support.cbpf import received, run_cbpf
+from support.data import ROOT
+from support.dnsprobe import run_dnsprobe
 
 from probe.capture.bpf import dns_filter
 from probe.decode.link import LINK_NAMES
@@ -52,13 +54,18 @@ def split(data):
 
 
 def corpus_frames():
-    """The Ethernet frames of the fuzz corpus (fuzz/corpus: the frame, decoder, matcher and column seeds)."""
+    """The Ethernet frames of the fuzz corpus (fuzz/corpus: the decoder, matcher, column and C-DNS seeds made of
+    frames)."""
+    frames_of = {
+        "fuzz_decoderec": lambda d: d[1:] if d and d[0] & 0x87 == ETHERNET else b"",  # Ethernet frames, not messages
+        "fuzz_matchrec": lambda d: d[3:] if len(d) > 1 and d[1] & 0x80 else b"",  # decoded, not crafted, messages
+        "fuzz_parquetrec": lambda d: d[1:] if d and not d[0] & 2 else b"",  # frames, not crafted messages
+        "fuzz_cdnsblock": lambda d: d,
+    }
     out = []
-    for name, skip in (("fuzz_frames", 1), ("fuzz_match", 3), ("fuzz_columns", 0), ("fuzz_cdnsblock", 0)):
+    for name, frames in frames_of.items():
         for f in sorted((ROOT / "fuzz" / "corpus" / name).iterdir()):
-            data = f.read_bytes()
-            if name != "fuzz_frames" or data[0] % len(LINK_NAMES) == ETHERNET:
-                out += split(data[skip:])
+            out += split(frames(f.read_bytes()))
     return out
 
 

@@ -25,17 +25,10 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from support import (
-    CLIENT_MAC,
-    KEY_COLUMNS,
-    ROOT,
-    SERVER_MAC,
-    as_rows,
-    keys,
-    rows_of,
-    run_dnsprobe,
-    traffic_parts,
-)
+from support.captures import KEY_COLUMNS, keys, traffic_parts
+from support.data import ROOT
+from support.dnsprobe import as_rows, rows_of, run_dnsprobe
+from support.live import CLIENT_MAC, SERVER_MAC
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("ip"), reason="needs root and iproute2")
 
@@ -227,7 +220,6 @@ def test_stopping_worker_reads_a_block_handed_over_after_its_deadline(monkeypatc
     worker.sources, worker.counters, worker.batch_size, worker.drain_s = [Ring()], [], 4096, 0.7
     worker.dnstap = None
     worker.pipeline = type("Pipeline", (), {"feed": lambda self, batch, name: fed.append(len(batch.data))})()
-    worker._push = worker._close_sources = lambda: None
     worker._drain()
     assert fed == [25]
 

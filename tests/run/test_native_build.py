@@ -17,7 +17,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from support import ROOT, run_python
+from support.data import ROOT
+from support.dnsprobe import run_python
 
 from probe import native
 
@@ -38,17 +39,17 @@ def test_an_extension_missing_from_the_build_dir_is_an_import_error(tmp_path):
     code = f"""
 import os
 os.environ[{native.BUILD_DIR_VARIABLE!r}] = {str(tmp_path)!r}
-from export.parquet import columns
+from export.cdns import block
 from probe import native
-print(columns.BACKEND)
-print(native.import_error("export.parquet._columns"))
+print(block.BACKEND)
+print(native.import_error("export.cdns._cdnsblock"))
 """
     proc = run_python(code)
     assert proc.returncode == 0, proc.stderr
     backend, error = proc.stdout.splitlines()
     assert backend == "python"
     assert error == (
-        f"export.parquet._columns is not built in {tmp_path} (DNSPROBE_NATIVE_DIR; make asan builds it there)"
+        f"export.cdns._cdnsblock is not built in {tmp_path} (DNSPROBE_NATIVE_DIR; make asan builds it there)"
     )
 
 
