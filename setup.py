@@ -17,6 +17,7 @@ INCLUDE = "include"  # C headers shared by several extensions
 CORE = (
     ("probe.capture._pcaprecords", "probe/capture/_pcaprecords.c", ("records.h", "wire.h")),
     ("probe.capture._ring", "probe/capture/_ring.c", ("records.h",)),
+    ("probe.capture._dnstaprecv", "probe/capture/_dnstaprecv.c", ()),
     ("probe.decode._fastwire", "probe/decode/_fastwire.c", ("wire.h",)),
     ("probe.decode._dnstap", "probe/decode/_dnstap.c", ("decoderec_api.h", "records.h")),
     ("probe.decode._tcpstream", "probe/decode/_tcpstream.c", ("tcpstream_api.h",)),
