@@ -4,7 +4,7 @@ built, its Python twin, which reads them when the worker asks, between its batch
 DNS then drops what its send buffer cannot hold while the worker is away: docs/dnstap.md, Sockets).
 
 Both have the same interface (see _dnstaprecv.c): add(fd), remove(fd), ready() -> [fd], take(fd) ->
-(bytes, eof, errno), fileno(), stalls(), stop(), close(). The bytes are the same, in the same order; only
+(bytes, eof, errno), fileno(), stalls(), realtime(), stop(), close(). The bytes are the same, in the same order; only
 when they are read differs.
 """
 
@@ -77,6 +77,9 @@ class PythonReceiver:
 
     def fileno(self):
         return self.epoll.fileno()
+
+    def realtime(self):
+        return False  # no thread: the worker reads at its own priority
 
     def stalls(self):
         return 0  # it holds nothing: what the worker does not take stays in the socket

@@ -71,6 +71,9 @@ class DnstapSocketSource:
         self.log = log
         self.tag = tag
         self.receiver = open_receiver(RECEIVER_BYTES)
+        if not self.receiver.realtime():
+            log("dnstap: the producers' connections are read without real-time priority (it needs CAP_SYS_NICE): "
+                "on a loaded machine a producer may drop messages")
         self.epoll = select.epoll()  # the Source's fileno(): new connections, bytes received, frames left
         for fd in self.listeners:
             self.epoll.register(fd, select.EPOLLIN)
