@@ -157,8 +157,10 @@ static void *run(void *arg)
         if (stopping)
             return NULL;
         int n = epoll_wait(r->epfd, events, EVENTS, -1);
+        if (n < 0 && errno == EINTR)
+            continue; /* signals are blocked here, but a debugger may interrupt */
         if (n < 0)
-            continue; /* EINTR (signals are blocked here, but a debugger may interrupt) */
+            return NULL; /* cannot happen while the epoll is open; never spin at a real-time priority */
         int changed = 0;
         pthread_mutex_lock(&r->lock);
         for (int i = 0; i < n; i++) {
@@ -462,7 +464,7 @@ static PyMethodDef Receiver_methods[] = {
     {"add", (PyCFunction)Receiver_add, METH_O, "add(fd): read this connection from now on"},
     {"remove", (PyCFunction)Receiver_remove, METH_O, "remove(fd): no longer (before the fd is closed)"},
     {"take", (PyCFunction)Receiver_take, METH_O, "take(fd) -> (bytes, eof, errno): what arrived since the last take"},
-    {"ready", (PyCFunction)Receiver_ready, METH_NOARGS, "ready() -> [fd]: the connections with bytes or an end to take"},
+    {"ready", (PyCFunction)Receiver_ready, METH_NOARGS, "ready() -> [fd]: connections with bytes or an end to take"},
     {"fileno", (PyCFunction)Receiver_fileno, METH_NOARGS, "an eventfd, readable when something arrived"},
     {"stalls", (PyCFunction)Receiver_stalls, METH_NOARGS, "times reading stopped because max_bytes were held"},
     {"realtime", (PyCFunction)Receiver_realtime, METH_NOARGS, "whether the thread got real-time priority"},
