@@ -19,6 +19,7 @@ UNITS = {"valuetext.h": "valuetext.c", "wire.h": "wire.c"}  # a header -> the co
 CORE = (
     ("probe.capture._pcaprecords", "probe/capture/_pcaprecords.c", ("model.h", "records.h", "wire.h")),
     ("probe.capture._ring", "probe/capture/_ring.c", ("model.h", "records.h")),
+    ("probe.capture._dnstaprecv", "probe/capture/_dnstaprecv.c", ()),
     ("probe.decode._fastwire", "probe/decode/_fastwire.c", ("model.h", "wire.h")),
     ("probe.decode._dnstap", "probe/decode/_dnstap.c", ("decoderec_api.h", "model.h", "records.h")),
     ("probe.decode._tcpstream", "probe/decode/_tcpstream.c", ("tcpstream_api.h",)),

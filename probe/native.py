@@ -15,6 +15,8 @@ RECORDS_MISSING = "decoding, matching and export (the reference pipeline, on mes
 EXTENSIONS = {
     "probe.capture._pcaprecords": "splitting pcap records",
     "probe.capture._ring": "reading the frames of AF_PACKET ring blocks",
+    "probe.capture._dnstaprecv": "reading dnstap producers' connections (by the worker between its batches: "
+                                 "a producer such as Knot DNS may drop messages while the worker writes)",
     "probe.decode._fastwire": "walking DNS messages",
     "probe.decode._dnstap": "decoding dnstap messages",
     "probe.decode._tcpstream": "reassembling DNS over TCP streams",

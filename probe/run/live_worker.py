@@ -141,7 +141,7 @@ class LiveWorker(WorkerShell):
         if self.dnstap is not None:
             for name, value in self.dnstap.counters().items():
                 setattr(stats, name, value)
-            interfaces[self.dnstap.name] = {"producers": [c.name + ": " + c.peer for c in self.dnstap.conns.values()]}
+            interfaces[self.dnstap.name] = {"producers": self.dnstap.producers()}
         return interfaces
 
     def _poll(self, timeout_s):

@@ -22,7 +22,9 @@ from support.dnstap import FstrmProducer, dnstap_frame, fstrm_file
 from support.frames import T0
 from support.messages import q_dns, r_dns
 
+from probe.capture import dnstap_socket
 from probe.capture.dnstap_listen import close_listeners, open_listeners
+from probe.capture.dnstap_receive import PythonReceiver
 from probe.capture.dnstap_socket import DnstapSocketSource
 from probe.capture.fstrm import FINISH
 from probe.config import load_config
@@ -81,8 +83,11 @@ class Tap:
         close_listeners(self.listeners)
 
 
-@pytest.fixture
-def tap(tmp_path):
+@pytest.fixture(params=["c", "python"])
+def tap(tmp_path, request, monkeypatch):
+    """The source with the C receiver, and with its Python twin (as where the extension is not built)."""
+    if request.param == "python":
+        monkeypatch.setattr(dnstap_socket, "open_receiver", PythonReceiver)
     t = Tap(tmp_path / "tap.sock")
     yield t
     t.close()

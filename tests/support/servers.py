@@ -94,9 +94,11 @@ big     TXT "{}"
 
 def knot_config(d, sink_socket, sink_file, identity):
     """Knot DNS 3.2 for example.test on 127.0.0.1@53 and ::1@53, dnstap of queries and responses (responses
-    with their queries) to our socket and to a file at once (two mod-dnstap instances)."""
+    with their queries) to our socket and to a file at once (two mod-dnstap instances; sink_file None: the
+    socket only)."""
     taps = []
-    for tap_id, sink in (("sock", f"unix:{sink_socket}"), ("file", sink_file)):
+    sinks = [(tap_id, sink) for tap_id, sink in (("sock", f"unix:{sink_socket}"), ("file", sink_file)) if sink]
+    for tap_id, sink in sinks:
         taps.append(f"""  - id: {tap_id}
     sink: "{sink}"
     identity: "{identity}"
@@ -116,7 +118,7 @@ mod-dnstap:
 template:
   - id: default
     storage: "{d}/knot"
-    global-module: [ mod-dnstap/sock, mod-dnstap/file ]
+    global-module: [ {", ".join(f"mod-dnstap/{tap_id}" for tap_id, _ in sinks)} ]
 zone:
   - domain: example.test
     file: "example.test.zone"
