@@ -158,8 +158,6 @@ typedef struct {
     int (*txbatch_add)(TxBatch *b, const Rec *q, const Rec *r, int32_t messages);
     /* bytes.decode("utf-8", "backslashreplace") as UTF-8 at out (room for 4 * n bytes); its length */
     size_t (*utf8_backslashreplace)(const unsigned char *s, size_t n, char *out);
-    /* the message tuple of a record (probe.model MESSAGE_FIELDS) */
-    PyObject *(*rec_to_tuple)(const Rec *r);
 } RecordsApi;
 
 #define RECORDS_CAPSULE "probe._records.api"

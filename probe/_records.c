@@ -1051,7 +1051,7 @@ static PyMethodDef methods[] = {
 
 static const RecordsApi api = {
     &MsgBatch_Type, &TxBatch_Type, &Frames_Type, frames_add, frames_own,
-    recbuf_reserve, recbuf_push, txbatch_add, utf8_backslashreplace, rec_to_tuple,
+    recbuf_reserve, recbuf_push, txbatch_add, utf8_backslashreplace,
 };
 
 static struct PyModuleDef module = {

@@ -225,6 +225,21 @@ static int check_open(Receiver *r)
     return 0;
 }
 
+/* The connection of the fd `arg` with the lock held, or NULL with an exception set (and the lock not held). */
+static Conn *locked_conn(Receiver *r, PyObject *arg, int *fd)
+{
+    *fd = fd_of(arg);
+    if (*fd < 0 || check_open(r) < 0)
+        return NULL;
+    pthread_mutex_lock(&r->lock);
+    Conn *c = find(r, *fd);
+    if (c == NULL) {
+        pthread_mutex_unlock(&r->lock);
+        PyErr_Format(PyExc_KeyError, "fd %d is not added", *fd);
+    }
+    return c;
+}
+
 static int Receiver_init(Receiver *r, PyObject *args, PyObject *kwds)
 {
     static char *kwlist[] = {"max_bytes", NULL};
@@ -336,18 +351,10 @@ done:
 
 static PyObject *Receiver_remove(Receiver *r, PyObject *arg)
 {
-    int fd = fd_of(arg);
-    if (fd < 0)
+    int fd;
+    Conn *c = locked_conn(r, arg, &fd);
+    if (c == NULL)
         return NULL;
-    if (check_open(r) < 0)
-        return NULL;
-    pthread_mutex_lock(&r->lock);
-    Conn *c = find(r, fd);
-    if (c == NULL) {
-        pthread_mutex_unlock(&r->lock);
-        PyErr_Format(PyExc_KeyError, "fd %d is not added", fd);
-        return NULL;
-    }
     if (!c->ended)
         epoll_ctl(r->epfd, EPOLL_CTL_DEL, fd, NULL);
     r->held -= c->len;
@@ -360,18 +367,10 @@ static PyObject *Receiver_remove(Receiver *r, PyObject *arg)
 
 static PyObject *Receiver_take(Receiver *r, PyObject *arg)
 {
-    int fd = fd_of(arg);
-    if (fd < 0)
+    int fd;
+    Conn *c = locked_conn(r, arg, &fd);
+    if (c == NULL)
         return NULL;
-    if (check_open(r) < 0)
-        return NULL;
-    pthread_mutex_lock(&r->lock);
-    Conn *c = find(r, fd);
-    if (c == NULL) {
-        pthread_mutex_unlock(&r->lock);
-        PyErr_Format(PyExc_KeyError, "fd %d is not added", fd);
-        return NULL;
-    }
     /* The buffer is taken away whole and copied out unlocked: the thread never waits for a copy (nor for a
      * worker preempted in the middle of one). */
     char *buf = c->buf;

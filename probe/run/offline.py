@@ -44,12 +44,12 @@ from probe.run.pipeline import Pipeline, file_origin
 from probe.stats import COUNTER_NAMES, Stats
 
 
-def read_files(cfg, files, progress=None, on_error=None):
+def read_files(cfg, files, progress=None):
     """Run the pipeline(s) over the capture files; returns (stats, errors, interrupted).
 
     progress: a callable (path, size or None) → a callable(position) or None, for a progress display, closed (its
-    close()) once every input is read; with several workers, worker 0's (each reads every input); on_error: called
-    with each CaptureFileError (that file's batches before the problem are kept).
+    close()) once every input is read; with several workers, worker 0's (each reads every input). A file's error
+    (CaptureFileError) is among the errors returned; its batches before the problem are kept.
     SIGINT (a KeyboardInterrupt) or SIGTERM stops the reading; what was read is still written (a pipe's: everything
     that arrived before the signal, probe.capture.pcapfile)."""
     out_dir = Path(cfg.export.directory)
@@ -58,14 +58,14 @@ def read_files(cfg, files, progress=None, on_error=None):
     on_close = OnCloseCommands(cfg.export)  # before the workers are forked: they announce their files to it
     try:
         if workers > 1:
-            return _read_parallel(cfg, files, out_dir, workers, cores, progress, on_error, on_close)
+            return _read_parallel(cfg, files, out_dir, workers, cores, progress, on_close)
         if cores:
             os.sched_setaffinity(0, cores)
         on_close.start_thread()
         pipeline = Pipeline(cfg, out_dir, origin=read_origin(cfg, files))
         previous = signal.signal(signal.SIGTERM, _raise_interrupt)  # SIGTERM as SIGINT: stop, write what was read
         try:
-            errors, interrupted = _feed_files(pipeline, cfg, files, progress, on_error)
+            errors, interrupted = _feed_files(pipeline, cfg, files, progress)
         finally:
             signal.signal(signal.SIGTERM, previous)
             if progress is not None:
@@ -99,7 +99,7 @@ def _finish_commands(on_close, stats):
     return interrupted
 
 
-def _feed_files(pipeline, cfg, files, progress=None, on_error=None, share=None, piped=None, stop=()):
+def _feed_files(pipeline, cfg, files, progress=None, share=None, piped=None, stop=()):
     """Every batch of every file into the pipeline; returns (errors, interrupted). share: (k, n), this is read
     worker k of n: a dnstap file is read by its worker only (dnstap_worker). piped: a callable giving, for the index
     of an input, the file to read it from (a pipe from the parent), None (open it) or False (skip it: the parent
@@ -135,8 +135,6 @@ def _feed_files(pipeline, cfg, files, progress=None, on_error=None, share=None, 
                 if stop:  # an input the parent stopped copying when it was interrupted
                     return errors, True
                 errors.append(exc)
-                if on_error:
-                    on_error(exc)
             finally:
                 if source is not None:
                     _add_counters(pipeline.stats, source.counters())
@@ -216,7 +214,7 @@ def _merged_errors(files, results, copy_errors):
     return [CaptureFileError(*e) for e in sorted(seen, key=lambda e: order.get(str(e[0]), len(order)))]
 
 
-def _read_parallel(cfg, files, out_dir, workers, cores, progress, on_error, on_close):
+def _read_parallel(cfg, files, out_dir, workers, cores, progress, on_close):
     """read_files with `workers` processes (see the module docstring); on_close: the OnCloseCommands of the run."""
     import multiprocessing  # here: a one-worker run starts without it
 
@@ -278,9 +276,6 @@ def _read_parallel(cfg, files, out_dir, workers, cores, progress, on_error, on_c
         stats.add(part)
     stats.files_written = sorted(name for r in results for name in r["summary"]["files_written"])
     errors = _merged_errors(files, results, copy_errors)
-    for exc in errors:
-        if on_error:
-            on_error(exc)
     interrupted = _finish_commands(on_close, stats) or interrupted or any(r["interrupted"] for r in results)
     if cfg.run.stats_json:
         summary = dict(results[0]["summary"])
