@@ -15,6 +15,8 @@
  *   the function's results for each row of the string column (strcolumn.h); a null row gives `null` (a str) in
  *   every result column, or a null when `null` is None.
  * TextCache.clear(); len(TextCache): entries held.
+ * The function must not use its cache: columns(), clear() and __init__ from inside it are a RuntimeError, as is
+ * columns() of a cache never initialised.
  *
  * The table is open addressing with linear probing and a hash seeded per cache. A text whose probe would run
  * longer than MAX_PROBE slots is not kept (the function runs for it each time): values crafted to collide,
@@ -234,6 +236,23 @@ static int put_results(const TextCache *c, size_t at, TextOut *outs, Py_ssize_t 
     return 0;
 }
 
+#define BUSY "TextCache used by its own lookup function"
+
+/* 0, or -1 with RuntimeError: a cache made without __init__ (TextCache.__new__) has no function, and one whose
+ * columns() is running (its function calling back) must not be read, dropped or reset under it. */
+static int usable(const TextCache *c)
+{
+    if (c->busy) {
+        PyErr_SetString(PyExc_RuntimeError, BUSY);
+        return -1;
+    }
+    if (c->function == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "TextCache not initialised (__init__ not called)");
+        return -1;
+    }
+    return 0;
+}
+
 static PyObject *cache_columns(TextCache *c, PyObject *args)
 {
     Py_ssize_t n, offset;
@@ -251,10 +270,8 @@ static PyObject *cache_columns(TextCache *c, PyObject *args)
         if (fill == NULL)
             return NULL;
     }
-    if (c->busy) {
-        PyErr_SetString(PyExc_RuntimeError, "TextCache used by its own lookup function");
+    if (usable(c) < 0)
         return NULL;
-    }
     TextIn in;
     if (textin_open(&in, n, offset, buffers) < 0)
         return NULL;
@@ -310,7 +327,7 @@ done:
 static PyObject *cache_clear(TextCache *c, PyObject *Py_UNUSED(ignored))
 {
     if (c->busy) {
-        PyErr_SetString(PyExc_RuntimeError, "TextCache used by its own lookup function");
+        PyErr_SetString(PyExc_RuntimeError, BUSY);
         return NULL;
     }
     drop_entries(c);
@@ -346,6 +363,11 @@ static int cache_init(TextCache *c, PyObject *args, PyObject *kwds)
     }
     if (width < 1 || width > MAX_WIDTH || size < 1 || size > UINT32_MAX / 2) {
         PyErr_Format(PyExc_ValueError, "width must be 1 to %d and size at least 1", MAX_WIDTH);
+        return -1;
+    }
+    /* Reset by its own function: columns() would go on with another width and a freed arena (wild writes). */
+    if (c->busy) {
+        PyErr_SetString(PyExc_RuntimeError, BUSY);
         return -1;
     }
     drop_entries(c);

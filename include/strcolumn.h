@@ -39,6 +39,13 @@ static inline int textin_open(TextIn *in, Py_ssize_t n, Py_ssize_t offset, PyObj
         PyErr_SetString(PyExc_ValueError, "negative length or offset");
         return -1;
     }
+    /* The last offset read, offset + n; past PY_SSIZE_T_MAX / 4 no buffer holds the offsets up to it, and end + 1
+     * and end + 7 below stay in range (a signed overflow there let any length through). */
+    Py_ssize_t end;
+    if (__builtin_add_overflow(offset, n, &end) || end >= PY_SSIZE_T_MAX / 4) {
+        PyErr_SetString(PyExc_ValueError, "string column length + offset too large");
+        return -1;
+    }
     if (!PyList_Check(buffers) || PyList_GET_SIZE(buffers) != 3) {
         PyErr_SetString(PyExc_TypeError, "buffers must be a list [validity, offsets, data]");
         return -1;
@@ -55,7 +62,6 @@ static inline int textin_open(TextIn *in, Py_ssize_t n, Py_ssize_t offset, PyObj
         }
         in->held[k] = 1;
     }
-    Py_ssize_t end = offset + n; /* the last offset read */
     if (!in->held[1] || in->views[1].len / 4 < end + 1 ||
         (in->held[0] && n && in->views[0].len < (end + 7) / 8)) {
         textin_close(in);

@@ -9,7 +9,8 @@
  *   big-endian bytes (4 or 16), sorted and disjoint (resolvers.PrefixTable makes them).
  * PrefixTable(text) -> the name of the range holding the address of a client address or client subnet text
  *   ("" when none), read as resolvers.lookup_address reads it. A text that is not an address as inet_ntop writes
- *   it (the form of the probe's columns) goes to fallback(text), the twin, so that both agree on any text.
+ *   it (the form of the probe's columns) goes to fallback(text), the twin, so that both agree on any text. A
+ *   table never initialised (made by PrefixTable.__new__ alone) raises RuntimeError.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -111,6 +112,10 @@ static PyObject *table_call(PrefixTable *t, PyObject *args, PyObject *kwds)
     }
     if (!PyArg_ParseTuple(args, "U:PrefixTable", &arg))
         return NULL;
+    if (t->fallback == NULL) { /* made by PrefixTable.__new__ alone: no fallback, no "" */
+        PyErr_SetString(PyExc_RuntimeError, "PrefixTable not initialised (__init__ not called)");
+        return NULL;
+    }
     Py_ssize_t n;
     const char *s = PyUnicode_AsUTF8AndSize(arg, &n);
     if (s == NULL)
@@ -141,7 +146,10 @@ static PyObject *table_call(PrefixTable *t, PyObject *args, PyObject *kwds)
             return name;
         }
     }
-    return PyObject_CallOneArg(t->fallback, arg);
+    /* (held: the fallback may call __init__ again, which lets go of the table's reference) */
+    PyObject *fallback = Py_NewRef(t->fallback), *name = PyObject_CallOneArg(fallback, arg);
+    Py_DECREF(fallback);
+    return name;
 }
 
 static int table_init(PrefixTable *t, PyObject *args, PyObject *kwds)

@@ -8,12 +8,13 @@
  * lays them out.
  *
  * read_blocks(ring, next_block, block_size, block_count, max_frames, frames) -> (next_block, last_seq, n)
- *   ring: the mapped ring (any writable buffer). From block next_block on, while the block is handed to user
- *   space (TP_STATUS_USER) and fewer than max_frames frames were taken: copy the block out in one piece, give
- *   it back to the kernel at once (TP_STATUS_KERNEL), and add its frames to `frames` (timestamp tp_sec * 1e9 +
- *   tp_nsec, wire length tp_len, the snaplen bytes at tp_mac; a VLAN tag the kernel took off, TP_STATUS_VLAN_
- *   VALID, given as TPID << 16 | TCI with TPID 0x8100 unless TP_STATUS_VLAN_TPID_VALID gives another). Returns
- *   the next block to read, the sequence number of the last block read (0: none) and the frames added.
+ *   ring: the mapped ring (any writable buffer at a multiple of 4; block_size one too, else ValueError). From
+ *   block next_block on, while the block is handed to user space (TP_STATUS_USER) and fewer than max_frames
+ *   frames were taken: copy the block out in one piece, give it back to the kernel at once (TP_STATUS_KERNEL),
+ *   and add its frames to `frames` (timestamp tp_sec * 1e9 + tp_nsec, wire length tp_len, the snaplen bytes at
+ *   tp_mac; a VLAN tag the kernel took off, TP_STATUS_VLAN_VALID, given as TPID << 16 | TCI with TPID 0x8100
+ *   unless TP_STATUS_VLAN_TPID_VALID gives another). Returns the next block to read, the sequence number of the
+ *   last block read (0: none) and the frames added.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -92,8 +93,17 @@ static PyObject *read_blocks(PyObject *Py_UNUSED(self), PyObject *args)
     if (PyObject_GetBuffer(ring_obj, &ring, PyBUF_WRITABLE) < 0)
         return NULL;
     PyObject *result = NULL;
-    if (block_size < 32 || block_count < 1 || block_size * block_count > ring.len || next < 0 || next >= block_count) {
+    Py_ssize_t ring_size;
+    if (block_size < 32 || block_count < 1 || __builtin_mul_overflow(block_size, block_count, &ring_size) ||
+        ring_size > ring.len || next < 0 || next >= block_count) {
         PyErr_SetString(PyExc_ValueError, "read_blocks: the ring is not block_count blocks of block_size bytes");
+        goto done;
+    }
+    /* Each block's status word is read and written atomically: it must be aligned. The kernel's blocks are whole
+     * pages in a mapping (AfPacketSource checks capture.block_size), so this only refuses a size or buffer no ring
+     * has. */
+    if (block_size % 4 || (uintptr_t)ring.buf % 4) {
+        PyErr_SetString(PyExc_ValueError, "read_blocks: block_size and the ring's address must be multiples of 4");
         goto done;
     }
     unsigned long long last_seq = 0;

@@ -572,9 +572,10 @@ static PyObject *decode(PyObject *Py_UNUSED(self), PyObject *args)
     }
     Py_DECREF(spans);
     Py_DECREF(name);
-    if (add_counts(counts, run.counts, N_COUNTS) < 0 || add_counts(type_counts, run.type_counts, N_TYPES) < 0)
-        rc = -1;
-    if (rc < 0)
+    /* An error (an IP list's callable raised, a span refused): its exception goes up as it is, the counts not
+     * added (no more calls into Python with an exception set; the Python loop's own counts are lost too). */
+    if (rc < 0 || add_counts(counts, run.counts, N_COUNTS) < 0
+        || add_counts(type_counts, run.type_counts, N_TYPES) < 0)
         return NULL;
     return Py_BuildValue("(nK)", rc ? index : (Py_ssize_t)-1, run.max_ts);
 }

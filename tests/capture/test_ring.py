@@ -6,6 +6,7 @@ frame limits, and a block length the header gets wrong."""
 
 import random
 import struct
+import sys
 
 import pytest
 
@@ -159,3 +160,20 @@ def test_vlan_tag_fields_as_the_kernel_gives_them():
     assert batch.data == [frame[:12] + b"\x81\x00\x00\x64" + frame[12:], b"short",
                           frame[:12] + b"\x81\x00\x00\x00" + frame[12:]]
     assert batch.wirelen == [44, 5, 0xFFFFFFFE + 4]
+
+
+# Found by review (issue 32): sizes the kernel never gives, refused instead of read with undefined behaviour.
+
+
+@pytest.mark.parametrize("block_size, block_count", [(1 << 62, 4), (sys.maxsize, 2), (BLOCK + 2, 2), (34, 2)])
+def test_ring_sizes_that_overflow_or_misalign_are_refused(block_size, block_count):
+    """block_size * block_count overflowed (wrapped to 0 it passed the bounds check; the next block was read
+    2^62 bytes away); a block size not a multiple of 4 put the next block's status word, read atomically, off
+    its alignment (the kernel's blocks are whole pages)."""
+    from probe import _records
+
+    ring = one_block([({}, bytes(60))]) + bytearray(BLOCK + 8)  # the first block ready: the reader goes on
+    with pytest.raises(ValueError):
+        afpacket._ring.read_blocks(ring, 0, block_size, block_count, 4096, _records.Frames())
+    with pytest.raises(ValueError, match="multiples of 4"):
+        afpacket._ring.read_blocks(memoryview(bytearray(BLOCK + 1))[1:], 0, BLOCK, 1, 4096, _records.Frames())

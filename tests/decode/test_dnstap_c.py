@@ -7,6 +7,7 @@ import random
 import pytest
 from fuzz_dnstap import corpus, decode_both, mutate, one_input, upb_accepts
 from support.dnstap import dnstap_frame
+from support.frames import T0
 
 from probe.decode import _dnstap, dnstap
 from probe.model import TRANSPORTS
@@ -147,3 +148,29 @@ def test_records_round_trip_the_python_tuples():
     assert sum(type(m).__name__ == "QueryCopy" for m in back) > 2
     python, c = decode_both(corpus(), producer="tap-é-\udcff.fstrm")
     assert python == c
+
+
+def test_an_ip_list_that_raises_gives_its_exception():
+    """Found by review (issue 32): an IP list's callable raising left its exception set while decode went on to
+    add the counts, calling into Python with it (a count whose + runs Python code turned it into SystemError)."""
+    from fuzz_dnstap import _decoder
+
+    from probe import _records
+    from probe.model import DataFrames
+
+    class Count(int):
+        def __add__(self, other):
+            return Count(int(self) + other)
+
+    def refuse(client, server):
+        raise LookupError("no list")
+
+    types, _, keep6, keep_raw = _decoder(False)._c_args
+    counts, type_counts = [Count(0)] * len(_dnstap.COUNT_NAMES), [Count(0)] * 15
+    with pytest.raises(LookupError, match="no list"):
+        _dnstap.decode(DataFrames.of([GOOD]).spans, "p", _records.MsgBatch(), counts, type_counts, types, refuse,
+                       keep6, keep_raw)
+    assert counts == [0] * len(counts) and type_counts == [0] * 15
+    assert _dnstap.decode(DataFrames.of([GOOD]).spans, "p", _records.MsgBatch(), counts, type_counts, types,
+                          lambda client, server: True, keep6, keep_raw) == (-1, T0)
+    assert counts[_dnstap.COUNT_NAMES.index("dns_messages")] == 1

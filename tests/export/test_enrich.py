@@ -232,6 +232,19 @@ def test_prefix_table_in_c_equals_its_twin():
     assert sum(1 for t in texts if fast(t)) > 1000
 
 
+def test_prefix_table_never_initialised_is_refused():
+    """Found by review (issue 32): PrefixTable.__new__ alone (no fallback, no empty name) dereferenced NULL."""
+    from probe.native import load
+
+    resolvers = load("export.enrich._resolvers")
+    blank = resolvers.PrefixTable.__new__(resolvers.PrefixTable)
+    for text in ("", "1.2.3.4", "x"):
+        with pytest.raises(RuntimeError, match="not initialised"):
+            blank(text)
+    blank.__init__([], [], str.upper)
+    assert (blank(""), blank("1.2.3.4"), blank("x")) == ("", "", "X")
+
+
 def test_bundled_lists_name_their_source_and_date():
     lists = sorted(BUNDLED.glob("*.txt"))
     assert [p.stem for p in lists] == ["cloudflare", "google", "opendns", "quad9"]

@@ -4,6 +4,7 @@ dropped and rebuilt; its errors; texts crafted to collide in its table; client p
 
 import random
 import socket
+import sys
 
 import pyarrow as pa
 import pytest
@@ -157,6 +158,46 @@ def test_errors():
     reentrant = LookupCache(reenter, 10)
     with pytest.raises(RuntimeError, match="its own lookup function"):
         reentrant.columns(col)
+
+
+# Found by review (issue 32): misuse of the C object that wrote or read out of bounds.
+
+
+def test_reset_by_its_own_function_is_refused():
+    """The function calling the cache's __init__ with another width: columns() went on with 16 result columns of
+    which it had made 1 (writes through uninitialised pointers) and an arena the reset freed."""
+    col = pa.array(["a", "b", "a"], pa.string())
+    cache = _lookup.TextCache(str)
+
+    def widen(text):
+        cache.__init__(lambda t: (t,) * 16, 16)
+        return (text,) * 16
+
+    cache.__init__(widen)
+    with pytest.raises(RuntimeError, match="its own lookup function"):
+        cache.columns(*text_buffers(col), None)
+    assert cache.width == 1 and len(cache) == 0
+    cache.__init__(str.upper)
+    assert text_array(3, cache.columns(*text_buffers(col), None)[0]).to_pylist() == ["A", "B", "A"]
+
+
+def test_a_cache_never_initialised_is_refused():
+    """TextCache.__new__ alone: no function (columns() called NULL)."""
+    blank = _lookup.TextCache.__new__(_lookup.TextCache)
+    with pytest.raises(RuntimeError, match="not initialised"):
+        blank.columns(*text_buffers(pa.array(["a"], pa.string())), None)
+    blank.clear()
+    assert len(blank) == 0
+
+
+@pytest.mark.parametrize("length, offset", [(1, sys.maxsize), (sys.maxsize, 0),
+                                            (sys.maxsize // 2 + 1, sys.maxsize // 2), (sys.maxsize // 4, 0)])
+def test_lengths_and_offsets_past_any_buffer(length, offset):
+    """include/strcolumn.h: offset + length overflowed (undefined; wrapped, it passed the bounds check and the rows
+    were read from far outside the buffers)."""
+    cache = _lookup.TextCache(str)
+    with pytest.raises(ValueError, match="too large"):
+        cache.columns(length, offset, [None, b"\0" * 8, b""], None)
 
 
 def test_client_privacy_through_both():
