@@ -112,7 +112,21 @@ def main():
     save("fuzz_psl", "\x00\nwww.City.Kawasaki.JP\na.b.kawasaki.jp\nxn--p1ai\nпример.РФ\nİ.com.tr\na..b\n.\n\x00"
          .encode())
     save("fuzz_lookup", b"\x10\n::ffff:8.8.4.4\n2001:4860:4860::8888\n8.8.8.8/24\n\n\x00\n08.8.8.8\n1.1.1.1")
+    save("fuzz_answers", join_frames(text_floods()))
     new_harnesses(rng)
+
+
+def text_floods():
+    """Responses whose text passes the answers caps (export/parquet/answers.py): CNAMEs whose owner and target
+    point to a 255-byte name of zero bytes (2008 bytes of text for 14), and an NSEC naming every type of 2
+    windows."""
+    qname = b"".join(bytes([n]) + bytes(n) for n in (63, 63, 63, 61)) + b"\x00"
+    rr = b"\xc0\x0c\x00\x05\x00\x01\x00\x00\x00\x3c\x00\x02\xc0\x0c"
+    flood = b"\x12\x34\x81\x80\x00\x01\x00\x50" + bytes(4) + qname + b"\x00\x05\x00\x01" + rr * 80
+    rdata = b"\x00" + b"".join(bytes([w, 32]) + b"\xff" * 32 for w in (1, 2))
+    nsec_rr = b"\x00\x00\x2f\x00\x01\x00\x00\x00\x3c" + struct.pack("!H", len(rdata)) + rdata
+    nsec = bytes(6) + b"\x00\x01" + bytes(4) + nsec_rr
+    return [flood, nsec]
 
 
 def new_harnesses(rng):

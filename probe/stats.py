@@ -92,6 +92,9 @@ COUNTERS = (
      " as 2^31-1, the maximum of their int32 columns"),
     ("match_evicted", "pending queries exported early because the table reached its size bound (match.max_pending,"
      " or match.max_pending_per_key under one key)"),
+    ("answers_capped", "export.answers: records of the answers column whose text was capped (docs/parquet.md):"
+     " RDATA written in RFC 3597's form for its text's length, or owner name and data left empty past the"
+     " message's cap"),
     ("records", "records (rows) written"),
     ("files", "output files completed"),
     ("on_close_commands", "export.on_close commands run for finished files that have ended (failed ones"

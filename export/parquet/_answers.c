@@ -9,11 +9,13 @@
  * failures are the twin's: a name as probe/decode/dnswire.py reads it (backward pointers only, 255 bytes), RDATA
  * that does not fit its layout in RFC 3597's form, a damaged message's records up to the damage.
  *
- * Walker(layouts, type_names, sections): layouts, {type: (item, ...)} with answers.py's items; type_names,
- *   {type: mnemonic}; sections, the three section names.
+ * Walker(layouts, type_names, sections, caps): layouts, {type: (item, ...)} with answers.py's items; type_names,
+ *   {type: mnemonic}; sections, the three section names; caps, (record base, record per byte, message base,
+ *   message per byte), answers.py's text caps (a record's RDATA text, a message's names and RDATA text).
  * Walker.column(length, offset, buffers) -> (null_count, validity, list offsets, section, name, type, class,
- *   ttl, data, records): the list column's buffers and its struct's fields (strings as (offsets, data), numbers
- *   as their data), for the binary column's buffers (strcolumn.h; a null message: a null list).
+ *   ttl, data, records, capped): the list column's buffers and its struct's fields (strings as (offsets, data),
+ *   numbers as their data), for the binary column's buffers (strcolumn.h; a null message: a null list); capped,
+ *   the records the caps changed.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -103,6 +105,9 @@ typedef struct {
     TypeName *names;
     Py_ssize_t n_names;
     char *sections[3];
+    /* The caps (answers.py): a record's RDATA text at most record_base + record_per_byte * RDLENGTH bytes, a
+     * message's owner names and RDATA texts at most message_base + message_per_byte * its length. */
+    Py_ssize_t record_base, record_per_byte, message_base, message_per_byte;
 } Walker;
 
 /* ---- Reading: each returns the offset after what it read, or -1 when the message does not hold it ---- */
@@ -122,12 +127,15 @@ static int put_label_byte(Buf *b, unsigned char c)
     return put(b, esc, 4);
 }
 
-/* The name at off (dnswire.read_name) in presentation format (answers.name_text) into b. -2: no memory. */
+/* The name at off (dnswire.read_name) in presentation format (answers.name_text) into b (NULL: only read).
+ * -2: no memory. */
 static Py_ssize_t read_name(const unsigned char *m, Py_ssize_t len, Py_ssize_t off, Buf *b)
 {
     NameLabels name;
     if (name_labels(m, len, &off, &name) != OK)
         return -1;
+    if (b == NULL)
+        return off;
     for (int i = 0; i < name.count; i++) {
         const unsigned char *label = m + name.at[i];
         for (unsigned k = 1; k <= label[0]; k++) {
@@ -369,11 +377,13 @@ static Py_ssize_t put_item(Buf *b, const Walker *w, Item item, const unsigned ch
     return end;
 }
 
-/* RDATA m[start..end) of the given type in presentation format into b (answers.rdata_text). -1: no memory. */
+/* RDATA m[start..end) of the given type in presentation format into b (answers.rdata_text): 0, 1 when the text was
+ * over the record cap (then RFC 3597's form), -1: no memory. */
 static int put_rdata(Buf *b, const Walker *w, unsigned type, const unsigned char *m, Py_ssize_t len,
                      Py_ssize_t start, Py_ssize_t end)
 {
     size_t mark = b->len;
+    int over = 0;
     const Layout *layout = NULL;
     for (Py_ssize_t lo = 0, hi = w->n_layouts; lo < hi;) {
         Py_ssize_t mid = lo + (hi - lo) / 2;
@@ -399,15 +409,16 @@ static int put_rdata(Buf *b, const Walker *w, unsigned type, const unsigned char
             if (pos > end)
                 pos = -1;
         }
-        if (pos == end)
+        over = pos == end && b->len - mark > (size_t)(w->record_base + w->record_per_byte * (end - start));
+        if (pos == end && !over)
             return 0;
-        b->len = mark; /* it does not fit: RFC 3597's form */
+        b->len = mark; /* it does not fit, or its text is over the cap: RFC 3597's form */
     }
     if (put(b, "\\# ", 3) < 0 || put_uint(b, (unsigned long long)(end - start)) < 0)
         return -1;
     if (end > start && (put_char(b, ' ') < 0 || put_hex(b, m + start, (size_t)(end - start)) < 0))
         return -1;
-    return 0;
+    return over;
 }
 
 /* ---- The column ---- */
@@ -416,7 +427,7 @@ typedef struct {
     Buf list_offsets;
     StrCol section, name, data;
     Buf type, klass, ttl;
-    Py_ssize_t records;
+    Py_ssize_t records, capped;
 } Out;
 
 static void out_free(Out *o)
@@ -427,6 +438,39 @@ static void out_free(Out *o)
         PyMem_Free(bufs[k]->p);
 }
 
+/* One record into o: its owner name (in owner) and RDATA text unless the message's text is over its cap (*room
+ * left: then the name and text are empty, and *room -1 for the records after it). -1: no memory. */
+static int put_record(const Walker *w, const unsigned char *m, Py_ssize_t len, Out *o, const Buf *owner, int section,
+                      Py_ssize_t start, Py_ssize_t end, Py_ssize_t *room)
+{
+    const unsigned char *rr = m + start - 10;
+    unsigned type = rd16(rr);
+    int32_t t = (int32_t)type, c = (int32_t)rd16(rr + 2);
+    int64_t ttl = rd32(rr + 4);
+    size_t mark = o->data.data.len;
+    /* (past the message's cap the text is not made: it would be dropped) */
+    int capped = *room < 0 ? 0 : put_rdata(&o->data.data, w, type, m, len, start, end);
+    if (capped < 0)
+        return -1;
+    Py_ssize_t text = (Py_ssize_t)(owner->len + o->data.data.len - mark);
+    int blank = *room < text;
+    if (blank) {
+        o->data.data.len = mark;
+        *room = -1;
+    } else {
+        *room -= text;
+    }
+    const char *s = w->sections[section];
+    if (put(&o->section.data, s, strlen(s)) < 0 || strcol_end(&o->section) < 0 ||
+        put(&o->name.data, owner->p, blank ? 0 : owner->len) < 0 || strcol_end(&o->name) < 0 ||
+        strcol_end(&o->data) < 0 || put(&o->type, &t, 4) < 0 || put(&o->klass, &c, 4) < 0 ||
+        put(&o->ttl, &ttl, 8) < 0)
+        return -1;
+    o->records++;
+    o->capped += capped || blank;
+    return 0;
+}
+
 /* Every record of message m into o (answers.message_records); -1: no memory. */
 static int message_records(const Walker *w, const unsigned char *m, Py_ssize_t len, Out *o, Buf *owner)
 {
@@ -435,34 +479,23 @@ static int message_records(const Walker *w, const unsigned char *m, Py_ssize_t l
     unsigned counts[4];
     for (int k = 0; k < 4; k++)
         counts[k] = rd16(m + 4 + 2 * k);
-    Py_ssize_t off = 12;
+    Py_ssize_t off = 12, room = w->message_base + w->message_per_byte * len;
     if (skip_questions(m, len, &off, counts[0]) != OK)
         return 0;
     for (int section = 0; section < 3; section++) {
         for (unsigned k = 0; k < counts[section + 1]; k++) {
             owner->len = 0;
-            off = read_name(m, len, off, owner);
+            off = read_name(m, len, off, room < 0 ? NULL : owner); /* (past the cap the name is not written) */
             if (off == -2)
                 return -1;
             if (off < 0 || off + 10 > len)
                 return 0;
-            const unsigned char *rr = m + off;
-            unsigned type = rd16(rr), klass = rd16(rr + 2);
-            int64_t ttl = rd32(rr + 4);
             Py_ssize_t start = off + 10;
-            off = start + rd16(rr + 8);
+            off = start + rd16(m + off + 8);
             if (off > len)
                 return 0;
-            if (type == TYPE_OPT)
-                continue;
-            const char *s = w->sections[section];
-            int32_t t = (int32_t)type, c = (int32_t)klass;
-            if (put(&o->section.data, s, strlen(s)) < 0 || strcol_end(&o->section) < 0 ||
-                put(&o->name.data, owner->p, owner->len) < 0 || strcol_end(&o->name) < 0 ||
-                put_rdata(&o->data.data, w, type, m, len, start, off) < 0 || strcol_end(&o->data) < 0 ||
-                put(&o->type, &t, 4) < 0 || put(&o->klass, &c, 4) < 0 || put(&o->ttl, &ttl, 8) < 0)
+            if (rd16(m + start - 10) != TYPE_OPT && put_record(w, m, len, o, owner, section, start, off, &room) < 0)
                 return -1;
-            o->records++;
         }
     }
     return 0;
@@ -521,10 +554,10 @@ static PyObject *walker_column(Walker *w, PyObject *args)
         if (put(&o.list_offsets, &end, 4) < 0)
             goto done;
     }
-    result = Py_BuildValue("(nONNNNNNNNNNn)", nulls, validity ? validity : Py_None, bytes_of(&o.list_offsets),
+    result = Py_BuildValue("(nONNNNNNNNNNnn)", nulls, validity ? validity : Py_None, bytes_of(&o.list_offsets),
                            bytes_of(&o.section.offsets), bytes_of(&o.section.data), bytes_of(&o.name.offsets),
                            bytes_of(&o.name.data), bytes_of(&o.type), bytes_of(&o.klass), bytes_of(&o.ttl),
-                           bytes_of(&o.data.offsets), bytes_of(&o.data.data), o.records);
+                           bytes_of(&o.data.offsets), bytes_of(&o.data.data), o.records, o.capped);
 done:
     Py_XDECREF(validity);
     out_free(&o);
@@ -585,49 +618,19 @@ static int read_type(PyObject *key, uint16_t *type)
     return 0;
 }
 
-static int walker_init(Walker *w, PyObject *args, PyObject *kwds)
+/* The layouts from (type, items) pairs into w->layouts (sized for them). */
+static int read_layouts(Walker *w, PyObject *pairs)
 {
-    static char *kwlist[] = {"layouts", "type_names", "sections", NULL};
-    PyObject *layouts, *names, *sections, *key, *value;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!O!O:Walker", kwlist, &PyDict_Type, &layouts, &PyDict_Type,
-                                     &names, &sections))
-        return -1;
-    walker_free(w);
-    PyObject *seq = PySequence_Fast(sections, "sections must be a sequence of 3 str");
-    if (seq == NULL)
-        return -1;
-    if (PySequence_Fast_GET_SIZE(seq) != 3) {
-        Py_DECREF(seq);
-        PyErr_SetString(PyExc_ValueError, "sections must be a sequence of 3 str");
-        return -1;
-    }
-    for (int k = 0; k < 3; k++) {
-        if ((w->sections[k] = copy_text(PySequence_Fast_GET_ITEM(seq, k))) == NULL) {
-            Py_DECREF(seq);
-            goto fail;
-        }
-    }
-    Py_DECREF(seq);
-    w->layouts = PyMem_Calloc((size_t)PyDict_GET_SIZE(layouts) + 1, sizeof(Layout));
-    w->names = PyMem_Calloc((size_t)PyDict_GET_SIZE(names) + 1, sizeof(TypeName));
-    if (w->layouts == NULL || w->names == NULL) {
-        PyErr_NoMemory();
-        goto fail;
-    }
-    Py_ssize_t at = 0;
-    while (PyDict_Next(layouts, &at, &key, &value)) {
+    for (Py_ssize_t at = 0; at < PyList_GET_SIZE(pairs); at++) {
+        PyObject *pair = PyList_GET_ITEM(pairs, at);
         Layout *l = &w->layouts[w->n_layouts];
-        if (read_type(key, &l->type) < 0)
-            goto fail;
-        PyObject *items = PySequence_Fast(value, "a layout must be a sequence of items");
+        if (read_type(PyTuple_GET_ITEM(pair, 0), &l->type) < 0)
+            return -1;
+        PyObject *items = PySequence_Fast(PyTuple_GET_ITEM(pair, 1), "a layout must be a sequence of items");
         if (items == NULL)
-            goto fail;
+            return -1;
         Py_ssize_t count = PySequence_Fast_GET_SIZE(items);
-        for (Py_ssize_t k = 0; k <= count; k++) {
-            if (k == count || k == MAX_LAYOUT) {
-                l->items[k] = I_END;
-                break;
-            }
+        for (Py_ssize_t k = 0; k < count && k < MAX_LAYOUT; k++) {
             PyObject *item = PySequence_Fast_GET_ITEM(items, k);
             const char *s = PyUnicode_Check(item) ? PyUnicode_AsUTF8(item) : NULL;
             int found = -1;
@@ -636,31 +639,93 @@ static int walker_init(Walker *w, PyObject *args, PyObject *kwds)
                     found = j;
             }
             if (found < 0) {
-                Py_DECREF(items);
+                /* (item is borrowed from items, which may be its only owner: named before items goes) */
                 if (!PyErr_Occurred())
                     PyErr_Format(PyExc_ValueError, "unknown RDATA layout item %R", item);
-                goto fail;
+                Py_DECREF(items);
+                return -1;
             }
             l->items[k] = ITEMS[found].item;
         }
         Py_DECREF(items);
         if (count > MAX_LAYOUT) {
             PyErr_Format(PyExc_ValueError, "a layout of over %d items", MAX_LAYOUT);
-            goto fail;
+            return -1;
         }
+        l->items[count] = I_END;
         w->n_layouts++;
     }
-    at = 0;
-    while (PyDict_Next(names, &at, &key, &value)) {
+    return 0;
+}
+
+static int read_sections(Walker *w, PyObject *sections)
+{
+    PyObject *seq = PySequence_Fast(sections, "sections must be a sequence of 3 str");
+    if (seq == NULL)
+        return -1;
+    int rc = 0;
+    if (PySequence_Fast_GET_SIZE(seq) != 3) {
+        PyErr_SetString(PyExc_ValueError, "sections must be a sequence of 3 str");
+        rc = -1;
+    }
+    for (int k = 0; k < 3 && rc == 0; k++) {
+        if ((w->sections[k] = copy_text(PySequence_Fast_GET_ITEM(seq, k))) == NULL)
+            rc = -1;
+    }
+    Py_DECREF(seq);
+    return rc;
+}
+
+static int walker_init(Walker *w, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"layouts", "type_names", "sections", "caps", NULL};
+    PyObject *layouts, *names, *sections;
+    Py_ssize_t caps[4];
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!O!O(nnnn):Walker", kwlist, &PyDict_Type, &layouts, &PyDict_Type,
+                                     &names, &sections, &caps[0], &caps[1], &caps[2], &caps[3]))
+        return -1;
+    for (int k = 0; k < 4; k++) {
+        if (caps[k] < 0 || caps[k] > INT32_MAX / 2) {
+            PyErr_SetString(PyExc_ValueError, "caps must be 4 numbers from 0 to 2**30");
+            return -1;
+        }
+    }
+    walker_free(w);
+    /* Snapshots of the tables, taken before any of their contents runs code (a layout's iteration may change
+     * them): the tables are sized for, and read from, these (PyDict_Items: a list of (key, value) tuples). */
+    PyObject *layout_pairs = PyDict_Items(layouts), *name_pairs = PyDict_Items(names);
+    if (layout_pairs == NULL || name_pairs == NULL)
+        goto fail;
+    if (read_sections(w, sections) < 0)
+        goto fail;
+    w->layouts = PyMem_Calloc((size_t)PyList_GET_SIZE(layout_pairs) + 1, sizeof(Layout));
+    w->names = PyMem_Calloc((size_t)PyList_GET_SIZE(name_pairs) + 1, sizeof(TypeName));
+    if (w->layouts == NULL || w->names == NULL) {
+        PyErr_NoMemory();
+        goto fail;
+    }
+    if (read_layouts(w, layout_pairs) < 0)
+        goto fail;
+    for (Py_ssize_t at = 0; at < PyList_GET_SIZE(name_pairs); at++) {
+        PyObject *pair = PyList_GET_ITEM(name_pairs, at);
         TypeName *t = &w->names[w->n_names];
-        if (read_type(key, &t->type) < 0 || (t->name = copy_text(value)) == NULL)
+        if (read_type(PyTuple_GET_ITEM(pair, 0), &t->type) < 0 ||
+            (t->name = copy_text(PyTuple_GET_ITEM(pair, 1))) == NULL)
             goto fail;
         w->n_names++;
     }
+    Py_DECREF(layout_pairs);
+    Py_DECREF(name_pairs);
     qsort(w->layouts, (size_t)w->n_layouts, sizeof(Layout), by_type);
     qsort(w->names, (size_t)w->n_names, sizeof(TypeName), by_type);
+    w->record_base = caps[0];
+    w->record_per_byte = caps[1];
+    w->message_base = caps[2];
+    w->message_per_byte = caps[3];
     return 0;
 fail:
+    Py_XDECREF(layout_pairs);
+    Py_XDECREF(name_pairs);
     walker_free(w);
     return -1;
 }
@@ -681,7 +746,7 @@ static PyTypeObject WalkerType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "export.parquet._answers.Walker",
     .tp_basicsize = sizeof(Walker),
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "Walker(layouts, type_names, sections): responses' records in presentation format.",
+    .tp_doc = "Walker(layouts, type_names, sections, caps): responses' records in presentation format.",
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)walker_init,
     .tp_dealloc = (destructor)walker_dealloc,

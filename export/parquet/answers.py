@@ -8,6 +8,14 @@ left out: the edns_* columns describe it. A zone transfer's row has the records 
 a message that cannot be walked to its end has the records read before the damage. The walk uses the decode stage's
 name reader (probe.decode.dnswire); tests/export/test_answers.py compares every text with dnspython's.
 
+The text is capped, as a name's pointers let a few bytes stand for a name of up to 255 bytes (about 1 KB of
+text with escapes): a record's RDATA text over RECORD_TEXT_BASE + RECORD_TEXT_PER_BYTE * RDLENGTH bytes is written
+in RFC 3597's form instead (at most 2 * RDLENGTH + 9), and once a message's owner names and RDATA texts would pass
+MESSAGE_TEXT_BASE + MESSAGE_TEXT_PER_BYTE * its length, that record and the ones after it have an empty owner name
+and data (the mark: no real owner is empty, the root being "."); both counted (answers_capped; docs/parquet.md).
+A string column's text (int32 offsets) stays under 2 GiB: a batch whose messages' caps could pass it is made in
+slices, the column then chunked.
+
 The decoder keeps each response's bytes only when this column is on (export.reads_raw), so it costs nothing off.
 The column is made by the C walker export/parquet/_answers.c, given the tables below; message_records and
 answers_column_python are its twin, compared with it by tests/export/test_answers.py.
@@ -56,6 +64,12 @@ RDATA_LAYOUTS = {
     53: ("B", "B", "B", "X"), 59: _DS, 60: _DNSKEY, 99: _TXT, 257: ("B", "TAG", "Q*"), 32769: _DS,
 }
 
+# The caps (see above and docs/parquet.md for why these numbers).
+RECORD_TEXT_BASE, RECORD_TEXT_PER_BYTE = 1024, 4
+MESSAGE_TEXT_BASE, MESSAGE_TEXT_PER_BYTE = 1024, 8
+CAPS = (RECORD_TEXT_BASE, RECORD_TEXT_PER_BYTE, MESSAGE_TEXT_BASE, MESSAGE_TEXT_PER_BYTE)
+COLUMN_TEXT_MAX = 2**31 - 1  # a string column's text (int32 offsets)
+
 _RR = struct.Struct("!HHIH").unpack_from
 _HDR_COUNTS = struct.Struct("!4xHHHH").unpack_from
 _NAME_SPECIAL = b'"().;\\@$'
@@ -71,7 +85,7 @@ _B32HEX = bytes.maketrans(b"ABCDEFGHIJKLMNOPQRSTUVWXYZ234567", b"0123456789abcde
 
 
 _answers = load("export.parquet._answers")
-_WALKER = _answers.Walker(RDATA_LAYOUTS, TYPE_NAMES, SECTIONS) if _answers is not None else None
+_WALKER = _answers.Walker(RDATA_LAYOUTS, TYPE_NAMES, SECTIONS, CAPS) if _answers is not None else None
 
 
 def type_name(rtype):
@@ -176,8 +190,8 @@ def generic(rdata):
 
 
 def rdata_text(buf, start, end, rtype):
-    """RDATA at buf[start:end] of a message in presentation format (RFC 3597 form where it has no layout here
-    or does not fit it)."""
+    """(text, capped) of the RDATA at buf[start:end] of a message in presentation format: RFC 3597 form where it
+    has no layout here or does not fit it, or where its text is over the record cap (capped: True)."""
     layout = RDATA_LAYOUTS.get(rtype)
     if layout is not None:
         try:
@@ -189,16 +203,21 @@ def rdata_text(buf, start, end, rtype):
                     raise Malformed("RDATA shorter than its type's layout")
                 parts.append(text)
             if pos == end:
-                return " ".join(p for p in parts if p)  # an empty type bitmap adds nothing
+                text = " ".join(p for p in parts if p)  # an empty type bitmap adds nothing
+                if len(text) <= RECORD_TEXT_BASE + RECORD_TEXT_PER_BYTE * (end - start):
+                    return text, False
+                return generic(bytes(buf[start:end])), True
         except (Malformed, IndexError, struct.error, UnicodeError, ValueError, OverflowError, OSError):
             pass
-    return generic(bytes(buf[start:end]))
+    return generic(bytes(buf[start:end])), False
 
 
 def message_records(buf, out):
     """Append (section, name, type, class, ttl, data) of every RR of a DNS message to out (a list of 6 lists);
-    returns how many. Stops at the first damage, keeping what was read before it."""
-    n = 0
+    returns (records, capped): how many, and how many of them the caps changed. Stops at the first damage, keeping
+    what was read before it."""
+    n = capped = 0
+    room = MESSAGE_TEXT_BASE + MESSAGE_TEXT_PER_BYTE * len(buf)
     try:
         qd, an, ns, ar = _HDR_COUNTS(buf)
         off = 12
@@ -211,28 +230,67 @@ def message_records(buf, out):
                 start = off + 10
                 off = start + rdlen
                 if off > len(buf):
-                    return n
+                    return n, capped
                 if rtype == TYPE_OPT:
                     continue
-                for column, value in zip(out, (section, name_text(labels), rtype, rclass, ttl,
-                                                rdata_text(buf, start, off, rtype))):
+                name = name_text(labels)
+                data, over = rdata_text(buf, start, off, rtype) if room >= 0 else ("", True)
+                if room < len(name) + len(data):
+                    name = data = ""
+                    room = -1
+                else:
+                    room -= len(name) + len(data)
+                for column, value in zip(out, (section, name, rtype, rclass, ttl, data)):
                     column.append(value)
                 n += 1
+                capped += over or not name
     except (Malformed, IndexError, struct.error):
         pass
-    return n
+    return n, capped
 
 
-def answers_column(raw):
-    """The answers column from a binary column of response messages (null: no response → null): by the C walker
-    (export/parquet/_answers.c) where it is built, else answers_column_python, its twin."""
+def column_slices(raw, text_max=COLUMN_TEXT_MAX):
+    """raw (a binary column of messages) in slices whose answers text cannot pass text_max bytes in any string
+    column, by the message cap (a message's section names are shorter still: 10 bytes a record of 11 or more);
+    one slice unless the batch is huge."""
+    import pyarrow.compute as pc
+
+    n = len(raw)
+    lengths = pc.binary_length(raw).fill_null(0)
+    if MESSAGE_TEXT_BASE * n + MESSAGE_TEXT_PER_BYTE * (pc.sum(lengths).as_py() or 0) <= text_max:
+        return [raw]
+    slices, start, used = [], 0, 0
+    for i, length in enumerate(lengths.to_pylist()):
+        need = MESSAGE_TEXT_BASE + MESSAGE_TEXT_PER_BYTE * length
+        if used + need > text_max and i > start:
+            slices.append(raw.slice(start, i - start))
+            start, used = i, 0
+        used += need
+    return slices + [raw.slice(start)]
+
+
+def _chunked(parts):
+    """One array from (array, capped) parts: the array itself, or chunked for several; with the capped total."""
+    arrays = [a for a, _ in parts]
+    column = arrays[0] if len(arrays) == 1 else pa.chunked_array(arrays, ANSWERS)
+    return column, sum(c for _, c in parts)
+
+
+def answers_column(raw, text_max=COLUMN_TEXT_MAX):
+    """(the answers column, records capped) from a binary column of response messages (null: no response → null):
+    by the C walker (export/parquet/_answers.c) where it is built, else answers_column_python, its twin. text_max:
+    the most text a slice's string column may hold (column_slices); several slices make a chunked column."""
     if _WALKER is None:
         say_not_built("export.parquet._answers")
-        return answers_column_python(raw)
+        return answers_column_python(raw, text_max)
     if isinstance(raw, pa.ChunkedArray):
         raw = raw.combine_chunks()
+    return _chunked([_walked(part) for part in column_slices(raw, text_max)])
+
+
+def _walked(raw):
     n = len(raw)
-    nulls, validity, offsets, *fields, records = _WALKER.column(n, raw.offset, raw.buffers())
+    nulls, validity, offsets, *fields, records, capped = _WALKER.column(n, raw.offset, raw.buffers())
     arrays = []
     for field in ANSWER:
         if field.type == pa.string():
@@ -241,23 +299,32 @@ def answers_column(raw):
             buffers = [None, pa.py_buffer(fields.pop(0))]
         arrays.append(pa.Array.from_buffers(field.type, records, buffers))
     values = pa.StructArray.from_arrays(arrays, fields=list(ANSWER))
-    return pa.Array.from_buffers(ANSWERS, n, [None if validity is None else pa.py_buffer(validity),
-                                              pa.py_buffer(offsets)], nulls, children=[values])
+    column = pa.Array.from_buffers(ANSWERS, n, [None if validity is None else pa.py_buffer(validity),
+                                                pa.py_buffer(offsets)], nulls, children=[values])
+    return column, capped
 
 
-def answers_column_python(raw):
-    """The answers column by message_records, one message after the other."""
+def answers_column_python(raw, text_max=COLUMN_TEXT_MAX):
+    """answers_column by message_records, one message after the other."""
+    if isinstance(raw, pa.ChunkedArray):
+        raw = raw.combine_chunks()
+    return _chunked([_listed(part) for part in column_slices(raw, text_max)])
+
+
+def _listed(raw):
     columns = [[] for _ in ANSWER]
     offsets = [0]
     valid = []
-    total = 0
+    total = capped = 0
     for buf in raw.to_pylist():
         if buf is not None:
-            total += message_records(buf, columns)
+            records, over = message_records(buf, columns)
+            total += records
+            capped += over
         offsets.append(total)
         valid.append(buf is not None)
     values = pa.StructArray.from_arrays(
         [pa.array(c, f.type) for c, f in zip(columns, ANSWER)], fields=list(ANSWER)
     )
     mask = pa.array([not v for v in valid], pa.bool_())
-    return pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), values, type=ANSWERS, mask=mask)
+    return pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), values, type=ANSWERS, mask=mask), capped

@@ -99,9 +99,11 @@ class RowBuilder:
     """Builds Arrow tables from transaction triples (query, response, response_messages), with the addresses as
     they were captured: enrichment looks them up, then client privacy (export.parquet.privacy) transforms them."""
 
-    def __init__(self, answers=False):
-        """answers: fill the answers column from the responses' bytes (export.answers; the decoder keeps them)."""
+    def __init__(self, answers=False, stats=None):
+        """answers: fill the answers column from the responses' bytes (export.answers; the decoder keeps them);
+        stats: the probe.stats.Stats its answers_capped counter goes to (None: not counted)."""
         self._answers = answers
+        self._stats = stats
         self._specs = dict(_FIELDS, **_CLIENT, **(_RESPONSE_RAW if answers else {}))
 
     def build_from_records(self, txs):
@@ -117,7 +119,7 @@ class RowBuilder:
             if field.name in made:
                 arrays.append(_wrap(field.type, n, made[field.name]))
             elif field.name == "answers" and self._answers:
-                arrays.append(answers_column(_wrap(pa.binary(), n, made["r_raw"])))
+                arrays.append(self._answers_column(_wrap(pa.binary(), n, made["r_raw"])))
             else:
                 arrays.append(pa.nulls(n, field.type))
         return pa.Table.from_arrays(arrays, schema=SCHEMA)
@@ -155,8 +157,14 @@ class RowBuilder:
             pa.nulls(n, STR),
             pa.nulls(n, STR),
             pa.nulls(n, STR),
-            answers_column(f["r_raw"]) if self._answers else pa.nulls(n, ANSWERS),
+            self._answers_column(f["r_raw"]) if self._answers else pa.nulls(n, ANSWERS),
         ]
+
+    def _answers_column(self, raw):
+        column, capped = answers_column(raw)
+        if self._stats is not None:
+            self._stats.answers_capped += capped
+        return column
 
 
 def _dns_probe_columns(f, n):

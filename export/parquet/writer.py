@@ -132,7 +132,7 @@ class ParquetExporter(FileExporter):
 
         super().__init__(cfg, directory, worker_id, stats, metrics, live)
         export_cfg = cfg.export
-        self.builder = RowBuilder(answers=export_cfg.answers)
+        self.builder = RowBuilder(answers=export_cfg.answers, stats=stats)
         self.tx_records = tx_records
         # Applied to every table of rows before it is written, in order. Enrichment looks the real addresses
         # up; privacy transforms them afterwards (docs/enrichment.md).
