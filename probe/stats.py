@@ -92,6 +92,8 @@ COUNTERS = (
      " as 2^31-1, the maximum of their int32 columns"),
     ("match_evicted", "pending queries exported early because the table reached its size bound (match.max_pending,"
      " or match.max_pending_per_key under one key)"),
+    ("transfers_evicted", "open zone transfers closed early, exported as they stood, because match.max_transfers"
+     " were open"),
     ("records", "records (rows) written"),
     ("files", "output files completed"),
     ("on_close_commands", "export.on_close commands run for finished files that have ended (failed ones"
