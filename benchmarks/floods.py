@@ -326,7 +326,8 @@ def markdown(res):
     for r in res["runs"]:
         if "table" in r:
             t = r["table"]
-            lines += ["", f"Transfers flood in-process ({t['pairs']:,} pairs, {t['bounds']}): {t['open_transfers']:,} "
+            bounds_text = ", ".join(f"{k}={v}" for k, v in t["bounds"].items())
+            lines += ["", f"Transfers flood in-process ({t['pairs']:,} pairs, {bounds_text}): {t['open_transfers']:,} "
                       f"open, RSS +{t['rss_growth_mib']} MiB, a batch without messages {t['empty_batch_ms']} ms."]
     return "\n".join(lines) + "\n"
 
