@@ -5,12 +5,20 @@ normal traffic was exported.
     python benchmarks/floods.py                                   # the three floods, 60 s each
     python benchmarks/floods.py --seconds 10 --kinds queries      # one, shorter
     python benchmarks/floods.py --set match.max_pending=100000    # with other bounds
+    python benchmarks/floods.py --table --set match.max_pending=1000  # the transfers flood in-process only
 
 Kinds (trafgen configurations below; trafgen sends as fast as it can from inside the namespace):
   queries    unanswered UDP queries, random DNS ID, source address (198.18.0.0/16) and port, to 198.19.0.53
   tcp        TCP connections that never finish a message: a SYN, a segment starting a message of 65,535 bytes
              and two segments ahead of a gap, 4 frames a connection (sequential ports and addresses)
   fragments  first fragments (MF, offset 0) of UDP datagrams that never complete, random IP ID and source
+  transfers  UDP pairs of an AXFR query and a response to it that does not close the transfer (its last answer
+             is not an SOA): each opens a zone transfer (sequential client addresses and ports)
+
+The transfers flood is also measured in-process (--table, and with each live run of it): TRANSFER_PAIRS pairs of
+its frames, decoded, through the production matcher at once (well within match.query_timeout): the transfers
+it then holds, the memory they take (RSS growth) and what one batch without messages costs after them (its
+expiry: the median of 200).
 
 Normal traffic: the benchmark's standard mix (benchmarks/traffic.py, 20,000 packets of queries and their
 responses, UDP and TCP, from other addresses) replayed once by tcpreplay across the flood's duration. Its
@@ -38,6 +46,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(ROOT))  # this tree's probe, in-process (the transfers table)
 
 import offline  # noqa: E402  (benchmarks/ is not a package): machine(), dnsprobe_command()
 import traffic  # noqa: E402
@@ -50,6 +59,8 @@ _QUERY = ('drnd(2), 0x01, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 
           "0, 0x00, 0x01, 0x00, 0x01")
 _TCP_SRC = "ipv4(sa=198.18.0.7, sa[2]=dinc(), sa[3]=dinc(1, 254), da=198.19.0.53, ttl=64)"
 _TCP_SEG = "tcp(sp=dinc(1024, 65535), dp=53, seq={seq}, {flags})"
+_XFR_QUESTION = '5, "flood", 7, "example", 3, "com", 0, 0x00, 0xfc, 0x00, 0x01'  # AXFR
+_XFR_CLIENT = "198.18.0.1, {end}[2]=dinc(), {end}[3]=dinc(1, 254)"
 TRAFGEN = {
     "queries": f"{{ {_ETH}, ipv4(sa=198.18.0.1, sa[2]=drnd(), sa[3]=drnd(), da=198.19.0.53, ttl=64),"
                f" udp(sp=drnd(1024, 65535), dp=53), {_QUERY} }}",
@@ -62,14 +73,24 @@ TRAFGEN = {
     ]),
     "fragments": f"{{ {_ETH}, ipv4(id=drnd(), mf, sa=198.18.0.1, sa[2]=drnd(), sa[3]=drnd(), da=198.19.0.53,"
                  f" ttl=64), udp(sp=drnd(1024, 65535), dp=53, len=3008, csum=0), fill(0x44, 1400) }}",
+    # The query, then its response: an A record as the last answer, so the transfer stays open.
+    "transfers": "\n".join([
+        f"{{ {_ETH}, ipv4(sa={_XFR_CLIENT.format(end='sa')}, da=198.19.0.53, ttl=64), udp(sp=dinc(1024, 65535), dp=53),"
+        f" 0x58, 0x46, 0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, {_XFR_QUESTION} }}",
+        f"{{ {_ETH}, ipv4(sa=198.19.0.53, da={_XFR_CLIENT.format(end='da')}, ttl=64), udp(sp=53, dp=dinc(1024, 65535)),"
+        f" 0x58, 0x46, 0x84, 0x00, 0x00, 0x01, 0x00, 0x01, 0x00, 0x00, 0x00, 0x00, {_XFR_QUESTION},"
+        " 0xc0, 0x0c, 0x00, 0x01, 0x00, 0x01, 0x00, 0x00, 0x0e, 0x10, 0x00, 0x04, 192, 0, 2, 1 }",
+    ]),
 }
+TRANSFER_PAIRS = 200_000
 # The counter of each flood's evictions, and the configuration keys that bound what it makes a worker hold.
 EVICTIONS = {"queries": ("match_evicted", "query_only"), "tcp": ("tcp_evicted", "tcp_dropped_bytes"),
-             "fragments": ("fragments_dropped",)}
+             "fragments": ("fragments_dropped",), "transfers": ("transfers_evicted", "matched")}
 BOUNDS = {"queries": ("match.max_pending", "match.max_pending_per_key", "match.query_timeout"),
           "tcp": ("decode.tcp_max_streams", "decode.tcp_max_bytes", "decode.tcp_max_ooo_bytes",
                   "decode.tcp_max_ooo_segments", "decode.tcp_idle_timeout"),
-          "fragments": ("decode.fragment_max_datagrams", "decode.fragment_max_bytes", "decode.fragment_timeout")}
+          "fragments": ("decode.fragment_max_datagrams", "decode.fragment_max_bytes", "decode.fragment_timeout"),
+          "transfers": ("match.max_transfers", "match.max_pending", "match.query_timeout")}
 
 
 def write_config(kind, path):
@@ -84,6 +105,50 @@ def flood_pcap(kind, frames, path):
         subprocess.run(["trafgen", "-i", str(cfg), "-o", str(path), "-n", str(frames), "--cpus", "1"],
                        check=True, capture_output=True, timeout=120)
     return path
+
+
+def transfer_table(sets, pairs=TRANSFER_PAIRS):
+    """The transfers flood in-process: `pairs` of its query and response frames (retimed 1 µs apart), decoded and
+    matched by the production pipeline's decoder and matcher (RecordTable), then batches without messages."""
+    import yaml
+
+    from export import reads_raw
+    from probe import _records
+    from probe.capture.pcapfile import read_capture
+    from probe.config import load_config
+    from probe.decode.ipfilter import IpFilter
+    from probe.decode.packets import PacketDecoder
+    from probe.match import RecordTable
+    from probe.model import FrameBatch
+    from probe.stats import Stats
+
+    cfg = load_config(overrides={k: yaml.safe_load(v) for k, v in (kv.split("=", 1) for kv in sets)})
+    stats = Stats()
+    decoder = PacketDecoder(cfg.decode, cfg.decode.dns_ports, stats, IpFilter(cfg.filter), keep_raw=reads_raw(cfg))
+    table, msgs, out = RecordTable(cfg.match, stats), _records.MsgBatch(), _records.TxBatch()
+    with tempfile.TemporaryDirectory(prefix="dnsprobe-flood-") as tmp:
+        frames = [f for b in read_capture(flood_pcap("transfers", 2 * pairs, Path(tmp) / "t.pcap")) for f in b.data]
+    ts = 1_700_000_000 * 10**9
+    rss = proc_rss(os.getpid())[0]
+    for i in range(0, len(frames), 4096):
+        part = frames[i : i + 4096]
+        batch = FrameBatch(1, [ts + (i + k) * 1000 for k in range(len(part))], [len(f) for f in part], part)
+        msgs.clear()
+        decoder.decode_into(batch, msgs, "flood")
+        table.add(msgs, out, batch.ts_ns[-1])
+        out.clear()
+    held_mib = proc_rss(os.getpid())[0] - rss
+    msgs.clear()
+    now, costs = ts + len(frames) * 1000, []
+    for _ in range(200):
+        t0 = time.perf_counter()
+        table.add(msgs, out, now)
+        costs.append(time.perf_counter() - t0)
+    return {"pairs": pairs, "open_transfers": table.open_transfers, "rss_growth_mib": round(held_mib, 1),
+            "empty_batch_ms": round(sorted(costs)[len(costs) // 2] * 1000, 3),
+            "counters": {k: stats.as_dict()[k] for k in ("matched", "transfers_evicted", "query_only",
+                                                          "match_evicted", "response_only")},
+            "bounds": bounds("transfers", sets)}
 
 
 def proc_rss(pid):
@@ -210,13 +275,14 @@ def run_flood(bed, kind, seconds, sets, normal, normal_pps):
             "counters": {k: c[k] for k in ("kernel_received", "kernel_drops", "packets", "dns_messages", "records",
                                            "matched", "query_only", "match_evicted", "tcp_segments", "tcp_streams",
                                            "tcp_evicted", "tcp_dropped_bytes", "fragments", "fragments_dropped",
-                                           "worker_restarts", "lost_in_dead_worker")},
+                                           "transfers_evicted", "worker_restarts", "lost_in_dead_worker")},
             "workers": [{"pid": pid, "rss_start_mib": round(base[pid], 1), "rss_peak_sampled_mib": round(peak[pid], 1),
                          "vmhwm_mib": round(hwm[pid], 1)} for pid in pids],
             "normal_records": len(normal_rows),
             "normal_matched": sum(1 for r in normal_rows if r["query_present"] and r["response_present"]),
             "rows_read_back": rows_read_back,
             "bounds": bounds(kind, sets),
+            **({"table": transfer_table(sets)} if kind == "transfers" else {}),
         }
 
 
@@ -257,16 +323,26 @@ def markdown(res):
                      f"{r['normal_records']:,} of {res['normal_expected']:,} | {r['normal_matched']:,} of "
                      f"{res['normal_expected_matched']:,} | "
                      f"{c['worker_restarts']} |")
+    for r in res["runs"]:
+        if "table" in r:
+            t = r["table"]
+            bounds_text = ", ".join(f"{k}={v}" for k, v in t["bounds"].items())
+            lines += ["", f"Transfers flood in-process ({t['pairs']:,} pairs, {bounds_text}): {t['open_transfers']:,} "
+                      f"open, RSS +{t['rss_growth_mib']} MiB, a batch without messages {t['empty_batch_ms']} ms."]
     return "\n".join(lines) + "\n"
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--seconds", type=float, default=60)
-    ap.add_argument("--kinds", default="queries,tcp,fragments")
+    ap.add_argument("--kinds", default="queries,tcp,fragments,transfers")
+    ap.add_argument("--table", action="store_true", help="the transfers flood in-process only (no capture)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="configuration for the capture")
     ap.add_argument("--no-save", action="store_true", help="print only, do not write benchmarks/results")
     args = ap.parse_args(argv)
+    if args.table:
+        print(json.dumps(transfer_table(args.set)))
+        return
     if os.geteuid() != 0:
         ap.error("must run as root (network namespace, veth pair, capture)")
     normal_pps = max(1, int(20000 / args.seconds))

@@ -34,8 +34,8 @@ def one_input(data):
             got, want = out.to_tuples(), py.flush()
         out.clear()
         check(typed(got) == typed(want), "transactions", data, got, want)
-        check((len(rec), rec.held) == (len(py.pending), py.held), "pending", data, (len(rec), rec.held),
-              (len(py.pending), py.held))
+        check((len(rec), rec.held, rec.open_transfers) == (len(py.pending), py.held, py.open_transfers), "pending",
+              data, (len(rec), rec.held, rec.open_transfers), (len(py.pending), py.held, py.open_transfers))
         check(rec.stats.as_dict() == py.stats.as_dict(), "counters", data, rec.stats.as_dict(), py.stats.as_dict())
 
 

@@ -129,6 +129,17 @@ def text_floods():
     return [flood, nsec]
 
 
+def transfers_seed():
+    """fuzz/crafted.py messages that open zone transfers beyond match.max_transfers (2), one transfer kept young by
+    its next message while another is evicted, one opened again under its key, one expiring: random seeds open
+    transfers rarely and two at once hardly ever."""
+    def message(ident, response, step=1):  # template 0, port 0, client 0, UDP; AXFR, the last answer an A
+        return bytes([0, ident, 0, response, 0, step, 12, 0])
+
+    order = [(0, 0), (0, 1), (1, 0), (1, 1), (0, 1), (2, 0), (2, 1), (2, 0), (2, 1), (0, 1, 255), (0, 1, 255), (1, 1)]
+    return bytes([7, 15, 4]) + b"".join(message(*m) for m in order)  # 8 ms timeout, one message a batch
+
+
 def new_harnesses(rng):
     """Seeds of the columnar path's harnesses and of the dnstap and ring ones, from the seeds above."""
     msgs = [f.read_bytes() for f in sorted((OUT / "fuzz_dnswire").iterdir())]
@@ -145,6 +156,7 @@ def new_harnesses(rng):
         crafted = bytes(rng.randrange(256) for _ in range(3)) + bytes(b for s in steps for b in s)
         save("fuzz_matchrec", crafted)
         save("fuzz_parquetrec", bytes([2 | rng.randrange(2)]) + crafted[3:])
+    save("fuzz_matchrec", transfers_seed())
     import fuzz_dnstap  # (its valid frames)
 
     for frame in fuzz_dnstap.corpus():

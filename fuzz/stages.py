@@ -33,10 +33,10 @@ def transactions(data, keep_raw=True):
 
 
 def match_input(data, make_messages):
-    """(matching bounds the first 3 bytes pick: a 1 to 8 ms timeout, 1 to 16 pending, 1 to 4 a key; the messages
-    make_messages makes of the rest), or (None, []) when there are none."""
+    """(matching bounds the first 3 bytes pick: a 1 to 8 ms timeout, 1 to 16 pending, 1 to 4 a key, 1 to 4 open
+    transfers; the messages make_messages makes of the rest), or (None, []) when there are none."""
     msgs = make_messages(data[3:]) if len(data) >= 3 else []
     if not msgs:
         return None, []
     return MatchConfig(query_timeout=(data[0] % 8 + 1) * 0.001, max_pending=data[1] % 16 + 1,
-                       max_pending_per_key=data[2] % 4 + 1), msgs
+                       max_pending_per_key=data[2] % 4 + 1, max_transfers=(data[2] >> 2) % 4 + 1), msgs

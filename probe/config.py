@@ -104,6 +104,10 @@ class MatchConfig:
         8, "pending queries held under one key (transport, addresses, ports, DNS ID): one more exports the"
         " oldest of them as query-only", min=1,
     )
+    max_transfers: int = opt(
+        10000, "zone transfers (AXFR/IXFR over several messages) open at once: one more closes the one whose last"
+        " message is the oldest, exported as it stands", min=1,
+    )
 
 
 @dataclass(frozen=True)

@@ -95,6 +95,8 @@ COUNTERS = (
     ("answers_capped", "export.answers: records of the answers column whose text was capped (docs/parquet.md):"
      " RDATA written in RFC 3597's form for its text's length, or owner name and data left empty past the"
      " message's cap"),
+    ("transfers_evicted", "open zone transfers closed early, exported as they stood, because match.max_transfers"
+     " were open"),
     ("records", "records (rows) written"),
     ("files", "output files completed"),
     ("on_close_commands", "export.on_close commands run for finished files that have ended (failed ones"

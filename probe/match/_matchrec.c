@@ -5,19 +5,21 @@
  * transactions are written into a TxBatch. Everything TransactionTable does is done here, with its exact
  * rules and order: the question check, the timeout rule, retries under one key, duplicates, response-only and
  * malformed messages, expiry and the max_pending bound (walking keys in the dict's insertion order, retries
- * re-inserted at the young end), zone transfers (summed counts capped to int32), and the flush order.
+ * re-inserted at the young end), zone transfers (summed counts capped to int32, at most max_transfers open, kept
+ * in the order of their last message so that expiry and eviction take the oldest), and the flush order.
  * TransactionTable stays the reference; tests/match/test_matchrec.py compares the two on every capture.
  *
- * Matcher(timeout_ns, max_pending, max_pending_per_key, seed)
+ * Matcher(timeout_ns, max_pending, max_pending_per_key, max_transfers, seed)
  *   m.add(msgs, out, now_ns=None) -> counts
  *                                match the MsgBatch msgs (capture order), append completed transactions to the
  *                                TxBatch out, then expire on the capture clock now_ns (the pipeline's: the time
  *                                of its last frame, also one that held no message); None: the time of the batch's
  *                                last message
  *   m.flush(out) -> counts       end of input: open transfers, then every pending query (query-only)
- *   len(m)                       pending keys; m.held(): pending queries (max_pending bounds them)
+ *   len(m)                       pending keys; m.held(): pending queries (max_pending bounds them);
+ *                                m.transfers(): open zone transfers (max_transfers bounds them)
  *   counts: (matched, response_only, duplicate_queries, query_only, match_evicted, zone_transfer_messages,
- *            lengths_capped, dnstap_embedded_used) of that call.
+ *            lengths_capped, dnstap_embedded_used, transfers_evicted) of that call.
  *
  * dnstap messages (Rec.family set): their scope is compared as TransactionTable compares the tuple (transport,
  * family, identity or else producer): the transport and family codes in the key, the text (Rec.scope_name)
@@ -176,6 +178,22 @@ static int omap_insert(OMap *m, Node *n)
     return 0;
 }
 
+/* Node n of m moved to the young end of the age order (its bucket is unchanged). */
+static void omap_touch(OMap *m, Node *n)
+{
+    if (m->youngest == n)
+        return;
+    if (n->older)
+        n->older->younger = n->younger;
+    else
+        m->oldest = n->younger;
+    n->younger->older = n->older; /* (n is not the youngest) */
+    n->older = m->youngest;
+    n->younger = NULL;
+    m->youngest->younger = n;
+    m->youngest = n;
+}
+
 static void omap_unlink(OMap *m, Node *n)
 {
     Node **p = &m->buckets[n->hash & m->mask];
@@ -197,8 +215,10 @@ typedef struct {
     PyObject_HEAD OMap pending, transfers;
     int64_t timeout, now;
     Py_ssize_t max_pending, per_key, held; /* held: queries in pending */
+    Py_ssize_t max_transfers;
     uint64_t seed;
     long long matched, response_only, duplicates, query_only, evicted, xfr_messages, capped, embedded_used;
+    long long xfr_evicted;
 } Matcher;
 
 static const Rec *pending_rec(const Node *n)
@@ -363,36 +383,40 @@ static void transfer_add(Transfer *x, const Rec *r)
     x->last_ts = r->ts_ns;
 }
 
-/* transfers[key] = _Transfer(q, r): a new transfer at the young end, or in the place of one with that key. q is
- * taken over. */
-static int open_transfer(Matcher *m, const Key *k, uint64_t h, Held *q, const Rec *r)
+/* An open transfer closed now: exported as it stands (match._Transfer.merged) and freed. */
+static int close_transfer(Matcher *m, Transfer *x, TxBatch *out)
 {
+    omap_unlink(&m->transfers, &x->node);
+    int rc = emit_transfer(m, x, out);
+    free_transfer(x);
+    return rc;
+}
+
+/* TransactionTable._open_transfer: a new transfer at the young end; the one it replaces under its key, or else the
+ * oldest when max_transfers are open, is closed first. q is taken over. */
+static int open_transfer(Matcher *m, const Key *k, uint64_t h, Held *q, const Rec *r, TxBatch *out)
+{
+    Transfer *old = (Transfer *)omap_find(&m->transfers, k, h, r);
+    if (old == NULL && m->transfers.count >= m->max_transfers) {
+        old = (Transfer *)m->transfers.oldest;
+        m->xfr_evicted++;
+    }
     Held *first = hold(r);
-    if (first == NULL) {
+    Transfer *x = first != NULL ? PyMem_Calloc(1, sizeof *x) : NULL;
+    if (first != NULL && x == NULL)
+        PyErr_NoMemory();
+    if (x == NULL || (old != NULL && close_transfer(m, old, out) < 0)) {
         free_chain(q);
+        free_chain(first);
+        PyMem_Free(x);
         return -1;
     }
-    Transfer *x = (Transfer *)omap_find(&m->transfers, k, h, r);
-    int fresh = x == NULL;
-    if (fresh) {
-        x = PyMem_Calloc(1, sizeof *x);
-        if (x == NULL) {
-            free_chain(q);
-            free_chain(first);
-            PyErr_NoMemory();
-            return -1;
-        }
-        x->node.key = *k;
-        x->node.hash = h;
-    } else {
-        free_chain(x->query);
-        free_chain(x->first);
-    }
+    x->node.key = *k;
+    x->node.hash = h;
     x->query = q;
     x->first = first;
-    x->ancount = x->wirelen = x->dns_len = x->messages = 0;
     transfer_add(x, r);
-    if (fresh && omap_insert(&m->transfers, &x->node) < 0) {
+    if (omap_insert(&m->transfers, &x->node) < 0) {
         free_transfer(x);
         return -1;
     }
@@ -431,7 +455,7 @@ static int response(Matcher *m, const Rec *r, TxBatch *out)
                 PyMem_Free(p);
             }
             if ((q->rec.qtype == QTYPE_AXFR || q->rec.qtype == QTYPE_IXFR) && !closes_transfer(r))
-                return open_transfer(m, &k, h, q, r);
+                return open_transfer(m, &k, h, q, r, out);
             m->matched++;
             int rc = records->txbatch_add(out, &q->rec, r, 1);
             free_chain(q);
@@ -443,12 +467,9 @@ static int response(Matcher *m, const Rec *r, TxBatch *out)
         if (x != NULL) {
             transfer_add(x, r);
             m->xfr_messages++;
-            if (closes_transfer(r)) {
-                omap_unlink(&m->transfers, &x->node);
-                int rc = emit_transfer(m, x, out);
-                free_transfer(x);
-                return rc;
-            }
+            if (closes_transfer(r))
+                return close_transfer(m, x, out);
+            omap_touch(&m->transfers, &x->node); /* the age order is the order of last messages */
             return 0;
         }
     }
@@ -610,25 +631,18 @@ static int expire(Matcher *m, TxBatch *out)
         if (rc < 0)
             return -1;
     }
-    for (Node *n = m->transfers.oldest; n != NULL;) {
-        Node *next = n->younger;
-        Transfer *x = (Transfer *)n;
-        if (x->last_ts < cutoff) {
-            omap_unlink(&m->transfers, n);
-            int rc = emit_transfer(m, x, out);
-            free_transfer(x);
-            if (rc < 0)
-                return -1;
-        }
-        n = next;
+    /* Oldest last message first: only the transfers that time out are looked at (and the one after them). */
+    while (m->transfers.oldest != NULL && ((Transfer *)m->transfers.oldest)->last_ts < cutoff) {
+        if (close_transfer(m, (Transfer *)m->transfers.oldest, out) < 0)
+            return -1;
     }
     return 0;
 }
 
-#define N_COUNTERS 8
+#define N_COUNTERS 9
 #define SNAPSHOT(m)                                                                                                 \
     {m->matched, m->response_only, m->duplicates, m->query_only, m->evicted, m->xfr_messages, m->capped,            \
-     m->embedded_used}
+     m->embedded_used, m->xfr_evicted}
 
 static PyObject *counts_since(Matcher *m, const long long *before)
 {
@@ -748,16 +762,22 @@ static Py_ssize_t matcher_len(PyObject *self)
 static PyObject *matcher_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 {
     long long timeout, seed;
-    Py_ssize_t max_pending, per_key;
-    static char *kwlist[] = {"timeout_ns", "max_pending", "max_pending_per_key", "seed", NULL};
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "LnnL:Matcher", kwlist, &timeout, &max_pending, &per_key, &seed))
+    Py_ssize_t max_pending, per_key, max_transfers;
+    static char *kwlist[] = {"timeout_ns", "max_pending", "max_pending_per_key", "max_transfers", "seed", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "LnnnL:Matcher", kwlist, &timeout, &max_pending, &per_key,
+                                     &max_transfers, &seed))
         return NULL;
+    if (max_transfers < 1) {
+        PyErr_SetString(PyExc_ValueError, "max_transfers must be at least 1");
+        return NULL;
+    }
     Matcher *m = (Matcher *)type->tp_alloc(type, 0);
     if (m == NULL)
         return NULL;
     m->timeout = timeout;
     m->max_pending = max_pending;
     m->per_key = per_key;
+    m->max_transfers = max_transfers;
     m->seed = (uint64_t)seed;
     m->pending.rec_of = pending_rec;
     m->transfers.rec_of = transfer_rec;
@@ -775,8 +795,14 @@ static PyObject *matcher_held(PyObject *self, PyObject *Py_UNUSED(unused))
     return PyLong_FromSsize_t(((Matcher *)self)->held);
 }
 
+static PyObject *matcher_transfers(PyObject *self, PyObject *Py_UNUSED(unused))
+{
+    return PyLong_FromSsize_t(((Matcher *)self)->transfers.count);
+}
+
 static PyMethodDef matcher_methods[] = {
     {"held", matcher_held, METH_NOARGS, "held() -> the pending queries (TransactionTable.held)."},
+    {"transfers", matcher_transfers, METH_NOARGS, "transfers() -> the open zone transfers."},
     {"add", matcher_add, METH_VARARGS,
      "add(msgs, out, now_ns=None) -> counts: match a MsgBatch into a TxBatch, then expire at now_ns."},
     {"flush", matcher_flush, METH_VARARGS, "flush(out) -> counts: end of input, everything pending into out."},

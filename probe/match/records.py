@@ -13,7 +13,7 @@ _matchrec = load("probe.match._matchrec")
 # The counters of a Matcher call, in the order it gives them.
 _COUNTERS = (
     "matched", "response_only", "duplicate_queries", "query_only", "match_evicted", "zone_transfer_messages",
-    "lengths_capped", "dnstap_embedded_used",
+    "lengths_capped", "dnstap_embedded_used", "transfers_evicted",
 )
 
 
@@ -26,7 +26,8 @@ class RecordTable:
         # The key hash is seeded per process, so that crafted traffic cannot aim at one hash chain.
         seed = int.from_bytes(os.urandom(8), "little", signed=True)
         self.matcher = _matchrec.Matcher(
-            int(match_cfg.query_timeout * 1e9), match_cfg.max_pending, match_cfg.max_pending_per_key, seed
+            int(match_cfg.query_timeout * 1e9), match_cfg.max_pending, match_cfg.max_pending_per_key,
+            match_cfg.max_transfers, seed,
         )
 
     @staticmethod
@@ -50,6 +51,11 @@ class RecordTable:
     def held(self):
         """Pending queries (TransactionTable.held)."""
         return self.matcher.held()
+
+    @property
+    def open_transfers(self):
+        """Open zone transfers (len(TransactionTable.transfers))."""
+        return self.matcher.transfers()
 
     def _count(self, counts):
         stats = self.stats

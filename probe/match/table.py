@@ -9,12 +9,16 @@ alone, unmatched (as compactor does: a malformed message cannot be trusted to ma
 
 Zone transfers (AXFR/IXFR): the first response opens the transaction; later responses on the same
 connection with the same ID add their ANCOUNT and lengths, until a message whose last answer is an SOA
-(or an error RCODE) closes it, as DNS Probe does.
+(or an error RCODE) closes it, as DNS Probe does. At most match.max_transfers are open: the transfer whose last
+message is the oldest is closed early to open another (transfers_evicted). Open transfers are kept in the order of
+their last message, so that expiry looks at only those that time out, however many are open.
 
 TransactionTable is the matcher of message tuples, in Python: the reference pipeline's, and the reference that
 the production matcher on message records (RecordTable, probe/match/_matchrec.c) must equal
 (tests/match/test_matchrec.py).
 """
+
+from collections import OrderedDict
 
 from probe.model import FLAG_QR, M, QueryCopy, cap_int32
 
@@ -79,10 +83,11 @@ class TransactionTable:
         self.timeout_ns = int(match_cfg.query_timeout * 1e9)
         self.max_pending = match_cfg.max_pending
         self.per_key = match_cfg.max_pending_per_key
+        self.max_transfers = match_cfg.max_transfers
         self.held = 0  # queries in pending (a list value holds several)
         self.stats = stats
         self.pending = {}  # key -> query tuple, or list of query tuples (oldest first); oldest key first
-        self.transfers = {}  # key -> _Transfer
+        self.transfers = OrderedDict()  # key -> _Transfer; the oldest last message first
         self.now_ns = 0
 
     def add(self, msgs, now_ns=None):
@@ -134,21 +139,13 @@ class TransactionTable:
                         taken += 1
                         if q[_QTYPE] == QTYPE_AXFR or q[_QTYPE] == QTYPE_IXFR:
                             if not _closes_transfer(m):
-                                self.transfers[key] = _Transfer(q, m)
+                                self._open_transfer(key, q, m, out)
                                 continue
                         matched += 1
                         out.append((q, m, 1))
                         continue
-                if self.transfers:
-                    xfr = self.transfers.get(key)
-                    if xfr is not None:
-                        xfr.add(m)
-                        stats.zone_transfer_messages += 1
-                        if _closes_transfer(m):
-                            del self.transfers[key]
-                            matched += 1
-                            out.append(xfr.merged(stats))
-                        continue
+                if self.transfers and self._continue_transfer(key, m, out):
+                    continue
                 response_only += 1
                 out.append((None, m, 1))
             else:
@@ -176,6 +173,34 @@ class TransactionTable:
         stats.duplicate_queries += dup
         stats.query_only += evicted
         stats.match_evicted += evicted
+
+    def _continue_transfer(self, key, response, out):
+        """Whether response, not a pending query's, is the next message of the open transfer under its key: then
+        added to it, which it closes or makes the youngest."""
+        xfr = self.transfers.get(key)
+        if xfr is None:
+            return False
+        xfr.add(response)
+        self.stats.zone_transfer_messages += 1
+        if _closes_transfer(response):
+            del self.transfers[key]
+            self.stats.matched += 1
+            out.append(xfr.merged(self.stats))
+        else:
+            self.transfers.move_to_end(key)
+        return True
+
+    def _open_transfer(self, key, query, response, out):
+        """A transfer opened by response, at the young end. The one it replaces under its key, or else the oldest when
+        max_transfers are open, is closed first: exported as it stands, as at its timeout."""
+        old = self.transfers.pop(key, None)
+        if old is None and len(self.transfers) >= self.max_transfers:
+            old = self.transfers.popitem(last=False)[1]
+            self.stats.transfers_evicted += 1
+        if old is not None:
+            self.stats.matched += 1
+            out.append(old.merged(self.stats))
+        self.transfers[key] = _Transfer(query, response)
 
     def _query_copy(self, m, out):
         """A query carried in a dnstap response: it waits for that response like a query, unless the query
@@ -221,14 +246,19 @@ class TransactionTable:
                     evicted += 1
         self.stats.query_only += query_only
         self.stats.match_evicted += evicted
-        if self.transfers:
-            for key in [k for k, x in self.transfers.items() if x.last_ts < cutoff]:
-                self.stats.matched += 1
-                out.append(self.transfers.pop(key).merged(self.stats))
+        transfers = self.transfers
+        while transfers and next(iter(transfers.values())).last_ts < cutoff:
+            self.stats.matched += 1
+            out.append(transfers.popitem(last=False)[1].merged(self.stats))
 
     def __len__(self):
         """Queries waiting for their response."""
         return self.held
+
+    @property
+    def open_transfers(self):
+        """Open zone transfers."""
+        return len(self.transfers)
 
     def flush(self):
         """End of input: everything pending is exported (queries as query-only)."""

@@ -35,6 +35,10 @@ class ReferenceMatcher:
     def held(self):
         return self.table.held
 
+    @property
+    def open_transfers(self):
+        return self.table.open_transfers
+
 
 class RecordMatcher:
     """RecordTable, the production matcher: the message tuples go in as a MsgBatch (MsgBatch.append), the
@@ -62,6 +66,10 @@ class RecordMatcher:
     def held(self):
         return self.table.held
 
+    @property
+    def open_transfers(self):
+        return self.table.open_transfers
+
 
 MATCHERS = {"reference": ReferenceMatcher, "records": RecordMatcher}
 
@@ -69,5 +77,5 @@ MATCHERS = {"reference": ReferenceMatcher, "records": RecordMatcher}
 @pytest.fixture(params=list(MATCHERS))
 def matcher(request):
     """make(**MatchConfig fields) -> a new matcher of the kind under test: add(message tuples, now_ns=None) and
-    flush() return transactions as (query, response, response_messages) tuples; .stats, .held."""
+    flush() return transactions as (query, response, response_messages) tuples; .stats, .held, .open_transfers."""
     return lambda **cfg: MATCHERS[request.param](MatchConfig(**cfg))

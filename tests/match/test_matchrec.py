@@ -89,7 +89,8 @@ def assert_same_matching(batches, match_cfg, label, clocks=None):
         assert len(got) == len(want), f"{label} batch {k}: {len(got)} transactions in C, {len(want)} in Python"
         for i, (a, b) in enumerate(zip(got, want)):
             assert typed(a) == typed(b), f"{label} batch {k} transaction {i}:\n C  {a}\n Py {b}"
-        assert (len(c), c.held) == (len(py.pending), py.held), f"{label} batch {k}: pending keys and queries"
+        assert (len(c), c.held, c.open_transfers) == (len(py.pending), py.held, py.open_transfers), (
+            f"{label} batch {k}: pending keys and queries, open transfers")
         everything += want
     c.flush(out)
     got, want = out.to_tuples(), py.flush()
@@ -127,6 +128,8 @@ def test_equals_python_on_generated_traffic(generated_capture, config):
     assert any(r is not None and r[M.MALFORMED] for _, r, _ in txs)
     if config in ("max-pending-3", "per-key-1", "per-key-2"):
         assert stats.match_evicted > 0
+    if config == "transfers-1":
+        assert stats.transfers_evicted > 0
 
 
 @pytest.mark.parametrize("config", ["default", "timeout-2ms", "max-pending-3"])

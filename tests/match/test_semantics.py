@@ -16,7 +16,7 @@ from probe.model import INT32_MAX, M
 MS = 1_000_000
 T0 = 1_700_000_000_000 * MS
 COUNTERS = ("matched", "response_only", "query_only", "duplicate_queries", "match_evicted", "zone_transfer_messages",
-            "lengths_capped")
+            "lengths_capped", "transfers_evicted")
 
 
 def at(ms):
@@ -297,6 +297,37 @@ def test_summed_lengths_are_capped(matcher):
     assert counts(m) == {"matched": 1, "zone_transfer_messages": 2, "lengths_capped": 1}
 
 
+def open_udp_transfer(ms, cport):
+    """An AXFR query over UDP and a response that leaves the transfer open (its last answer is not an SOA)."""
+    return (transfer_query(ms, proto=17, cport=cport),
+            transfer_response(ms + 1, [soa(), *a_records(1)], proto=17, cport=cport))
+
+
+def test_open_transfers_expire_in_the_order_of_their_last_message(matcher):
+    m = matcher(query_timeout=5)
+    q1, r1 = open_udp_transfer(0, 50001)
+    q2, r2 = open_udp_transfer(10, 50002)
+    more = transfer_response(20, a_records(2), first=False, proto=17, cport=50001)
+    assert m.add([q1, r1, q2, r2, more]) == [] and m.open_transfers == 2
+    assert m.add([], now_ns=at(5011) + 1) == [(q2, merged(r2), 1)]  # the first is younger since its second message
+    assert m.add([], now_ns=at(10_000)) == [(q1, merged(r1, more), 2)]
+    m = matcher(query_timeout=5)
+    m.add([q1, r1, q2, r2, more])
+    assert m.add([], now_ns=at(10_000)) == [(q2, merged(r2), 1), (q1, merged(r1, more), 2)]  # in that order too
+    assert m.open_transfers == 0
+
+
+def test_a_transfer_reopened_under_its_key_exports_the_one_it_replaces(matcher):
+    m = matcher()
+    q1, r1 = open_udp_transfer(0, 50001)
+    q2, r2 = open_udp_transfer(10, 50001)  # the same key: client port and ID
+    assert m.add([q1, r1, q2]) == [] and m.held == 1
+    assert m.add([r2]) == [(q1, merged(r1), 1)]  # not dropped unseen
+    assert m.open_transfers == 1
+    assert m.flush() == [(q2, merged(r2), 1)]
+    assert counts(m) == {"matched": 2}
+
+
 # --- bounds --------------------------------------------------------------------------------------------------------
 
 
@@ -327,3 +358,18 @@ def test_the_addresses_of_both_families_do_not_mix(matcher):
     q = query(0, client=C4, server=S4)
     r6 = answer(1, client="::ffff:192.0.2.1", server="::ffff:198.51.100.53")
     assert m.add([q, r6]) == [(None, r6, 1)]
+
+
+def test_open_transfers_are_bounded_and_the_oldest_closed_early(matcher):
+    """Spoofed pairs that open transfers and never close them: at most max_transfers stay open; to open another,
+    the one whose last message is the oldest is exported as it stands and counted."""
+    m = matcher(max_pending=2, max_transfers=3)
+    pairs = [open_udp_transfer(10 * i, 51000 + i) for i in range(10)]
+    assert m.add([x for pair in pairs[:3] for x in pair]) == [] and m.open_transfers == 3
+    more = transfer_response(35, a_records(1), first=False, proto=17, cport=51000)  # the first, now the youngest
+    out = m.add([more, *(x for pair in pairs[3:] for x in pair)])
+    assert out == [(q, merged(r), 1) for q, r in pairs[1:3]] + [(pairs[0][0], merged(pairs[0][1], more), 2)] + [
+        (q, merged(r), 1) for q, r in pairs[3:7]]
+    assert m.open_transfers == 3 and m.held == 0
+    assert counts(m) == {"matched": 7, "transfers_evicted": 7, "zone_transfer_messages": 1}
+    assert m.flush() == [(q, merged(r), 1) for q, r in pairs[7:]]

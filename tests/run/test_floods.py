@@ -8,7 +8,9 @@ normal traffic alone exports it; nothing is lost or restarted.
 - queries: unanswered UDP queries with random IDs, match.max_pending 500 (match_evicted);
 - tcp: connections that never finish a message, decode.tcp_max_bytes 200,000 (tcp_evicted: the oldest go
   first, so a normal connection survives while fewer connections than the bound holds follow it);
-- fragments: first fragments that never complete, decode.fragment_max_datagrams 100 (fragments_dropped).
+- fragments: first fragments that never complete, decode.fragment_max_datagrams 100 (fragments_dropped);
+- transfers: UDP pairs of an AXFR query and a response that leaves the transfer open, match.max_transfers 100
+  (transfers_evicted: the transfers beyond the bound are closed early, oldest first, and exported).
 """
 
 import os
@@ -29,6 +31,7 @@ FLOODS = {  # kind: (flood frames, flood frames between two normal ones, bound, 
     "queries": (6000, 10, "match.max_pending=500", "match_evicted", 5000),
     "tcp": (2000, 4, "decode.tcp_max_bytes=200000", "tcp_evicted", 400),
     "fragments": (3000, 6, "decode.fragment_max_datagrams=100", "fragments_dropped", 2800),
+    "transfers": (3000, 6, "match.max_transfers=100", "transfers_evicted", 1350),
 }
 
 

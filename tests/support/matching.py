@@ -25,14 +25,15 @@ MATCH_CAPTURES = sorted((DNSPROBE_DATA / "test_pcaps").glob("*")) + sorted(
     p for p in COMPACTOR_DATA.glob("*.pcap*") if p.name.endswith((".pcap", ".pcap.xz"))
 )
 
-# Default, a timeout shorter than many answers, a table that evicts all the time, and keys that hold one or two
-# queries (a retry evicts the oldest).
+# Default, a timeout shorter than many answers, a table that evicts all the time, keys that hold one or two
+# queries (a retry evicts the oldest), and one open zone transfer at a time (another closes it early).
 CONFIGS = {
     "default": MatchConfig(),
     "timeout-2ms": MatchConfig(query_timeout=0.002),
     "max-pending-3": MatchConfig(max_pending=3),
     "per-key-1": MatchConfig(max_pending_per_key=1),
     "per-key-2": MatchConfig(max_pending_per_key=2),
+    "transfers-1": MatchConfig(max_transfers=1),
 }
 
 
