@@ -150,10 +150,12 @@ def parse_tcpreplay(text):
     return out
 
 
-def tcpreplay_command(bed, pcap, rate):
-    """The generator: tcpreplay inside the namespace, pinned to GENERATOR_CORE, at `rate` pkts/s (None: --topspeed)."""
+def tcpreplay_command(bed, pcap, rate, core=None):
+    """The generator: tcpreplay inside the namespace, pinned to `core` (default GENERATOR_CORE), at `rate` pkts/s
+    (None: --topspeed)."""
     pace = [f"--timer={OPTIONS['timer']}", f"--pps={rate}"] if rate else ["--topspeed"]
-    return ["ip", "netns", "exec", bed.ns, "taskset", "-c", str(GENERATOR_CORE), "tcpreplay", "-K",
+    core = GENERATOR_CORE if core is None else core
+    return ["ip", "netns", "exec", bed.ns, "taskset", "-c", str(core), "tcpreplay", "-K",
             "--no-flow-stats", *pace, f"--intf1={bed.peer}", str(pcap)]
 
 

@@ -1,16 +1,21 @@
 """Benchmark suite: loss-free pkts/s and CPU per packet by worker count, dnsprobe against dnscap, netsniff-ng, tcpdump.
 
-    dnsprobe bench                          # (or make bench) every tool, workers 1..cores-1, rate search
+    dnsprobe bench                          # (or make bench) every tool, every worker count the cores allow
+    dnsprobe bench --plan --workers 1,2,4,8,16      # the core plan of each count and the model's rates, no run
     dnsprobe bench --smoke                  # seconds: 2,000 packets at 10k pkts/s, no search (the test's run)
     dnsprobe bench --workers 1,2,4 --max-rate 1M --packets 2000000 --tools dnsprobe,netsniff-ng
     dnsprobe bench --generator trafgen --tools tcpdump --rates 50k,100k      # trafgen for every trial
     dnsprobe bench --generators-only --packets 50000 --rates 50k,100k,200k   # what each generator reaches here
     dnsprobe bench --interface eth1 --generator-cmd 'ssh gen trafgen ... --rate {rate}pps'   # real NIC
 
-Must run as root. The testbed is live.py's: a network namespace with one end of a veth pair, the generator
-pinned to the generator core (--generator-core, 0) sending from inside it, the capturer(s) pinned to the worker
-cores (--cores, default every other core) on the host end. Everything is removed at the end, also on Ctrl-C,
-SIGTERM or a failure; every process started is stopped.
+Must run as root. The testbed is live.py's: a network namespace with one end of a veth pair, the generator(s)
+sending from inside it, the capturer(s) on the host end. The core plan of N workers (scaling.core_plan, printed
+at the start): one generator per pair of workers, ceil(N/2), each sending its part of the pcap (split by client)
+pinned to a core of its own (--generator-core, 0, then the next), the workers pinned to the following cores (or
+to --cores). A count whose plan needs more cores than the host has is not run: its cells say "not measured: needs
+K cores" (K = N + ceil(N/2)). The results also go into a table in the columns of DNS Probe's (threads, pkts/s,
+format) with the scaling model's prediction beside each row (scaling.py; docs/performance.md, "Scaling model").
+Everything is removed at the end, also on Ctrl-C, SIGTERM or a failure; every process started is stopped.
 
 Generators (--generator): tcpreplay (`--pps=R --timer=nano`: evenly spaced) or trafgen (netsniff-ng's; the
 pcap converted to a trafgen configuration by traffic.py, cached next to it; `--cpus 1 --num <packets>`, moved
@@ -22,7 +27,7 @@ stops there). Which generator sent a trial is in its `generator` entry, the fixe
 --generators-only measures both on the testbed, nothing capturing. trafgen 0.6.8 loads its configuration in
 time quadratic in the number of packets (about 20 s for 100,000 here); CPU time counts from the first packet.
 
-Rows (tool x format) and what runs for N workers (cores = the first N worker cores):
+Rows (tool x format) and what runs for N workers (cores = the plan's N worker cores):
   dnsprobe parquet / cdns   `dnsprobe capture -i VETH --coremask <N cores>`, AF_PACKET fanout, N workers
   dnsprobe dpdk-parquet     `dnsprobe capture --dpdk --dpdk-args="--no-huge --no-pci -m 128
                             --vdev=net_af_packet0,iface=VETH,qpairs=1,..."` (the default pool: 8,191 mbufs for
@@ -66,6 +71,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -75,6 +81,7 @@ sys.path.insert(0, str(HERE))
 
 import live  # noqa: E402  (benchmarks/ is not a package): the testbed, sampling, search, tcpreplay
 import offline  # noqa: E402
+import scaling  # noqa: E402  (the core plan, the scaling model, the table beside DNS Probe's)
 import traffic  # noqa: E402
 
 from probe.capture.pcapfile import read_capture  # noqa: E402
@@ -392,17 +399,65 @@ def pick_generator(rate, opts):
 
 
 def run_generator(bed, pcap, rate, expected, opts, started=lambda: None):
-    """A trial's traffic: the generator pick_generator() names, at `rate` (auto's trafgen: as fast as it goes)."""
+    """A trial's traffic: the generator pick_generator() names, at `rate` (auto's trafgen: as fast as it goes),
+    from each of the plan's generator cores (opts.generator_cores; one: the generator core)."""
     name = pick_generator(rate, opts)
     pace = None if name == "trafgen" and opts.generator == "auto" else rate
-    return send(bed, name, pcap, pace, expected, opts.generator_cmd, started, opts.trafgen_frames)
+    cores = getattr(opts, "generator_cores", None) or [live.GENERATOR_CORE]
+    if len(cores) > 1 and name != "external":
+        return send_parallel(bed, name, pcap, pace, expected, cores, started, opts.trafgen_frames)
+    return send(bed, name, pcap, pace, expected, opts.generator_cmd, started, opts.trafgen_frames, cores[0])
 
 
-def send(bed, name, pcap, rate, packets, generator_cmd=None, started=lambda: None, trafgen_frames=None):
-    """Send `packets` packets of the pcap with generator `name` at `rate` pkts/s (None: as fast as it goes);
-    `started()` is called when sending begins (after trafgen has loaded its configuration). Returns (sent,
-    generator dict). sent: tcpreplay's successful packets; for trafgen and --generator-cmd, the growth of the
-    capture interface's rx_packets (trafgen's own count is `reported`). `veth_rx` is that growth for all."""
+def send_parallel(bed, name, pcap, rate, packets, cores, started, trafgen_frames=None):
+    """One generator per core, each sending its part of the pcap (scaling.split_pcap: by client) at its share of
+    `rate`; CPU time counts from the first one's start. Returns (sent, generator dict) as send() does, the
+    generators' own dicts in `parts` (their rx counts are the interface's, shared: only the total is kept)."""
+    parts = scaling.split_pcap(pcap, len(cores))
+    counts = [sum(1 for _ in traffic.pcap_frames(p)) for p in parts]
+    once = threading.Lock()
+    results = [None] * len(parts)
+
+    def first_start():
+        if once.acquire(blocking=False):
+            started()
+
+    def one(i):
+        try:
+            pace = rate and max(1, round(rate * counts[i] / sum(counts)))
+            results[i] = send(bed, name, parts[i], pace, counts[i], None, first_start, trafgen_frames, cores[i])
+        except Exception as exc:  # noqa: BLE001 - re-raised below, in the trial's thread
+            results[i] = exc
+
+    rx0 = bed.rx()["rx_packets"]
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(len(parts))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for r in results:
+        if isinstance(r, Exception):
+            raise RuntimeError(f"a generator failed: {r}") from r
+    arrived = bed.rx()["rx_packets"] - rx0
+    gens = [g for _, g in results]
+    for g in gens:
+        g.pop("veth_rx", None)
+    secs = max((g.get("actual_seconds") or 0 for g in gens), default=0)
+    sent = sum(s for s, _ in results) if name == "tcpreplay" else arrived
+    reported = sum(g.get("reported") or g.get("successful") or 0 for g in gens)
+    gen = {"name": name, "mode": gens[0]["mode"] if rate is None else f"{rate:,} pkts/s", "cores": list(cores),
+           "parts": gens, "veth_rx": arrived, "successful": sent, "reported": reported,
+           "failed": sum(g.get("failed") or 0 for g in gens) if name == "tcpreplay" else max(0, reported - arrived),
+           "actual_seconds": secs, "actual_pps": arrived / secs if secs else 0}
+    return sent, gen
+
+
+def send(bed, name, pcap, rate, packets, generator_cmd=None, started=lambda: None, trafgen_frames=None, core=None):
+    """Send `packets` packets of the pcap with generator `name` at `rate` pkts/s (None: as fast as it goes),
+    pinned to `core` (default: the generator core); `started()` is called when sending begins (after trafgen
+    has loaded its configuration). Returns (sent, generator dict). sent: tcpreplay's successful packets; for
+    trafgen and --generator-cmd, the growth of the capture interface's rx_packets (trafgen's own count is
+    `reported`). `veth_rx` is that growth for all."""
     rx0 = bed.rx()["rx_packets"]
     if name == "external":
         cmd = generator_cmd.format(rate=rate, pcap=pcap, packets=packets)
@@ -415,9 +470,9 @@ def send(bed, name, pcap, rate, packets, generator_cmd=None, started=lambda: Non
         time.sleep(0.5)
         gen = {"command": cmd, "mode": f"{rate:,} pkts/s", "exit_status": p.returncode, "actual_seconds": secs}
     elif name == "trafgen":
-        gen = run_trafgen(bed, pcap, rate, packets, started, trafgen_frames)
+        gen = run_trafgen(bed, pcap, rate, packets, started, trafgen_frames, core)
     else:
-        cmd = live.tcpreplay_command(bed, pcap, rate)
+        cmd = live.tcpreplay_command(bed, pcap, rate, core)
         started()
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=packets / (rate or 100_000) * 3 + 120)
         if p.returncode:
@@ -434,12 +489,13 @@ def send(bed, name, pcap, rate, packets, generator_cmd=None, started=lambda: Non
     return gen["successful"] or 0, gen
 
 
-def trafgen_command(bed, cfg, rate, packets):
-    """trafgen inside the namespace: one process (--cpus 1) pinned to the generator core, `packets` frames of the
-    configuration in its order; --rate R pps (trafgen's shaper: R frames back to back, then a sleep to the end
-    of the second) or, rate None, as fast as it goes (its TX_RING path). --no-sock-mem and --notouch-irq: it
-    changes no system-wide socket buffer sizes or IRQ affinities."""
-    cmd = ["ip", "netns", "exec", bed.ns, "taskset", "-c", str(live.GENERATOR_CORE), "trafgen", "--in", str(cfg),
+def trafgen_command(bed, cfg, rate, packets, core=None):
+    """trafgen inside the namespace: one process (--cpus 1) pinned to `core` (the generator core), `packets`
+    frames of the configuration in its order; --rate R pps (trafgen's shaper: R frames back to back, then a
+    sleep to the end of the second) or, rate None, as fast as it goes (its TX_RING path). --no-sock-mem and
+    --notouch-irq: it changes no system-wide socket buffer sizes or IRQ affinities."""
+    core = live.GENERATOR_CORE if core is None else core
+    cmd = ["ip", "netns", "exec", bed.ns, "taskset", "-c", str(core), "trafgen", "--in", str(cfg),
            "--out", bed.peer, "--cpus", "1", "--num", str(packets), "--no-sock-mem", "--notouch-irq"]
     return cmd + (["--rate", f"{rate}pps"] if rate else [])
 
@@ -455,14 +511,15 @@ def descendants(pid):
     return out
 
 
-def run_trafgen(bed, pcap, rate, packets, started, frames=None):
+def run_trafgen(bed, pcap, rate, packets, started, frames=None, core=None):
     """Send with trafgen (see trafgen_command); the configuration is traffic.py's, cached next to the pcap, of
     its first `frames` frames when fewer than `packets` (repeated to make up `packets`). Returns the generator
     dict: its report (`reported` frames, seconds on its CPU) and how long it took to load the configuration
     (trafgen 0.6.8's parser takes time quadratic in the number of frames)."""
     frames = frames if frames and frames < packets else None
     cfg = traffic.trafgen_config(pcap, frames)
-    cmd = trafgen_command(bed, cfg, rate, packets)
+    core = live.GENERATOR_CORE if core is None else core
+    cmd = trafgen_command(bed, cfg, rate, packets, core)
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="dnsprobe-trafgen-") as cwd:  # it makes a temporary file in its cwd
         p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=cwd,
@@ -477,7 +534,7 @@ def run_trafgen(bed, pcap, rate, packets, started, frames=None):
             # trafgen pins its sender i to CPU i whatever taskset said: move it to the generator core.
             for pid in descendants(p.pid):
                 try:
-                    os.sched_setaffinity(pid, {live.GENERATOR_CORE})
+                    os.sched_setaffinity(pid, {core})
                 except OSError:
                     pass
             started()
@@ -763,6 +820,12 @@ def markdown(res):
     ]
     if res["skipped"]:
         lines += ["Skipped: " + "; ".join(f"{k}: {v}" for k, v in res["skipped"].items()), ""]
+    lines += ["## Beside DNS Probe's table", "",
+              "dnsprobe's loss-free rates in the columns of DNS Probe's published table (threads, pkts/s, format), "
+              "with the scaling model's prediction for each (docs/performance.md, \"Scaling model\": c_w from the "
+              "same row's 1-worker CPU per packet, c_g from the generator's measured top speed; `generators`: the "
+              "testbed's generators, not dnsprobe, bound the rate) and the spread of the workers' CPU at the fixed "
+              "rate (the model's b(N)).", "", *scaling.comparison_lines(res), ""]
     lines += ["## Fixed-rate trials", "",
               "| tool × format | workers | generator | actual pkts/s | sent | received | kernel drops | captured | "
               "written | other drops | CPU s per worker | µs/pkt | peak RSS MB per worker | to exit | result |",
@@ -938,9 +1001,11 @@ def parse_args(argv):
                                                          "pkts/s, no search, 1 worker, offline on the same file: "
                                                          "checks the harness; its figures are start-up dominated "
                                                          "(no ratios)")
-    ap.add_argument("--workers", type=int_list, help="worker counts (default 1..number of worker cores); counts beyond "
-                    "the worker cores are reported as not measured")
-    ap.add_argument("--cores", type=int_list, help="worker cores (default: every usable core but the generator's)")
+    ap.add_argument("--workers", type=int_list, help="worker counts (default: every count whose core plan fits); a "
+                    "count needing more cores (N workers + ceil(N/2) generators) is reported as not measured")
+    ap.add_argument("--plan", action="store_true", help="print the core plan of each worker count (one generator "
+                    "per pair of workers) and the scaling model's rates, run nothing")
+    ap.add_argument("--cores", type=int_list, help="worker cores (default: the cores after the generators')")
     ap.add_argument("--generator-core", type=int, default=live.GENERATOR_CORE)
     ap.add_argument("--tools", help="comma-separated tool names (dnsprobe,dnscap,netsniff-ng,tcpdump; default all)")
     ap.add_argument("--formats", default="parquet,cdns,dpdk-parquet", help="dnsprobe rows")
@@ -999,22 +1064,49 @@ def parse_args(argv):
     return args
 
 
+def plan_runs(args, usable):
+    """{N: scaling.core_plan} for each worker count (default: every N whose plan fits the usable cores), printed;
+    None (and why, on stderr) when the cores asked for are not usable."""
+    if args.generator_core not in usable or not set(args.cores or ()) <= set(usable) or len(usable) < 2:
+        print(f"dnsprobe bench: generator core {args.generator_core} and worker cores {args.cores or 'the others'} "
+              f"must be among the usable CPUs {usable} (a 1-CPU machine cannot run it)", file=sys.stderr)
+        return None
+    gens = 0 if args.generator_cmd else None  # an external generator uses no core of this host
+    # With one, the generator core still runs the suite itself (its sampling), not a worker.
+    pool = [c for c in usable if c != args.generator_core] if gens == 0 else usable
+
+    def plan(n):
+        return scaling.core_plan(n, pool, args.generator_core, args.cores, gens)
+
+    counts = args.workers or [n for n in range(1, len(usable) + 1) if not plan(n)["short"]]
+    plans = {n: plan(n) for n in counts}
+    print("core plan (one generator per pair of workers):", flush=True)
+    for p in plans.values():
+        model = ", ".join(f"{f} {r:,} pkts/s ({b}-bound)" for f in ("parquet", "cdns")
+                          for r, b in [scaling.predict(p["workers"], scaling.WORKER_US[f], gens)])
+        print(f"  {scaling.plan_text(p, len(usable))}; model (reference figures): {model}", flush=True)
+    return plans
+
+
 def main(argv=None):
     args = parse_args(argv)
-    if os.geteuid() != 0:
+    if os.geteuid() != 0 and not args.plan:
         print("dnsprobe bench must run as root: it creates a network namespace and a veth pair and opens packet "
               "sockets", file=sys.stderr)
         return 2
     usable = sorted(os.sched_getaffinity(0))
-    cores = args.cores or [c for c in usable if c != args.generator_core]
-    if not cores or args.generator_core not in usable or not set(cores) <= set(usable):
-        print(f"dnsprobe bench: generator core {args.generator_core} and worker cores {cores} must be among the "
-              f"usable CPUs {usable} (a 1-CPU machine cannot run it)", file=sys.stderr)
+    plans = plan_runs(args, usable)
+    if plans is None:
         return 2
-    worker_counts = args.workers or list(range(1, len(cores) + 1))
-    # Worker counts beyond the worker cores are reported, not run: "not measured: needs K cores".
-    unmeasured = {n: f"needs {n} worker cores (beside the generator's; this machine has {len(cores)})"
-                  for n in worker_counts if n > len(cores)}
+    worker_counts = list(plans)
+    # Worker counts the cores do not allow are reported, not run: "not measured: needs K cores".
+    unmeasured = {n: f"needs {p['needs']} cores ({n} worker{'s' if n > 1 else ''} + {p['generators']} "
+                     f"generator{'s' if p['generators'] != 1 else ''}; this machine has {len(usable)})"
+                  for n, p in plans.items() if p["short"]}
+    if args.plan:
+        return 0
+    cores = sorted({c for p in plans.values() for c in p["worker_cores"]}) or [
+        c for c in usable if c != args.generator_core]
     live.GENERATOR_CORE = args.generator_core
     live.OPTIONS["set"] = args.set
     Dnsprobe.eal = args.dpdk_eal
@@ -1068,14 +1160,17 @@ def main(argv=None):
                 if n in unmeasured:
                     print(f"{n} workers: not measured: {unmeasured[n]}", flush=True)
                     continue
+                plan = plans[n]
+                args.generator_cores = plan["generator_cores"] or [args.generator_core]
+                os.sched_setaffinity(0, set(args.generator_cores))  # the suite's sampling: off the worker cores
                 for t in ok:
                     label = t.label + (" (baseline)" if isinstance(t, Tcpdump) else "")
                     if t.max_workers is not None and n > t.max_workers:
                         continue
                     exp_w = dnscap_expected if isinstance(t, Dnscap) else None
 
-                    def trial(rate, t=t, n=n, exp_w=exp_w):
-                        r = run_trial(bed, t, pcap, args.packets, rate, cores[:n], args, exp_w)
+                    def trial(rate, t=t, exp_w=exp_w, wcores=plan["worker_cores"]):
+                        r = run_trial(bed, t, pcap, args.packets, rate, wcores, args, exp_w)
                         show(r)
                         return r
 
@@ -1103,7 +1198,7 @@ def main(argv=None):
     # `read` with 1..N workers: every usable core, the generator's included (nothing else runs by then).
     off_workers = None
     if "standard" in mixes:
-        read_counts = args.workers or list(range(1, len(usable) + 1))
+        read_counts = [n for n in (args.workers or range(1, len(usable) + 1)) if n <= len(usable)]
         off_workers = offline.parallel_table(traffic.generate("standard", args.offline_packets, args.seed),
                                              args.offline_packets, read_counts, tmp_root, repeat=1)
     shutil.rmtree(tmp_root, ignore_errors=True)
@@ -1112,6 +1207,7 @@ def main(argv=None):
         "command": "dnsprobe bench " + " ".join(argv if argv is not None else sys.argv[1:]),
         "machine": mach, "tool_versions": versions, "code": offline.code(),
         "generator_core": args.generator_core, "worker_cores": cores, "worker_counts": worker_counts,
+        "core_plans": {str(n): p for n, p in plans.items()},
         "not_measured": {str(n): why for n, why in unmeasured.items()},
         "interface": args.interface, "generator_cmd": args.generator_cmd, "generators": gens,
         "input": {"mix": args.mix, "seed": args.seed, "packets": args.packets, "file": pcap.name},
@@ -1122,6 +1218,8 @@ def main(argv=None):
         "dnscap_expected_written_trafgen": (dnscap_expected or {}).get("trafgen"), "skipped": skipped,
         "series": series, "offline": off, "offline_workers": off_workers,
     }
+    for s in series:
+        s["model"] = scaling.row_prediction(res, s)
     res["smoke"] = bool(args.smoke)
     res["ratios"] = [] if args.smoke else ratios(res)
     args.results.mkdir(parents=True, exist_ok=True)
@@ -1131,6 +1229,8 @@ def main(argv=None):
     res["plot_note"] = why
     print("\n" + "\n".join(table_lines(res)))
     print("\n".join(ratio_lines(res)))
+    print("\nBeside DNS Probe's table, with the scaling model's prediction (docs/performance.md):")
+    print("\n".join(scaling.comparison_lines(res)))
     for r in off:
         print(f"offline {r['mix']}: {r['tool']} {r['format']}: {r['pkts_per_cpu_second']:,} pkts/s per core")
     if off_workers:

@@ -6,6 +6,7 @@ The smoke runs prove the harness works, not how fast anything is: no figure of s
 
 import argparse
 import json
+import math
 import os
 import shutil
 import socket
@@ -15,6 +16,7 @@ from pathlib import Path
 
 import live  # noqa: E402
 import pytest
+import scaling  # noqa: E402
 import suite  # noqa: E402
 import traffic  # noqa: E402
 from support.data import ROOT  # also puts benchmarks/ on sys.path
@@ -184,3 +186,97 @@ def test_auto_search_stays_within_each_generators_reach(limit, best, fail, topsp
     assert (got_best, got_fail) == (best, fail)
     assert max(trials) == (1_000_000 if topspeed else 100_000)
     assert all(r <= 189_000 for r in trials if r != 1_000_000)
+
+
+def test_core_plan_one_generator_per_pair_of_workers():
+    """The bench's core plans on a 16-CPU host: ceil(N/2) generator cores first, the workers on the next cores;
+    a plan that does not fit says how many cores it needs (workers + generators)."""
+    cpus = range(16)
+    plans = {n: scaling.core_plan(n, cpus) for n in (1, 2, 4, 8, 10, 11, 16)}
+    assert plans[1] == {"workers": 1, "generators": 1, "needs": 2, "short": 0, "generator_cores": [0],
+                        "worker_cores": [1]}
+    assert plans[8]["generator_cores"] == [0, 1, 2, 3] and plans[8]["worker_cores"] == list(range(4, 12))
+    assert plans[10]["needs"] == 15 and not plans[10]["short"]  # the largest that fits 16 CPUs
+    assert (plans[11]["needs"], plans[11]["short"], plans[11]["worker_cores"]) == (17, 1, [])
+    assert plans[16]["needs"] == 24 and plans[16]["generators"] == 8
+    assert "needs 24 cores (this machine has 16)" in scaling.plan_text(plans[16], 16)
+    # --generator-core 5 and --cores 8-11: generators on 5 then the lowest free cores; an external generator: none.
+    p = scaling.core_plan(4, cpus, generator_core=5, worker_cores=[8, 9, 10, 11])
+    assert (p["generator_cores"], p["worker_cores"], p["short"]) == ([5, 0], [8, 9, 10, 11], 0)
+    assert scaling.core_plan(4, [1, 2, 3], generators=0)["needs"] == 4
+    assert scaling.core_plan(3, [1, 2, 3], generators=0)["worker_cores"] == [1, 2, 3]
+    # The model: the workers' bound grows with N, the generators' with ceil(N/2); the lower one is the rate.
+    assert scaling.predict(1, 1.0, generator_us=0.5) == (1_000_000, "workers")
+    rate, bound = scaling.predict(4, 1.0, generator_us=1.0, imbalance=1.0, corun=0.0)
+    assert (rate, bound) == (2_000_000, "generators")
+    assert scaling.predict(4, 1.0, generators=0, imbalance=1.0, corun=0.0) == (4_000_000, "workers")
+
+
+def test_bench_plan_refuses_what_the_cores_do_not_allow():
+    """`dnsprobe bench --plan --workers 1,2,4,8`: the plan of each count, run nothing (no root needed); the counts
+    whose workers and generators do not fit this machine's CPUs are `not measured: needs K cores`."""
+    usable = len(os.sched_getaffinity(0))
+    proc = subprocess.run([sys.executable, "-m", "probe", "bench", "--plan", "--workers", "1,2,4,8"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    for n, gens in ((1, 1), (2, 1), (4, 2), (8, 4)):
+        head = f"{n} worker{'s' if n > 1 else ''}, {gens} generator{'s' if gens > 1 else ''}: "
+        if n + gens > usable:
+            assert f"{head}not measured: needs {n + gens} cores (this machine has {usable})" in proc.stdout
+        else:
+            assert head + "generator cores [" in proc.stdout
+    assert "model (reference figures): parquet " in proc.stdout
+
+
+@needs_testbed
+@pytest.mark.skipif(not shutil.which("tcpreplay"), reason="needs tcpreplay")
+def test_bench_smoke_needs_cores_rows(tmp_path):
+    """`dnsprobe bench --smoke --workers 1,2,4,8`: the counts that fit run, the others are rows `not measured:
+    needs K cores` in the table, the JSON and the table beside DNS Probe's (with the model's prediction)."""
+    out, res, md = run_bench(tmp_path, "--workers", "1,2,4,8", "--tools", "dnsprobe", "--formats", "parquet",
+                             "--generator", "tcpreplay", "--offline-mixes", "")
+    usable = len(os.sched_getaffinity(0))
+    short = {n for n in (1, 2, 4, 8) if n + math.ceil(n / 2) > usable}
+    assert set(map(int, res["not_measured"])) == short and 1 not in short
+    assert {s["workers"] for s in res["series"]} == {1, 2, 4, 8} - short
+    for n in short:
+        k = n + math.ceil(n / 2)
+        assert res["not_measured"][str(n)].startswith(f"needs {k} cores")
+        assert res["core_plans"][str(n)]["needs"] == k
+        assert f"not measured: needs {k} cores" in md and f"not measured: needs {k} cores" in out
+    one = next(s for s in res["series"] if s["workers"] == 1)
+    assert one["fixed"]["cores"] == res["core_plans"]["1"]["worker_cores"]
+    assert one["model"]["pps"] > 0 and one["model"]["worker_us"] == one["fixed"]["cpu_us_per_packet"]
+    assert "| threads (workers) | pkts/s | pkts/s per thread | format |" in md
+    assert "| DNS Probe, per thread | 487,000 |" in md and "| 1 | " in md
+
+
+@needs_testbed
+@pytest.mark.skipif(not shutil.which("tcpreplay"), reason="needs tcpreplay")
+def test_parallel_generators_send_every_frame(tmp_path):
+    """Two generators (one per pair of workers on a bigger host), each on its own core, send the pcap split by
+    client: every frame arrives once, each part in its order, and a client's frames are all in one part."""
+    pcap = tmp_path / "standard.pcap"
+    traffic.write_pcap("standard", 600, 7, pcap, workers=1)
+    want = list(traffic.pcap_frames(pcap))
+    parts = [list(traffic.pcap_frames(p)) for p in scaling.split_pcap(pcap, 2)]
+    assert sorted(parts[0] + parts[1]) == sorted(want) and parts[0] and parts[1]
+    assert all(scaling.flow_part(f, 2) == i for i, part in enumerate(parts) for f in part)
+    cores = sorted(os.sched_getaffinity(0))[:2]
+    opts = argparse.Namespace(generator="tcpreplay", generator_cmd=None, tcpreplay_max=None, trafgen_frames=None,
+                              generator_cores=cores)
+    with Veth() as bed:
+        sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(3))  # ETH_P_ALL
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, 33, 16 << 20)  # SO_RCVBUFFORCE: hold every frame
+            sock.bind((bed.iface, 0))
+            sent, gen = suite.run_generator(bed, pcap, 20_000, len(want), opts)
+            sock.settimeout(2)
+            got = [sock.recv(65535) for _ in range(sent)]
+        finally:
+            sock.close()
+    assert sent == gen["veth_rx"] == len(want) and gen["failed"] == 0 and gen["cores"] == cores
+    assert [g["mode"] for g in gen["parts"]] == [f"{round(20_000 * len(p) / len(want)):,} pkts/s" for p in parts]
+    assert sorted(got) == sorted(want)
+    for i, part in enumerate(parts):
+        assert [f for f in got if scaling.flow_part(f, 2) == i] == part
