@@ -24,7 +24,7 @@ GENERATOR_SEND_US = 0.57  # tcpreplay --topspeed on the veth, nothing capturing:
 # sending: tcpreplay's CPU per packet with dnsprobe capturing / without, alternated (5 Dec: 1.60 / 1.33 µs).
 KERNEL_DELIVERY_SHARE = 0.2
 TRAFGEN_SPEEDUP = 1.5  # trafgen as fast as it goes (TX_RING) against tcpreplay --topspeed on the veth
-IMBALANCE = 1.05  # the busiest worker's share × N: the fanout's flow hash over the mix's clients
+IMBALANCE = 1.03  # the busiest worker's share × N: the standard mix's 142k flows per 300k packets hashed to 16 workers
 CORUN_SLOWDOWN = 0.08  # each worker's cost grows by this when others run beside it (2 reads at once: ×1.85)
 DNS_PROBE_PER_THREAD = {"parquet": 487_000, "cdns": 805_000}  # DNS Probe's published table, AF_PACKET
 
@@ -118,6 +118,13 @@ def row_prediction(res, series):
     return {"pps": rate, "bound": bound, "worker_us": worker_us, "generator_us": round(gen_us, 3)}
 
 
+def format_backend(row_format):
+    """'dpdk-parquet' → ('parquet', 'DPDK (net_af_packet)'); 'cdns' → ('cdns', 'AF_PACKET')."""
+    if row_format.startswith("dpdk-"):
+        return row_format.removeprefix("dpdk-"), "DPDK (net_af_packet)"
+    return row_format, "AF_PACKET"
+
+
 def comparison_lines(res):
     """The measured dnsprobe rows beside DNS Probe's published ones, in its table's columns (threads, pkts/s,
     format), with the model's prediction and measured / model."""
@@ -126,15 +133,14 @@ def comparison_lines(res):
     for s in res["series"]:
         if s["tool"] != "dnsprobe":
             continue
-        backend = "DPDK (net_af_packet)" if s["format"].startswith("dpdk") else "AF_PACKET"
-        fmt = s["format"].removeprefix("dpdk-")
+        fmt, backend = format_backend(s["format"])
         pred = s.get("model")
         rate = s["best_rate"]
         shown = (f"{'≥' if s['first_fail'] is None else ''}{rate:,}" if rate else "none")
         # ≥: no rate tried failed, so the measured rate (and its ratio) is a lower bound
         ratio = f"{'≥' if s['first_fail'] is None else ''}{rate / pred['pps']:.2f}" if rate and pred else "—"
         cpu = [c for c in ((s.get("fixed") or {}).get("cpu_seconds_per_worker") or []) if c]
-        spread = f"{max(cpu) / (sum(cpu) / len(cpu)):.2f}" if cpu else "—"  # the model's b(N): 1.05
+        spread = f"{max(cpu) / (sum(cpu) / len(cpu)):.2f}" if cpu else "—"  # the model's b(N): IMBALANCE
         lines.append(f"| {s['workers']} | {shown} | {rate // s['workers'] if rate else 0:,} | {fmt} | {backend} | "
                      + (f"{pred['pps']:,} ({pred['bound']})" if pred else "—") + f" | {ratio} | {spread} |")
     labels = {s["label"]: s for s in res["series"] if s["tool"] == "dnsprobe"}
@@ -142,8 +148,9 @@ def comparison_lines(res):
         for s in labels.values():  # what the model expects of this host's run, from its 1-worker figures
             pred = row_prediction(res, {**s, "workers": n})
             if pred:
-                lines.append(f"| {n} | not measured | — | {s['format'].removeprefix('dpdk-')} | — | "
-                             f"{pred['pps']:,} ({pred['bound']}) | — | — |")
+                fmt, backend = format_backend(s["format"])
+                lines.append(f"| {n} | not measured | — | {fmt} | {backend} | {pred['pps']:,} ({pred['bound']}) "
+                             "| — | — |")
     for fmt, pps in DNS_PROBE_PER_THREAD.items():
         lines.append(f"| DNS Probe, per thread | {pps:,} | {pps:,} | {fmt} | AF_PACKET | — | (published) | — |")
     return lines

@@ -280,3 +280,10 @@ def test_parallel_generators_send_every_frame(tmp_path):
     assert sorted(got) == sorted(want)
     for i, part in enumerate(parts):
         assert [f for f in got if scaling.flow_part(f, 2) == i] == part
+
+
+def test_docs_have_the_models_table():
+    """docs/performance.md's "Scaling model" table is what scaling.model_lines() gives for the reference figures."""
+    doc = (ROOT / "docs" / "performance.md").read_text()
+    section = doc[doc.index("## Scaling model"):doc.index("## Reproducing them")]
+    assert "\n".join(scaling.model_lines()) in section
