@@ -77,6 +77,7 @@ class TopCounts:
 
         if not table.num_rows:
             return
+        table = table.select([c for c in TOP_COLUMNS if c in table.schema.names])  # (a filter takes every column)
         seconds = pc.divide(table.column("time"), 1_000_000)  # capture times are after 1970: floored
         low, high = pc.min_max(seconds).values()
         if low == high:
@@ -108,35 +109,36 @@ class TopCounts:
             bins = pc.floor(pc.multiply(pc.log2(pc.add(pc.max_element_wise(delays, 0), 1).cast(pa.float64())),
                                         float(DELAY_BINS_PER_OCTAVE))).cast(pa.int64())
             _add_counts(second.delay, pa.table({"bin": bins}), "bin")
-        names = self._counted(table, "qname")
-        second.lists["qnames"].add(*names)
+        names = self._value_counts(table, "qname")
+        second.lists["qnames"].add(names.field(0).to_pylist(), names.field(1).to_pylist())
         second.lists["domains"].add(*self._domains(table, names))
-        second.lists["clients"].add(*self._counted(table, "src"))
+        clients = self._value_counts(table, "src")
+        second.lists["clients"].add(clients.field(0).to_pylist(), clients.field(1).to_pylist())
 
     @staticmethod
-    def _counted(table, column):
-        """([value], [count]) of a column's non-null values."""
+    def _value_counts(table, column):
+        """(value, count) of a column's non-null values, a struct array."""
         import pyarrow.compute as pc
 
-        counts = pc.value_counts(pc.drop_null(table.column(column)))
-        return counts.field(0).to_pylist(), counts.field(1).to_pylist()
+        column = table.column(column)
+        return pc.value_counts(pc.drop_null(column) if column.null_count else column)
 
     def _domains(self, table, names):
         """([registered domain], [count]): the table's own where it holds them, else the Public Suffix List's for
-        each distinct QNAME (names: the QNAMEs' counts)."""
+        each distinct QNAME (names: the QNAMEs' value counts)."""
         import pyarrow as pa
 
         if "registered_domain" in table.schema.names and not table.column("registered_domain").null_count:
-            return self._counted(table, "registered_domain")
+            counts = self._value_counts(table, "registered_domain")
+            return counts.field(0).to_pylist(), counts.field(1).to_pylist()
         if self.suffixes is None:
             from export.enrich.psl import PublicSuffixes
 
             self.suffixes = PublicSuffixes()
-        found = self.suffixes.columns(pa.array(names[0], pa.string()))[1].to_pylist()
-        total = {}
-        for domain, n in zip(found, names[1]):
-            total[domain] = total.get(domain, 0) + n
-        return list(total), list(total.values())
+        found = self.suffixes.columns(names.field(0))[1]
+        counts = pa.table({"domain": found, "n": names.field(1)}).group_by("domain", use_threads=False) \
+            .aggregate([("n", "sum")])
+        return counts.column("domain").to_pylist(), counts.column("n_sum").to_pylist()
 
     def take(self):
         """The seconds counted since the last take(), as dicts (Second.as_dict), and start afresh."""

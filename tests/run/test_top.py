@@ -58,7 +58,7 @@ def captured(traffic, tmp_path_factory):
     pcap, expected = traffic
     out = tmp_path_factory.mktemp("top-out")
     with VethBed() as bed:
-        probe = Probe(bed, out, "--set", "export.flush_seconds=0.5")
+        probe = Probe(bed, out, "--set", "capture.top=true", "--set", "export.flush_seconds=0.5")
         try:
             probe.wait_ready()
             bed.send(pcap, pps=2000)
