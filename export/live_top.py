@@ -6,9 +6,9 @@ to the supervisor with each snapshot (take()); the supervisor keeps the last sec
 probe.run.top) and merges them into a snapshot.
 
 Registered domains are the table's registered_domain column where enrichment filled it, else the bundled Public
-Suffix List's (export.enrich.psl, for each distinct QNAME), as `inspect --summary` finds them. Null QNAMEs and
-clients are in no top list. Response delays are counted in bins of 1/DELAY_BINS_PER_OCTAVE octave (under 0.5 %
-apart), so the percentiles are within that of the exact ones."""
+Suffix List's (export.enrich.psl, for each distinct QNAME), as `inspect --summary` finds them (a null QNAME's is
+"", a public suffix's). Null QNAMEs and clients are in no top list. Response delays are counted in bins of
+1/DELAY_BINS_PER_OCTAVE octave (under 0.6 % apart), so the percentiles are within that of the exact ones."""
 
 import math
 
@@ -109,7 +109,7 @@ class TopCounts:
             bins = pc.floor(pc.multiply(pc.log2(pc.add(pc.max_element_wise(delays, 0), 1).cast(pa.float64())),
                                         float(DELAY_BINS_PER_OCTAVE))).cast(pa.int64())
             _add_counts(second.delay, pa.table({"bin": bins}), "bin")
-        names = self._value_counts(table, "qname")
+        names = pc.value_counts(table.column("qname"))  # (a null QNAME: in no top list, but its domain is "")
         second.lists["qnames"].add(names.field(0).to_pylist(), names.field(1).to_pylist())
         second.lists["domains"].add(*self._domains(table, names))
         clients = self._value_counts(table, "src")
