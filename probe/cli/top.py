@@ -5,6 +5,7 @@ import sys
 import time
 
 from probe.errors import ConfigError
+from probe.run.top import WINDOW_S
 
 DEFAULT_SECONDS = 10
 SHOWN = 10  # rows of each top list on the screen
@@ -23,7 +24,7 @@ def add_parser(sub):
     top.add_argument("--socket", metavar="PATH", help="the capture's socket (default: _dnsprobe.top.sock in -o DIR)")
     top.add_argument("-o", "--output", metavar="DIR", default=".", help="the capture's output directory (default .)")
     top.add_argument("-n", "--seconds", type=int, default=DEFAULT_SECONDS, metavar="N",
-                     help=f"the last N seconds of capture time (default {DEFAULT_SECONDS}, at most 300)")
+                     help=f"the last N seconds of capture time (default {DEFAULT_SECONDS}, at most {WINDOW_S})")
     top.add_argument("--json", action="store_true", help="print one snapshot as JSON and exit")
 
 
@@ -49,8 +50,8 @@ def _fetch(path, seconds):
 def run(args):
     import json
 
-    if not 1 <= args.seconds <= 300:
-        raise ConfigError("-n must be between 1 and 300")
+    if not 1 <= args.seconds <= WINDOW_S:
+        raise ConfigError(f"-n must be between 1 and {WINDOW_S}")
     path = _path(args)
     snapshot = _fetch(path, args.seconds)
     if args.json:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from probe.run.log import log
 
-WINDOW_S = 300  # seconds of capture time the supervisor keeps
+WINDOW_S = 60  # seconds of capture time the supervisor keeps (each: up to 3 x TOP_K entries)
 SOCKET_NAME = "_dnsprobe.top.sock"  # in the output directory, unless capture.top_socket says where
 PERCENTILES = (50, 90, 95, 99, 99.9)
 LISTED = 100  # entries of each top list in a snapshot

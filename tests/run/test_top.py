@@ -66,7 +66,7 @@ def captured(traffic, tmp_path_factory):
             snapshot = None
             deadline = time.monotonic() + 30
             while time.monotonic() < deadline:
-                snapshot = json.loads(run_dnsprobe("top", "-o", out, "--json", "-n", "300").stdout)
+                snapshot = json.loads(run_dnsprobe("top", "-o", out, "--json", "-n", "60").stdout)
                 if snapshot["transactions"] >= total:
                     break
                 time.sleep(0.3)
@@ -114,7 +114,7 @@ def test_same_top_lists_as_inspect_summary(captured):
 def test_screen_in_tmux(captured):
     _, out, _, _ = captured
     session = f"dnsprobe-top-{os.getpid()}"
-    cmd = f"cd {ROOT} && {sys.executable} -m probe top -o {out} -n 300"
+    cmd = f"cd {ROOT} && {sys.executable} -m probe top -o {out} -n 60"
     subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "200", "-y", "60"], check=True)
     try:
         subprocess.run(["tmux", "send-keys", "-t", session, cmd, "Enter"], check=True)
