@@ -58,7 +58,10 @@ class TopCounts:
     """One worker's counts by second of capture time, since its last take()."""
 
     def __init__(self):
+        import threading
+
         self.seconds = {}
+        self.lock = threading.Lock()  # (DPDK's threads: a pipeline's thread counts, the worker's takes)
         self.suffixes = None  # export.enrich.psl.PublicSuffixes, read when a table has no registered domains
 
     def second(self, s):
@@ -69,7 +72,8 @@ class TopCounts:
     def add_packets(self, n, now_ns):
         """n packets read, counted in the second of the newest capture time (the pipeline's clock)."""
         if n and now_ns:
-            self.second(now_ns // 1_000_000_000).packets += n
+            with self.lock:
+                self.second(now_ns // 1_000_000_000).packets += n
 
     def add_table(self, table):
         """The rows of an Arrow table of the Parquet schema (as written)."""
@@ -97,10 +101,14 @@ class TopCounts:
         built; `dnsprobe top` then shows the production pipeline's figures only)."""
 
     def _add_second(self, s, table):
+
+        with self.lock:
+            self._count(self.second(s), table)
+
+    def _count(self, second, table):
         import pyarrow as pa
         import pyarrow.compute as pc
 
-        second = self.second(s)
         second.transactions += table.num_rows
         _add_counts(second.rcode, table, "rcode")
         _add_counts(second.qtype, table, "qtype")
@@ -142,9 +150,9 @@ class TopCounts:
 
     def take(self):
         """The seconds counted since the last take(), as dicts (Second.as_dict), and start afresh."""
-        taken = [second.as_dict(s) for s, second in sorted(self.seconds.items())]
-        self.seconds = {}
-        return taken
+        with self.lock:
+            seconds, self.seconds = self.seconds, {}
+        return [second.as_dict(s) for s, second in sorted(seconds.items())]
 
 
 class Counted:
