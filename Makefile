@@ -76,7 +76,8 @@ ASAN_CI_TESTS := tests/decode/test_fastwire.py tests/export/test_columns.py \
 	tests/decode/test_decoderec.py tests/match/test_matchrec.py tests/export/test_parquetrec.py \
 	tests/export/test_cdnsrec.py tests/capture/test_ring.py tests/capture/test_packed_frames.py tests/capture/test_dnstaprecv.py \
 	tests/decode/test_dnstap_c.py tests/decode/test_tcpstream_c.py \
-	tests/export/test_lookup.py tests/export/test_psl.py tests/export/test_enrich.py tests/export/test_answers.py
+	tests/export/test_lookup.py tests/export/test_psl.py tests/export/test_enrich.py tests/export/test_answers.py \
+	tests/export/test_topk.py
 
 test-asan-ci:
 	$(MAKE) test-asan ASAN_TESTS="$(ASAN_CI_TESTS)"

@@ -113,6 +113,10 @@ def main():
          .encode())
     save("fuzz_lookup", b"\x10\n::ffff:8.8.4.4\n2001:4860:4860::8888\n8.8.8.8/24\n\n\x00\n08.8.8.8\n1.1.1.1")
     save("fuzz_answers", join_frames(text_floods()))
+    # Space-Saving: k 1 to 16, a cycle of k + 1 items (every update evicts), equal weights (ties), skipped items.
+    for k in (0, 2, 15):
+        save("fuzz_topk", bytes([k]) + bytes(b for i in range(40) for b in (i % (k + 2) | (0x80 if i % 9 == 8 else 0),
+                                                                             (0, 1, 7)[i % 3])))
     new_harnesses(rng)
 
 

@@ -251,6 +251,14 @@ class CaptureConfig:
     )
     prometheus_port: int = opt(0, "local TCP port of the Prometheus metrics endpoint (0: off)", min=0, max=65535)
     prometheus_address: str = opt("127.0.0.1", "address the Prometheus endpoint listens on")
+    top: bool = opt(
+        False, "count the figures of `dnsprobe top` (per second of capture time: rates, mixes, delays, top lists) and"
+        " serve them on capture.top_socket (about a quarter more worker CPU per packet: docs/usage.md)"
+    )
+    top_socket: typing.Optional[str] = opt(  # noqa: UP045
+        None, "the Unix socket `dnsprobe top` reads (mode 0660, owned by capture.user; null: _dnsprobe.top.sock in"
+        " the output directory)"
+    )
     user: typing.Optional[str] = opt(  # noqa: UP045
         None, "user the workers switch to after opening their sockets (null: stay)"
     )

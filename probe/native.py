@@ -23,6 +23,7 @@ EXTENSIONS = {
     "export.cdns._cdnsblock": "encoding C-DNS blocks",
     "export._lookup": "the cached lookups of enrichment and client privacy (Arrow's dictionary encoding and a dict)",
     "export.enrich._psl": "the Public Suffix List (the publicsuffixlist package, name by name)",
+    "export._topk": "the live top lists' heavy hitters (export.topk, an eviction scans the k counters)",
     "export.enrich._resolvers": "the public resolvers' prefix lists (ipaddress and bisect)",
     "export.parquet._answers": "the answers column (export.answers)",
     # The production pipeline (message records); without any of these the pipeline is the Python reference.

@@ -45,6 +45,7 @@ from probe.run.prometheus import serve_prometheus
 from probe.run.recovery import Recoveries
 from probe.run.slot import WorkerSlot
 from probe.run.supervisor_report import stats_doc, status_line, summary
+from probe.run.top import TopWindow, serve_top, stop_serving
 from probe.run.worker import WorkerSpec, worker_main
 from probe.stats import Stats
 
@@ -89,6 +90,7 @@ class Supervisor:
         self.recoveries = Recoveries(self.ctx, cfg.export)
         self.on_close = OnCloseCommands(cfg.export, cfg.capture.user)  # (before any fork: see probe.run.onclose)
         self.dns_metrics = bool(cfg.capture.prometheus_port)
+        self.top = TopWindow() if cfg.capture.top else None  # `dnsprobe top` (probe.run.top)
         self.leads = bool(getattr(worker_class, "LEADER", False))
         self.generation = 0  # starts of a led group's leader
         self.ended = set()  # groups whose end was reported (group_ended)
@@ -104,7 +106,8 @@ class Supervisor:
         slot.group = self.group()
         spec = WorkerSpec(slot.worker_id, slot.core, self.cfg, self.out_dir, self.interfaces, self.fanout_ids,
                           kernel_ip_filter=self.ip_filter_where == "kernel", dnstap_listeners=self.dnstap_listeners,
-                          dns_metrics=self.dns_metrics, group=slot.group, origin=self.origin)
+                          dns_metrics=self.dns_metrics, top=self.top is not None, group=slot.group,
+                          origin=self.origin)
         inherited = [s.conn for s in self.slots if s.conn is not None and s is not slot]
         proc = self.ctx.Process(target=worker_main, args=(spec, child, inherited, self.worker_class),
                                 name=f"dnsprobe-w{slot.worker_id}")
@@ -150,6 +153,8 @@ class Supervisor:
                 if kind == "ready":
                     slot.ready = True
                 elif kind in ("stats", "final"):
+                    if self.top is not None and "top" in rest[0]:
+                        self.top.add(rest[0].pop("top"))
                     with self.lock:
                         slot.snapshot = rest[0]
                         slot.files.extend(Path(f).name for f in rest[0].get("new_files", ()))
@@ -373,6 +378,7 @@ class Supervisor:
         except ConfigError:
             self._stop_all()
             raise
+        top_server = serve_top(self) if self.top is not None else None
         cores = ",".join(map(str, self.cores))
         log(
             f"capturing on {', '.join([*self.interfaces, *self.dnstap])} with {len(self.slots)} worker(s) on core(s)"
@@ -414,6 +420,7 @@ class Supervisor:
                 next_status = now + 1.0
         log(f"{self.stop_requested}: stopping; the workers flush their pending transactions and close their files")
         self._stop_all()
+        stop_serving(top_server, self.cfg)
         self.stopped = True
         self._groups_ended()
         self.recoveries.wait()

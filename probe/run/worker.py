@@ -40,6 +40,7 @@ class WorkerSpec:
     kernel_ip_filter: bool = False  # the filter.* IP lists are in the kernel filter, not applied by the worker
     dnstap_listeners: tuple = ()  # the dnstap listening sockets (probe.capture.dnstap_listen), shared by all workers
     dns_metrics: bool = False  # count what is written by RCODE, QTYPE, transport and delay (export.metrics)
+    top: bool = False  # count the figures of `dnsprobe top` (export.live_top)
     group: str = ""  # the name the workers of one start of a led group share (DPDK: the EAL's file prefix)
     origin: object = None  # what the files record of the run: an export.filemeta.FileOrigin (the supervisor's)
 
@@ -95,6 +96,8 @@ class WorkerShell:
         self.spec, self.conn, self.stop = spec, conn, stop
         self.pipelines = []  # one per process, or one per reading thread
         self.dns = []  # their export.metrics.DnsMetrics, with spec.dns_metrics
+        self.top = []  # their export.live_top.TopCounts, with spec.top
+        self.top_packets = []  # each pipeline's packets counted in self.top so far
         self.files = None  # FileReport, from the start of run()
         self.pushed = None  # the progress of the last snapshot sent
 
@@ -103,11 +106,24 @@ class WorkerShell:
         supervisor's (wall clock, all workers together), not the pipeline's."""
         cfg = dataclasses.replace(cfg, export=dataclasses.replace(cfg.export, rotate_seconds=0))
         pipeline = Pipeline(cfg, self.spec.out_dir, pipeline_id, live=True, origin=self.spec.origin)
+        counters = []
         if self.spec.dns_metrics:
             from export.metrics import DnsMetrics
 
             self.dns.append(DnsMetrics())
-            pipeline.count_dns(self.dns[-1])
+            counters.append(self.dns[-1])
+        if self.spec.top:
+            from export.live_top import TopCounts
+
+            self.top.append(TopCounts())
+            self.top_packets.append(0)
+            counters.append(self.top[-1])
+        if len(counters) > 1:
+            from export.live_top import Counted
+
+            counters = [Counted(*counters)]
+        if counters:
+            pipeline.count_dns(counters[0])
         self.pipelines.append(pipeline)
         return pipeline
 
@@ -194,7 +210,20 @@ class WorkerShell:
             for metrics in self.dns:
                 dns.add_dict(metrics.as_dict())
             snapshot["dns"] = dns.as_dict()
+        if self.top:
+            snapshot["top"] = self.top_seconds()
         return snapshot
+
+    def top_seconds(self):
+        """The seconds of capture time counted since the last snapshot (export.live_top), with the packets read
+        since then in the second of each pipeline's newest frame."""
+        seconds = []
+        for i, (pipeline, top) in enumerate(zip(self.pipelines, self.top)):
+            packets = pipeline.stats.packets + pipeline.stats.dnstap_frames
+            top.add_packets(packets - self.top_packets[i], pipeline.now_ns)
+            self.top_packets[i] = packets
+            seconds += top.take()
+        return seconds
 
     def push(self, final=False):
         self.pushed = self.progress()

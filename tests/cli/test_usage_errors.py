@@ -58,7 +58,7 @@ def test_a_bad_value_is_one_line_naming_the_help(outputs, args, needle, command)
 def test_a_mistyped_command_gets_the_closest(outputs):
     line = usage_error("raed", SAMPLE)
     assert line == ("dnsprobe: error: no command 'raed' (did you mean 'read'?); the commands are read, inspect,"
-                    " capture, keygen, bench, config; see dnsprobe --help")
+                    " capture, keygen, bench, config, top; see dnsprobe --help")
     assert "did you mean" not in usage_error("frobnicate")
 
 

@@ -1,0 +1,140 @@
+"""`dnsprobe top` against a live capture on a veth pair: its JSON snapshot's figures and top lists checked against
+the exact counts of the traffic sent, and its screen (rich, in a tmux session) showing the top names."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections import Counter
+
+import pytest
+from scapy.layers.inet import IP, UDP
+from scapy.layers.l2 import Ether
+from scapy.packet import Raw
+from scapy.utils import wrpcap
+from support.data import ROOT
+from support.dnsprobe import run_dnsprobe
+from support.live import CLIENT_MAC, SERVER_MAC, Probe, VethBed
+from support.messages import q_dns, r_dns
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("ip"), reason="needs root and iproute2")
+
+# QNAME → transactions: skewed, with names of one registered domain under two QNAMEs and a multi-label suffix
+NAMES = {"www.example.com": 120, "mail.example.com": 60, "shop.example.co.uk": 90, "a.example.org": 30,
+         "b.example.org": 25, "rare.example.net": 5}
+SERVER = "198.51.100.53"
+
+
+def client(i):
+    return f"192.0.2.{1 + i % 7 if i % 3 else 100}"
+
+
+@pytest.fixture(scope="module")
+def traffic(tmp_path_factory):
+    """A pcap of the NAMES' transactions (query and NOERROR response), and the exact counts of what it holds."""
+    frames, qnames, clients = [], Counter(), Counter()
+    order = [name for name, n in NAMES.items() for _ in range(n)]
+    for i, name in enumerate(order[i] for i in sorted(range(len(order)), key=lambda i: (i * 7919) % len(order))):
+        c, port, qid = client(i), 20000 + i, i & 0xFFFF
+        frames.append(Ether(src=CLIENT_MAC, dst=SERVER_MAC) / IP(src=c, dst=SERVER) / UDP(sport=port, dport=53)
+                      / Raw(q_dns(qid, name)))
+        frames.append(Ether(src=SERVER_MAC, dst=CLIENT_MAC) / IP(src=SERVER, dst=c) / UDP(sport=53, dport=port)
+                      / Raw(r_dns(qid, name)))
+        qnames[name] += 1
+        clients[c] += 1
+    path = tmp_path_factory.mktemp("top") / "top.pcap"
+    wrpcap(str(path), frames)
+    domains = Counter()
+    for name, n in qnames.items():
+        domains[".".join(name.split(".")[-3 if name.endswith(".co.uk") else -2:])] += n
+    return path, {"qnames": qnames, "registered_domains": domains, "clients": clients}
+
+
+@pytest.fixture(scope="module")
+def captured(traffic, tmp_path_factory):
+    """A running capture that has written every transaction of the traffic."""
+    pcap, expected = traffic
+    out = tmp_path_factory.mktemp("top-out")
+    with VethBed() as bed:
+        probe = Probe(bed, out, "--set", "capture.top=true", "--set", "export.flush_seconds=0.5")
+        try:
+            probe.wait_ready()
+            bed.send(pcap, pps=2000)
+            total = sum(expected["qnames"].values())
+            snapshot = None
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                snapshot = json.loads(run_dnsprobe("top", "-o", out, "--json", "-n", "60").stdout)
+                if snapshot["transactions"] >= total:
+                    break
+                time.sleep(0.3)
+            yield probe, out, snapshot, expected
+        finally:
+            assert probe.stop() == 0, probe.stderr
+            probe.kill()
+    assert not (out / "_dnsprobe.top.sock").exists(), "the socket is removed at the end"
+
+
+def test_json_snapshot_counts_exactly(captured):
+    probe, out, snapshot, expected = captured
+    total = sum(expected["qnames"].values())
+    assert snapshot["transactions"] == total
+    assert snapshot["packets"] >= 2 * total
+    assert [(m["name"], m["count"]) for m in snapshot["rcode"]] == [("NOERROR", total)]
+    assert [(m["name"], m["count"]) for m in snapshot["qtype"]] == [("A", total)]
+    assert snapshot["delay"]["count"] == total
+    for key, counts in expected.items():
+        got = {e["value"]: e["count"] for e in snapshot[key]}
+        assert got == dict(counts), key
+        assert all(e["error"] == 0 for e in snapshot[key])
+        # ranked: largest first
+        assert [e["count"] for e in snapshot[key]] == sorted(got.values(), reverse=True)
+
+
+def test_socket_mode(captured):
+    _, out, _, _ = captured
+    assert (out / "_dnsprobe.top.sock").stat().st_mode & 0o777 == 0o660
+
+
+def test_same_top_lists_as_inspect_summary(captured):
+    """The figures of the files written (inspect --summary) are the same as top's."""
+    _, out, snapshot, _ = captured
+    probe_files = sorted(str(p) for p in out.glob("*.parquet*")) or sorted(str(p) for p in out.glob("*.arrow*"))
+    if not probe_files:
+        pytest.skip("no file finished yet to summarise")
+    summary = json.loads(run_dnsprobe("inspect", "--summary", "--json", *probe_files).stdout)
+    for key, column in (("qnames", "qname"), ("clients", "src")):
+        top = [(e["value"], e["count"]) for e in snapshot[key]][:5]
+        assert [(e[column], e["count"]) for e in summary[key]["top"]][:5] == top
+
+
+@pytest.mark.skipif(not shutil.which("tmux"), reason="needs tmux")
+def test_screen_in_tmux(captured):
+    _, out, _, _ = captured
+    session = f"dnsprobe-top-{os.getpid()}"
+    cmd = f"cd {ROOT} && {sys.executable} -m probe top -o {out} -n 60"
+    subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "200", "-y", "60"], check=True)
+    try:
+        subprocess.run(["tmux", "send-keys", "-t", session, cmd, "Enter"], check=True)
+        screen = ""
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            time.sleep(0.5)
+            screen = subprocess.run(["tmux", "capture-pane", "-p", "-t", session], capture_output=True,
+                                    text=True, check=True).stdout
+            if "www.example.com" in screen and "example.co.uk" in screen and "192.0.2.100" in screen:
+                break
+        for text in ("transactions/s", "www.example.com", "shop.example.co.uk", "example.co.uk", "192.0.2.100",
+                     "NOERROR", "top QNAMEs"):
+            assert text in screen, f"{text!r} not on the screen:\n{screen}"
+        subprocess.run(["tmux", "send-keys", "-t", session, "C-c"], check=True)
+    finally:
+        subprocess.run(["tmux", "kill-session", "-t", session], check=False)
+
+
+def test_no_capture_is_one_line_exit_2(tmp_path):
+    proc = run_dnsprobe("top", "-o", tmp_path, "--json", check=False)
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1 and "no running capture" in proc.stderr
