@@ -7,7 +7,7 @@ written (everything decoded before the problem is still written); 2 usage or con
 import sys
 
 from probe import __version__
-from probe.cli import bench, capture, config, inspect, keygen, read
+from probe.cli import bench, capture, config, inspect, keygen, read, report
 from probe.cli.flags import Parser, unknown_command, unrecognized
 from probe.cli.output import error, usage_error
 from probe.errors import DnsprobeError
@@ -31,7 +31,8 @@ configuration:
 Documentation: README.md and docs/ (usage, configuration, output columns, C-DNS, live capture).
 """
 
-COMMANDS = {"read": read, "inspect": inspect, "capture": capture, "keygen": keygen, "bench": bench, "config": config}
+COMMANDS = {"read": read, "inspect": inspect, "report": report, "capture": capture, "keygen": keygen, "bench": bench,
+            "config": config}
 
 
 def build_parser():
