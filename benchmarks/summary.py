@@ -41,6 +41,7 @@ import traffic  # noqa: E402
 COMMAND = [sys.executable, "-m", "probe"]
 PACKETS = 2_120_000  # of the standard mix: about 1,000,000 transactions
 TIME_COLUMNS = ("unixtime", "time", "query_time", "response_time")  # moved together; time_micro stays
+DATA_SETS = ("standard mix", "unique names")
 
 
 def base_table(tmp):
@@ -154,11 +155,11 @@ def markdown(res):
     return "\n".join(lines) + "\n"
 
 
-def data_sets_in(top, copies, tmp):
-    """{name: (directory, records)} of the two data sets under top, written unless there already."""
+def data_sets_in(top, copies, tmp, names=DATA_SETS):
+    """{name: (directory, records)} of the data sets (of DATA_SETS) under top, written unless there already."""
     import pyarrow.parquet as pq
 
-    dirs = {name: top / f"{name.replace(' ', '-')}-{copies}" for name in ("standard mix", "unique names")}
+    dirs = {name: top / f"{name.replace(' ', '-')}-{copies}" for name in names}
     table = None
     out = {}
     for name, directory in dirs.items():

@@ -37,6 +37,7 @@ have dnsperf || need+=(dnsperf)
 have fstrm_replay || need+=(fstrm-bin)
 have dnstap || need+=(golang-github-dnstap-golang-dnstap-cli)
 have openssl || need+=(openssl)
+have chromium || need+=(chromium)             # renders dnsprobe report's page headless (tests/cli/test_report.py)
 # The C extensions (export/parquet/_columns.c, probe/decode/_fastwire.c; without them the package falls back to
 # slower Python and tests/decode/test_fastwire.py fails) need a C compiler and Python's headers; the DPDK one
 # (tests/run/test_dpdk.py) also libdpdk, found with pkg-config.

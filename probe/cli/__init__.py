@@ -7,7 +7,7 @@ written (everything decoded before the problem is still written); 2 usage or con
 import sys
 
 from probe import __version__
-from probe.cli import bench, capture, config, inspect, keygen, read, top
+from probe.cli import bench, capture, config, inspect, keygen, read, report, top
 from probe.cli.flags import Parser, unknown_command, unrecognized
 from probe.cli.output import error, usage_error
 from probe.errors import DnsprobeError
@@ -31,8 +31,8 @@ configuration:
 Documentation: README.md and docs/ (usage, configuration, output columns, C-DNS, live capture).
 """
 
-COMMANDS = {"read": read, "inspect": inspect, "capture": capture, "keygen": keygen, "bench": bench, "config": config,
-            "top": top}
+COMMANDS = {"read": read, "inspect": inspect, "report": report, "capture": capture, "keygen": keygen, "bench": bench,
+            "config": config, "top": top}
 
 
 def build_parser():

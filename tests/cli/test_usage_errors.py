@@ -58,7 +58,7 @@ def test_a_bad_value_is_one_line_naming_the_help(outputs, args, needle, command)
 def test_a_mistyped_command_gets_the_closest(outputs):
     line = usage_error("raed", SAMPLE)
     assert line == ("dnsprobe: error: no command 'raed' (did you mean 'read'?); the commands are read, inspect,"
-                    " capture, keygen, bench, config, top; see dnsprobe --help")
+                    " report, capture, keygen, bench, config, top; see dnsprobe --help")
     assert "did you mean" not in usage_error("frobnicate")
 
 
@@ -74,7 +74,7 @@ def test_an_option_of_another_command_names_it(outputs):
     assert usage_error("read", "x", "-i", "eth0") == ("dnsprobe: error: -i is an option of `dnsprobe capture` and"
                                                       " `dnsprobe config`, not of `dnsprobe read`; see dnsprobe read"
                                                       " --help")
-    assert "--limit is an option of `dnsprobe inspect`, not of `dnsprobe read`" in \
+    assert "--limit is an option of `dnsprobe inspect` and `dnsprobe report`, not of `dnsprobe read`" in \
         usage_error("read", SAMPLE, "--limit=3")
 
 
