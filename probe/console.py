@@ -11,10 +11,14 @@ import sys
 
 
 def main():
+    from probe.timeline import mark
+
+    mark("main")
     if sys.argv[1:2] != ["bench"] and "pyarrow" not in sys.modules:
         sys.modules.setdefault("numpy", None)  # an import of it raises ImportError
     from probe.cli import main as command
 
+    mark("commands imported")
     return command()
 
 
@@ -31,6 +35,9 @@ def run():
     import atexit
     import os
 
+    from probe.timeline import mark
+
+    mark("exit")
     atexit._run_exitfuncs()
     try:
         sys.stdout.flush()
