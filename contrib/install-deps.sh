@@ -23,6 +23,7 @@ have dnscap || need+=(dnscap)                 # dnsprobe bench compares against 
 { have netsniff-ng && have trafgen; } || need+=(netsniff-ng)  # also trafgen: dnsprobe bench's fast generator
 have tcpdump || need+=(tcpdump)
 have tmux || need+=(tmux)                     # dnsprobe top's screen test (tests/run/test_top.py)
+have perf || need+=(linux-perf)                # benchmarks/profile.py --perf and --live
 have java || need+=(openjdk-17-jre-headless)  # Apache Spark reads our Parquet in tests/oracle/test_engines.py
 # dnstap: real servers as producers, started by the tests in a network namespace of their own
 # (tests/oracle/test_dnstap_servers.py), libfstrm's tools, an independent decoder (golang-dnstap)

@@ -18,7 +18,16 @@ import typing
 from dataclasses import dataclass, field
 
 from probe.capture.pcapfilter import check_expression
-from probe.config_values import Text, check_value, flatten, read_yaml, unknown_key, value_from_text, yaml_module
+from probe.config_values import (
+    Options,
+    Text,
+    check_value,
+    flatten,
+    read_yaml,
+    unknown_key,
+    value_from_text,
+    yaml_module,
+)
 from probe.decode.dnstap_types import DEFAULT_TYPES as DNSTAP_DEFAULT_TYPES
 from probe.decode.dnstap_types import TYPE_NAMES as DNSTAP_TYPE_NAMES
 from probe.decode.ipfilter import check_network
@@ -62,8 +71,8 @@ def opt(default, help, *, min=None, max=None, choices=None, check=None, allow_em
     return field(default=default, metadata=meta)
 
 
-@dataclass(frozen=True)
-class DecodeConfig:
+@dataclass(frozen=True, init=False, eq=False, repr=False)
+class DecodeConfig(Options):
     dns_ports: tuple[int, ...] = opt((53,), "UDP/TCP ports that carry DNS", min=1, max=65535)
     parser: str = opt(
         "auto",
@@ -93,8 +102,8 @@ class DecodeConfig:
     )
 
 
-@dataclass(frozen=True)
-class MatchConfig:
+@dataclass(frozen=True, init=False, eq=False, repr=False)
+class MatchConfig(Options):
     query_timeout: float = opt(5.0, "seconds (capture time) a query waits for its response", min=0.000001)
     max_pending: int = opt(
         1000000, "pending queries held at once, retries under one key included (oldest exported as query-only)",
@@ -110,8 +119,8 @@ class MatchConfig:
     )
 
 
-@dataclass(frozen=True)
-class ExportConfig:
+@dataclass(frozen=True, init=False, eq=False, repr=False)
+class ExportConfig(Options):
     format: str = opt("parquet", "output format: parquet, or cdns (C-DNS, RFC 8618)", choices=("parquet", "cdns"))
     directory: str = opt(".", "output directory (the -o flag)")
     file_prefix: str = opt("dnsprobe.", "output file name prefix", check=_file_name_part)
@@ -195,8 +204,8 @@ class ExportConfig:
     )
 
 
-@dataclass(frozen=True)
-class RunConfig:
+@dataclass(frozen=True, init=False, eq=False, repr=False)
+class RunConfig(Options):
     batch_size: int = opt(4096, "frames per batch handed from a source to the decoder", min=1, max=1 << 20)
     progress: str = opt(
         "auto", "progress bar: auto (on a terminal), always, never", choices=("auto", "always", "never")
@@ -212,8 +221,8 @@ class RunConfig:
     )
 
 
-@dataclass(frozen=True)
-class CaptureConfig:
+@dataclass(frozen=True, init=False, eq=False, repr=False)
+class CaptureConfig(Options):
     interfaces: typing.Optional[tuple[str, ...]] = opt(  # noqa: UP045 (check_value reads typing.Optional)
         None, "network interfaces to capture on (the -i flag, repeatable); needed by `dnsprobe capture`"
     )
@@ -272,8 +281,8 @@ class CaptureConfig:
     )
 
 
-@dataclass(frozen=True)
-class DpdkConfig:
+@dataclass(frozen=True, init=False, eq=False, repr=False)
+class DpdkConfig(Options):
     enabled: bool = opt(
         False, "capture with DPDK instead of AF_PACKET (the --dpdk flag; needs the DPDK extension, see docs/dpdk.md)"
     )
@@ -319,8 +328,8 @@ def _host_port(value):
     return value
 
 
-@dataclass(frozen=True)
-class DnstapConfig:
+@dataclass(frozen=True, init=False, eq=False, repr=False)
+class DnstapConfig(Options):
     message_types: tuple[str, ...] = opt(
         DNSTAP_DEFAULT_TYPES, "dnstap message types made into transactions (the others are only counted): "
         + ", ".join(DNSTAP_TYPE_NAMES), choices=DNSTAP_TYPE_NAMES,
@@ -347,8 +356,8 @@ class DnstapConfig:
     )
 
 
-@dataclass(frozen=True)
-class PrivacyConfig:
+@dataclass(frozen=True, init=False, eq=False, repr=False)
+class PrivacyConfig(Options):
     anonymize: bool = opt(
         False, "replace client addresses by their cryptopANT prefix-preserving anonymisation (key: privacy.key_file)"
     )
@@ -371,8 +380,8 @@ def _networks(family, allow):
     return opt((), f"IPv{family} addresses or CIDR prefixes: {meaning}", check=check_network(family), allow_empty=True)
 
 
-@dataclass(frozen=True)
-class FilterConfig:
+@dataclass(frozen=True, init=False, eq=False, repr=False)
+class FilterConfig(Options):
     ipv4_allow: tuple[str, ...] = _networks(4, True)
     ipv4_deny: tuple[str, ...] = _networks(4, False)
     ipv6_allow: tuple[str, ...] = _networks(6, True)
@@ -384,8 +393,8 @@ class FilterConfig:
     )
 
 
-@dataclass(frozen=True)
-class EnrichConfig:
+@dataclass(frozen=True, init=False, eq=False, repr=False)
+class EnrichConfig(Options):
     geoip_country: typing.Optional[str] = opt(  # noqa: UP045
         None, "MaxMind-format country database (GeoLite2-Country or -City): fills country and"
         " edns_client_subnet_country (null: off)",
@@ -410,8 +419,8 @@ class EnrichConfig:
                           max=100_000_000)
 
 
-@dataclass(frozen=True)
-class Config:
+@dataclass(frozen=True, init=False, eq=False, repr=False)
+class Config(Options):
     decode: DecodeConfig = field(default_factory=DecodeConfig)
     match: MatchConfig = field(default_factory=MatchConfig)
     export: ExportConfig = field(default_factory=ExportConfig)
@@ -433,7 +442,6 @@ def options():
         hints = typing.get_type_hints(cls)
         for f in dataclasses.fields(cls):
             yield f"{section}.{f.name}", f, hints[f.name]
-
 
 
 def load_config(path=None, overrides=None):

@@ -3,11 +3,49 @@ value against them (check_value), the YAML of a configuration file composed and 
 option takes the scalar as written), and the text of --set KEY=VALUE (Text). Every problem raises ConfigError
 naming the key."""
 
+import dataclasses
 import math
 import typing
 from pathlib import Path
 
 from probe.errors import ConfigError
+
+
+class Options:
+    """The base of probe/config.py's option sections (dataclass(frozen=True, init=False, eq=False, repr=False)):
+    their __init__ (by keyword), equality, hash and repr as dataclasses would write them (fields in order, equal
+    only to the same class), but one function each for all of them. dataclasses compiles each method of each class
+    from source text at import: most of probe.config's share of every command's start (docs/performance.md,
+    start-up). Frozen still: dataclasses' own __setattr__ refuses a change."""
+
+    __slots__ = ()
+
+    def __init__(self, **values):
+        for f in dataclasses.fields(self):
+            if f.name in values:
+                value = values.pop(f.name)
+            elif f.default_factory is not dataclasses.MISSING:
+                value = f.default_factory()
+            else:
+                value = f.default
+            object.__setattr__(self, f.name, value)
+        for name in values:
+            raise TypeError(f"{self.__class__.__qualname__}.__init__() got an unexpected keyword argument {name!r}")
+
+    def _values(self):
+        return tuple(getattr(self, f.name) for f in dataclasses.fields(self))
+
+    def __eq__(self, other):
+        if other.__class__ is self.__class__:
+            return self._values() == other._values()
+        return NotImplemented
+
+    def __hash__(self):
+        return hash(self._values())
+
+    def __repr__(self):
+        values = ", ".join(f"{f.name}={getattr(self, f.name)!r}" for f in dataclasses.fields(self))
+        return f"{self.__class__.__qualname__}({values})"
 
 
 def _check_scalar(key, value, typ, meta):

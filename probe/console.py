@@ -12,10 +12,14 @@ import sys
 
 
 def main():
+    from probe.timeline import mark
+
+    mark("main")
     if sys.argv[1:2] not in (["bench"], ["report"]) and "pyarrow" not in sys.modules:
         sys.modules.setdefault("numpy", None)  # an import of it raises ImportError
     from probe.cli import main as command
 
+    mark("commands imported")
     return command()
 
 
@@ -32,6 +36,9 @@ def run():
     import atexit
     import os
 
+    from probe.timeline import mark
+
+    mark("exit")
     atexit._run_exitfuncs()
     try:
         sys.stdout.flush()

@@ -7,7 +7,6 @@ them); `read` runs it on every frame with libpcap's own interpreter (bpf_filter)
 """
 
 import ctypes
-import ctypes.util
 
 from probe.errors import ConfigError
 from probe.model import LINKTYPE_RAW, FrameBatch
@@ -33,6 +32,8 @@ def libpcap():
     """The system's libpcap, loaded once; ConfigError when it is not installed."""
     global _libpcap
     if _libpcap is None:
+        import ctypes.util  # here: it imports subprocess, tempfile and shutil, which a read without --filter skips
+
         name = ctypes.util.find_library("pcap") or "libpcap.so.0.8"
         try:
             lib = ctypes.CDLL(name)

@@ -10,6 +10,7 @@ from probe.cli.output import end_of_run, need_file, show_progress
 from probe.config import load_config
 from probe.run.checks import check_config
 from probe.run.offline import read_files
+from probe.timeline import mark
 
 READ_EPILOG = """\
 Reads pcap and pcapng files, plain or compressed with gzip, xz or zstd (recognised by content),
@@ -72,6 +73,7 @@ def add_parser(sub):
 def run(args):
     cfg = load_config(args.config, overrides(args, READ_FLAGS + READ_SWITCHES))
     check_config(cfg, "read")
+    mark("configuration read")
     args.files = [STDIN if f == "-" else f for f in args.files]
     for f in args.files:
         need_file(f, "input file ")

@@ -42,6 +42,7 @@ from probe.run.checks import read_workers
 from probe.run.onclose import OnCloseCommands
 from probe.run.pipeline import Pipeline, file_origin
 from probe.stats import COUNTER_NAMES, Stats
+from probe.timeline import mark
 
 
 def read_files(cfg, files, progress=None):
@@ -220,6 +221,7 @@ def _read_parallel(cfg, files, out_dir, workers, cores, progress, on_close):
 
     copied = [i for i, f in enumerate(files) if not _opens_itself(f)]
     preload(cfg)
+    mark("forking the read workers")
     procs, conns, commands = _start_workers(multiprocessing.get_context("fork"), cfg, files, out_dir, workers, cores,
                                             copied, progress)
     on_close.start_thread()
@@ -379,6 +381,7 @@ def _worker(cfg, files, out_dir, k, n, core, conn, commands, copied, others, pro
                 return False
             raise
 
+    mark(f"read worker {k} started")
     began = time.monotonic()
     try:
         if core is not None:

@@ -21,10 +21,7 @@ run waits for them (a second ^C leaves the running ones to end on their own and 
 import collections
 import os
 import select
-import shutil
 import signal
-import subprocess
-import tempfile
 import threading
 import time
 
@@ -64,6 +61,8 @@ class OnCloseCommands:
         self.told = False  # the end's waiting was logged
         if not self.argv:
             return
+        import shutil  # (this, subprocess and tempfile: only with commands; a run without them starts sooner)
+
         self.program = shutil.which(self.argv[0])
         if self.program is None:
             raise ConfigError(f"config key 'export.on_close': {self.argv[0]!r} is not a program found in PATH or an"
@@ -151,6 +150,9 @@ class OnCloseCommands:
         self.queue.extend(os.fsdecode(p) for p in paths)
 
     def _start(self, path):
+        import subprocess
+        import tempfile
+
         stderr = tempfile.TemporaryFile()
         try:
             proc = subprocess.Popen([*self.argv, path], executable=self.program, stdin=subprocess.DEVNULL,

@@ -24,6 +24,7 @@ from probe.match import RecordTable, TransactionTable
 from probe.model import DnstapBatch
 from probe.native import load, records_built
 from probe.stats import Stats
+from probe.timeline import mark
 
 _records = load("probe._records")
 
@@ -89,7 +90,9 @@ class Pipeline:
                                       tx_records=columnar, origin=origin or file_origin(cfg, ()))
         self._until_gc = GC_EVERY_PACKETS
         self._collections = 0
+        self._decoded_any = False  # (for the timeline's first frame decoded)
         self.started = time.time()
+        mark("pipeline made")
 
     @property
     def now_ns(self):
@@ -111,6 +114,8 @@ class Pipeline:
             self._collections += 1
             # Young generations usually; all of them now and then, for cycles among long-lived objects.
             gc.collect(1 if self._collections % GC_FULL_EVERY else 2)
+        if not self._decoded_any and len(batch):
+            mark("first batch read")
         decoder = self._dnstap_decoder() if type(batch) is DnstapBatch else self.decoder
         if self.columnar:
             msgs = self._msgs
@@ -118,6 +123,9 @@ class Pipeline:
             decoder.decode_into(batch, msgs, source_name)
         else:
             msgs = decoder.decode(batch, source_name)
+        if not self._decoded_any and len(batch):
+            self._decoded_any = True
+            mark("first frame decoded")
         if self.exporter.due(self.now_ns):
             # Close on time first: what completed before this batch belongs to the closing file.
             self._export()

@@ -51,10 +51,11 @@ def test_bench_keeps_numpy_importable(tmp_path):
 
 # Modules a plain one-worker `read` to Parquet does without, imported by the options that need them:
 # pyarrow.compute (client privacy, the hive layout), multiprocessing (--workers), logging (a missing C extension's
-# warning), difflib (a suggestion in an error). Each is start-up time a short read pays for nothing. (YAML and
+# warning), difflib (a suggestion in an error), subprocess, tempfile and shutil (export.on_close commands; ctypes.util,
+# which imports them, for --filter). Each is start-up time a short read pays for nothing. (YAML and
 # hashlib are every run's since each file records its configuration digest, the SHA-256 of the YAML `dnsprobe
 # config` prints: export/filemeta.py.)
-NOT_AT_START = ("pyarrow.compute", "multiprocessing", "logging", "difflib")
+NOT_AT_START = ("pyarrow.compute", "multiprocessing", "logging", "difflib", "subprocess", "tempfile", "ctypes.util")
 
 
 def test_a_plain_read_starts_without_the_modules_of_options_it_does_not_use(tmp_path):
@@ -95,3 +96,34 @@ def test_the_command_ends_without_the_teardown_but_runs_the_atexit_functions(tmp
     assert read_output(out).num_rows > 0
     assert command("run", tmp_path / "missing") == (2, ["before", "atexit"])
     assert command("main", tmp_path / "missing") == (2, ["before", "atexit", "teardown"])
+
+
+def _timeline(out, *flags, timeline="1"):
+    env = {**os.environ, "DNSPROBE_TIMELINE": timeline}
+    proc = subprocess.run([sys.executable, "-m", "probe", "read", str(SAMPLE), "-o", str(out), "-q", *flags],
+                          cwd=ROOT, env=env, capture_output=True, text=True, check=True)
+    return [(float(line.split()[2]), line.split()[5], " ".join(line.split()[6:])) for line in proc.stderr.splitlines()
+            if line.startswith("dnsprobe timeline:")]
+
+
+def test_the_timeline_gives_the_points_of_a_read_in_order(tmp_path):
+    # DNSPROBE_TIMELINE=1 (probe/timeline.py): a line per point, the shared monotonic clock's time, in the order passed.
+    for name in ("a", "b", "c"):
+        (tmp_path / name).mkdir()
+    marks = _timeline(tmp_path / "a")
+    assert [point for _, _, point in marks] == [
+        "main", "commands imported", "configuration read", "pipeline made", "first batch read", "first frame decoded",
+        "exit"]
+    times = [t for t, _, _ in marks]
+    assert times == sorted(times)
+    assert len({pid for _, pid, _ in marks}) == 1
+    # Two read workers: each its own pipeline and first frame, after the parent forked them.
+    marks = _timeline(tmp_path / "b", "--workers", "2")
+    points = [point for _, _, point in marks]
+    assert points.index("forking the read workers") < points.index("read worker 0 started")
+    for k in (0, 1):
+        pid = next(p for _, p, point in marks if point == f"read worker {k} started")
+        assert [point for _, p, point in marks if p == pid][1:] == ["pipeline made", "first batch read",
+                                                                     "first frame decoded"]
+    assert _timeline(tmp_path / "c", timeline="") == []
+    assert read_output(tmp_path / "c").num_rows > 0
