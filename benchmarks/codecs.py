@@ -265,6 +265,12 @@ def markdown(res):
     return "\n".join(lines)
 
 
+def code(offline):
+    """The code measured (benchmarks/offline.code), with the command every candidate runs."""
+    return {**offline.code(), "dnsprobe_command": "python benchmarks/codecs.py --child PATCH read FILE -o TMPDIR -q "
+            "--no-progress --format FORMAT [--set KEY=VALUE ...]"}
+
+
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["--child"]:
@@ -307,7 +313,7 @@ def main(argv=None):
         "date_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
         "command": "python benchmarks/codecs.py " + " ".join(argv),
         "core": core, "repeat": args.repeat, "packets": args.packets, "machine": mach,
-        "load_average_at_end": [round(x, 2) for x in os.getloadavg()], "code": offline.code(),
+        "load_average_at_end": [round(x, 2) for x in os.getloadavg()], "code": code(offline),
         "input": {"file": str(Path(pcap).relative_to(HERE.parent)) if Path(pcap).is_relative_to(HERE.parent)
                   else str(pcap), "packets": args.packets, "records": results[0]["records"]},
         "candidates": results,
