@@ -169,7 +169,8 @@ class ExportConfig(Options):
         only="parquet",
     )
     compression_level: typing.Optional[int] = opt(  # noqa: UP045
-        None, "level of the Parquet codec or of cdns_compression (null: the codec's default)"
+        None, "level of the Parquet codec or of cdns_compression (null: the codec's default; Parquet: zstd 1,"
+        " gzip 9, brotli 8; C-DNS: gzip 6, xz 6, zstd 3)"
     )
     rotate_blocks: int = opt(0, "C-DNS: close a file after this many blocks (0: no limit)", min=0, only="cdns")
     cdns_block_items: int = opt(
