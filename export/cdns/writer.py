@@ -149,7 +149,7 @@ class _Identity:
 
 def compressor(codec, level):
     """An object with compress(bytes) and flush() for the whole-file codec; level None: gzip 6, xz 6, zstd 3
-    (gzip 6 rather than 9: a third less CPU for 0.3 % more bytes, benchmarks/codecs.py)."""
+    (gzip 6 rather than 9: a third less CPU for 0.3 % more bytes, benchmarks/encodings.py)."""
     if codec == "none":
         return _Identity()
     if codec == "gzip":

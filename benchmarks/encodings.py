@@ -1,8 +1,8 @@
 """Output encodings measured: CPU per packet against bytes per transaction, for each candidate setting.
 
-    python benchmarks/codecs.py                    # 1,000,000 packets of the standard mix, 3 rounds
-    python benchmarks/codecs.py --packets 500000 --repeat 5
-    python benchmarks/codecs.py --only zstd-3,lz4  # some candidates only (names: --list)
+    python benchmarks/encodings.py                    # 1,000,000 packets of the standard mix, 3 rounds
+    python benchmarks/encodings.py --packets 500000 --repeat 5
+    python benchmarks/encodings.py --only zstd-3,lz4  # some candidates only (names: --list)
 
 Each candidate is one `dnsprobe read FILE -o DIR -q --no-progress` of the same capture (benchmarks/traffic.py),
 pinned to one CPU and charged the user+system CPU time of the child (benchmarks/offline.run_measured; C-DNS's
@@ -15,7 +15,7 @@ Candidates: Parquet codecs (none, snappy, lz4, zstd at levels null = Arrow's def
 dictionaries on every column or on none, row groups of 25k/100k/500k rows, data pages of 1 MiB (pyarrow's default)
 or 8 MiB, no page index, no statistics; C-DNS blocks of 2,500/10,000/50,000 items and its whole-file codecs (gzip,
 zstd, xz). Settings the configuration has are given with --set; the others (dictionaries, data page size,
-statistics) are patched into pyarrow's ParquetWriter in the child (`codecs.py --child`), and every candidate runs
+statistics) are patched into pyarrow's ParquetWriter in the child (`encodings.py --child`), and every candidate runs
 through that same child wrapper so they all pay the same start-up. "no-writer" patches ParquetWriter.write_table
 out: the rows are built, nothing is encoded or written, which tells the writer's share of the CPU.
 
@@ -23,7 +23,7 @@ out: the rows are built, nothing is encoded or written, which tells the writer's
 dictionaries, delta encodings, statistics, page index, row groups of 100,000), without a codec and
 with zstd: which columns the writer's time goes to.
 
-Results go to benchmarks/results/codecs.json and codecs.md.
+Results go to benchmarks/results/encodings.json and encodings.md.
 """
 
 import argparse
@@ -82,7 +82,7 @@ CANDIDATES = [
 
 
 # ----------------------------------------------------------------------------------------------
-# The child: `dnsprobe` with pyarrow's ParquetWriter patched (codecs.py --child PATCH_JSON read ...)
+# The child: `dnsprobe` with pyarrow's ParquetWriter patched (encodings.py --child PATCH_JSON read ...)
 # ----------------------------------------------------------------------------------------------
 
 
@@ -267,7 +267,7 @@ def markdown(res):
 
 def code(offline):
     """The code measured (benchmarks/offline.code), with the command every candidate runs."""
-    return {**offline.code(), "dnsprobe_command": "python benchmarks/codecs.py --child PATCH read FILE -o TMPDIR -q "
+    return {**offline.code(), "dnsprobe_command": "python benchmarks/encodings.py --child PATCH read FILE -o TMPDIR -q "
             "--no-progress --format FORMAT [--set KEY=VALUE ...]"}
 
 
@@ -311,7 +311,7 @@ def main(argv=None):
     results = [summarise(c, samples[c["name"]], args.packets) for c in cands]
     res = {
         "date_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
-        "command": "python benchmarks/codecs.py " + " ".join(argv),
+        "command": "python benchmarks/encodings.py " + " ".join(argv),
         "core": core, "repeat": args.repeat, "packets": args.packets, "machine": mach,
         "load_average_at_end": [round(x, 2) for x in os.getloadavg()], "code": code(offline),
         "input": {"file": str(Path(pcap).relative_to(HERE.parent)) if Path(pcap).is_relative_to(HERE.parent)
@@ -320,7 +320,7 @@ def main(argv=None):
         "columns": columns,
     }
     text = markdown(res)
-    offline.report("codecs", res, text, not args.no_save)
+    offline.report("encodings", res, text, not args.no_save)
     return 0
 
 
