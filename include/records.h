@@ -140,6 +140,7 @@ typedef struct {
     uint32_t *caplen, *wirelen, *tag;
     int64_t *ts;
     Py_ssize_t n, cap;
+    int decoding; /* decode_packed calls under way: clear() would free the frames they read (refused) */
 } Frames;
 
 /* What probe._records gives the other extensions (its capsule RECORDS_CAPSULE). */

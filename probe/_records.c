@@ -985,6 +985,10 @@ fail:
 static PyObject *frames_clear(PyObject *self, PyObject *Py_UNUSED(unused))
 {
     Frames *f = (Frames *)self;
+    if (f->decoding) {
+        PyErr_SetString(PyExc_RuntimeError, "Frames.clear() while the frames are being decoded");
+        return NULL;
+    }
     f->n = 0;
     if (PyList_SetSlice(f->owners, 0, PyList_GET_SIZE(f->owners), NULL) < 0)
         return NULL;

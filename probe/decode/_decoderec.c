@@ -680,7 +680,10 @@ static PyObject *decode_packed(PyObject *Py_UNUSED(self), PyObject *args)
     long long counts[N_COUNTS] = {0};
     unsigned char *scratch = NULL;
     size_t scratch_len = 0;
-    Py_INCREF(frames); /* (keep4/keep6 and tcp are Python code) */
+    /* keep4/keep6 and tcp are Python code: the frames are held, and their clear() (which lets go of the memory
+     * the frame being decoded points into) refused until the loop ends. */
+    Py_INCREF(frames);
+    frames->decoding++;
     Py_ssize_t i = start < 0 ? 0 : start, len;
     long long wirelen;
     Fast x;
@@ -708,6 +711,7 @@ static PyObject *decode_packed(PyObject *Py_UNUSED(self), PyObject *args)
     result = loop_result(i, j, counts_obj, counts);
 done:
     PyMem_Free(scratch);
+    frames->decoding--;
     Py_DECREF(frames);
     return tcp_done(tcp, result);
 }

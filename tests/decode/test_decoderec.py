@@ -350,3 +350,44 @@ except TypeError as e:
     proc = run_python(code)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("TypeError counts must be a list of 5 ints"), proc.stdout
+
+
+@pytest.mark.parametrize("callback", ["keep", "tcp_step", "on_reset"])
+def test_packed_frames_are_not_cleared_while_decoded(callback):
+    # A callback of the loop (the IP list's keep, the Python TCP step, the C step's on_reset) that cleared the
+    # Frames let go of the only reference to the frame being decoded, which the loop then read (freed memory):
+    # the clear() is refused while the loop runs, and the frames stay as they were.
+    code = CRAFTED_SETUP + """
+import sys
+from scapy.all import TCP
+from probe.decode._tcpstream import TcpReassembler
+from probe.stats import Stats
+callback = sys.argv[1]
+frames, junk = _records.Frames(), []
+def clear(*args):
+    frames.clear()
+    junk.extend(bytes(100) for _ in range(100))  # the freed frame's memory is given to these
+    return []
+tcp_flags = "R" if callback == "on_reset" else "PA"
+if callback == "keep":
+    frame = udp_frame("192.0.2.1", 77)
+else:
+    frame = bytes(Ether() / IP(src="192.0.2.1", dst="198.51.100.53")
+                  / TCP(sport=40000, dport=53, flags=tcp_flags, seq=1) / b"\\x00\\x02ab")
+frames.add(frame, 1, 100)
+want = frame.hex()
+del frame  # the frames hold the only reference
+keep = clear if callback == "keep" else None
+tcp = {"keep": None, "tcp_step": clear, "on_reset": (TcpReassembler(10**9, 10, 100, 10, Stats()), clear)}[callback]
+try:
+    _decoderec.decode_packed(frames, 0, _records.MsgBatch(), portmap, keep, None, [0] * 5, tcp, True)
+except RuntimeError as e:
+    print("RuntimeError", e)
+print(len(frames), frames.lists()[2][0].hex() == want)
+frames.clear()
+print(len(frames))
+"""
+    proc = run_python(code, callback)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split("\n")[:3] == [
+        "RuntimeError Frames.clear() while the frames are being decoded", "1 True", "0"], proc.stdout
