@@ -995,23 +995,52 @@ static PyObject *frames_clear(PyObject *self, PyObject *Py_UNUSED(unused))
     Py_RETURN_NONE;
 }
 
+/* A frame held by the bytes object data. */
+static int frames_add_bytes(Frames *f, PyObject *data, long long ts, unsigned long long wirelen,
+                            unsigned long long tag)
+{
+    if (!PyBytes_Check(data)) {
+        PyErr_SetString(PyExc_TypeError, "a frame must be bytes");
+        return -1;
+    }
+    if (PyBytes_GET_SIZE(data) > UINT32_MAX || wirelen > UINT32_MAX || tag > UINT32_MAX) {
+        PyErr_SetString(PyExc_OverflowError, "frame length or tag over 32 bits");
+        return -1;
+    }
+    if (frames_own(f, data) < 0)
+        return -1;
+    return frames_add(f, (const unsigned char *)PyBytes_AS_STRING(data), (uint32_t)PyBytes_GET_SIZE(data),
+                      (uint32_t)wirelen, ts, (uint32_t)tag);
+}
+
 /* add(data, ts_ns, wirelen, tag=0): a frame held by the bytes object data (for tests and Python sources). */
 static PyObject *frames_py_add(PyObject *self, PyObject *args)
 {
-    Frames *f = (Frames *)self;
     PyObject *data;
     long long ts;
-    unsigned long wirelen, tag = 0;
-    if (!PyArg_ParseTuple(args, "O!Lk|k:add", &PyBytes_Type, &data, &ts, &wirelen, &tag))
+    unsigned long long wirelen, tag = 0;
+    if (!PyArg_ParseTuple(args, "OLK|K:add", &data, &ts, &wirelen, &tag)
+        || frames_add_bytes((Frames *)self, data, ts, wirelen, tag) < 0)
         return NULL;
-    if (PyBytes_GET_SIZE(data) > UINT32_MAX || wirelen > UINT32_MAX || tag > UINT32_MAX) {
-        PyErr_SetString(PyExc_OverflowError, "frame length or tag over 32 bits");
+    Py_RETURN_NONE;
+}
+
+/* extend(ts_ns, wirelen, data): the frames of a FrameBatch's three lists (packets.py packed). */
+static PyObject *frames_extend(PyObject *self, PyObject *args)
+{
+    PyObject *ts, *wl, *data;
+    if (!PyArg_ParseTuple(args, "O!O!O!:extend", &PyList_Type, &ts, &PyList_Type, &wl, &PyList_Type, &data))
         return NULL;
+    /* (the lengths read at each frame: an int's __index__ is Python code that may change the lists) */
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(data) && i < PyList_GET_SIZE(ts) && i < PyList_GET_SIZE(wl); i++) {
+        PyObject *d = Py_NewRef(PyList_GET_ITEM(data, i));
+        long long t = PyLong_AsLongLong(PyList_GET_ITEM(ts, i));
+        unsigned long long w = t == -1 && PyErr_Occurred() ? 0 : PyLong_AsUnsignedLongLong(PyList_GET_ITEM(wl, i));
+        int bad = PyErr_Occurred() || frames_add_bytes((Frames *)self, d, t, w, 0) < 0;
+        Py_DECREF(d);
+        if (bad)
+            return NULL;
     }
-    if (frames_own(f, data) < 0
-        || frames_add(f, (const unsigned char *)PyBytes_AS_STRING(data), (uint32_t)PyBytes_GET_SIZE(data),
-                      (uint32_t)wirelen, ts, (uint32_t)tag) < 0)
-        return NULL;
     Py_RETURN_NONE;
 }
 
@@ -1027,6 +1056,7 @@ static PyMethodDef frames_methods[] = {
     {"lists", frames_lists, METH_VARARGS, "lists(start=0, stop=len) -> (ts_ns, wirelen, data) of those frames."},
     {"clear", frames_clear, METH_NOARGS, "Remove every frame (and let go of what they point into)."},
     {"add", frames_py_add, METH_VARARGS, "add(data, ts_ns, wirelen, tag=0): a frame held by a bytes object."},
+    {"extend", frames_extend, METH_VARARGS, "extend(ts_ns, wirelen, data): the frames of three lists (bytes)."},
     {"last_ts", frames_last_ts, METH_NOARGS, "Capture time of the last frame, or None."},
     {NULL, NULL, 0, NULL},
 };

@@ -9,13 +9,12 @@
  * wire.h's walk_message; what the Python walker makes objects of (the QNAME text, the EDNS fields) is written
  * into the record's tail here.
  *
- * decode_frames(ts, wirelen, data, start, out, portmap, keep4, keep6, counts, tcp, keep_raw) -> (i, j)
  * decode_packed(frames, start, out, portmap, keep4, keep6, counts, tcp, keep_raw) -> (i, j)
- *   ts, wirelen, data: the FrameBatch lists; out: the MsgBatch; portmap: 8192 bytes, bit p for a DNS port;
+ *   frames: a probe._records.Frames (FrameBatch.packed, or the batch's lists packed: packets.py packed), read
+ *   with no object per frame; out: the MsgBatch; portmap: 8192 bytes, bit p for a DNS port;
  *   keep4/keep6: the IP lists' callables (src, dst) -> keep?, or None; counts: the list [bytes, messages,
  *   responses, malformed, ip_filtered] added to; tcp: PacketDecoder._tcp_step or None (TCP frames then stop
- *   the loop); keep_raw: fill the raw field (C-DNS). decode_packed reads the frames of a probe._records.Frames
- *   (FrameBatch.packed) instead of the three lists, with no object per frame.
+ *   the loop); keep_raw: fill the raw field (C-DNS).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -175,84 +174,6 @@ static PyObject *tcp_done(PyObject *tcp, PyObject *result)
 {
     if (PyTuple_Check(tcp) && tcp_api->write_stats(PyTuple_GET_ITEM(tcp, 0)) < 0)
         Py_CLEAR(result);
-    return result;
-}
-
-static int frame_ok(PyObject *frame, const unsigned char *portmap, int tcp, Fast *x)
-{
-    return PyBytes_Check(frame)
-           && classify((const unsigned char *)PyBytes_AS_STRING(frame), PyBytes_GET_SIZE(frame), portmap, tcp, x);
-}
-
-/* The end of a loop without an error: (i, j), with its counts added to counts_obj; NULL on error. */
-static PyObject *loop_result(Py_ssize_t i, Py_ssize_t j, PyObject *counts_obj, const long long *counts)
-{
-    PyObject *result = Py_BuildValue("(nn)", i, j);
-    if (result != NULL && add_counts(counts_obj, counts) < 0)
-        Py_CLEAR(result);
-    return result;
-}
-
-/* The step for one frame that classify accepted as x: its messages made, or the frame counted as filtered.
- * ts and wl: the frame's time and length objects (held); wirelen: the length's value; keep: the IP list of
- * its IP version. */
-typedef int (*FrameStep)(void *ctx, PyObject *ts, PyObject *wl, long long wirelen, PyObject *frame, const Fast *x,
-                         PyObject *keep, long long *counts);
-
-/* The loop of decode_frames over the FrameBatch lists ts_obj, wl_obj and data_obj from frame `start` on: step
- * for each frame it handles until the first it does not; returns (i, j), that frame's index and the next
- * handled one's (the caller decodes frames i..j-1 in Python and calls again from j: messages stay in capture
- * order), with the counts added to counts_obj; NULL on error. */
-static inline PyObject *frame_loop(PyObject *ts_obj, PyObject *wl_obj, PyObject *data_obj, Py_ssize_t start,
-                                   const unsigned char *portmap, int do_tcp, PyObject *keep4, PyObject *keep6,
-                                   PyObject *counts_obj, FrameStep step, void *ctx)
-{
-    PyObject *ts = NULL, *wl = NULL, *data = NULL, *result = NULL;
-    long long counts[N_COUNTS] = {0};
-    ts = PySequence_Fast(ts_obj, "ts_ns must be a sequence");
-    wl = ts ? PySequence_Fast(wl_obj, "wirelen must be a sequence") : NULL;
-    data = wl ? PySequence_Fast(data_obj, "data must be a sequence") : NULL;
-    if (data == NULL)
-        goto done;
-    if (PySequence_Fast_GET_SIZE(ts) != PySequence_Fast_GET_SIZE(data)
-        || PySequence_Fast_GET_SIZE(wl) != PySequence_Fast_GET_SIZE(data)) {
-        PyErr_SetString(PyExc_ValueError, "ts_ns, wirelen and data differ in length");
-        goto done;
-    }
-    /* The lengths are read again after each frame: keep4/keep6 and tcp are Python code. */
-#define N_NOW()                                                                                            \
-    Py_MIN(PySequence_Fast_GET_SIZE(data), Py_MIN(PySequence_Fast_GET_SIZE(ts), PySequence_Fast_GET_SIZE(wl)))
-    Py_ssize_t i = start < 0 ? 0 : start;
-    Fast x;
-    for (; i < N_NOW(); i++) {
-        PyObject *frame = PySequence_Fast_GET_ITEM(data, i);
-        if (!frame_ok(frame, portmap, do_tcp, &x))
-            break;
-        PyObject *w = PySequence_Fast_GET_ITEM(wl, i), *t = PySequence_Fast_GET_ITEM(ts, i);
-        /* Held before the conversion: a wirelen's __index__ is Python code that may empty the lists. */
-        Py_INCREF(frame);
-        Py_INCREF(w);
-        Py_INCREF(t);
-        long long wirelen = PyLong_AsLongLong(w);
-        int bad = wirelen == -1 && PyErr_Occurred();
-        if (!bad)
-            bad = step(ctx, t, w, wirelen, frame, &x, x.ipv == 4 ? keep4 : keep6, counts) < 0;
-        Py_DECREF(frame);
-        Py_DECREF(w);
-        Py_DECREF(t);
-        if (bad)
-            goto done;
-        counts[C_BYTES] += wirelen;
-    }
-    Py_ssize_t j = i;
-    while (j < N_NOW() && !frame_ok(PySequence_Fast_GET_ITEM(data, j), portmap, do_tcp, &x))
-        j++;
-#undef N_NOW
-    result = loop_result(i, j, counts_obj, counts);
-done:
-    Py_XDECREF(ts);
-    Py_XDECREF(wl);
-    Py_XDECREF(data);
     return result;
 }
 
@@ -539,15 +460,12 @@ static int tcp_message(void *ctx, PyObject *m)
                        t->keep_raw, t->counts);
 }
 
-/* A TCP segment through the stream step, with the arguments PacketDecoder._tcp_step takes. ts and wl: the
- * frame's time and length objects (NULL: made here from ts_ns and wirelen). */
-static int tcp_frame(PyObject *ts, PyObject *wl, long long ts_ns, long long wirelen, const unsigned char *f,
-                     const Fast *x, PyObject *src, PyObject *dst, PyObject *tcp, int keep_raw, MsgBatch *out,
-                     long long *counts)
+/* A TCP segment through the stream step, with the arguments PacketDecoder._tcp_step takes. */
+static int tcp_frame(long long ts_ns, long long wirelen, const unsigned char *f, const Fast *x, PyObject *src,
+                     PyObject *dst, PyObject *tcp, int keep_raw, MsgBatch *out, long long *counts)
 {
     TcpFrame t = {f, x, keep_raw, out, counts};
-    ts = ts != NULL ? Py_NewRef(ts) : PyLong_FromLongLong(ts_ns);
-    wl = wl != NULL ? Py_NewRef(wl) : PyLong_FromLongLong(wirelen);
+    PyObject *ts = PyLong_FromLongLong(ts_ns), *wl = PyLong_FromLongLong(wirelen);
     PyObject *ipv = PyLong_FromLong(x->ipv), *sport = PyLong_FromLong(x->sport), *dport = PyLong_FromLong(x->dport);
     int r = -1;
     if (ipv != NULL && sport != NULL && dport != NULL && ts != NULL && wl != NULL)
@@ -560,10 +478,8 @@ static int tcp_frame(PyObject *ts, PyObject *wl, long long ts_ns, long long wire
     return r;
 }
 
-/* One frame f that classify accepted: its message records appended to out, or counted as filtered. ts and wl are
- * the frame's time and length objects where the caller has them (the TCP step takes them as they are), else
- * NULL. */
-static int fast_frame(PyObject *ts, PyObject *wl, long long ts_ns, long long wirelen, const unsigned char *f,
+/* One frame f that classify accepted: its message records appended to out, or counted as filtered. */
+static int fast_frame(long long ts_ns, long long wirelen, const unsigned char *f,
                       const Fast *x, PyObject *keep, PyObject *tcp, int keep_raw, MsgBatch *out, long long *counts)
 {
     PyObject *src = NULL, *dst = NULL;
@@ -574,7 +490,7 @@ static int fast_frame(PyObject *ts, PyObject *wl, long long ts_ns, long long wir
         r = src != NULL && dst != NULL ? keep_frame(keep, src, dst, counts) : -1;
     }
     if (r > 0 && x->proto == PROTO_TCP) {
-        r = tcp_frame(ts, wl, ts_ns, wirelen, f, x, src, dst, tcp, keep_raw, out, counts);
+        r = tcp_frame(ts_ns, wirelen, f, x, src, dst, tcp, keep_raw, out, counts);
     } else if (r > 0) {
         MsgNet net = {.ts = ts_ns, .wirelen = wirelen, .ipv = x->ipv, .proto = PROTO_UDP, .transport = TRANSPORT_UDP,
                       .src = f + x->addr, .dst = f + x->addr + x->alen, .sport = (int32_t)x->sport,
@@ -584,41 +500,6 @@ static int fast_frame(PyObject *ts, PyObject *wl, long long ts_ns, long long wir
     Py_XDECREF(src);
     Py_XDECREF(dst);
     return r;
-}
-
-/* What a frame's records go to: the arguments of decode_frames and decode_packed. */
-typedef struct {
-    PyObject *tcp;
-    MsgBatch *out;
-    int keep_raw;
-} Sink;
-
-/* frame_loop's step for decode_frames: fast_frame with the frame's objects. */
-static int list_frame(void *ctx, PyObject *ts, PyObject *wl, long long wirelen, PyObject *frame, const Fast *x,
-                      PyObject *keep, long long *counts)
-{
-    const Sink *s = ctx;
-    long long ts_ns = PyLong_AsLongLong(ts); /* (ints: the sources check their range) */
-    if (ts_ns == -1 && PyErr_Occurred())
-        return -1;
-    return fast_frame(ts, wl, ts_ns, wirelen, (const unsigned char *)PyBytes_AS_STRING(frame), x, keep, s->tcp,
-                      s->keep_raw, s->out, counts);
-}
-
-static PyObject *decode_frames(PyObject *Py_UNUSED(self), PyObject *args)
-{
-    PyObject *ts, *wl, *data, *keep4, *keep6, *counts;
-    Sink s;
-    Py_ssize_t start;
-    const unsigned char *portmap;
-    Py_ssize_t portmap_len;
-    if (!PyArg_ParseTuple(args, "OOOnO!y#OOO!Op:decode_frames", &ts, &wl, &data, &start, records->msgbatch_type,
-                          &s.out, &portmap, &portmap_len, &keep4, &keep6, &PyList_Type, &counts, &s.tcp,
-                          &s.keep_raw)
-        || check_frame_args(portmap_len, counts, s.tcp) < 0)
-        return NULL;
-    return tcp_done(s.tcp,
-                    frame_loop(ts, wl, data, start, portmap, s.tcp != Py_None, keep4, keep6, counts, list_frame, &s));
 }
 
 /* A frame of f as its reader sees it: its bytes, with a tag the kernel took off put back (into *scratch,
@@ -661,7 +542,9 @@ static inline void prefetch_frame(const unsigned char *p, uint32_t len)
         __builtin_prefetch(p + off);
 }
 
-/* decode_frames over a packed batch (FrameBatch.packed, a probe._records.Frames): no object per frame. */
+/* The frame loop over a packed batch (a probe._records.Frames): no object per frame. Returns (i, j), the index
+ * of the first frame it does not handle and of the next one it handles (the caller decodes frames i..j-1 in
+ * Python and calls again from j: messages stay in capture order), with the counts added to counts_obj. */
 static PyObject *decode_packed(PyObject *Py_UNUSED(self), PyObject *args)
 {
     PyObject *keep4, *keep6, *counts_obj, *tcp, *result = NULL;
@@ -695,7 +578,7 @@ static PyObject *decode_packed(PyObject *Py_UNUSED(self), PyObject *args)
             goto done;
         if (!classify(f, len, portmap, do_tcp, &x))
             break;
-        if (fast_frame(NULL, NULL, frames->ts[i], wirelen, f, &x, x.ipv == 4 ? keep4 : keep6, tcp, keep_raw, out,
+        if (fast_frame(frames->ts[i], wirelen, f, &x, x.ipv == 4 ? keep4 : keep6, tcp, keep_raw, out,
                        counts) < 0)
             goto done;
         counts[C_BYTES] += wirelen;
@@ -708,7 +591,9 @@ static PyObject *decode_packed(PyObject *Py_UNUSED(self), PyObject *args)
         if (classify(f, len, portmap, do_tcp, &x))
             break;
     }
-    result = loop_result(i, j, counts_obj, counts);
+    result = Py_BuildValue("(nn)", i, j);
+    if (result != NULL && add_counts(counts_obj, counts) < 0)
+        Py_CLEAR(result);
 done:
     PyMem_Free(scratch);
     frames->decoding--;
@@ -775,12 +660,9 @@ static PyMethodDef methods[] = {
      "select_share(frames, linktype, k, n) -> Frames: the frames of worker k of n (flow_hash % n == k)."},
     {"flow_hash", py_flow_hash, METH_VARARGS,
      "flow_hash(frame, linktype) -> int: the symmetric hash of the frame's IP address pair (include/wire.h)."},
-    {"decode_frames", decode_frames, METH_VARARGS,
-     "decode_frames(ts, wirelen, data, start, out, portmap, keep4, keep6, counts, tcp, keep_raw) -> (i, j): "
-     "the common-frame fast path of PacketDecoder.decode_into, records appended to the MsgBatch out."},
     {"decode_packed", decode_packed, METH_VARARGS,
-     "decode_packed(frames, start, out, portmap, keep4, keep6, counts, tcp, keep_raw) -> (i, j): decode_frames over "
-     "a probe._records.Frames (FrameBatch.packed)."},
+     "decode_packed(frames, start, out, portmap, keep4, keep6, counts, tcp, keep_raw) -> (i, j): the common-frame "
+     "fast path of PacketDecoder.decode_into over a probe._records.Frames, records appended to the MsgBatch out."},
     {NULL, NULL, 0, NULL},
 };
 
