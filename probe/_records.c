@@ -23,6 +23,7 @@
 
 #define RECORDS_MODULE
 #include "records.h"
+#include "valuetext.h"
 
 /* ---------------------------------------------------------------------------------------------
  * Buffers */
@@ -173,25 +174,6 @@ static PyObject *span_bytes(const Rec *r, Span s)
     if (s.len == SPAN_NONE)
         return Py_NewRef(Py_None);
     return PyBytes_FromStringAndSize(rec_at(r, s), s.len);
-}
-
-/* A new tuple of n new references (NULL items allowed: then NULL, the others released). */
-static PyObject *tuple_of(PyObject **v, Py_ssize_t n)
-{
-    PyObject *t = PyTuple_New(n);
-    int bad = t == NULL;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        bad |= v[i] == NULL;
-        if (t != NULL)
-            PyTuple_SET_ITEM(t, i, v[i]);
-        else
-            Py_XDECREF(v[i]);
-    }
-    if (bad) {
-        Py_XDECREF(t);
-        return NULL;
-    }
-    return t;
 }
 
 static PyObject *edns_tuple(const Rec *r)

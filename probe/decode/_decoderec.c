@@ -27,8 +27,6 @@
 #include "valuetext.h"
 #include "wire.h"
 
-static PyObject *ipv6_address; /* ipaddress.IPv6Address, for the text of an IPv6 client subnet */
-
 /* ---------------------------------------------------------------------------------------------
  * The frame loop: its arguments, counts, the IP lists and the TCP stream step, and where it stops, by the rules
  * of the Python frame loop (probe/decode/packets.py). */
@@ -210,53 +208,6 @@ static Span tail_numbers(Tail *t, const unsigned char *v, size_t n)
     return s;
 }
 
-/* Whether an IPv6 address is in ::/96 or ::ffff:0:0/96, where texts of it differ (see tail_ecs). */
-static int embeds_ipv4(const unsigned char *a)
-{
-    static const unsigned char zero[10] = {0};
-    return memcmp(a, zero, 10) == 0 && ((a[10] == 0 && a[11] == 0) || (a[10] == 0xff && a[11] == 0xff));
-}
-
-/* dnswire._ecs for a value the walk accepted (opt_scan): "address/source-prefix". */
-static int tail_ecs(Tail *t, const unsigned char *v, size_t len, Span *out)
-{
-    unsigned family = rd16(v), source = v[2];
-    size_t alen = len - 4;
-    unsigned char addr[16] = {0};
-    memcpy(addr, v + 4, alen);
-    out->off = (uint32_t)t->off;
-    if (family == 1) {
-        t->off += sprintf(t->base + t->off, "%u.%u.%u.%u/%u", addr[0], addr[1], addr[2], addr[3], source);
-    } else if (!embeds_ipv4(addr)) {
-        /* Outside ::/96 and ::ffff:0:0/96, inet_ntop's text is Python's (RFC 5952: lower-case groups, the first
-         * longest run of two or more zero groups as "::"), and costs a hundredth of a call into ipaddress. */
-        t->off += ipv6_text(addr, t->base + t->off);
-        t->off += sprintf(t->base + t->off, "/%u", source);
-    } else {
-        /* IPv6 text (RFC 5952 with Python's rules) from the ipaddress module itself, as the Python walker: where
-         * the last 32 bits may be an IPv4 address, inet_ntop writes them dotted, and Python's versions differ. */
-        PyObject *obj = PyObject_CallFunction(ipv6_address, "y#", (const char *)addr, (Py_ssize_t)16);
-        PyObject *text = obj ? PyObject_Str(obj) : NULL;
-        Py_XDECREF(obj);
-        if (text == NULL)
-            return -1;
-        Py_ssize_t n;
-        const char *s = PyUnicode_AsUTF8AndSize(text, &n);
-        if (s == NULL || n > 48) {
-            Py_DECREF(text);
-            if (s != NULL)
-                PyErr_SetString(PyExc_ValueError, "unexpected IPv6 address text");
-            return -1;
-        }
-        memcpy(t->base + t->off, s, n);
-        t->off += n;
-        Py_DECREF(text);
-        t->off += sprintf(t->base + t->off, "/%u", source);
-    }
-    out->len = (uint32_t)(t->off - out->off);
-    return 0;
-}
-
 /* dnswire.parse_opt over the options of the walk's OPT RR (OptScan: the walk checked them). */
 static int tail_opt(Tail *t, Rec *r, const unsigned char *p, const Walk *w)
 {
@@ -279,8 +230,11 @@ static int tail_opt(Tail *t, Rec *r, const unsigned char *p, const Walk *w)
         const unsigned char *v = p + last[k] + 4;
         unsigned olen = rd16(p + last[k] + 2);
         if (k == AT_ECS) {
-            if (tail_ecs(t, v, olen, text[k]) < 0)
+            Py_ssize_t n = ecs_text(v, olen, t->base + t->off);
+            if (n < 0)
                 return -1;
+            *text[k] = (Span){(uint32_t)t->off, (uint32_t)n};
+            t->off += n;
         } else {
             *text[k] = k == AT_NSID ? tail_text(t, v, olen) : tail_numbers(t, v, olen);
         }
@@ -675,13 +629,6 @@ static const DecoderecApi api = {DECODEREC_API_VERSION, put_record};
 PyMODINIT_FUNC PyInit__decoderec(void)
 {
     if (records_import() < 0)
-        return NULL;
-    PyObject *mod = PyImport_ImportModule("ipaddress");
-    if (mod == NULL)
-        return NULL;
-    ipv6_address = PyObject_GetAttrString(mod, "IPv6Address");
-    Py_DECREF(mod);
-    if (ipv6_address == NULL)
         return NULL;
     PyObject *m = PyModule_Create(&module);
     PyObject *capsule = m ? PyCapsule_New((void *)&api, DECODEREC_CAPSULE, NULL) : NULL;

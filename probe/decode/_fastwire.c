@@ -20,9 +20,10 @@
 #include <string.h>
 
 #include "model.h"
+#include "valuetext.h"
 #include "wire.h"
 
-static PyObject *empty_str, *ipv6_address, *py_parse_message;
+static PyObject *empty_str, *py_parse_message;
 
 /* module.name, imported on first use into *cache (a borrowed reference, or NULL with an exception). */
 static PyObject *python_attr(PyObject **cache, const char *module, const char *name)
@@ -59,44 +60,6 @@ static PyObject *shared16(unsigned v)
 static inline PyObject *u16(unsigned v)
 {
     return PyLong_FromLong(v);
-}
-
-/* Tuples made here hold only ints, strings, bytes, None, booleans and such tuples: they cannot be part
- * of a reference cycle, so they are taken off the cyclic collector's lists at once (CPython does the same
- * lazily, at the first collection that sees them). That saves the collector a pass over every message. */
-static int acyclic(PyObject *o)
-{
-    return o == Py_None || PyLong_CheckExact(o) || PyUnicode_CheckExact(o) || PyBytes_CheckExact(o)
-           || PyBool_Check(o) || (PyTuple_CheckExact(o) && !PyObject_GC_IsTracked(o));
-}
-
-static void untrack_if_acyclic(PyObject *t)
-{
-    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(t); i++) {
-        if (!acyclic(PyTuple_GET_ITEM(t, i)))
-            return;
-    }
-    PyObject_GC_UnTrack(t);
-}
-
-/* A new tuple of n new references (NULL items allowed: then NULL, the others released). */
-static PyObject *tuple_of(PyObject **v, Py_ssize_t n)
-{
-    PyObject *t = PyTuple_New(n);
-    int bad = t == NULL;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        bad |= v[i] == NULL;
-        if (t != NULL)
-            PyTuple_SET_ITEM(t, i, v[i]);
-        else
-            Py_XDECREF(v[i]);
-    }
-    if (bad) {
-        Py_XDECREF(t);
-        return NULL;
-    }
-    untrack_if_acyclic(t);
-    return t;
 }
 
 /* A growable byte buffer that starts on the stack. */
@@ -237,21 +200,12 @@ static PyObject *algorithms(const unsigned char *v, Py_ssize_t len)
     return s;
 }
 
-/* dnswire._ecs for a value the walk accepted (opt_scan): "address/source-prefix". */
+/* dnswire._ecs for a value the walk accepted (opt_scan). */
 static PyObject *client_subnet(const unsigned char *v, Py_ssize_t len)
 {
-    unsigned family = rd16(v), source = v[2];
-    unsigned char addr[16] = {0};
-    memcpy(addr, v + 4, len - 4);
-    if (family == 1)
-        return PyUnicode_FromFormat("%u.%u.%u.%u/%u", addr[0], addr[1], addr[2], addr[3], source);
-    /* IPv6 text (RFC 5952 with Python's rules for embedded IPv4) from the ipaddress module itself. */
-    if (python_attr(&ipv6_address, "ipaddress", "IPv6Address") == NULL)
-        return NULL;
-    PyObject *obj = PyObject_CallFunction(ipv6_address, "y#", (const char *)addr, (Py_ssize_t)16);
-    PyObject *text = obj != NULL ? PyUnicode_FromFormat("%S/%u", obj, source) : NULL;
-    Py_XDECREF(obj);
-    return text;
+    char text[64];
+    Py_ssize_t n = ecs_text(v, (size_t)len, text);
+    return n < 0 ? NULL : PyUnicode_FromStringAndSize(text, n);
 }
 
 /* The text of option kind k (AT_NSID...) at p + at (-1: none, ""). */
