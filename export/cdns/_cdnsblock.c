@@ -465,7 +465,7 @@ static PyObject *items_getitem(PyObject *self, Py_ssize_t i)
     return item_tuple(&s->a[i]);
 }
 
-static PyObject *items_list(PyObject *self, PyObject *Py_UNUSED(unused))
+static PyObject *items_list(PyObject *self)
 {
     Items *s = (Items *)self;
     PyObject *out = PyList_New(s->n);
@@ -484,8 +484,8 @@ static PyObject *items_richcompare(PyObject *self, PyObject *other, int op)
 {
     if ((op != Py_EQ && op != Py_NE) || !(PyList_Check(other) || Py_IS_TYPE(other, &ItemsType)))
         Py_RETURN_NOTIMPLEMENTED;
-    PyObject *mine = items_list(self, NULL);
-    PyObject *theirs = PyList_Check(other) ? Py_NewRef(other) : items_list(other, NULL);
+    PyObject *mine = items_list(self);
+    PyObject *theirs = PyList_Check(other) ? Py_NewRef(other) : items_list(other);
     PyObject *r = mine != NULL && theirs != NULL ? PyObject_RichCompare(mine, theirs, op) : NULL;
     Py_XDECREF(mine);
     Py_XDECREF(theirs);
@@ -502,7 +502,6 @@ static PySequenceMethods items_as_sequence = {.sq_length = items_len, .sq_item =
 
 static PyMethodDef items_methods[] = {
     {"append", items_append, METH_O, "append(item tuple): as list.append (10 ints or None, then two None)."},
-    {"tolist", items_list, METH_NOARGS, "tolist() -> the items as a list of 12-tuples."},
     {NULL, NULL, 0, NULL},
 };
 
