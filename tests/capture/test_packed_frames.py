@@ -1,7 +1,7 @@
 """Packed frames (FrameBatch.packed, a probe._records.Frames: no object per frame) against the frame lists.
 
-- The C pcap splitter's split_packed gives the frames, timestamps, lengths, positions and errors of split (and
-  so of the Python reference split_records), at every record limit, both byte orders, on damaged headers.
+- The C pcap splitter's split_packed gives the frames, timestamps, lengths, positions and errors of the Python
+  reference split_records, at every record limit, both byte orders, on damaged headers.
 - read_capture yields packed batches whose lists are those of a reader without them.
 - With a read worker's share, split_packed keeps the frames _decoderec.select_share keeps of the whole split, and
   says how many records it took and the last one's time; read_capture's shared batches end where the whole
@@ -30,11 +30,11 @@ def packed_split(buf, pos, big, ts_mult, limit):
 
 def list_split(buf, pos, big, ts_mult, limit):
     lists = ([], [], [])
-    return _pcaprecords.split(buf, pos, big, ts_mult, limit, *lists), lists
+    return pcapfile.split_records(buf, pos, big, ts_mult, limit, *lists), lists
 
 
 @pytest.mark.parametrize("path", CAPTURES, ids=lambda p: p.name)
-def test_split_packed_equals_split(path):
+def test_split_packed_equals_split_records(path):
     raw = load(path)
     ts_mult = 1000 if raw[:4] == b"\xd4\xc3\xb2\xa1" else 1
     body = raw[24:]
@@ -47,7 +47,7 @@ def test_split_packed_equals_split(path):
             assert packed_split(buf[:cut], 0, big, ts_mult, 10**9) == list_split(buf[:cut], 0, big, ts_mult, 10**9)
 
 
-def test_split_packed_refuses_what_split_refuses():
+def test_split_packed_refuses_what_split_records_refuses():
     good = struct.pack("<IIII", 1, 2, 3, 3) + b"abc"
     for bad in (struct.pack("<IIII", 1, 2, 0x40001, 0x40001), struct.pack("<IIII", 1, 2, 10, 0x80000000)):
         buf = good + bad + b"x" * 20

@@ -1,4 +1,4 @@
-"""The C pcap record splitter (probe.capture._pcaprecords) against the Python reference
+"""The C pcap record splitter (probe.capture._pcaprecords.split_packed) against the Python reference
 (probe.capture.pcapfile.split_records): same frames, timestamps, lengths, positions and errors."""
 
 import random
@@ -8,14 +8,24 @@ import pytest
 from support.dnsprobe import run_dnsprobe
 from support.pcap_records import CAPTURES, load, to_big_endian
 
+from probe import _records
 from probe.capture import _pcaprecords, pcapfile
 from probe.capture.pcapfile import split_records
 from probe.errors import CaptureFileError
 
 
+def c_split(buf, pos, big, ts_mult, limit, ts_list, wl_list, data_list):
+    """split_packed with split_records' arguments: the frames it packs, appended to the lists."""
+    frames = _records.Frames()
+    res = _pcaprecords.split_packed(buf, pos, big, ts_mult, limit, frames)
+    for items, more in zip((ts_list, wl_list, data_list), frames.lists()):
+        items += more
+    return res
+
+
 def both(buf, pos, big, ts_mult, limit):
     results = []
-    for split in (_pcaprecords.split, split_records):
+    for split in (c_split, split_records):
         lists = ([], [], [])
         results.append((split(buf, pos, big, ts_mult, limit, *lists), lists))
     return results
@@ -67,11 +77,11 @@ def test_largest_original_length_is_kept():
 
 
 def test_bad_arguments():
-    for split in (_pcaprecords.split, split_records):
+    for split in (c_split, split_records):
         with pytest.raises(ValueError):
             split(b"", 5, False, 1, 10, [], [], [])
     with pytest.raises(TypeError):
-        _pcaprecords.split(b"", 0, False, 1, 10, (), [], [])
+        _pcaprecords.split_packed(b"", 0, False, 1, 10, [])
 
 
 @pytest.mark.parametrize("splitter", ["c", "python"])
