@@ -145,7 +145,7 @@ static struct PyModuleDef module = {
 
 PyMODINIT_FUNC PyInit__pcaprecords(void)
 {
-    /* split_packed needs probe._records; split does not. */
+    /* split_packed needs probe._records; data_frames does not. */
     if (records_import() < 0)
         PyErr_Clear();
     return PyModule_Create(&module);
