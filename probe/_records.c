@@ -632,37 +632,11 @@ static PyObject *msgbatch_extend(PyObject *self, PyObject *seq)
     Py_RETURN_NONE;
 }
 
-/* counts(): (messages, responses, malformed) of the batch, as PacketDecoder._count counts them. */
-static PyObject *msgbatch_counts(PyObject *self, PyObject *args)
-{
-    MsgBatch *b = (MsgBatch *)self;
-    Py_ssize_t start = 0, responses = 0, malformed = 0;
-    if (!PyArg_ParseTuple(args, "|n:counts", &start))
-        return NULL;
-    for (Py_ssize_t i = start < 0 ? 0 : start; i < b->recs.n; i++) {
-        const Rec *r = msgbatch_get(b, i);
-        responses += r->flags >= 0 && (r->flags & 0x8000);
-        malformed += r->malformed;
-    }
-    return Py_BuildValue("(nnn)", b->recs.n - start, responses, malformed);
-}
-
-/* last_ts(): the capture time of the last message (None when empty). */
-static PyObject *msgbatch_last_ts(PyObject *self, PyObject *Py_UNUSED(unused))
-{
-    MsgBatch *b = (MsgBatch *)self;
-    if (b->recs.n == 0)
-        Py_RETURN_NONE;
-    return PyLong_FromLongLong(msgbatch_get(b, b->recs.n - 1)->ts_ns);
-}
-
 static PyMethodDef msgbatch_methods[] = {
     {"clear", msgbatch_clear, METH_NOARGS, "Remove every message."},
     {"to_tuples", msgbatch_to_tuples, METH_NOARGS, "The messages as probe.model message tuples."},
     {"append", msgbatch_append, METH_O, "Add a message tuple."},
     {"extend", msgbatch_extend, METH_O, "Add message tuples."},
-    {"counts", msgbatch_counts, METH_VARARGS, "counts(start=0) -> (messages, responses, malformed) from start on."},
-    {"last_ts", msgbatch_last_ts, METH_NOARGS, "Capture time of the last message, or None."},
     {NULL, NULL, 0, NULL},
 };
 
