@@ -14,23 +14,12 @@ import random
 import struct
 
 import pytest
-from support.pcap_records import CAPTURES, load, to_big_endian
+from support.pcap_records import CAPTURES, list_split, load, packed_split, to_big_endian
 
 from probe import _records
 from probe.capture import _pcaprecords, pcapfile
 from probe.decode import _decoderec
 from probe.model import FrameBatch
-
-
-def packed_split(buf, pos, big, ts_mult, limit):
-    frames = _records.Frames()
-    res = _pcaprecords.split_packed(buf, pos, big, ts_mult, limit, frames)
-    return res, frames.lists()
-
-
-def list_split(buf, pos, big, ts_mult, limit):
-    lists = ([], [], [])
-    return pcapfile.split_records(buf, pos, big, ts_mult, limit, *lists), lists
 
 
 @pytest.mark.parametrize("path", CAPTURES, ids=lambda p: p.name)

@@ -6,31 +6,14 @@ import struct
 
 import pytest
 from support.dnsprobe import run_dnsprobe
-from support.pcap_records import CAPTURES, load, to_big_endian
+from support.pcap_records import CAPTURES, list_split, load, packed_split, to_big_endian
 
-from probe import _records
 from probe.capture import _pcaprecords, pcapfile
-from probe.capture.pcapfile import split_records
 from probe.errors import CaptureFileError
 
 
-def c_split(buf, pos, big, ts_mult, limit, ts_list, wl_list, data_list):
-    """split_packed with split_records' arguments: the frames it packs, appended to the lists."""
-    frames = _records.Frames()
-    res = _pcaprecords.split_packed(buf, pos, big, ts_mult, limit, frames)
-    for items, more in zip((ts_list, wl_list, data_list), frames.lists()):
-        items += more
-    return res
-
-
 def both(buf, pos, big, ts_mult, limit):
-    results = []
-    for split in (c_split, split_records):
-        lists = ([], [], [])
-        results.append((split(buf, pos, big, ts_mult, limit, *lists), lists))
-    return results
-
-
+    return [packed_split(buf, pos, big, ts_mult, limit), list_split(buf, pos, big, ts_mult, limit)]
 
 
 def test_captures_found():
@@ -77,9 +60,9 @@ def test_largest_original_length_is_kept():
 
 
 def test_bad_arguments():
-    for split in (c_split, split_records):
+    for split in (packed_split, list_split):
         with pytest.raises(ValueError):
-            split(b"", 5, False, 1, 10, [], [], [])
+            split(b"", 5, False, 1, 10)
     with pytest.raises(TypeError):
         _pcaprecords.split_packed(b"", 0, False, 1, 10, [])
 
