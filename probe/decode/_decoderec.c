@@ -198,46 +198,27 @@ static Span tail_text(Tail *t, const unsigned char *p, size_t n)
     return s;
 }
 
-/* dnswire._algorithms: "1,2,3". */
-static Span tail_numbers(Tail *t, const unsigned char *v, size_t n)
-{
-    Span s = {(uint32_t)t->off, 0};
-    for (size_t i = 0; i < n; i++)
-        t->off += sprintf(t->base + t->off, i ? ",%u" : "%u", v[i]);
-    s.len = (uint32_t)(t->off - s.off);
-    return s;
-}
-
 /* dnswire.parse_opt over the options of the walk's OPT RR (OptScan: the walk checked them). */
 static int tail_opt(Tail *t, Rec *r, const unsigned char *p, const Walk *w)
 {
     const Py_ssize_t *last = w->opts.last;
     r->e_cookie = (uint8_t)w->opts.cookie;
-    Span other = {(uint32_t)t->off, 0};
-    for (Py_ssize_t pos = w->opt_start; pos < w->opt_end; pos += 4 + rd16(p + pos + 2)) {
-        unsigned code = rd16(p + pos);
-        if (opt_other(code, rd16(p + pos + 2)))
-            t->off += sprintf(t->base + t->off, t->off > other.off ? ",%u" : "%u", code);
-    }
-    other.len = (uint32_t)(t->off - other.off);
-    r->e_other = other;
-    Span empty = {(uint32_t)t->off, 0};
+    r->e_other = (Span){(uint32_t)t->off, (uint32_t)other_codes_text(p, w, t->base + t->off)};
+    t->off += r->e_other.len;
     Span *text[N_OPT_TEXTS] = {&r->e_nsid, &r->e_dau, &r->e_dhu, &r->e_n3u, &r->e_ecs};
     for (int k = 0; k < N_OPT_TEXTS; k++) {
-        *text[k] = empty;
-        if (last[k] < 0)
-            continue;
-        const unsigned char *v = p + last[k] + 4;
-        unsigned olen = rd16(p + last[k] + 2);
-        if (k == AT_ECS) {
-            Py_ssize_t n = ecs_text(v, olen, t->base + t->off);
-            if (n < 0)
-                return -1;
-            *text[k] = (Span){(uint32_t)t->off, (uint32_t)n};
-            t->off += n;
-        } else {
-            *text[k] = k == AT_NSID ? tail_text(t, v, olen) : tail_numbers(t, v, olen);
+        Py_ssize_t n = 0; /* (an option not there: "") */
+        char *out = t->base + t->off;
+        if (last[k] >= 0) {
+            const unsigned char *v = p + last[k] + 4;
+            unsigned olen = rd16(p + last[k] + 2);
+            n = k == AT_NSID ? (Py_ssize_t)records->utf8_backslashreplace(v, olen, out)
+                : k == AT_ECS ? ecs_text(v, olen, out) : algorithms_text(v, olen, out);
         }
+        if (n < 0)
+            return -1;
+        *text[k] = (Span){(uint32_t)t->off, (uint32_t)n};
+        t->off += n;
     }
     r->e_ede.off = (uint32_t)t->off;
     r->e_ede.len = (uint32_t)w->opts.n_ede;

@@ -62,55 +62,6 @@ static inline PyObject *u16(unsigned v)
     return PyLong_FromLong(v);
 }
 
-/* A growable byte buffer that starts on the stack. */
-typedef struct {
-    char *p;
-    Py_ssize_t len, cap;
-    char small[256];
-} Text;
-
-static void text_init(Text *t)
-{
-    t->p = t->small;
-    t->len = 0;
-    t->cap = sizeof t->small;
-}
-
-static void text_free(Text *t)
-{
-    if (t->p != t->small)
-        PyMem_Free(t->p);
-}
-
-static int text_put(Text *t, const char *s, Py_ssize_t n)
-{
-    if (t->len + n > t->cap) {
-        Py_ssize_t cap = t->cap * 2;
-        while (cap < t->len + n)
-            cap *= 2;
-        char *p = PyMem_Malloc(cap);
-        if (p == NULL) {
-            PyErr_NoMemory();
-            return ERR;
-        }
-        memcpy(p, t->p, t->len);
-        text_free(t);
-        t->p = p;
-        t->cap = cap;
-    }
-    memcpy(t->p + t->len, s, n);
-    t->len += n;
-    return OK;
-}
-
-/* Decimal text of n, then a comma unless last. */
-static int text_num(Text *t, unsigned n, int comma)
-{
-    char s[16];
-    int k = snprintf(s, sizeof s, comma ? ",%u" : "%u", n);
-    return text_put(t, s, k);
-}
-
 static PyObject *decode_text(const char *s, Py_ssize_t n)
 {
     return PyUnicode_DecodeUTF8(s, n, "backslashreplace");
@@ -184,28 +135,17 @@ done:
 /* ---------------------------------------------------------------------------------------------
  * OPT */
 
-/* dnswire._algorithms: "1,2,3". */
-static PyObject *algorithms(const unsigned char *v, Py_ssize_t len)
+/* A str of the text fill writes of v[0..len) into a buffer of `room` bytes. */
+static PyObject *text_of(Py_ssize_t (*fill)(const unsigned char *, size_t, char *), const unsigned char *v,
+                         Py_ssize_t len, size_t room)
 {
-    Text t;
-    text_init(&t);
-    for (Py_ssize_t i = 0; i < len; i++) {
-        if (text_num(&t, v[i], i > 0) < 0) {
-            text_free(&t);
-            return NULL;
-        }
-    }
-    PyObject *s = PyUnicode_FromStringAndSize(t.p, t.len);
-    text_free(&t);
+    char *buf = PyMem_Malloc(room);
+    if (buf == NULL)
+        return PyErr_NoMemory();
+    Py_ssize_t n = fill(v, (size_t)len, buf);
+    PyObject *s = n < 0 ? NULL : PyUnicode_FromStringAndSize(buf, n);
+    PyMem_Free(buf);
     return s;
-}
-
-/* dnswire._ecs for a value the walk accepted (opt_scan). */
-static PyObject *client_subnet(const unsigned char *v, Py_ssize_t len)
-{
-    char text[64];
-    Py_ssize_t n = ecs_text(v, (size_t)len, text);
-    return n < 0 ? NULL : PyUnicode_FromStringAndSize(text, n);
 }
 
 /* The text of option kind k (AT_NSID...) at p + at (-1: none, ""). */
@@ -217,29 +157,26 @@ static PyObject *option_text(const unsigned char *p, Py_ssize_t at, int k)
     unsigned olen = rd16(p + at + 2);
     if (k == AT_NSID)
         return decode_text((const char *)v, olen);
-    return k == AT_ECS ? client_subnet(v, olen) : algorithms(v, olen);
+    return k == AT_ECS ? text_of(ecs_text, v, olen, 64) : text_of(algorithms_text, v, olen, 4 * (size_t)olen + 1);
 }
 
 /* dnswire.parse_opt over the options of the walk's OPT RR (OptScan: the walk checked them). */
 static PyObject *parse_options(const unsigned char *p, const Walk *w)
 {
     PyObject *text[N_OPT_TEXTS] = {NULL}, *other = NULL, *ede = PyTuple_New(w->opts.n_ede);
-    Text codes;
-    text_init(&codes);
     Py_ssize_t n_ede = 0;
     for (Py_ssize_t pos = w->opt_start; ede != NULL && pos < w->opt_end; pos += 4 + rd16(p + pos + 2)) {
-        unsigned code = rd16(p + pos);
-        PyObject *info = code == OPT_EDE ? shared16(rd16(p + pos + 4)) : NULL;
-        if (info != NULL)
-            PyTuple_SET_ITEM(ede, n_ede++, info);
-        if ((code == OPT_EDE && info == NULL)
-            || (opt_other(code, rd16(p + pos + 2)) && text_num(&codes, code, codes.len > 0) < 0))
+        PyObject *info = rd16(p + pos) == OPT_EDE ? shared16(rd16(p + pos + 4)) : Py_None;
+        if (info == NULL)
             Py_CLEAR(ede);
+        else if (info != Py_None)
+            PyTuple_SET_ITEM(ede, n_ede++, info);
     }
     for (int k = 0; k < N_OPT_TEXTS; k++)
         text[k] = option_text(p, w->opts.last[k], k);
-    other = codes.len ? PyUnicode_FromStringAndSize(codes.p, codes.len) : Py_NewRef(empty_str);
-    text_free(&codes);
+    char *codes = PyMem_Malloc(2 * (size_t)(w->opt_end - w->opt_start) + 1);
+    other = codes ? PyUnicode_FromStringAndSize(codes, other_codes_text(p, w, codes)) : PyErr_NoMemory();
+    PyMem_Free(codes);
     if (ede != NULL)
         untrack_if_acyclic(ede);
     unsigned ttl = w->opt_ttl;
