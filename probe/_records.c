@@ -887,19 +887,12 @@ static Py_ssize_t frames_len(PyObject *self)
 /* The frame's bytes as a bytes object, with a taken-off VLAN tag put back at offset 12. */
 static PyObject *frame_bytes(const Frames *f, Py_ssize_t i)
 {
-    const char *p = (const char *)f->ptr[i];
-    uint32_t n = f->caplen[i], tag = f->tag[i];
-    if (tag == 0 || n < 12)
-        return PyBytes_FromStringAndSize(p, n);
+    uint32_t n = f->caplen[i];
+    if (f->tag[i] == 0 || n < 12)
+        return PyBytes_FromStringAndSize((const char *)f->ptr[i], n);
     PyObject *b = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)n + 4);
-    if (b == NULL)
-        return NULL;
-    char *d = PyBytes_AS_STRING(b);
-    unsigned char t[4] = {(unsigned char)(tag >> 24), (unsigned char)(tag >> 16), (unsigned char)(tag >> 8),
-                          (unsigned char)tag};
-    memcpy(d, p, 12);
-    memcpy(d + 12, t, 4);
-    memcpy(d + 16, p + 12, n - 12);
+    if (b != NULL)
+        frame_with_tag(f, i, (unsigned char *)PyBytes_AS_STRING(b));
     return b;
 }
 

@@ -456,14 +456,10 @@ static const unsigned char *frame_at(const Frames *f, Py_ssize_t i, unsigned cha
         *scratch = p;
         *scratch_len = (size_t)n + 4;
     }
-    unsigned char *d = *scratch;
-    memcpy(d, f->ptr[i], 12);
-    d[12] = (unsigned char)(tag >> 24), d[13] = (unsigned char)(tag >> 16);
-    d[14] = (unsigned char)(tag >> 8), d[15] = (unsigned char)tag;
-    memcpy(d + 16, f->ptr[i] + 12, n - 12);
+    frame_with_tag(f, i, *scratch);
     *len = (Py_ssize_t)n + 4;
     *wirelen += 4;
-    return d;
+    return *scratch;
 }
 
 /* Frames read straight from where a device put them (DPDK's mbufs, spread over its pool) are not in the cache
