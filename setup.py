@@ -20,7 +20,7 @@ CORE = (
     ("probe.capture._pcaprecords", "probe/capture/_pcaprecords.c", ("model.h", "records.h", "wire.h")),
     ("probe.capture._ring", "probe/capture/_ring.c", ("model.h", "records.h")),
     ("probe.capture._dnstaprecv", "probe/capture/_dnstaprecv.c", ()),
-    ("probe.decode._fastwire", "probe/decode/_fastwire.c", ("model.h", "wire.h")),
+    ("probe.decode._fastwire", "probe/decode/_fastwire.c", ("model.h", "valuetext.h", "wire.h")),
     ("probe.decode._dnstap", "probe/decode/_dnstap.c", ("decoderec_api.h", "model.h", "records.h")),
     ("probe.decode._tcpstream", "probe/decode/_tcpstream.c", ("tcpstream_api.h",)),
     ("export.cdns._cdnsblock", "export/cdns/_cdnsblock.c", ("fastint.h", "model.h", "records.h", "wire.h")),
@@ -31,7 +31,7 @@ CORE = (
     ("export.enrich._resolvers", "export/enrich/_resolvers.c", ("valuetext.h",)),
     ("export.parquet._answers", "export/parquet/_answers.c", ("valuetext.h", "strcolumn.h", "wire.h")),
     # The columnar pipeline: message records (probe._records) decoded, matched and written to Parquet in C.
-    ("probe._records", "probe/_records.c", ("model.h", "records.h")),
+    ("probe._records", "probe/_records.c", ("model.h", "records.h", "valuetext.h")),
     ("probe.decode._decoderec", "probe/decode/_decoderec.c",
      ("decoderec_api.h", "model.h", "records.h", "tcpstream_api.h", "valuetext.h", "wire.h")),
     ("probe.match._matchrec", "probe/match/_matchrec.c", ("model.h", "records.h")),

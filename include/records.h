@@ -19,6 +19,7 @@
 
 #include <Python.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "model.h"
 
@@ -140,7 +141,21 @@ typedef struct {
     uint32_t *caplen, *wirelen, *tag;
     int64_t *ts;
     Py_ssize_t n, cap;
+    int decoding; /* decode_packed calls under way: clear() would free the frames they read (refused) */
 } Frames;
+
+/* Frame i of f, whose tag was taken off (tag != 0, caplen >= 12), with the tag put back at offset 12: its
+ * caplen + 4 bytes written at d. */
+static inline void frame_with_tag(const Frames *f, Py_ssize_t i, unsigned char *d)
+{
+    uint32_t n = f->caplen[i], tag = f->tag[i];
+    memcpy(d, f->ptr[i], 12);
+    d[12] = (unsigned char)(tag >> 24);
+    d[13] = (unsigned char)(tag >> 16);
+    d[14] = (unsigned char)(tag >> 8);
+    d[15] = (unsigned char)tag;
+    memcpy(d + 16, f->ptr[i] + 12, n - 12);
+}
 
 /* What probe._records gives the other extensions (its capsule RECORDS_CAPSULE). */
 typedef struct {

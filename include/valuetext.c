@@ -1,6 +1,8 @@
-/* The text of values and the column buffers declared (and explained) in valuetext.h; their Python references are
- * socket.inet_ntop, domain_name in export/parquet/columns.py and pa.Array.from_buffers. */
+/* The text of values, the column buffers and the tuples declared (and explained) in valuetext.h; their Python
+ * references are socket.inet_ntop, domain_name in export/parquet/columns.py, dnswire._ecs and
+ * pa.Array.from_buffers. */
 #include <Python.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "valuetext.h"
@@ -118,4 +120,86 @@ int set_column_result(PyObject *results, Py_ssize_t k, Py_ssize_t nulls, PyObjec
         return -1;
     PyList_SET_ITEM(results, k, item);
     return 0;
+}
+
+/* Whether an IPv6 address is in ::/96 or ::ffff:0:0/96, where texts of it differ (see ecs_text). */
+static int embeds_ipv4(const unsigned char *a)
+{
+    static const unsigned char zero[10] = {0};
+    return memcmp(a, zero, 10) == 0 && ((a[10] == 0 && a[11] == 0) || (a[10] == 0xff && a[11] == 0xff));
+}
+
+Py_ssize_t ecs_text(const unsigned char *v, size_t len, char *out)
+{
+    static PyObject *ipv6_address; /* ipaddress.IPv6Address, imported at first use */
+    unsigned family = (unsigned)v[0] << 8 | v[1], source = v[2];
+    unsigned char addr[16] = {0};
+    memcpy(addr, v + 4, len - 4);
+    if (family == 1)
+        return sprintf(out, "%u.%u.%u.%u/%u", addr[0], addr[1], addr[2], addr[3], source);
+    /* Outside ::/96 and ::ffff:0:0/96, inet_ntop's text is Python's (RFC 5952: lower-case groups, the first
+     * longest run of two or more zero groups as "::"), and costs a hundredth of a call into ipaddress. */
+    if (!embeds_ipv4(addr)) {
+        Py_ssize_t n = ipv6_text(addr, out);
+        return n + sprintf(out + n, "/%u", source);
+    }
+    /* There the last 32 bits may be written dotted, and Python's versions differ: the ipaddress module's text. */
+    if (ipv6_address == NULL) {
+        PyObject *mod = PyImport_ImportModule("ipaddress");
+        ipv6_address = mod ? PyObject_GetAttrString(mod, "IPv6Address") : NULL;
+        Py_XDECREF(mod);
+        if (ipv6_address == NULL)
+            return -1;
+    }
+    PyObject *packed = PyBytes_FromStringAndSize((const char *)addr, 16);
+    PyObject *obj = packed ? PyObject_CallOneArg(ipv6_address, packed) : NULL;
+    PyObject *text = obj ? PyObject_Str(obj) : NULL;
+    Py_XDECREF(packed);
+    Py_XDECREF(obj);
+    Py_ssize_t n = -1;
+    const char *s = text ? PyUnicode_AsUTF8AndSize(text, &n) : NULL;
+    if (s != NULL && n > 48)
+        PyErr_SetString(PyExc_ValueError, "unexpected IPv6 address text");
+    if (s != NULL && n <= 48) {
+        memcpy(out, s, n);
+        n += sprintf(out + n, "/%u", source);
+    } else {
+        n = -1;
+    }
+    Py_XDECREF(text);
+    return n;
+}
+
+static int acyclic(PyObject *o)
+{
+    return o == Py_None || PyLong_CheckExact(o) || PyUnicode_CheckExact(o) || PyBytes_CheckExact(o)
+           || PyBool_Check(o) || (PyTuple_CheckExact(o) && !PyObject_GC_IsTracked(o));
+}
+
+void untrack_if_acyclic(PyObject *t)
+{
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(t); i++) {
+        if (!acyclic(PyTuple_GET_ITEM(t, i)))
+            return;
+    }
+    PyObject_GC_UnTrack(t);
+}
+
+PyObject *tuple_of(PyObject **v, Py_ssize_t n)
+{
+    PyObject *t = PyTuple_New(n);
+    int bad = t == NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        bad |= v[i] == NULL;
+        if (t != NULL)
+            PyTuple_SET_ITEM(t, i, v[i]);
+        else
+            Py_XDECREF(v[i]);
+    }
+    if (bad) {
+        Py_XDECREF(t);
+        return NULL;
+    }
+    untrack_if_acyclic(t);
+    return t;
 }

@@ -414,3 +414,22 @@ void walk_message(const unsigned char *p, Py_ssize_t n, Walk *w)
     w->ar = rd16(p + 10);
     w->malformed = walk_body(p, n, w) != OK;
 }
+
+Py_ssize_t algorithms_text(const unsigned char *v, size_t n, char *out)
+{
+    Py_ssize_t len = 0;
+    for (size_t i = 0; i < n; i++)
+        len += sprintf(out + len, i ? ",%u" : "%u", v[i]);
+    return len;
+}
+
+Py_ssize_t other_codes_text(const unsigned char *p, const Walk *w, char *out)
+{
+    Py_ssize_t len = 0;
+    for (Py_ssize_t pos = w->opt_start; pos < w->opt_end; pos += 4 + rd16(p + pos + 2)) {
+        unsigned code = rd16(p + pos);
+        if (rd16(p + pos + 2) && code != OPT_NSID && code != OPT_DAU && code != OPT_DHU && code != OPT_N3U)
+            len += sprintf(out + len, len ? ",%u" : "%u", code);
+    }
+    return len;
+}

@@ -107,12 +107,6 @@ typedef struct {
     long n_ede;
 } OptScan;
 
-/* An option whose code goes into the `other` text (dnswire.parse_opt): one with a payload and no text of its own. */
-static inline int opt_other(unsigned code, unsigned olen)
-{
-    return olen && code != OPT_NSID && code != OPT_DAU && code != OPT_DHU && code != OPT_N3U;
-}
-
 /* The labels of a name: the offset of each one's length byte, in order, pointers followed. */
 typedef struct {
     int count;
@@ -146,5 +140,12 @@ WIRE_API int skip_questions(const unsigned char *p, Py_ssize_t n, Py_ssize_t *po
 WIRE_API int walk_rrs_at(const unsigned char *p, Py_ssize_t n, Py_ssize_t *poff, unsigned count, unsigned *rtype,
                          Walk *opt);
 WIRE_API void walk_message(const unsigned char *p, Py_ssize_t n, Walk *w);
+
+/* The texts of dnswire.parse_opt that are lists of numbers, written into out; their length. algorithms_text:
+ * dnswire._algorithms of an option value v[0..n), "1,2,3" (room for 4n bytes). other_codes_text: the `other`
+ * text, the codes of the walk's OPT options that have a payload and no text of their own (room for 2 bytes per
+ * byte of the OPT RDATA). */
+WIRE_API Py_ssize_t algorithms_text(const unsigned char *v, size_t n, char *out);
+WIRE_API Py_ssize_t other_codes_text(const unsigned char *p, const Walk *w, char *out);
 
 #endif

@@ -23,6 +23,7 @@
 
 #define RECORDS_MODULE
 #include "records.h"
+#include "valuetext.h"
 
 /* ---------------------------------------------------------------------------------------------
  * Buffers */
@@ -173,25 +174,6 @@ static PyObject *span_bytes(const Rec *r, Span s)
     if (s.len == SPAN_NONE)
         return Py_NewRef(Py_None);
     return PyBytes_FromStringAndSize(rec_at(r, s), s.len);
-}
-
-/* A new tuple of n new references (NULL items allowed: then NULL, the others released). */
-static PyObject *tuple_of(PyObject **v, Py_ssize_t n)
-{
-    PyObject *t = PyTuple_New(n);
-    int bad = t == NULL;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        bad |= v[i] == NULL;
-        if (t != NULL)
-            PyTuple_SET_ITEM(t, i, v[i]);
-        else
-            Py_XDECREF(v[i]);
-    }
-    if (bad) {
-        Py_XDECREF(t);
-        return NULL;
-    }
-    return t;
 }
 
 static PyObject *edns_tuple(const Rec *r)
@@ -650,37 +632,11 @@ static PyObject *msgbatch_extend(PyObject *self, PyObject *seq)
     Py_RETURN_NONE;
 }
 
-/* counts(): (messages, responses, malformed) of the batch, as PacketDecoder._count counts them. */
-static PyObject *msgbatch_counts(PyObject *self, PyObject *args)
-{
-    MsgBatch *b = (MsgBatch *)self;
-    Py_ssize_t start = 0, responses = 0, malformed = 0;
-    if (!PyArg_ParseTuple(args, "|n:counts", &start))
-        return NULL;
-    for (Py_ssize_t i = start < 0 ? 0 : start; i < b->recs.n; i++) {
-        const Rec *r = msgbatch_get(b, i);
-        responses += r->flags >= 0 && (r->flags & 0x8000);
-        malformed += r->malformed;
-    }
-    return Py_BuildValue("(nnn)", b->recs.n - start, responses, malformed);
-}
-
-/* last_ts(): the capture time of the last message (None when empty). */
-static PyObject *msgbatch_last_ts(PyObject *self, PyObject *Py_UNUSED(unused))
-{
-    MsgBatch *b = (MsgBatch *)self;
-    if (b->recs.n == 0)
-        Py_RETURN_NONE;
-    return PyLong_FromLongLong(msgbatch_get(b, b->recs.n - 1)->ts_ns);
-}
-
 static PyMethodDef msgbatch_methods[] = {
     {"clear", msgbatch_clear, METH_NOARGS, "Remove every message."},
     {"to_tuples", msgbatch_to_tuples, METH_NOARGS, "The messages as probe.model message tuples."},
     {"append", msgbatch_append, METH_O, "Add a message tuple."},
     {"extend", msgbatch_extend, METH_O, "Add message tuples."},
-    {"counts", msgbatch_counts, METH_VARARGS, "counts(start=0) -> (messages, responses, malformed) from start on."},
-    {"last_ts", msgbatch_last_ts, METH_NOARGS, "Capture time of the last message, or None."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -931,19 +887,12 @@ static Py_ssize_t frames_len(PyObject *self)
 /* The frame's bytes as a bytes object, with a taken-off VLAN tag put back at offset 12. */
 static PyObject *frame_bytes(const Frames *f, Py_ssize_t i)
 {
-    const char *p = (const char *)f->ptr[i];
-    uint32_t n = f->caplen[i], tag = f->tag[i];
-    if (tag == 0 || n < 12)
-        return PyBytes_FromStringAndSize(p, n);
+    uint32_t n = f->caplen[i];
+    if (f->tag[i] == 0 || n < 12)
+        return PyBytes_FromStringAndSize((const char *)f->ptr[i], n);
     PyObject *b = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)n + 4);
-    if (b == NULL)
-        return NULL;
-    char *d = PyBytes_AS_STRING(b);
-    unsigned char t[4] = {(unsigned char)(tag >> 24), (unsigned char)(tag >> 16), (unsigned char)(tag >> 8),
-                          (unsigned char)tag};
-    memcpy(d, p, 12);
-    memcpy(d + 12, t, 4);
-    memcpy(d + 16, p + 12, n - 12);
+    if (b != NULL)
+        frame_with_tag(f, i, (unsigned char *)PyBytes_AS_STRING(b));
     return b;
 }
 
@@ -985,29 +934,62 @@ fail:
 static PyObject *frames_clear(PyObject *self, PyObject *Py_UNUSED(unused))
 {
     Frames *f = (Frames *)self;
+    if (f->decoding) {
+        PyErr_SetString(PyExc_RuntimeError, "Frames.clear() while the frames are being decoded");
+        return NULL;
+    }
     f->n = 0;
     if (PyList_SetSlice(f->owners, 0, PyList_GET_SIZE(f->owners), NULL) < 0)
         return NULL;
     Py_RETURN_NONE;
 }
 
+/* A frame held by the bytes object data. */
+static int frames_add_bytes(Frames *f, PyObject *data, long long ts, unsigned long long wirelen,
+                            unsigned long long tag)
+{
+    if (!PyBytes_Check(data)) {
+        PyErr_SetString(PyExc_TypeError, "a frame must be bytes");
+        return -1;
+    }
+    if (PyBytes_GET_SIZE(data) > UINT32_MAX || wirelen > UINT32_MAX || tag > UINT32_MAX) {
+        PyErr_SetString(PyExc_OverflowError, "frame length or tag over 32 bits");
+        return -1;
+    }
+    if (frames_own(f, data) < 0)
+        return -1;
+    return frames_add(f, (const unsigned char *)PyBytes_AS_STRING(data), (uint32_t)PyBytes_GET_SIZE(data),
+                      (uint32_t)wirelen, ts, (uint32_t)tag);
+}
+
 /* add(data, ts_ns, wirelen, tag=0): a frame held by the bytes object data (for tests and Python sources). */
 static PyObject *frames_py_add(PyObject *self, PyObject *args)
 {
-    Frames *f = (Frames *)self;
     PyObject *data;
     long long ts;
-    unsigned long wirelen, tag = 0;
-    if (!PyArg_ParseTuple(args, "O!Lk|k:add", &PyBytes_Type, &data, &ts, &wirelen, &tag))
+    unsigned long long wirelen, tag = 0;
+    if (!PyArg_ParseTuple(args, "OLK|K:add", &data, &ts, &wirelen, &tag)
+        || frames_add_bytes((Frames *)self, data, ts, wirelen, tag) < 0)
         return NULL;
-    if (PyBytes_GET_SIZE(data) > UINT32_MAX || wirelen > UINT32_MAX || tag > UINT32_MAX) {
-        PyErr_SetString(PyExc_OverflowError, "frame length or tag over 32 bits");
+    Py_RETURN_NONE;
+}
+
+/* extend(ts_ns, wirelen, data): the frames of a FrameBatch's three lists (packets.py packed). */
+static PyObject *frames_extend(PyObject *self, PyObject *args)
+{
+    PyObject *ts, *wl, *data;
+    if (!PyArg_ParseTuple(args, "O!O!O!:extend", &PyList_Type, &ts, &PyList_Type, &wl, &PyList_Type, &data))
         return NULL;
+    /* (the lengths read at each frame: an int's __index__ is Python code that may change the lists) */
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(data) && i < PyList_GET_SIZE(ts) && i < PyList_GET_SIZE(wl); i++) {
+        PyObject *d = Py_NewRef(PyList_GET_ITEM(data, i));
+        long long t = PyLong_AsLongLong(PyList_GET_ITEM(ts, i));
+        unsigned long long w = t == -1 && PyErr_Occurred() ? 0 : PyLong_AsUnsignedLongLong(PyList_GET_ITEM(wl, i));
+        int bad = PyErr_Occurred() || frames_add_bytes((Frames *)self, d, t, w, 0) < 0;
+        Py_DECREF(d);
+        if (bad)
+            return NULL;
     }
-    if (frames_own(f, data) < 0
-        || frames_add(f, (const unsigned char *)PyBytes_AS_STRING(data), (uint32_t)PyBytes_GET_SIZE(data),
-                      (uint32_t)wirelen, ts, (uint32_t)tag) < 0)
-        return NULL;
     Py_RETURN_NONE;
 }
 
@@ -1023,6 +1005,7 @@ static PyMethodDef frames_methods[] = {
     {"lists", frames_lists, METH_VARARGS, "lists(start=0, stop=len) -> (ts_ns, wirelen, data) of those frames."},
     {"clear", frames_clear, METH_NOARGS, "Remove every frame (and let go of what they point into)."},
     {"add", frames_py_add, METH_VARARGS, "add(data, ts_ns, wirelen, tag=0): a frame held by a bytes object."},
+    {"extend", frames_extend, METH_VARARGS, "extend(ts_ns, wirelen, data): the frames of three lists (bytes)."},
     {"last_ts", frames_last_ts, METH_NOARGS, "Capture time of the last frame, or None."},
     {NULL, NULL, 0, NULL},
 };

@@ -1,5 +1,5 @@
 /* export.cdns._cdnsblock: the per-transaction loop of a C-DNS block (export/cdns/block.py Block.add_python) and the
- * Q/R item maps of Block.encode, in C.
+ * CBOR of the Q/R items and signatures of Block.encode, in C.
  *
  * Why: building the block tables, signatures and item tuples and turning the items into maps were most of the
  * C-DNS export's time in Python; this does the same work from message records into the same Python tables.
@@ -17,13 +17,11 @@
  *   cache: the block's Cache(), which answers most name, class/type and signature lookups without making
  *   their key objects (see "Lookups by content" below); the tables come out the same with or without it.
  *
- * items(items, earliest, new_ip, new_sig, new_name) -> [item map, ...]
- *   The QueryResponse maps of Block.encode (cdns._item), the indexes renumbered through the lists.
- *
  * encode_items(items, earliest, new_ip, new_sig, new_name) -> bytes or None
- *   cbor2.dumps(items(...)) written directly (no maps made: making and freeing them cost as much as
+ *   cbor2.dumps of the QueryResponse maps of Block.encode (encode.item_maps_python: cdns._item, the indexes
+ *   renumbered through the lists) written directly (no maps made: making and freeing them cost as much as
  *   encoding them); None when an item holds anything but ints and None (the extended sections of
- *   cdns_full_sections), for the caller to encode the maps of items().
+ *   cdns_full_sections, whose blocks are built in Python too), for the caller to encode item_maps_python's.
  *
  * encode_signatures(sigs, new_ip, new_name) -> bytes or None
  *   The same for the signature table: cbor2.dumps([cdns._signature(sig, new_ip, new_name) ...]).
@@ -465,7 +463,7 @@ static PyObject *items_getitem(PyObject *self, Py_ssize_t i)
     return item_tuple(&s->a[i]);
 }
 
-static PyObject *items_list(PyObject *self, PyObject *Py_UNUSED(unused))
+static PyObject *items_list(PyObject *self)
 {
     Items *s = (Items *)self;
     PyObject *out = PyList_New(s->n);
@@ -484,8 +482,8 @@ static PyObject *items_richcompare(PyObject *self, PyObject *other, int op)
 {
     if ((op != Py_EQ && op != Py_NE) || !(PyList_Check(other) || Py_IS_TYPE(other, &ItemsType)))
         Py_RETURN_NOTIMPLEMENTED;
-    PyObject *mine = items_list(self, NULL);
-    PyObject *theirs = PyList_Check(other) ? Py_NewRef(other) : items_list(other, NULL);
+    PyObject *mine = items_list(self);
+    PyObject *theirs = PyList_Check(other) ? Py_NewRef(other) : items_list(other);
     PyObject *r = mine != NULL && theirs != NULL ? PyObject_RichCompare(mine, theirs, op) : NULL;
     Py_XDECREF(mine);
     Py_XDECREF(theirs);
@@ -502,7 +500,6 @@ static PySequenceMethods items_as_sequence = {.sq_length = items_len, .sq_item =
 
 static PyMethodDef items_methods[] = {
     {"append", items_append, METH_O, "append(item tuple): as list.append (10 ints or None, then two None)."},
-    {"tolist", items_list, METH_NOARGS, "tolist() -> the items as a list of 12-tuples."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -922,95 +919,6 @@ static PyObject *add_records(PyObject *Py_UNUSED(self), PyObject *args)
     return block_result(&b, i, earliest, taken);
 }
 
-/* seq[index] for a list of new indexes (Python indexing: negative counts from the end). New reference. */
-static PyObject *renumber(PyObject *list, PyObject *index)
-{
-    Py_ssize_t i = PyNumber_AsSsize_t(index, PyExc_IndexError);
-    if (i == -1 && PyErr_Occurred())
-        return NULL;
-    if (i < 0)
-        i += PyList_GET_SIZE(list);
-    if (i < 0 || i >= PyList_GET_SIZE(list)) {
-        PyErr_SetString(PyExc_IndexError, "list index out of range");
-        return NULL;
-    }
-    PyObject *v = PyList_GET_ITEM(list, i);
-    Py_INCREF(v);
-    return v;
-}
-
-static PyObject *KEYS[13];
-
-/* d[KEYS[k]] = v, v a new reference (consumed); -1 on error. */
-static int put(PyObject *d, int k, PyObject *v)
-{
-    if (v == NULL)
-        return -1;
-    int rc = PyDict_SetItem(d, KEYS[k], v);
-    Py_DECREF(v);
-    return rc;
-}
-
-static int put_borrowed(PyObject *d, int k, PyObject *v) { return v == Py_None ? 0 : PyDict_SetItem(d, KEYS[k], v); }
-
-/* cdns._item of one item tuple. */
-static PyObject *item_map(PyObject *it, PyObject *earliest, PyObject *new_ip, PyObject *new_sig, PyObject *new_name)
-{
-    if (!PyTuple_Check(it) || PyTuple_GET_SIZE(it) != 12) {
-        PyErr_SetString(PyExc_ValueError, "items: a Q/R item is a tuple of 12");
-        return NULL;
-    }
-    Py_ssize_t keys = 5;
-    for (int i = 5; i < 12; i++)
-        keys += F(it, i) != Py_None;
-#if PY_VERSION_HEX < 0x030D0000
-    /* The exact size: a presize of 12 would take a keys object past pymalloc's 512 bytes (malloc, free). */
-    PyObject *d = _PyDict_NewPresized(keys);
-#else
-    PyObject *d = PyDict_New();
-#endif
-    if (d == NULL)
-        return NULL;
-    long long ticks, early;
-    PyObject *offset;
-    if (as_ll(F(it, 0), &ticks) && as_ll(earliest, &early) && ticks >= 0 && early >= 0)
-        offset = PyLong_FromLongLong(ticks - early);
-    else
-        offset = PyNumber_Subtract(F(it, 0), earliest);
-    if (put(d, 0, offset) < 0 || put(d, 1, renumber(new_ip, F(it, 1))) < 0 || PyDict_SetItem(d, KEYS[2], F(it, 2)) < 0
-        || PyDict_SetItem(d, KEYS[3], F(it, 3)) < 0 || put(d, 4, renumber(new_sig, F(it, 4))) < 0
-        || put_borrowed(d, 5, F(it, 5)) < 0 || put_borrowed(d, 6, F(it, 6)) < 0
-        || (F(it, 7) != Py_None && put(d, 7, renumber(new_name, F(it, 7))) < 0) || put_borrowed(d, 8, F(it, 8)) < 0
-        || put_borrowed(d, 9, F(it, 9)) < 0 || put_borrowed(d, 11, F(it, 10)) < 0
-        || put_borrowed(d, 12, F(it, 11)) < 0) {
-        Py_DECREF(d);
-        return NULL;
-    }
-    return d;
-}
-
-static PyObject *items(PyObject *Py_UNUSED(self), PyObject *args)
-{
-    PyObject *seq, *earliest, *new_ip, *new_sig, *new_name;
-    if (!PyArg_ParseTuple(args, "OOO!O!O!:items", &seq, &earliest, &PyList_Type, &new_ip, &PyList_Type, &new_sig,
-                          &PyList_Type, &new_name))
-        return NULL;
-    PyObject *list = PySequence_Fast(seq, "items: items must be a sequence"); /* an Items gives its tuples */
-    if (list == NULL)
-        return NULL;
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(list);
-    PyObject *out = PyList_New(n);
-    for (Py_ssize_t i = 0; out != NULL && i < n; i++) {
-        PyObject *d = item_map(PySequence_Fast_GET_ITEM(list, i), earliest, new_ip, new_sig, new_name);
-        if (d == NULL)
-            Py_CLEAR(out);
-        else
-            PyList_SET_ITEM(out, i, d);
-    }
-    Py_DECREF(list);
-    return out;
-}
-
 /* CBOR (RFC 8949) heads and ints, shortest form, as cbor2 writes them. */
 typedef struct {
     unsigned char *p;
@@ -1290,10 +1198,8 @@ static PyMethodDef methods[] = {
      "earliest, processed, unmatched_queries, unmatched_responses): Block.add_python's loop over transactions "
      "start..stop-1 of a probe._records.TxBatch, up to the first one it leaves to Python (a malformed one); items: "
      "an Items; cache: the block's Cache (lookups by content in front of names, classtype and sigs)."},
-    {"items", items, METH_VARARGS,
-     "items(items, earliest, new_ip, new_sig, new_name) -> [QueryResponse map]: cdns._item over the items."},
     {"encode_items", encode_items, METH_VARARGS,
-     "encode_items(items, earliest, new_ip, new_sig, new_name) -> bytes or None: cbor2.dumps of items(...), "
+     "encode_items(items, earliest, new_ip, new_sig, new_name) -> bytes or None: cbor2.dumps of the item maps, "
      "or None where an item has a value other than an int or None (extended sections)."},
     {"encode_signatures", encode_signatures, METH_VARARGS,
      "encode_signatures(sigs, new_ip, new_name) -> bytes or None: cbor2.dumps of cdns._signature over sigs."},
@@ -1306,9 +1212,6 @@ static struct PyModuleDef module = {
 
 PyMODINIT_FUNC PyInit__cdnsblock(void)
 {
-    for (int k = 0; k < 13; k++)
-        if ((KEYS[k] = PyLong_FromLong(k)) == NULL)
-            return NULL;
     if (PyType_Ready(&CacheType) < 0 || PyType_Ready(&ItemsType) < 0)
         return NULL;
     /* Message records (add_records) where probe._records is built; the encoder works without it (the reference

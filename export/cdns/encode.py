@@ -43,7 +43,7 @@ def encode_block(block, python=False):
         if data is not None:
             out[F.QUERY_RESPONSES] = _Encoded(data)
         else:
-            out[F.QUERY_RESPONSES] = c.items(*args) if c else item_maps_python(*args)
+            out[F.QUERY_RESPONSES] = item_maps_python(*args)
     if block.events:
         out[F.ADDRESS_EVENT_COUNTS] = [
             _event(ae_type, code, new_ip[ai], tflags, count)
@@ -151,8 +151,8 @@ def signature_python(sig, new_ip, new_name):
 
 
 def item_maps_python(items, earliest, new_ip, new_sig, new_name):
-    """The QueryResponse maps of the items, indexes renumbered: the reference of _cdnsblock.items (and of
-    _cdnsblock.encode_items, which writes their CBOR without making them)."""
+    """The QueryResponse maps of the items, indexes renumbered: the reference of _cdnsblock.encode_items, which
+    writes their CBOR without making them (and what is encoded where it declines: extended sections)."""
     return [_item(it, earliest, new_ip, new_sig, new_name) for it in items]
 
 

@@ -368,11 +368,6 @@ static PyObject *rules_len(SuffixRules *r, void *Py_UNUSED(closure))
     return PyLong_FromSize_t(r->nrules);
 }
 
-static PyObject *rules_maxlabel(SuffixRules *r, void *Py_UNUSED(closure))
-{
-    return PyLong_FromLong(r->maxlabel);
-}
-
 static void rules_dealloc(SuffixRules *r)
 {
     rules_free(r);
@@ -387,7 +382,6 @@ static PyMethodDef rules_methods[] = {
 
 static PyGetSetDef rules_getset[] = {
     {"entries", (getter)rules_len, NULL, "entries of the table (rules, and what follows each '!' or '*.')", NULL},
-    {"maxlabel", (getter)rules_maxlabel, NULL, "the most labels of a rule", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 

@@ -6,15 +6,13 @@
  * does the same per record and leaves file handling, buffering and errors to probe/capture/pcapfile.py,
  * whose Python loop stays as the reference the tests compare this with.
  *
- * split(buf, pos, big_endian, ts_mult, limit, ts_list, wirelen_list, data_list) -> (pos, status)
- *   Appends up to `limit` records that lie entirely in buf[pos:] to the three lists (timestamp in ns =
- *   seconds * 1e9 + fraction * ts_mult; original length; captured bytes), and returns the position
- *   after them with status 0 (stopped: limit reached or the next record is not complete in buf) or
- *   1 (the record header at the returned position announces an impossible captured or original length).
- *
  * split_packed(buf, pos, big_endian, ts_mult, limit, frames) -> (pos, status)
- *   The same into a probe._records.Frames (FrameBatch.packed): the frames point into buf (a bytes object the
- *   Frames then keeps), so no object is made per record. Available where probe._records is built.
+ *   Adds up to `limit` records that lie entirely in buf[pos:] to a probe._records.Frames (FrameBatch.packed;
+ *   timestamp in ns = seconds * 1e9 + fraction * ts_mult; original length; captured bytes): the frames point
+ *   into buf (a bytes object the Frames then keeps), so no object is made per record. Returns the position
+ *   after them with status 0 (stopped: limit reached or the next record is not complete in buf) or 1 (the
+ *   record header at the returned position announces an impossible captured or original length). Available
+ *   where probe._records is built (else the reader splits into its lists with the Python reference).
  *
  * split_packed(buf, pos, big_endian, ts_mult, limit, frames, linktype, k, n) -> (pos, status, taken, last_ts)
  *   With a share (`dnsprobe read --workers n`, worker k): up to `limit` records are taken as above, but only those
@@ -45,15 +43,6 @@ static uint32_t get32(const unsigned char *p, int big)
     return ((uint32_t)p[3] << 24) | ((uint32_t)p[2] << 16) | ((uint32_t)p[1] << 8) | p[0];
 }
 
-static int append_new(PyObject *list, PyObject *item)
-{
-    if (item == NULL)
-        return -1;
-    int rc = PyList_Append(list, item);
-    Py_DECREF(item);
-    return rc;
-}
-
 /* One record header at h (16 bytes): 0 and its fields, or 1 when it announces impossible lengths. */
 static int record_header(const unsigned char *h, int big, long long ts_mult, long long *ts, uint32_t *caplen,
                          uint32_t *wirelen)
@@ -65,46 +54,6 @@ static int record_header(const unsigned char *h, int big, long long ts_mult, lon
         return 1;
     *ts = (long long)sec * 1000000000LL + (long long)frac * ts_mult;
     return 0;
-}
-
-static PyObject *split(PyObject *Py_UNUSED(self), PyObject *args)
-{
-    Py_buffer view;
-    Py_ssize_t pos, limit;
-    int big;
-    long long ts_mult;
-    PyObject *ts_list, *wl_list, *data_list;
-    if (!PyArg_ParseTuple(args, "y*npLnO!O!O!", &view, &pos, &big, &ts_mult, &limit, &PyList_Type, &ts_list,
-                          &PyList_Type, &wl_list, &PyList_Type, &data_list))
-        return NULL;
-    const unsigned char *buf = view.buf;
-    Py_ssize_t end = view.len;
-    int status = 0;
-    if (pos < 0 || pos > end) {
-        PyBuffer_Release(&view);
-        PyErr_SetString(PyExc_ValueError, "position outside the buffer");
-        return NULL;
-    }
-    for (Py_ssize_t done = 0; done < limit && pos + 16 <= end; done++) {
-        const unsigned char *h = buf + pos;
-        long long ts;
-        uint32_t caplen, wirelen;
-        if (record_header(h, big, ts_mult, &ts, &caplen, &wirelen)) {
-            status = 1;
-            break;
-        }
-        if (pos + 16 + (Py_ssize_t)caplen > end)
-            break;
-        if (append_new(ts_list, PyLong_FromLongLong(ts)) < 0 ||
-            append_new(wl_list, PyLong_FromUnsignedLong(wirelen)) < 0 ||
-            append_new(data_list, PyBytes_FromStringAndSize((const char *)h + 16, caplen)) < 0) {
-            PyBuffer_Release(&view);
-            return NULL;
-        }
-        pos += 16 + caplen;
-    }
-    PyBuffer_Release(&view);
-    return Py_BuildValue("(ni)", pos, status);
 }
 
 static PyObject *split_packed(PyObject *Py_UNUSED(self), PyObject *args)
@@ -181,8 +130,6 @@ static PyObject *data_frames(PyObject *Py_UNUSED(self), PyObject *args)
 }
 
 static PyMethodDef methods[] = {
-    {"split", split, METH_VARARGS,
-     "split(buf, pos, big_endian, ts_mult, limit, ts_list, wirelen_list, data_list) -> (pos, status)"},
     {"split_packed", split_packed, METH_VARARGS,
      "split_packed(buf, pos, big_endian, ts_mult, limit, frames[, linktype, k, n]) -> (pos, status[, taken, last_ts]): "
      "split into a probe._records.Frames (with a share: worker k of n's frames only)"},
@@ -198,7 +145,7 @@ static struct PyModuleDef module = {
 
 PyMODINIT_FUNC PyInit__pcaprecords(void)
 {
-    /* split_packed needs probe._records; split does not. */
+    /* split_packed needs probe._records; data_frames does not. */
     if (records_import() < 0)
         PyErr_Clear();
     return PyModule_Create(&module);

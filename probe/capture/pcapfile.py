@@ -236,7 +236,7 @@ def split_records(buf, pos, big_endian, ts_mult, limit, ts_list, wl_list, data_l
     """Append up to `limit` records lying entirely in buf[pos:] to the lists; return (position after
     them, status): 0 stopped (limit reached or the next record is incomplete), 1 the record header at
     the position announces an impossible captured or original length. The reference for the C version in
-    probe.capture._pcaprecords, which the reader uses when it was built."""
+    probe.capture._pcaprecords (split_packed), which the reader uses when it and probe._records were built."""
     unpack = _REC_BE if big_endian else _REC_LE
     end = len(buf)
     if not 0 <= pos <= end:
@@ -283,7 +283,6 @@ def _read_pcap(r, endian, ts_mult, batch_size, share=None):
             return FrameBatch(linktype)
         return FrameBatch(linktype, packed=_records.Frames(), share=share)
 
-    split = split_records if _pcaprecords is None else _pcaprecords.split
     unpack = _REC_BE if big else _REC_LE
     batch = r.batch = new_batch()
     while True:
@@ -309,7 +308,7 @@ def _read_pcap(r, endian, ts_mult, batch_size, share=None):
             elif packed:
                 r.pos, status = _pcaprecords.split_packed(buf, r.pos, big, ts_mult, room, batch.packed)
             else:
-                r.pos, status = split(buf, r.pos, big, ts_mult, room, batch.ts_ns, batch.wirelen, batch.data)
+                r.pos, status = split_records(buf, r.pos, big, ts_mult, room, batch.ts_ns, batch.wirelen, batch.data)
             if status:
                 caplen, wirelen = unpack(buf, r.pos)[2:]
                 why = _bad_lengths(caplen, wirelen)

@@ -9,13 +9,12 @@
  * wire.h's walk_message; what the Python walker makes objects of (the QNAME text, the EDNS fields) is written
  * into the record's tail here.
  *
- * decode_frames(ts, wirelen, data, start, out, portmap, keep4, keep6, counts, tcp, keep_raw) -> (i, j)
  * decode_packed(frames, start, out, portmap, keep4, keep6, counts, tcp, keep_raw) -> (i, j)
- *   ts, wirelen, data: the FrameBatch lists; out: the MsgBatch; portmap: 8192 bytes, bit p for a DNS port;
+ *   frames: a probe._records.Frames (FrameBatch.packed, or the batch's lists packed: packets.py packed), read
+ *   with no object per frame; out: the MsgBatch; portmap: 8192 bytes, bit p for a DNS port;
  *   keep4/keep6: the IP lists' callables (src, dst) -> keep?, or None; counts: the list [bytes, messages,
  *   responses, malformed, ip_filtered] added to; tcp: PacketDecoder._tcp_step or None (TCP frames then stop
- *   the loop); keep_raw: fill the raw field (C-DNS). decode_packed reads the frames of a probe._records.Frames
- *   (FrameBatch.packed) instead of the three lists, with no object per frame.
+ *   the loop); keep_raw: fill the raw field (C-DNS).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -27,8 +26,6 @@
 #include "tcpstream_api.h"
 #include "valuetext.h"
 #include "wire.h"
-
-static PyObject *ipv6_address; /* ipaddress.IPv6Address, for the text of an IPv6 client subnet */
 
 /* ---------------------------------------------------------------------------------------------
  * The frame loop: its arguments, counts, the IP lists and the TCP stream step, and where it stops, by the rules
@@ -178,84 +175,6 @@ static PyObject *tcp_done(PyObject *tcp, PyObject *result)
     return result;
 }
 
-static int frame_ok(PyObject *frame, const unsigned char *portmap, int tcp, Fast *x)
-{
-    return PyBytes_Check(frame)
-           && classify((const unsigned char *)PyBytes_AS_STRING(frame), PyBytes_GET_SIZE(frame), portmap, tcp, x);
-}
-
-/* The end of a loop without an error: (i, j), with its counts added to counts_obj; NULL on error. */
-static PyObject *loop_result(Py_ssize_t i, Py_ssize_t j, PyObject *counts_obj, const long long *counts)
-{
-    PyObject *result = Py_BuildValue("(nn)", i, j);
-    if (result != NULL && add_counts(counts_obj, counts) < 0)
-        Py_CLEAR(result);
-    return result;
-}
-
-/* The step for one frame that classify accepted as x: its messages made, or the frame counted as filtered.
- * ts and wl: the frame's time and length objects (held); wirelen: the length's value; keep: the IP list of
- * its IP version. */
-typedef int (*FrameStep)(void *ctx, PyObject *ts, PyObject *wl, long long wirelen, PyObject *frame, const Fast *x,
-                         PyObject *keep, long long *counts);
-
-/* The loop of decode_frames over the FrameBatch lists ts_obj, wl_obj and data_obj from frame `start` on: step
- * for each frame it handles until the first it does not; returns (i, j), that frame's index and the next
- * handled one's (the caller decodes frames i..j-1 in Python and calls again from j: messages stay in capture
- * order), with the counts added to counts_obj; NULL on error. */
-static inline PyObject *frame_loop(PyObject *ts_obj, PyObject *wl_obj, PyObject *data_obj, Py_ssize_t start,
-                                   const unsigned char *portmap, int do_tcp, PyObject *keep4, PyObject *keep6,
-                                   PyObject *counts_obj, FrameStep step, void *ctx)
-{
-    PyObject *ts = NULL, *wl = NULL, *data = NULL, *result = NULL;
-    long long counts[N_COUNTS] = {0};
-    ts = PySequence_Fast(ts_obj, "ts_ns must be a sequence");
-    wl = ts ? PySequence_Fast(wl_obj, "wirelen must be a sequence") : NULL;
-    data = wl ? PySequence_Fast(data_obj, "data must be a sequence") : NULL;
-    if (data == NULL)
-        goto done;
-    if (PySequence_Fast_GET_SIZE(ts) != PySequence_Fast_GET_SIZE(data)
-        || PySequence_Fast_GET_SIZE(wl) != PySequence_Fast_GET_SIZE(data)) {
-        PyErr_SetString(PyExc_ValueError, "ts_ns, wirelen and data differ in length");
-        goto done;
-    }
-    /* The lengths are read again after each frame: keep4/keep6 and tcp are Python code. */
-#define N_NOW()                                                                                            \
-    Py_MIN(PySequence_Fast_GET_SIZE(data), Py_MIN(PySequence_Fast_GET_SIZE(ts), PySequence_Fast_GET_SIZE(wl)))
-    Py_ssize_t i = start < 0 ? 0 : start;
-    Fast x;
-    for (; i < N_NOW(); i++) {
-        PyObject *frame = PySequence_Fast_GET_ITEM(data, i);
-        if (!frame_ok(frame, portmap, do_tcp, &x))
-            break;
-        PyObject *w = PySequence_Fast_GET_ITEM(wl, i), *t = PySequence_Fast_GET_ITEM(ts, i);
-        /* Held before the conversion: a wirelen's __index__ is Python code that may empty the lists. */
-        Py_INCREF(frame);
-        Py_INCREF(w);
-        Py_INCREF(t);
-        long long wirelen = PyLong_AsLongLong(w);
-        int bad = wirelen == -1 && PyErr_Occurred();
-        if (!bad)
-            bad = step(ctx, t, w, wirelen, frame, &x, x.ipv == 4 ? keep4 : keep6, counts) < 0;
-        Py_DECREF(frame);
-        Py_DECREF(w);
-        Py_DECREF(t);
-        if (bad)
-            goto done;
-        counts[C_BYTES] += wirelen;
-    }
-    Py_ssize_t j = i;
-    while (j < N_NOW() && !frame_ok(PySequence_Fast_GET_ITEM(data, j), portmap, do_tcp, &x))
-        j++;
-#undef N_NOW
-    result = loop_result(i, j, counts_obj, counts);
-done:
-    Py_XDECREF(ts);
-    Py_XDECREF(wl);
-    Py_XDECREF(data);
-    return result;
-}
-
 
 /* A growing tail: values appended behind the record at base. */
 typedef struct {
@@ -279,90 +198,27 @@ static Span tail_text(Tail *t, const unsigned char *p, size_t n)
     return s;
 }
 
-/* dnswire._algorithms: "1,2,3". */
-static Span tail_numbers(Tail *t, const unsigned char *v, size_t n)
-{
-    Span s = {(uint32_t)t->off, 0};
-    for (size_t i = 0; i < n; i++)
-        t->off += sprintf(t->base + t->off, i ? ",%u" : "%u", v[i]);
-    s.len = (uint32_t)(t->off - s.off);
-    return s;
-}
-
-/* Whether an IPv6 address is in ::/96 or ::ffff:0:0/96, where texts of it differ (see tail_ecs). */
-static int embeds_ipv4(const unsigned char *a)
-{
-    static const unsigned char zero[10] = {0};
-    return memcmp(a, zero, 10) == 0 && ((a[10] == 0 && a[11] == 0) || (a[10] == 0xff && a[11] == 0xff));
-}
-
-/* dnswire._ecs for a value the walk accepted (opt_scan): "address/source-prefix". */
-static int tail_ecs(Tail *t, const unsigned char *v, size_t len, Span *out)
-{
-    unsigned family = rd16(v), source = v[2];
-    size_t alen = len - 4;
-    unsigned char addr[16] = {0};
-    memcpy(addr, v + 4, alen);
-    out->off = (uint32_t)t->off;
-    if (family == 1) {
-        t->off += sprintf(t->base + t->off, "%u.%u.%u.%u/%u", addr[0], addr[1], addr[2], addr[3], source);
-    } else if (!embeds_ipv4(addr)) {
-        /* Outside ::/96 and ::ffff:0:0/96, inet_ntop's text is Python's (RFC 5952: lower-case groups, the first
-         * longest run of two or more zero groups as "::"), and costs a hundredth of a call into ipaddress. */
-        t->off += ipv6_text(addr, t->base + t->off);
-        t->off += sprintf(t->base + t->off, "/%u", source);
-    } else {
-        /* IPv6 text (RFC 5952 with Python's rules) from the ipaddress module itself, as the Python walker: where
-         * the last 32 bits may be an IPv4 address, inet_ntop writes them dotted, and Python's versions differ. */
-        PyObject *obj = PyObject_CallFunction(ipv6_address, "y#", (const char *)addr, (Py_ssize_t)16);
-        PyObject *text = obj ? PyObject_Str(obj) : NULL;
-        Py_XDECREF(obj);
-        if (text == NULL)
-            return -1;
-        Py_ssize_t n;
-        const char *s = PyUnicode_AsUTF8AndSize(text, &n);
-        if (s == NULL || n > 48) {
-            Py_DECREF(text);
-            if (s != NULL)
-                PyErr_SetString(PyExc_ValueError, "unexpected IPv6 address text");
-            return -1;
-        }
-        memcpy(t->base + t->off, s, n);
-        t->off += n;
-        Py_DECREF(text);
-        t->off += sprintf(t->base + t->off, "/%u", source);
-    }
-    out->len = (uint32_t)(t->off - out->off);
-    return 0;
-}
-
 /* dnswire.parse_opt over the options of the walk's OPT RR (OptScan: the walk checked them). */
 static int tail_opt(Tail *t, Rec *r, const unsigned char *p, const Walk *w)
 {
     const Py_ssize_t *last = w->opts.last;
     r->e_cookie = (uint8_t)w->opts.cookie;
-    Span other = {(uint32_t)t->off, 0};
-    for (Py_ssize_t pos = w->opt_start; pos < w->opt_end; pos += 4 + rd16(p + pos + 2)) {
-        unsigned code = rd16(p + pos);
-        if (opt_other(code, rd16(p + pos + 2)))
-            t->off += sprintf(t->base + t->off, t->off > other.off ? ",%u" : "%u", code);
-    }
-    other.len = (uint32_t)(t->off - other.off);
-    r->e_other = other;
-    Span empty = {(uint32_t)t->off, 0};
+    r->e_other = (Span){(uint32_t)t->off, (uint32_t)other_codes_text(p, w, t->base + t->off)};
+    t->off += r->e_other.len;
     Span *text[N_OPT_TEXTS] = {&r->e_nsid, &r->e_dau, &r->e_dhu, &r->e_n3u, &r->e_ecs};
     for (int k = 0; k < N_OPT_TEXTS; k++) {
-        *text[k] = empty;
-        if (last[k] < 0)
-            continue;
-        const unsigned char *v = p + last[k] + 4;
-        unsigned olen = rd16(p + last[k] + 2);
-        if (k == AT_ECS) {
-            if (tail_ecs(t, v, olen, text[k]) < 0)
-                return -1;
-        } else {
-            *text[k] = k == AT_NSID ? tail_text(t, v, olen) : tail_numbers(t, v, olen);
+        Py_ssize_t n = 0; /* (an option not there: "") */
+        char *out = t->base + t->off;
+        if (last[k] >= 0) {
+            const unsigned char *v = p + last[k] + 4;
+            unsigned olen = rd16(p + last[k] + 2);
+            n = k == AT_NSID ? (Py_ssize_t)records->utf8_backslashreplace(v, olen, out)
+                : k == AT_ECS ? ecs_text(v, olen, out) : algorithms_text(v, olen, out);
         }
+        if (n < 0)
+            return -1;
+        *text[k] = (Span){(uint32_t)t->off, (uint32_t)n};
+        t->off += n;
     }
     r->e_ede.off = (uint32_t)t->off;
     r->e_ede.len = (uint32_t)w->opts.n_ede;
@@ -539,15 +395,12 @@ static int tcp_message(void *ctx, PyObject *m)
                        t->keep_raw, t->counts);
 }
 
-/* A TCP segment through the stream step, with the arguments PacketDecoder._tcp_step takes. ts and wl: the
- * frame's time and length objects (NULL: made here from ts_ns and wirelen). */
-static int tcp_frame(PyObject *ts, PyObject *wl, long long ts_ns, long long wirelen, const unsigned char *f,
-                     const Fast *x, PyObject *src, PyObject *dst, PyObject *tcp, int keep_raw, MsgBatch *out,
-                     long long *counts)
+/* A TCP segment through the stream step, with the arguments PacketDecoder._tcp_step takes. */
+static int tcp_frame(long long ts_ns, long long wirelen, const unsigned char *f, const Fast *x, PyObject *src,
+                     PyObject *dst, PyObject *tcp, int keep_raw, MsgBatch *out, long long *counts)
 {
     TcpFrame t = {f, x, keep_raw, out, counts};
-    ts = ts != NULL ? Py_NewRef(ts) : PyLong_FromLongLong(ts_ns);
-    wl = wl != NULL ? Py_NewRef(wl) : PyLong_FromLongLong(wirelen);
+    PyObject *ts = PyLong_FromLongLong(ts_ns), *wl = PyLong_FromLongLong(wirelen);
     PyObject *ipv = PyLong_FromLong(x->ipv), *sport = PyLong_FromLong(x->sport), *dport = PyLong_FromLong(x->dport);
     int r = -1;
     if (ipv != NULL && sport != NULL && dport != NULL && ts != NULL && wl != NULL)
@@ -560,10 +413,8 @@ static int tcp_frame(PyObject *ts, PyObject *wl, long long ts_ns, long long wire
     return r;
 }
 
-/* One frame f that classify accepted: its message records appended to out, or counted as filtered. ts and wl are
- * the frame's time and length objects where the caller has them (the TCP step takes them as they are), else
- * NULL. */
-static int fast_frame(PyObject *ts, PyObject *wl, long long ts_ns, long long wirelen, const unsigned char *f,
+/* One frame f that classify accepted: its message records appended to out, or counted as filtered. */
+static int fast_frame(long long ts_ns, long long wirelen, const unsigned char *f,
                       const Fast *x, PyObject *keep, PyObject *tcp, int keep_raw, MsgBatch *out, long long *counts)
 {
     PyObject *src = NULL, *dst = NULL;
@@ -574,7 +425,7 @@ static int fast_frame(PyObject *ts, PyObject *wl, long long ts_ns, long long wir
         r = src != NULL && dst != NULL ? keep_frame(keep, src, dst, counts) : -1;
     }
     if (r > 0 && x->proto == PROTO_TCP) {
-        r = tcp_frame(ts, wl, ts_ns, wirelen, f, x, src, dst, tcp, keep_raw, out, counts);
+        r = tcp_frame(ts_ns, wirelen, f, x, src, dst, tcp, keep_raw, out, counts);
     } else if (r > 0) {
         MsgNet net = {.ts = ts_ns, .wirelen = wirelen, .ipv = x->ipv, .proto = PROTO_UDP, .transport = TRANSPORT_UDP,
                       .src = f + x->addr, .dst = f + x->addr + x->alen, .sport = (int32_t)x->sport,
@@ -584,41 +435,6 @@ static int fast_frame(PyObject *ts, PyObject *wl, long long ts_ns, long long wir
     Py_XDECREF(src);
     Py_XDECREF(dst);
     return r;
-}
-
-/* What a frame's records go to: the arguments of decode_frames and decode_packed. */
-typedef struct {
-    PyObject *tcp;
-    MsgBatch *out;
-    int keep_raw;
-} Sink;
-
-/* frame_loop's step for decode_frames: fast_frame with the frame's objects. */
-static int list_frame(void *ctx, PyObject *ts, PyObject *wl, long long wirelen, PyObject *frame, const Fast *x,
-                      PyObject *keep, long long *counts)
-{
-    const Sink *s = ctx;
-    long long ts_ns = PyLong_AsLongLong(ts); /* (ints: the sources check their range) */
-    if (ts_ns == -1 && PyErr_Occurred())
-        return -1;
-    return fast_frame(ts, wl, ts_ns, wirelen, (const unsigned char *)PyBytes_AS_STRING(frame), x, keep, s->tcp,
-                      s->keep_raw, s->out, counts);
-}
-
-static PyObject *decode_frames(PyObject *Py_UNUSED(self), PyObject *args)
-{
-    PyObject *ts, *wl, *data, *keep4, *keep6, *counts;
-    Sink s;
-    Py_ssize_t start;
-    const unsigned char *portmap;
-    Py_ssize_t portmap_len;
-    if (!PyArg_ParseTuple(args, "OOOnO!y#OOO!Op:decode_frames", &ts, &wl, &data, &start, records->msgbatch_type,
-                          &s.out, &portmap, &portmap_len, &keep4, &keep6, &PyList_Type, &counts, &s.tcp,
-                          &s.keep_raw)
-        || check_frame_args(portmap_len, counts, s.tcp) < 0)
-        return NULL;
-    return tcp_done(s.tcp,
-                    frame_loop(ts, wl, data, start, portmap, s.tcp != Py_None, keep4, keep6, counts, list_frame, &s));
 }
 
 /* A frame of f as its reader sees it: its bytes, with a tag the kernel took off put back (into *scratch,
@@ -640,14 +456,10 @@ static const unsigned char *frame_at(const Frames *f, Py_ssize_t i, unsigned cha
         *scratch = p;
         *scratch_len = (size_t)n + 4;
     }
-    unsigned char *d = *scratch;
-    memcpy(d, f->ptr[i], 12);
-    d[12] = (unsigned char)(tag >> 24), d[13] = (unsigned char)(tag >> 16);
-    d[14] = (unsigned char)(tag >> 8), d[15] = (unsigned char)tag;
-    memcpy(d + 16, f->ptr[i] + 12, n - 12);
+    frame_with_tag(f, i, *scratch);
     *len = (Py_ssize_t)n + 4;
     *wirelen += 4;
-    return d;
+    return *scratch;
 }
 
 /* Frames read straight from where a device put them (DPDK's mbufs, spread over its pool) are not in the cache
@@ -661,7 +473,9 @@ static inline void prefetch_frame(const unsigned char *p, uint32_t len)
         __builtin_prefetch(p + off);
 }
 
-/* decode_frames over a packed batch (FrameBatch.packed, a probe._records.Frames): no object per frame. */
+/* The frame loop over a packed batch (a probe._records.Frames): no object per frame. Returns (i, j), the index
+ * of the first frame it does not handle and of the next one it handles (the caller decodes frames i..j-1 in
+ * Python and calls again from j: messages stay in capture order), with the counts added to counts_obj. */
 static PyObject *decode_packed(PyObject *Py_UNUSED(self), PyObject *args)
 {
     PyObject *keep4, *keep6, *counts_obj, *tcp, *result = NULL;
@@ -680,7 +494,10 @@ static PyObject *decode_packed(PyObject *Py_UNUSED(self), PyObject *args)
     long long counts[N_COUNTS] = {0};
     unsigned char *scratch = NULL;
     size_t scratch_len = 0;
-    Py_INCREF(frames); /* (keep4/keep6 and tcp are Python code) */
+    /* keep4/keep6 and tcp are Python code: the frames are held, and their clear() (which lets go of the memory
+     * the frame being decoded points into) refused until the loop ends. */
+    Py_INCREF(frames);
+    frames->decoding++;
     Py_ssize_t i = start < 0 ? 0 : start, len;
     long long wirelen;
     Fast x;
@@ -692,7 +509,7 @@ static PyObject *decode_packed(PyObject *Py_UNUSED(self), PyObject *args)
             goto done;
         if (!classify(f, len, portmap, do_tcp, &x))
             break;
-        if (fast_frame(NULL, NULL, frames->ts[i], wirelen, f, &x, x.ipv == 4 ? keep4 : keep6, tcp, keep_raw, out,
+        if (fast_frame(frames->ts[i], wirelen, f, &x, x.ipv == 4 ? keep4 : keep6, tcp, keep_raw, out,
                        counts) < 0)
             goto done;
         counts[C_BYTES] += wirelen;
@@ -705,9 +522,12 @@ static PyObject *decode_packed(PyObject *Py_UNUSED(self), PyObject *args)
         if (classify(f, len, portmap, do_tcp, &x))
             break;
     }
-    result = loop_result(i, j, counts_obj, counts);
+    result = Py_BuildValue("(nn)", i, j);
+    if (result != NULL && add_counts(counts_obj, counts) < 0)
+        Py_CLEAR(result);
 done:
     PyMem_Free(scratch);
+    frames->decoding--;
     Py_DECREF(frames);
     return tcp_done(tcp, result);
 }
@@ -771,12 +591,9 @@ static PyMethodDef methods[] = {
      "select_share(frames, linktype, k, n) -> Frames: the frames of worker k of n (flow_hash % n == k)."},
     {"flow_hash", py_flow_hash, METH_VARARGS,
      "flow_hash(frame, linktype) -> int: the symmetric hash of the frame's IP address pair (include/wire.h)."},
-    {"decode_frames", decode_frames, METH_VARARGS,
-     "decode_frames(ts, wirelen, data, start, out, portmap, keep4, keep6, counts, tcp, keep_raw) -> (i, j): "
-     "the common-frame fast path of PacketDecoder.decode_into, records appended to the MsgBatch out."},
     {"decode_packed", decode_packed, METH_VARARGS,
-     "decode_packed(frames, start, out, portmap, keep4, keep6, counts, tcp, keep_raw) -> (i, j): decode_frames over "
-     "a probe._records.Frames (FrameBatch.packed)."},
+     "decode_packed(frames, start, out, portmap, keep4, keep6, counts, tcp, keep_raw) -> (i, j): the common-frame "
+     "fast path of PacketDecoder.decode_into over a probe._records.Frames, records appended to the MsgBatch out."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -789,13 +606,6 @@ static const DecoderecApi api = {DECODEREC_API_VERSION, put_record};
 PyMODINIT_FUNC PyInit__decoderec(void)
 {
     if (records_import() < 0)
-        return NULL;
-    PyObject *mod = PyImport_ImportModule("ipaddress");
-    if (mod == NULL)
-        return NULL;
-    ipv6_address = PyObject_GetAttrString(mod, "IPv6Address");
-    Py_DECREF(mod);
-    if (ipv6_address == NULL)
         return NULL;
     PyObject *m = PyModule_Create(&module);
     PyObject *capsule = m ? PyCapsule_New((void *)&api, DECODEREC_CAPSULE, NULL) : NULL;

@@ -20,9 +20,10 @@
 #include <string.h>
 
 #include "model.h"
+#include "valuetext.h"
 #include "wire.h"
 
-static PyObject *empty_str, *ipv6_address, *py_parse_message;
+static PyObject *empty_str, *py_parse_message;
 
 /* module.name, imported on first use into *cache (a borrowed reference, or NULL with an exception). */
 static PyObject *python_attr(PyObject **cache, const char *module, const char *name)
@@ -59,93 +60,6 @@ static PyObject *shared16(unsigned v)
 static inline PyObject *u16(unsigned v)
 {
     return PyLong_FromLong(v);
-}
-
-/* Tuples made here hold only ints, strings, bytes, None, booleans and such tuples: they cannot be part
- * of a reference cycle, so they are taken off the cyclic collector's lists at once (CPython does the same
- * lazily, at the first collection that sees them). That saves the collector a pass over every message. */
-static int acyclic(PyObject *o)
-{
-    return o == Py_None || PyLong_CheckExact(o) || PyUnicode_CheckExact(o) || PyBytes_CheckExact(o)
-           || PyBool_Check(o) || (PyTuple_CheckExact(o) && !PyObject_GC_IsTracked(o));
-}
-
-static void untrack_if_acyclic(PyObject *t)
-{
-    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(t); i++) {
-        if (!acyclic(PyTuple_GET_ITEM(t, i)))
-            return;
-    }
-    PyObject_GC_UnTrack(t);
-}
-
-/* A new tuple of n new references (NULL items allowed: then NULL, the others released). */
-static PyObject *tuple_of(PyObject **v, Py_ssize_t n)
-{
-    PyObject *t = PyTuple_New(n);
-    int bad = t == NULL;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        bad |= v[i] == NULL;
-        if (t != NULL)
-            PyTuple_SET_ITEM(t, i, v[i]);
-        else
-            Py_XDECREF(v[i]);
-    }
-    if (bad) {
-        Py_XDECREF(t);
-        return NULL;
-    }
-    untrack_if_acyclic(t);
-    return t;
-}
-
-/* A growable byte buffer that starts on the stack. */
-typedef struct {
-    char *p;
-    Py_ssize_t len, cap;
-    char small[256];
-} Text;
-
-static void text_init(Text *t)
-{
-    t->p = t->small;
-    t->len = 0;
-    t->cap = sizeof t->small;
-}
-
-static void text_free(Text *t)
-{
-    if (t->p != t->small)
-        PyMem_Free(t->p);
-}
-
-static int text_put(Text *t, const char *s, Py_ssize_t n)
-{
-    if (t->len + n > t->cap) {
-        Py_ssize_t cap = t->cap * 2;
-        while (cap < t->len + n)
-            cap *= 2;
-        char *p = PyMem_Malloc(cap);
-        if (p == NULL) {
-            PyErr_NoMemory();
-            return ERR;
-        }
-        memcpy(p, t->p, t->len);
-        text_free(t);
-        t->p = p;
-        t->cap = cap;
-    }
-    memcpy(t->p + t->len, s, n);
-    t->len += n;
-    return OK;
-}
-
-/* Decimal text of n, then a comma unless last. */
-static int text_num(Text *t, unsigned n, int comma)
-{
-    char s[16];
-    int k = snprintf(s, sizeof s, comma ? ",%u" : "%u", n);
-    return text_put(t, s, k);
 }
 
 static PyObject *decode_text(const char *s, Py_ssize_t n)
@@ -221,37 +135,17 @@ done:
 /* ---------------------------------------------------------------------------------------------
  * OPT */
 
-/* dnswire._algorithms: "1,2,3". */
-static PyObject *algorithms(const unsigned char *v, Py_ssize_t len)
+/* A str of the text fill writes of v[0..len) into a buffer of `room` bytes. */
+static PyObject *text_of(Py_ssize_t (*fill)(const unsigned char *, size_t, char *), const unsigned char *v,
+                         Py_ssize_t len, size_t room)
 {
-    Text t;
-    text_init(&t);
-    for (Py_ssize_t i = 0; i < len; i++) {
-        if (text_num(&t, v[i], i > 0) < 0) {
-            text_free(&t);
-            return NULL;
-        }
-    }
-    PyObject *s = PyUnicode_FromStringAndSize(t.p, t.len);
-    text_free(&t);
+    char *buf = PyMem_Malloc(room);
+    if (buf == NULL)
+        return PyErr_NoMemory();
+    Py_ssize_t n = fill(v, (size_t)len, buf);
+    PyObject *s = n < 0 ? NULL : PyUnicode_FromStringAndSize(buf, n);
+    PyMem_Free(buf);
     return s;
-}
-
-/* dnswire._ecs for a value the walk accepted (opt_scan): "address/source-prefix". */
-static PyObject *client_subnet(const unsigned char *v, Py_ssize_t len)
-{
-    unsigned family = rd16(v), source = v[2];
-    unsigned char addr[16] = {0};
-    memcpy(addr, v + 4, len - 4);
-    if (family == 1)
-        return PyUnicode_FromFormat("%u.%u.%u.%u/%u", addr[0], addr[1], addr[2], addr[3], source);
-    /* IPv6 text (RFC 5952 with Python's rules for embedded IPv4) from the ipaddress module itself. */
-    if (python_attr(&ipv6_address, "ipaddress", "IPv6Address") == NULL)
-        return NULL;
-    PyObject *obj = PyObject_CallFunction(ipv6_address, "y#", (const char *)addr, (Py_ssize_t)16);
-    PyObject *text = obj != NULL ? PyUnicode_FromFormat("%S/%u", obj, source) : NULL;
-    Py_XDECREF(obj);
-    return text;
 }
 
 /* The text of option kind k (AT_NSID...) at p + at (-1: none, ""). */
@@ -263,29 +157,26 @@ static PyObject *option_text(const unsigned char *p, Py_ssize_t at, int k)
     unsigned olen = rd16(p + at + 2);
     if (k == AT_NSID)
         return decode_text((const char *)v, olen);
-    return k == AT_ECS ? client_subnet(v, olen) : algorithms(v, olen);
+    return k == AT_ECS ? text_of(ecs_text, v, olen, 64) : text_of(algorithms_text, v, olen, 4 * (size_t)olen + 1);
 }
 
 /* dnswire.parse_opt over the options of the walk's OPT RR (OptScan: the walk checked them). */
 static PyObject *parse_options(const unsigned char *p, const Walk *w)
 {
     PyObject *text[N_OPT_TEXTS] = {NULL}, *other = NULL, *ede = PyTuple_New(w->opts.n_ede);
-    Text codes;
-    text_init(&codes);
     Py_ssize_t n_ede = 0;
     for (Py_ssize_t pos = w->opt_start; ede != NULL && pos < w->opt_end; pos += 4 + rd16(p + pos + 2)) {
-        unsigned code = rd16(p + pos);
-        PyObject *info = code == OPT_EDE ? shared16(rd16(p + pos + 4)) : NULL;
-        if (info != NULL)
-            PyTuple_SET_ITEM(ede, n_ede++, info);
-        if ((code == OPT_EDE && info == NULL)
-            || (opt_other(code, rd16(p + pos + 2)) && text_num(&codes, code, codes.len > 0) < 0))
+        PyObject *info = rd16(p + pos) == OPT_EDE ? shared16(rd16(p + pos + 4)) : Py_None;
+        if (info == NULL)
             Py_CLEAR(ede);
+        else if (info != Py_None)
+            PyTuple_SET_ITEM(ede, n_ede++, info);
     }
     for (int k = 0; k < N_OPT_TEXTS; k++)
         text[k] = option_text(p, w->opts.last[k], k);
-    other = codes.len ? PyUnicode_FromStringAndSize(codes.p, codes.len) : Py_NewRef(empty_str);
-    text_free(&codes);
+    char *codes = PyMem_Malloc(2 * (size_t)(w->opt_end - w->opt_start) + 1);
+    other = codes ? PyUnicode_FromStringAndSize(codes, other_codes_text(p, w, codes)) : PyErr_NoMemory();
+    PyMem_Free(codes);
     if (ede != NULL)
         untrack_if_acyclic(ede);
     unsigned ttl = w->opt_ttl;

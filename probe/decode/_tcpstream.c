@@ -547,6 +547,16 @@ static int parse_port(PyObject *o, unsigned char *dst)
 }
 
 /* key (src, sport, dst, dport) -> its bytes, and those of the other direction. */
+/* The key of the other direction: src | dst | sport | dport swapped. */
+static void reverse_key(const unsigned char *k, unsigned char *rev)
+{
+    const int A = 1 + MAX_ADDR;
+    memcpy(rev, k + A, A);
+    memcpy(rev + A, k, A);
+    memcpy(rev + 2 * A, k + 2 * A + 2, 2);
+    memcpy(rev + 2 * A + 2, k + 2 * A, 2);
+}
+
 static int parse_key(PyObject *key, unsigned char *k, unsigned char *rev)
 {
     if (!PyTuple_Check(key) || PyTuple_GET_SIZE(key) != 4) {
@@ -557,10 +567,7 @@ static int parse_key(PyObject *key, unsigned char *k, unsigned char *rev)
     if (parse_addr(PyTuple_GET_ITEM(key, 0), k) < 0 || parse_addr(PyTuple_GET_ITEM(key, 2), k + A) < 0
         || parse_port(PyTuple_GET_ITEM(key, 1), k + 2 * A) < 0 || parse_port(PyTuple_GET_ITEM(key, 3), k + 2 * A + 2) < 0)
         return -1;
-    memcpy(rev, k + A, A);
-    memcpy(rev + A, k, A);
-    memcpy(rev + 2 * A, k + 2 * A + 2, 2);
-    memcpy(rev + 2 * A + 2, k + 2 * A, 2);
+    reverse_key(k, rev);
     return 0;
 }
 
@@ -664,16 +671,14 @@ static int api_segment(PyObject *reassembler, const unsigned char *src, const un
         PyErr_SetString(PyExc_ValueError, "the TCP step's C API was given a bad segment");
         return -1;
     }
-    key[0] = rev[A] = (unsigned char)alen;
+    key[0] = key[A] = (unsigned char)alen;
     memcpy(key + 1, src, (size_t)alen);
-    memcpy(rev + A + 1, src, (size_t)alen);
-    key[A] = rev[0] = (unsigned char)alen;
     memcpy(key + A + 1, dst, (size_t)alen);
-    memcpy(rev + 1, dst, (size_t)alen);
-    key[2 * A] = rev[2 * A + 2] = (unsigned char)(sport >> 8);
-    key[2 * A + 1] = rev[2 * A + 3] = (unsigned char)sport;
-    key[2 * A + 2] = rev[2 * A] = (unsigned char)(dport >> 8);
-    key[2 * A + 3] = rev[2 * A + 1] = (unsigned char)dport;
+    key[2 * A] = (unsigned char)(sport >> 8);
+    key[2 * A + 1] = (unsigned char)sport;
+    key[2 * A + 2] = (unsigned char)(dport >> 8);
+    key[2 * A + 3] = (unsigned char)dport;
+    reverse_key(key, rev);
     return public_segment((Reassembler *)reassembler, key, rev, ts, wirelen, ttl, seq, flags, payload, out);
 }
 

@@ -60,6 +60,16 @@ ICMP_EVENTS = {
 AE_TCP_RESET = 0
 
 
+def packed(batch):
+    """The batch's frames as a probe._records.Frames, what the C frame loop reads: FrameBatch.packed, or its
+    three lists packed (the frames then held by the Frames)."""
+    if batch.packed is not None and not batch.has_lists:
+        return batch.packed
+    frames = _records.Frames()
+    frames.extend(list(batch.ts_ns), list(batch.wirelen), list(batch.data))
+    return frames
+
+
 class PacketDecoder:
     """Stateful decoder for one worker: fragment and TCP reassembly persist across batches."""
 
@@ -134,10 +144,7 @@ class PacketDecoder:
         whole, batch = batch, self._share_of(batch)
         counts = [0, 0, 0, 0, 0]
         if batch.linktype == LINKTYPE_ETHERNET and self.c_frame_loop:
-            if batch.packed is not None:
-                self._decode_packed(batch.packed, link, out, counts)
-            else:
-                self._decode_records(batch, link, out, counts)
+            self._decode_packed(packed(batch), link, out, counts)
         else:
             msgs = []
             self._frames(link, batch.linktype == LINKTYPE_ETHERNET, batch.ts_ns, batch.wirelen, batch.data, msgs,
@@ -156,13 +163,8 @@ class PacketDecoder:
             return batch
         if self.share is None or not len(batch):
             return batch
-        frames = batch.packed
-        if frames is None or batch.has_lists:
-            frames = _records.Frames()
-            for ts, wirelen, data in zip(batch.ts_ns, batch.wirelen, batch.data):
-                frames.add(data, ts, wirelen)
         k, n = self.share
-        return FrameBatch(batch.linktype, packed=_decoderec.select_share(frames, batch.linktype, k, n))
+        return FrameBatch(batch.linktype, packed=_decoderec.select_share(packed(batch), batch.linktype, k, n))
 
     def _link(self, batch, source_name):
         link = LINK_DECODERS.get(batch.linktype)
@@ -195,28 +197,9 @@ class PacketDecoder:
                 self.tcp.expire(self.now_ns)
                 self._next_sweep = self.now_ns + 1_000_000_000
 
-    def _decode_records(self, batch, link, out, counts):
-        """_decode_c with records: the C frame loop of probe.decode._decoderec, the runs it leaves through
-        _frames."""
-        ts, wl, data = batch.ts_ns, batch.wirelen, batch.data
-        c_counts = [0, 0, 0, 0, 0]  # bytes, messages, responses, malformed, ip_filtered (frames done in C)
-        i, n = 0, len(data)
-        args = (out, self._portmap, self.keep4, self.keep6, c_counts, self._c_tcp, self.keep_raw)
-        frames = _decoderec.decode_frames
-        while True:
-            i, j = frames(ts, wl, data, i, *args)
-            if i >= n:
-                break
-            msgs = []
-            self._frames(link, True, ts[i:j], wl[i:j], data[i:j], msgs, counts)
-            self._count(msgs)
-            out.extend(msgs)
-            i = j
-        self._add_c_counts(counts, c_counts)
-
     def _decode_packed(self, frames, link, out, counts):
-        """_decode_records over a packed batch (FrameBatch.packed): the frames the C loop leaves are made objects
-        for the Python code, and only they."""
+        """The C frame loop of probe.decode._decoderec over the packed frames, the runs it leaves through _frames
+        (made objects for the Python code, and only they)."""
         c_counts = [0, 0, 0, 0, 0]
         i, n = 0, len(frames)
         args = (out, self._portmap, self.keep4, self.keep6, c_counts, self._c_tcp, self.keep_raw)
@@ -450,7 +433,7 @@ class PacketDecoder:
         return 1
 
     def _tcp_step(self, ipv, key, ts, wirelen, ttl, seq, flags, payload):
-        """A TCP segment whose headers passed the checks (by _transport, or in C by decode_frames in
+        """A TCP segment whose headers passed the checks (by _transport, or in C by decode_packed in
         _decoderec.c): its RST count and address event, then its stream step. Returns the completed
         messages as the reassembler's segment does (tcpstream.py, or its C twin _tcpstream.c)."""
         if flags & TCP_RST:

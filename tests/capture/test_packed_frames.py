@@ -1,7 +1,5 @@
 """Packed frames (FrameBatch.packed, a probe._records.Frames: no object per frame) against the frame lists.
 
-- The C pcap splitter's split_packed gives the frames, timestamps, lengths, positions and errors of split (and
-  so of the Python reference split_records), at every record limit, both byte orders, on damaged headers.
 - read_capture yields packed batches whose lists are those of a reader without them.
 - With a read worker's share, split_packed keeps the frames _decoderec.select_share keeps of the whole split, and
   says how many records it took and the last one's time; read_capture's shared batches end where the whole
@@ -10,51 +8,15 @@
   bytes more on the wire, as the Python ring reader rebuilds it.
 """
 
-import random
 import struct
 
 import pytest
-from support.pcap_records import CAPTURES, load, to_big_endian
+from support.pcap_records import CAPTURES, load
 
 from probe import _records
 from probe.capture import _pcaprecords, pcapfile
 from probe.decode import _decoderec
 from probe.model import FrameBatch
-
-
-def packed_split(buf, pos, big, ts_mult, limit):
-    frames = _records.Frames()
-    res = _pcaprecords.split_packed(buf, pos, big, ts_mult, limit, frames)
-    return res, frames.lists()
-
-
-def list_split(buf, pos, big, ts_mult, limit):
-    lists = ([], [], [])
-    return _pcaprecords.split(buf, pos, big, ts_mult, limit, *lists), lists
-
-
-@pytest.mark.parametrize("path", CAPTURES, ids=lambda p: p.name)
-def test_split_packed_equals_split(path):
-    raw = load(path)
-    ts_mult = 1000 if raw[:4] == b"\xd4\xc3\xb2\xa1" else 1
-    body = raw[24:]
-    for buf, big in ((body, False), (to_big_endian(body), True)):
-        for limit in (0, 1, 3, 10**9):
-            got, want = packed_split(buf, 0, big, ts_mult, limit), list_split(buf, 0, big, ts_mult, limit)
-            assert got[0] == want[0] and list(got[1]) == list(want[1])
-        # A cut anywhere: the records wholly before it, and the position of the first cut one.
-        for cut in random.Random(path.name).sample(range(len(buf)), 40):
-            assert packed_split(buf[:cut], 0, big, ts_mult, 10**9) == list_split(buf[:cut], 0, big, ts_mult, 10**9)
-
-
-def test_split_packed_refuses_what_split_refuses():
-    good = struct.pack("<IIII", 1, 2, 3, 3) + b"abc"
-    for bad in (struct.pack("<IIII", 1, 2, 0x40001, 0x40001), struct.pack("<IIII", 1, 2, 10, 0x80000000)):
-        buf = good + bad + b"x" * 20
-        assert packed_split(buf, 0, False, 1000, 10) == list_split(buf, 0, False, 1000, 10)
-        assert packed_split(buf, 0, False, 1000, 10)[0] == (len(good), 1)
-    with pytest.raises(ValueError):
-        packed_split(good, len(good) + 1, False, 1000, 10)
 
 
 @pytest.mark.parametrize("path", CAPTURES, ids=lambda p: p.name)

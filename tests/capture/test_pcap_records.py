@@ -1,4 +1,4 @@
-"""The C pcap record splitter (probe.capture._pcaprecords) against the Python reference
+"""The C pcap record splitter (probe.capture._pcaprecords.split_packed) against the Python reference
 (probe.capture.pcapfile.split_records): same frames, timestamps, lengths, positions and errors."""
 
 import random
@@ -6,21 +6,14 @@ import struct
 
 import pytest
 from support.dnsprobe import run_dnsprobe
-from support.pcap_records import CAPTURES, load, to_big_endian
+from support.pcap_records import CAPTURES, list_split, load, packed_split, to_big_endian
 
 from probe.capture import _pcaprecords, pcapfile
-from probe.capture.pcapfile import split_records
 from probe.errors import CaptureFileError
 
 
 def both(buf, pos, big, ts_mult, limit):
-    results = []
-    for split in (_pcaprecords.split, split_records):
-        lists = ([], [], [])
-        results.append((split(buf, pos, big, ts_mult, limit, *lists), lists))
-    return results
-
-
+    return [packed_split(buf, pos, big, ts_mult, limit), list_split(buf, pos, big, ts_mult, limit)]
 
 
 def test_captures_found():
@@ -67,11 +60,11 @@ def test_largest_original_length_is_kept():
 
 
 def test_bad_arguments():
-    for split in (_pcaprecords.split, split_records):
+    for split in (packed_split, list_split):
         with pytest.raises(ValueError):
-            split(b"", 5, False, 1, 10, [], [], [])
+            split(b"", 5, False, 1, 10)
     with pytest.raises(TypeError):
-        _pcaprecords.split(b"", 0, False, 1, 10, (), [], [])
+        _pcaprecords.split_packed(b"", 0, False, 1, 10, [])
 
 
 @pytest.mark.parametrize("splitter", ["c", "python"])

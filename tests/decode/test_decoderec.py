@@ -56,7 +56,7 @@ def test_extensions_are_built():
     # Not importorskip: a failed build must fail here (setup.py builds them optional).
     from probe.decode import _decoderec
 
-    assert callable(_decoderec.decode_frames)
+    assert callable(_decoderec.decode_packed)
     assert _records.RECORD_SIZE % 8 == 0
 
 
@@ -309,28 +309,6 @@ def udp_frame(src, qid):
 """
 
 
-def test_frames_are_held_while_a_wirelen_runs_python_code():
-    # wirelen's __index__ empties the lists that held the only references to the frame: the loop must hold
-    # the frame before converting it (it read the frame after, freed and its memory reused).
-    code = CRAFTED_SETUP + """
-ts, data, out, junk = [1], [udp_frame("192.0.2.1", 77)], _records.MsgBatch(), []
-n = len(data[0])
-class Wirelen:
-    def __index__(self):
-        ts.clear(); wl.clear(); data.clear()
-        junk.extend(bytes(n) for _ in range(100))  # the freed frame's memory is given to these
-        return n
-wl = [Wirelen()]
-counts = [0] * 5
-print(_decoderec.decode_frames(ts, wl, data, 0, out, portmap, None, None, counts, None, True))
-m = out.to_tuples()[0]
-print(m[M.ID], m[M.QNAME], m[M.SRC].hex(), counts[0] == n)
-"""
-    proc = run_python(code)
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.split("\n")[1] == "77 held.example.com c0000201 True", proc.stdout
-
-
 def test_counts_that_are_not_ints_are_refused_before_python_code_runs():
     # A count's __index__ that empties the counts list made the next count be read from a freed array.
     code = CRAFTED_SETUP + """
@@ -339,14 +317,56 @@ class Count:
         counts.clear()
         return 0
 counts = [Count(), 0, 0, 0, 0]
-frames = [udp_frame("192.0.2.1", 1), udp_frame("192.0.2.2", 2)]
+frames = _records.Frames()
+frames.add(udp_frame("192.0.2.1", 1), 1, 100)
+frames.add(udp_frame("192.0.2.2", 2), 2, 100)
 keep = lambda src, dst: src == bytes([192, 0, 2, 1])  # the second frame is filtered: two counts to add
 try:
-    _decoderec.decode_frames([1, 2], [100, 100], frames, 0, _records.MsgBatch(), portmap, keep, None, counts, None,
-                             True)
+    _decoderec.decode_packed(frames, 0, _records.MsgBatch(), portmap, keep, None, counts, None, True)
 except TypeError as e:
     print("TypeError", e)
 """
     proc = run_python(code)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("TypeError counts must be a list of 5 ints"), proc.stdout
+
+
+@pytest.mark.parametrize("callback", ["keep", "tcp_step", "on_reset"])
+def test_packed_frames_are_not_cleared_while_decoded(callback):
+    # A callback of the loop (the IP list's keep, the Python TCP step, the C step's on_reset) that cleared the
+    # Frames let go of the only reference to the frame being decoded, which the loop then read (freed memory):
+    # the clear() is refused while the loop runs, and the frames stay as they were.
+    code = CRAFTED_SETUP + """
+import sys
+from scapy.all import TCP
+from probe.decode._tcpstream import TcpReassembler
+from probe.stats import Stats
+callback = sys.argv[1]
+frames, junk = _records.Frames(), []
+def clear(*args):
+    frames.clear()
+    junk.extend(bytes(100) for _ in range(100))  # the freed frame's memory is given to these
+    return []
+tcp_flags = "R" if callback == "on_reset" else "PA"
+if callback == "keep":
+    frame = udp_frame("192.0.2.1", 77)
+else:
+    frame = bytes(Ether() / IP(src="192.0.2.1", dst="198.51.100.53")
+                  / TCP(sport=40000, dport=53, flags=tcp_flags, seq=1) / b"\\x00\\x02ab")
+frames.add(frame, 1, 100)
+want = frame.hex()
+del frame  # the frames hold the only reference
+keep = clear if callback == "keep" else None
+tcp = {"keep": None, "tcp_step": clear, "on_reset": (TcpReassembler(10**9, 10, 100, 10, Stats()), clear)}[callback]
+try:
+    _decoderec.decode_packed(frames, 0, _records.MsgBatch(), portmap, keep, None, [0] * 5, tcp, True)
+except RuntimeError as e:
+    print("RuntimeError", e)
+print(len(frames), frames.lists()[2][0].hex() == want)
+frames.clear()
+print(len(frames))
+"""
+    proc = run_python(code, callback)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split("\n")[:3] == [
+        "RuntimeError Frames.clear() while the frames are being decoded", "1 True", "0"], proc.stdout

@@ -248,16 +248,17 @@ def test_frame_loops_call_the_c_step_directly():
     """With the C parser the frame loop gets (TcpReassembler, on_reset), not the Python _tcp_step; anything else in a
     pair is refused before a frame is read. (test_decoderec.py's records-against-wire tests compare the messages,
     counters and RST address events of this path with the Python one on every capture.)"""
-    from probe._records import MsgBatch
+    from probe._records import Frames, MsgBatch
     from probe.decode import _decoderec
 
     decoder = PacketDecoder(DecodeConfig(), {53}, Stats())
     assert decoder._c_tcp == (decoder.tcp, decoder._reset_seen)
-    head = ([1], [60], [bytes(60)], 0, [])
+    frames = Frames()
+    frames.add(bytes(60), 1, 60)
     python_twin = tcpstream.TcpReassembler(1, 1, 1, 1, Stats())
     for bad in ((object(), print), (decoder.tcp, 1), (decoder.tcp,), (python_twin, print)):
         with pytest.raises(TypeError, match="pair"):
-            _decoderec.decode_frames(*head[:4], MsgBatch(), decoder._portmap, None, None, [0] * 5, bad, True)
+            _decoderec.decode_packed(frames, 0, MsgBatch(), decoder._portmap, None, None, [0] * 5, bad, True)
 
 
 @pytest.mark.parametrize("form", ["tuples", "records", "packed"])  # (tuples: the C step called from Python)
