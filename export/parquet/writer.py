@@ -90,24 +90,23 @@ def write_row_groups(f, export_cfg, force, late_us, full=lambda f: False):
     cut in that order spans the timeout more than its own rows and a time-range query reads it for nothing. So the
     rows of the last late_us (the timeout) before the newest timestamp are not written yet (a transaction of theirs
     may still complete; None: the input has ended, none will), and groups are cut from the older ones once there
-    are enough for a group (with force: all of them). Memory bounds the wait: at most one group's rows more than
-    today are held (HELD_GROUPS), the oldest going first. Rows are not copied to be kept: each pending table has
-    the mask of its rows not written yet."""
+    are enough for a group (with force: all of them). Memory bounds the wait: beyond the group being filled, at
+    most HELD_GROUPS groups' rows wait, the oldest going first. Rows are not copied to be kept: each pending table
+    has the mask of its rows not written yet."""
     import pyarrow.compute as pc  # (a flat run imports it at its first cut)
 
     size = export_cfg.row_group_size
     if not f.pending or (f.pending_rows - f.held < size and not force):
         return
     table = pa.concat_tables(f.pending) if len(f.pending) > 1 else f.pending[0]
-    times = table.column("timestamp").cast(pa.int64()).combine_chunks()
+    # (never null in rows made here; a journal made by hand may have none: they count as the oldest)
+    times = table.column("timestamp").cast(pa.int64()).combine_chunks().fill_null(0)
     todo = pa.concat_arrays([pa.nulls(t.num_rows, pa.bool_()).fill_null(True) if m is None else m
                              for t, m in zip(f.pending, f.todo)])
     if force or late_us is None:
         count = f.pending_rows if force else f.pending_rows // size * size
     else:
-        newest = pc.max(times).as_py()  # (None: no timestamps, as in a journal made by hand; none to wait for)
-        old = f.pending_rows if newest is None else pc.sum(
-            pc.and_(todo, pc.less(times, newest - late_us)).cast(pa.int64())).as_py() or 0
+        old = pc.sum(pc.and_(todo, pc.less(times, pc.max(times).as_py() - late_us)).cast(pa.int64())).as_py() or 0
         count = max(old, f.pending_rows - HELD_GROUPS * size) // size * size
     if not count:
         f.held = f.pending_rows  # (none to write yet: look again one group's rows later)
