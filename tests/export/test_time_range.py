@@ -16,6 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
+from support.data import ROOT
 from support.dnsprobe import run_dnsprobe
 from support.frames import NS, udp_frame, write_pcap
 from support.messages import q_dns, r_dns
@@ -98,3 +99,20 @@ def test_rows_are_in_timestamp_order_and_it_is_never_null(hour_file):
     assert query_only.column("query_time").equals(query_only.column("timestamp"))
     assert response_only.column("response_time").equals(response_only.column("timestamp"))
     assert response_only.column("query_time").null_count == response_only.num_rows
+
+
+def test_the_bundled_sample_has_a_timestamp_in_every_row(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    run_dnsprobe("read", ROOT / "samples" / "sample-mix.pcap.xz", "-o", out, "-q", "--no-progress",
+                 "--row-group-size", "500")
+    (path,) = out.glob("*.parquet")
+    table = pq.read_table(path)
+    times = table.column("timestamp")
+    assert times.null_count == 0 and table.num_rows > 5000
+    assert times.equals(pc.coalesce(table.column("query_time"), table.column("response_time")))
+    assert not pc.all(table.column("response_present")).as_py()  # query-only rows (response-only: the hour's)
+    meta = pq.ParquetFile(path).metadata
+    for g in range(meta.num_row_groups):  # each row group in timestamp order
+        group = pq.ParquetFile(path).read_row_group(g, columns=["timestamp"]).column("timestamp").cast(pa.int64())
+        assert group.to_pylist() == sorted(group.to_pylist())
