@@ -29,6 +29,10 @@ import socket
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+# Arrow's compute functions by name: pyarrow.compute, which wraps them, costs a run 50-80 ms of start-up
+# (tests/cli/test_console.py), and a worker imports nothing after it dropped its privileges (--user).
+from pyarrow._compute import call_function as _f
+
 from export.base import FileExporter, OutputFile
 from export.filemeta import FileOrigin, file_meta, parquet_key_values
 from export.parquet.schema import DELTA_ENCODED, SCHEMA, SCHEMA_VERSION, UNIQUE_VALUED, UNSORTED_WITHOUT_STATISTICS
@@ -93,33 +97,35 @@ def write_row_groups(f, export_cfg, force, late_us, full=lambda f: False):
     are enough for a group (with force: all of them). Memory bounds the wait: beyond the group being filled, at
     most HELD_GROUPS groups' rows wait, the oldest going first. Rows are not copied to be kept: each pending table
     has the mask of its rows not written yet."""
-    import pyarrow.compute as pc  # (a flat run imports it at its first cut)
-
     size = export_cfg.row_group_size
     if not f.pending or (f.pending_rows - f.held < size and not force):
         return
     table = pa.concat_tables(f.pending) if len(f.pending) > 1 else f.pending[0]
     # (never null in rows made here; a journal made by hand may have none: they count as the oldest)
-    times = table.column("timestamp").cast(pa.int64()).combine_chunks().fill_null(0)
-    todo = pa.concat_arrays([pa.nulls(t.num_rows, pa.bool_()).fill_null(True) if m is None else m
-                             for t, m in zip(f.pending, f.todo)])
+    times = _f("coalesce", [table.column("timestamp").combine_chunks().view(pa.int64()), pa.scalar(0, pa.int64())])
+    todo = pa.concat_arrays([pa.repeat(True, t.num_rows) if m is None else m for t, m in zip(f.pending, f.todo)])
     if force or late_us is None:
         count = f.pending_rows if force else f.pending_rows // size * size
     else:
-        old = pc.sum(pc.and_(todo, pc.less(times, pc.max(times).as_py() - late_us)).cast(pa.int64())).as_py() or 0
+        horizon = pa.scalar(_f("max", [times]).as_py() - late_us, pa.int64())
+        old = _f("sum", [_f("and", [todo, _f("less", [times, horizon])])]).as_py() or 0
         count = max(old, f.pending_rows - HELD_GROUPS * size) // size * size
     if not count:
         f.held = f.pending_rows  # (none to write yet: look again one group's rows later)
         return
-    positions = pc.indices_nonzero(todo)
-    order = positions.take(pc.sort_indices(times.take(positions)))  # stable: equal times stay in the order they came
+    positions = _f("indices_nonzero", [todo])
+    # stable: equal times stay in the order they came
+    order = _f("take", [positions, _f("sort_indices", [_f("take", [times, positions])])])
     written = todo
     if count < f.pending_rows:  # the oldest rows, ties by position
         last = order[count - 1].as_py()
-        written = pc.and_(todo, pc.or_(pc.less(times, times[last]), pc.and_(
-            pc.equal(times, times[last]), pc.less_equal(pc.indices_nonzero(todo.is_valid()), last))))
-    f.todo = _split(pc.and_not(todo, written), f.pending)
-    rows = table.take(order.slice(0, count))
+        at = times[last]
+        rows_at = _f("indices_nonzero", [pa.repeat(True, len(todo))])  # 0, 1, 2, ...
+        earlier = _f("or", [_f("less", [times, at]), _f("and", [
+            _f("equal", [times, at]), _f("less_equal", [rows_at, pa.scalar(last, pa.uint64())])])])
+        written = _f("and", [todo, earlier])
+    f.todo = _split(_f("and_not", [todo, written]), f.pending)
+    rows = _f("take", [table, order.slice(0, count)])
     sort_keys = SORT_KEYS.get(export_cfg.sort)
     while rows.num_rows:
         chunk = rows.slice(0, size)
@@ -127,10 +133,10 @@ def write_row_groups(f, export_cfg, force, late_us, full=lambda f: False):
         rows = rows.slice(chunk.num_rows)
         if full(f) and not force:
             break
-    kept = [(t, m) for t, m in zip(f.pending, f.todo) if pc.any(m).as_py()]
+    kept = [(t, m) for t, m in zip(f.pending, f.todo) if _f("any", [m]).as_py()]
     f.pending = ([rows] if rows.num_rows else []) + [t for t, _ in kept]  # (rows: stopped by full(f), go first)
     f.todo = ([None] if rows.num_rows else []) + [m for _, m in kept]
-    f.pending_rows = f.held = rows.num_rows + sum(pc.sum(m.cast(pa.int64())).as_py() for _, m in kept)
+    f.pending_rows = f.held = rows.num_rows + sum(_f("sum", [m]).as_py() or 0 for _, m in kept)
 
 
 def _split(mask, tables):
