@@ -1,11 +1,11 @@
 /* export.parquet._parquetrec: a TxBatch of message records -> the Arrow buffers of the Parquet columns
- * (export/parquet/schema.py), in one pass, derived columns included. Its Python reference: RecordBuilder.build in
- * export/parquet/records.py.
+ * (export/parquet/schema.py), in one pass, derived columns included. Its Python reference: RowBuilder.build in
+ * export/parquet/rows.py.
  *
  * Why: a record builder over transaction tuples (a column pass, then Arrow compute kernels for the derived columns)
  * waited on the scattered tuples for most of its time; the records of a TxBatch are contiguous, and
  * every column, the derived ones too (times, flag bits, opcode, RCODE with its extended bits, the delay, the
- * domain name, address text), is written here from them. RecordBuilder.build over the transaction tuples stays
+ * domain name, address text), is written here from them. RowBuilder.build over the transaction tuples stays
  * the reference; tests/export/test_parquetrec.py checks that both give equal tables.
  *
  * parquet_columns(txs, names) -> [(null_count, validity or None, buffers...), ...]
@@ -57,7 +57,8 @@ static const struct {
     {"edns_client_subnet_country", C_EMPTY, K_STR}, {"labels", C_LABELS, K_I32}, {"res_len", C_RES_LEN, K_I32},
     {"time_micro", C_TIME_MICRO, K_I64}, {"resp_frag", C_ZERO, K_I32}, {"proc_time", C_ZERO, K_I32},
     {"is_google", C_FALSE, K_BOOL}, {"is_opendns", C_FALSE, K_BOOL}, {"dns_res_len", C_DNS_RES_LEN, K_I32},
-    {"server_location", C_EMPTY, K_STR}, {"tcp_hs_rtt", C_RTT, K_F64}, {"query_present", C_Q_PRESENT, K_BOOL},
+    {"server_location", C_EMPTY, K_STR}, {"tcp_hs_rtt", C_RTT, K_F64}, {"timestamp", C_TIME, K_I64} /* (time's µs) */,
+    {"query_present", C_Q_PRESENT, K_BOOL},
     {"response_present", C_R_PRESENT, K_BOOL}, {"response_delay_us", C_DELAY, K_I64},
     {"query_time", C_Q_TIME, K_I64}, {"response_time", C_R_TIME, K_I64}, {"vlan", C_VLAN, K_I32},
     {"edns_ede", C_EDE, K_LIST}, {"malformed", C_MALFORMED, K_BOOL}, {"response_messages", C_MESSAGES, K_I32},

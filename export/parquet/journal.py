@@ -133,10 +133,12 @@ def final_of(journal):
     return journal.with_name(name[1:] if name.startswith(".") else name)
 
 
-def convert_journal(journal, final, export_cfg):
+def convert_journal(journal, final, export_cfg, late_us=0):
     """Write the rows of a journal as the Parquet file final (through its live name NAME.parquet.part, hidden
     when the journal is, then renamed), and remove the journal; returns the number of rows (without rows, no file
-    is written). Streamed: one row group in memory at a time, cut and sorted as ParquetExporter does.
+    is written). Streamed: one row group and the rows of the last late_us (match.query_timeout) in memory at a time,
+    cut in timestamp order and sorted as ParquetExporter does (export.parquet.writer.write_row_groups; export.recovery,
+    which has no match configuration, cuts the journal of a dead worker without holding rows back).
 
     Its buffers come from the C library's allocator, not pyarrow's default (mimalloc): mimalloc keeps the pages
     this thread freed for a while, so at every rotation the worker's RSS rose by about twice what the
@@ -152,12 +154,11 @@ def convert_journal(journal, final, export_cfg):
                 continue
             if f is None:  # (the metadata written in the journal: the file says what it is)
                 f = _File(final, part, 0, *open_parquet(part, export_cfg, pool, batches.key_values))
-            f.pending.append(pa.Table.from_batches([batch]))
-            f.pending_rows += batch.num_rows
+            f.add(pa.Table.from_batches([batch]))
             rows += batch.num_rows
-            write_row_groups(f, export_cfg, force=False)
+            write_row_groups(f, export_cfg, False, late_us)
         if f is not None:
-            write_row_groups(f, export_cfg, force=True)
+            write_row_groups(f, export_cfg, True, late_us)
     finally:
         if f is not None:
             f.writer.close()
@@ -171,15 +172,15 @@ def convert_journal(journal, final, export_cfg):
 class _Conversion(threading.Thread):
     """Converts one closed journal, off the capture core; the journal's lock is released when it is done."""
 
-    def __init__(self, journal, final, export_cfg, lock):
+    def __init__(self, journal, final, export_cfg, late_us, lock):
         super().__init__(name=f"parquet-journal {final.name}", daemon=True)
-        self.journal, self.final, self.cfg, self.lock = journal, final, export_cfg, lock
+        self.journal, self.final, self.cfg, self.late_us, self.lock = journal, final, export_cfg, late_us, lock
         self.error = None
 
     def run(self):
         off_capture_cores()
         try:
-            if convert_journal(self.journal, self.final, self.cfg):
+            if convert_journal(self.journal, self.final, self.cfg, self.late_us):
                 announce_finished(self.final)
         except OSError as exc:
             self.error = exc
@@ -211,12 +212,10 @@ class JournalingParquetExporter(ParquetExporter):
     def _flush_row_groups(self, f, force):
         """Rows go to the journal at once (the conversion cuts the row groups)."""
         try:
-            for table in f.pending:
+            for table in f.take_pending():
                 f.writer.write(table)
         except OSError as exc:
             raise self._output_error(exc, f.part_path) from None
-        f.pending = []
-        f.pending_rows = 0
 
     def flush(self):
         self._reap()
@@ -241,7 +240,7 @@ class JournalingParquetExporter(ParquetExporter):
         except OSError as exc:
             os.close(f.writer.lock)
             raise self._output_error(exc, f.part_path) from None
-        conversion = _Conversion(f.part_path, f.final_path, self.cfg, f.writer.lock)
+        conversion = _Conversion(f.part_path, f.final_path, self.cfg, self.late_ns // 1000, f.writer.lock)
         conversion.start()
         self.converting.append(conversion)
         self._reap()

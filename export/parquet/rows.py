@@ -140,6 +140,7 @@ class RowBuilder:
         r_present = f["r_ts"].is_valid()
         qts, rts = f["q_ts"], f["r_ts"]
         return [
+            pc.divide(pc.coalesce(qts, rts), 1000).cast(TS_US),
             q_present,
             r_present,
             pc.divide(pc.subtract(rts, qts), 1000),

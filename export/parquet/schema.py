@@ -79,6 +79,8 @@ DNSPROBE_COLUMNS = (
 )
 
 DNSPROBE_EXTRA_COLUMNS = (
+    ("timestamp", TS_US, "capture timestamp of the transaction (query, else response; µs, UTC), never null: the"
+     " time-range column, the instant of `time` as a Parquet timestamp"),
     ("query_present", BOOL, "the transaction has a query"),
     ("response_present", BOOL, "the transaction has a response"),
     ("response_delay_us", I64, "response capture time minus query capture time, microseconds"),
@@ -108,16 +110,17 @@ DNSPROBE_EXTRA_COLUMNS = (
 COLUMNS = DNSPROBE_COLUMNS + DNSPROBE_EXTRA_COLUMNS
 # Written in every file (key-value metadata dnsprobe.schema_version, export.filemeta). One more whenever a column
 # is added, removed, renamed or changes type or meaning: a reader can then tell which columns a file has.
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: timestamp
 SCHEMA = pa.schema([pa.field(name, typ) for name, typ, _ in COLUMNS])
 # Columns whose values rarely repeat within a row group: Parquet writes them without a dictionary, which
 # would only make them bigger and slower to write (docs/performance.md has the measurement).
 UNIQUE_VALUED = frozenset(
-    ("time", "time_micro", "id", "srcp", "udp_sum", "tcp_hs_rtt", "response_delay_us", "query_time", "response_time")
+    ("time", "time_micro", "id", "srcp", "udp_sum", "tcp_hs_rtt", "response_delay_us", "timestamp", "query_time",
+     "response_time")
 )
 # Of those, the times: delta-encoded (DELTA_BINARY_PACKED), which is both smaller and cheaper to write than plain
 # values, as times rise through a row group and time_micro stays within six digits.
-DELTA_ENCODED = frozenset(("time", "time_micro", "query_time", "response_time"))
+DELTA_ENCODED = frozenset(("time", "time_micro", "timestamp", "query_time", "response_time"))
 # Columns written without min/max statistics (nor the page index, which is built from them) unless export.sort
 # orders the rows by them: names and client addresses span nearly their whole range in every row group of
 # unsorted rows, so those statistics would let an engine skip nothing, and they are the costliest to compute.

@@ -29,6 +29,10 @@ import socket
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+# Arrow's compute functions by name: pyarrow.compute, which wraps them, costs a run 50-80 ms of start-up
+# (tests/cli/test_console.py), and a worker imports nothing after it dropped its privileges (--user).
+from pyarrow._compute import call_function as _f
+
 from export.base import FileExporter, OutputFile
 from export.filemeta import FileOrigin, file_meta, parquet_key_values
 from export.parquet.schema import DELTA_ENCODED, SCHEMA, SCHEMA_VERSION, UNIQUE_VALUED, UNSORTED_WITHOUT_STATISTICS
@@ -37,6 +41,10 @@ DAY_US = 86_400_000_000
 HOUR_US = 3_600_000_000
 DEFAULT_SERVER = "__default__"  # the partition directory of an empty server name
 SORT_KEYS = {"domainname": [("domainname", "ascending"), ("qname", "ascending")]}
+# Row groups' worth of rows held back, beyond the one being filled, for the rows that complete late to find their
+# place (write_row_groups): rows stay in timestamp order up to row_group_size / match.query_timeout transactions a
+# second (20,000 with the defaults); above, what waits longer goes, and a late row joins a later group.
+HELD_GROUPS = 1
 
 
 def server_name(export_cfg):
@@ -77,38 +85,92 @@ def open_parquet(path, export_cfg, memory_pool=None, key_values=None):
     return writer, sink
 
 
-def write_row_groups(f, export_cfg, force, full=lambda f: False):
-    """Write the rows f holds as row groups of export.row_group_size rows (each sorted by export.sort), the last
-    one shorter only with force; stop early once full(f) (export.rotate_bytes). The rest stays pending."""
+def write_row_groups(f, export_cfg, force, late_us, full=lambda f: False):
+    """Write rows f holds as row groups of export.row_group_size rows in the order of their timestamp (each group
+    then sorted by export.sort), the last one shorter only with force; stop early once full(f) (export.rotate_bytes).
+
+    Why the order: a transaction's row is made when it completes, at its response or, unanswered, once its query
+    has waited match.query_timeout, so rows come up to that much later than rows of later timestamps; a row group
+    cut in that order spans the timeout more than its own rows and a time-range query reads it for nothing. So the
+    rows of the last late_us (the timeout) before the newest timestamp are not written yet (a transaction of theirs
+    may still complete; None: the input has ended, none will), and groups are cut from the older ones once there
+    are enough for a group (with force: all of them). Memory bounds the wait: beyond the group being filled, at
+    most HELD_GROUPS groups' rows wait, the oldest going first. Rows are not copied to be kept: each pending table
+    has the mask of its rows not written yet."""
     size = export_cfg.row_group_size
-    sort_keys = SORT_KEYS.get(export_cfg.sort)
-    if not f.pending or (f.pending_rows < size and not force):
+    if not f.pending or (f.pending_rows - f.held < size and not force):
         return
     table = pa.concat_tables(f.pending) if len(f.pending) > 1 else f.pending[0]
-    f.pending = []
-    f.pending_rows = 0
-    while table.num_rows >= size or (force and table.num_rows):
-        chunk = table.slice(0, size)
-        if sort_keys:
-            chunk = chunk.sort_by(sort_keys)
-        f.writer.write_table(chunk, row_group_size=size)
-        table = table.slice(chunk.num_rows)
+    # (never null in rows made here; a journal made by hand may have none: they count as the oldest)
+    times = _f("coalesce", [table.column("timestamp").combine_chunks().view(pa.int64()), pa.scalar(0, pa.int64())])
+    todo = pa.concat_arrays([pa.repeat(True, t.num_rows) if m is None else m for t, m in zip(f.pending, f.todo)])
+    if force or late_us is None:
+        count = f.pending_rows if force else f.pending_rows // size * size
+    else:
+        horizon = pa.scalar(_f("max", [times]).as_py() - late_us, pa.int64())
+        old = _f("sum", [_f("and", [todo, _f("less", [times, horizon])])]).as_py() or 0
+        count = max(old, f.pending_rows - HELD_GROUPS * size) // size * size
+    if not count:
+        f.held = f.pending_rows  # (none to write yet: look again one group's rows later)
+        return
+    positions = _f("indices_nonzero", [todo])
+    # stable: equal times stay in the order they came
+    order = _f("take", [positions, _f("sort_indices", [_f("take", [times, positions])])])
+    written = todo
+    if count < f.pending_rows:  # the oldest rows, ties by position
+        last = order[count - 1].as_py()
+        at = times[last]
+        rows_at = _f("indices_nonzero", [pa.repeat(True, len(todo))])  # 0, 1, 2, ...
+        earlier = _f("or", [_f("less", [times, at]), _f("and", [
+            _f("equal", [times, at]), _f("less_equal", [rows_at, pa.scalar(last, pa.uint64())])])])
+        written = _f("and", [todo, earlier])
+    f.todo = _split(_f("and_not", [todo, written]), f.pending)
+    rows = _f("take", [table, order.slice(0, count)])
+    sort_keys = SORT_KEYS.get(export_cfg.sort)
+    while rows.num_rows:
+        chunk = rows.slice(0, size)
+        f.writer.write_table(chunk.sort_by(sort_keys) if sort_keys else chunk, row_group_size=size)
+        rows = rows.slice(chunk.num_rows)
         if full(f) and not force:
             break
-    if table.num_rows:
-        f.pending = [table]
-        f.pending_rows = table.num_rows
+    kept = [(t, m) for t, m in zip(f.pending, f.todo) if _f("any", [m]).as_py()]
+    f.pending = ([rows] if rows.num_rows else []) + [t for t, _ in kept]  # (rows: stopped by full(f), go first)
+    f.todo = ([None] if rows.num_rows else []) + [m for _, m in kept]
+    f.pending_rows = f.held = rows.num_rows + sum(_f("sum", [m]).as_py() or 0 for _, m in kept)
+
+
+def _split(mask, tables):
+    """The mask of a concatenation of tables, cut back into one mask per table."""
+    out, at = [], 0
+    for t in tables:
+        out.append(mask.slice(at, t.num_rows))
+        at += t.num_rows
+    return out
 
 
 class _File(OutputFile):
-    """One open Parquet file: its paths, writer, and the rows buffered for its next row group."""
+    """One open Parquet file: its paths, writer, and the rows buffered for its next row groups."""
 
     def __init__(self, final_path, part_path, start_ns, writer, sink):
         super().__init__(final_path, part_path, start_ns)
         self.writer = writer
         self.sink = sink
-        self.pending = []
-        self.pending_rows = 0
+        self.pending = []  # tables of rows, some of them written (write_row_groups)
+        self.todo = []  # of each pending table, the mask of its rows not written yet (None: all of them)
+        self.pending_rows = 0  # rows not written yet
+        self.held = 0  # of those, the ones pending at the last cut
+
+    def add(self, table):
+        self.pending.append(table)
+        self.todo.append(None)
+        self.pending_rows += table.num_rows
+
+    def take_pending(self):
+        """The tables of the rows not written yet, which the file then no longer holds."""
+        tables = [t if m is None else t.filter(m) for t, m in zip(self.pending, self.todo)]
+        self.pending, self.todo = [], []
+        self.pending_rows = self.held = 0
+        return tables
 
     def size(self):
         return self.sink.tell()
@@ -144,7 +206,8 @@ class ParquetExporter(FileExporter):
             steps.append(TablePrivacy(client, cfg.enrich.cache_size))
         self.steps = tuple(steps)
         # files: partition (None in the flat layout, else its bucket number) → _File
-        self.late_ns = int(cfg.match.query_timeout * 1e9)  # how late a transaction of a hive partition completes
+        self.late_ns = int(cfg.match.query_timeout * 1e9)  # how late a transaction completes (its row is made)
+        self.late_us = self.late_ns // 1000  # rows held back to be written in timestamp order (None: input ended)
         self.hive = export_cfg.layout == "hive"
         self.bucket_us = HOUR_US if export_cfg.partition_hour else DAY_US
         self.server = server_name(export_cfg) or DEFAULT_SERVER
@@ -172,6 +235,17 @@ class ParquetExporter(FileExporter):
             return
         for bucket, rows in self._partitions(table):
             self._append(bucket, rows)
+
+    def close(self):
+        """The input has ended: the rows held back for their order are written as the others, rotating on
+        export.rotate_bytes and export.rotate_records as they go; then every file is closed."""
+        self.late_us = None
+        for bucket, f in list(self.files.items()):
+            if f.pending_rows:
+                f.rows -= f.pending_rows
+                self._count(-f.pending_rows)
+                self._append(bucket, pa.concat_tables(f.take_pending()))
+        super().close()
 
     def reload(self):
         if self.enricher is not None:
@@ -208,19 +282,16 @@ class ParquetExporter(FileExporter):
         while table.num_rows:
             f = self._open(_first_time_ns(table), bucket)
             take = self._room(f, table.num_rows)
-            f.pending.append(table.slice(0, take))
-            f.pending_rows += take
+            f.add(table.slice(0, take))
             f.rows += take
             self._count(take)
             table = table.slice(take)
             self._flush_row_groups(f, force=False)
             if self._over_size(f):
                 # The rows not written yet belong to the next file.
-                rest, f.pending = f.pending, []
                 f.rows -= f.pending_rows
                 self._count(-f.pending_rows)
-                f.pending_rows = 0
-                table = pa.concat_tables(rest + [table])
+                table = pa.concat_tables(f.take_pending() + [table])
             self._end_if_full(bucket)
 
     def _count(self, rows):
@@ -256,6 +327,6 @@ class ParquetExporter(FileExporter):
 
     def _flush_row_groups(self, f, force):
         try:
-            write_row_groups(f, self.cfg, force, self._over_size)
+            write_row_groups(f, self.cfg, force, self.late_us, self._over_size)
         except OSError as exc:
             raise self._output_error(exc, f.part_path) from None

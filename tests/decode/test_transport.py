@@ -138,6 +138,7 @@ def test_udp_ipv4_pair_every_column(tmp_path):
         "dns_res_len": len(rdns),
         "server_location": "",
         "tcp_hs_rtt": None,
+        "timestamp": at_us(qts),
         "query_present": True,
         "response_present": True,
         "response_delay_us": 12_345,

@@ -7,6 +7,7 @@ holds the rows and row groups the direct writer makes."""
 import json
 import os
 import signal
+from collections import Counter
 
 import pyarrow.parquet as pq
 import pytest
@@ -92,7 +93,10 @@ def test_killed_writer_keeps_what_it_flushed(tmp_path, fmt, codec):
     got = records(path)
     want = reference(tmp_path, fmt, codec)
     assert got.num_rows == said["written"]
-    assert got.to_pylist() == want.slice(0, got.num_rows).to_pylist()  # the beginning of the same output
+    if fmt == "parquet":  # rows of the same output (which a live writer orders by timestamp only at the conversion)
+        assert not Counter(map(repr, got.to_pylist())) - Counter(map(repr, want.to_pylist()))
+    else:  # the beginning of the same output
+        assert got.to_pylist() == want.slice(0, got.num_rows).to_pylist()
     if fmt == "parquet":
         assert [pq.ParquetFile(path).metadata.row_group(i).num_rows for i in range(2)] == [1000, 1000]
     assert recover([out], cfg.export) == ([], [])  # nothing left to do

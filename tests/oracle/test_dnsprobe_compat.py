@@ -60,4 +60,4 @@ def test_time_columns_are_query_capture_time(name, out_dir):
         assert row["time"] == want
         assert row["unixtime"] == want // 1_000_000
         assert row["time_micro"] == want % 1_000_000
-        assert row["query_time"] // 1000 == want
+        assert row["query_time"] // 1000 == want and row["timestamp"] == row["query_time"]

@@ -177,6 +177,9 @@ def expected_results(rows):
     addresses = Counter((r["qname"], a["data"]) for r in rows if r["answers"] for a in r["answers"]
                         if a["section"] == "answer" and a["type"] in (1, 28))
     out.append([(q, a, n) for (q, a), n in sorted(addresses.items(), key=lambda t: (-t[1], t[0]))][:20])
+    minute_us = 1_714_564_800_000_000  # 2024-05-01 12:00:00 UTC, the sample's first minute
+    minute = [r for r in rows if minute_us <= r["time"] < minute_us + 60_000_000]
+    out.append([(len(minute), len({r["qname"] for r in minute if r["qname"] is not None}))])
     return out
 
 
@@ -185,7 +188,7 @@ def test_docs_example_queries_run_against_duckdb(dataset):
     data, _stats, rows = dataset
     queries = doc_queries()
     expected = expected_results(rows)
-    assert len(queries) == len(expected) == 6
+    assert len(queries) == len(expected) == 7
     con = duckdb.connect()
     for sql, want in zip(queries, expected):
         assert DOC_ROOT in sql

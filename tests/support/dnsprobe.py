@@ -93,10 +93,16 @@ DNSPROBE_IGNORED = {"unixtime", "time", "time_micro", "tcp_hs_rtt"}
 
 
 def assert_rows_equal_dnsprobe(expected_file, rows, label):
-    """Our rows equal DNS Probe's expected Parquet file, row by row in order, on every column it compares."""
+    """Our rows equal DNS Probe's expected Parquet file, row by row, on every column it compares. Both sorted by
+    those columns: DNS Probe writes a transaction when it completes, we in the order of capture time (the
+    timestamp column)."""
     expected = pq.read_table(expected_file)
     assert len(rows) == expected.num_rows, f"{label}: {len(rows)} rows, DNS Probe has {expected.num_rows}"
     columns = [c for c in expected.column_names if c not in DNSPROBE_IGNORED]
-    for i, (want, got) in enumerate(zip(expected.select(columns).to_pylist(), rows)):
+
+    def in_order(records):
+        return sorted(({c: r[c] for c in columns} for r in records), key=lambda r: [repr(r[c]) for c in columns])
+
+    for i, (want, got) in enumerate(zip(in_order(expected.select(columns).to_pylist()), in_order(rows))):
         diff = {c: (want[c], got[c]) for c in columns if want[c] != got[c]}
         assert not diff, f"{label} row {i}: (expected, ours) {diff}"
