@@ -1,6 +1,6 @@
 """An opt-in timeline of a run's start (DNSPROBE_TIMELINE=1 in the environment): one line on stderr per point the
 command passes, with the time of CLOCK_MONOTONIC, which every process of the machine shares, so that a caller that
-notes the clock before starting the command (benchmarks/profile.py) gets each point's offset from its start, the
+notes the clock before starting the command (benchmarks/stage_profile.py) gets each point's offset from its start, the
 interpreter's own included. Unset, mark() costs a test."""
 
 import os

@@ -45,6 +45,7 @@ DIFFERENT = {
     "unixtime": "the server's clock when it logged, not the kernel's when the frame passed",
     "time": "the same",
     "time_micro": "the same",
+    "timestamp": "the same",
     "query_time": "the same",
     "response_time": "the same",
     "response_delay_us": "the same (both ends of the delay)",
@@ -227,7 +228,7 @@ def assert_same_transactions(packet_rows, dnstap_rows):
     for p, t in pairs:
         diff = {c: (p[c], t[c]) for c in p if c not in DIFFERENT and p[c] != t[c]}
         assert not diff, f"packet vs dnstap {_key(p)}: {diff}"
-        for c in ("query_time", "response_time"):
+        for c in ("timestamp", "query_time", "response_time"):
             assert (p[c] is None) == (t[c] is None) and abs((p[c] or 0) - (t[c] or 0)) < TIME_SLACK_NS, (c, p, t)
         assert t["len"] is t["res_len"] is t["ttl"] is t["udp_sum"] is t["tcp_hs_rtt"] is None
     return pairs
@@ -300,7 +301,7 @@ def test_knot_file_sink_read_equals_the_socket(run):
     key = lambda r: _key(r)  # noqa: E731
     by_key = {key(r): r for r in socket_rows}
     assert len(file_rows) == len(by_key) == len(socket_rows)
-    timed = {"unixtime", "time", "time_micro", "query_time", "response_time", "response_delay_us"}
+    timed = {"unixtime", "time", "time_micro", "timestamp", "query_time", "response_time", "response_delay_us"}
     for r in file_rows:
         s = by_key[key(r)]
         assert {c: (r[c], s[c]) for c in r if c not in timed and r[c] != s[c]} == {}

@@ -31,7 +31,8 @@ needs_dpdk = pytest.mark.skipif(not LIBDPDK, reason="libdpdk is not installed (a
                                 "pkg-config), so the DPDK extension is not built")
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="DPDK's EAL needs root (/var/run/dpdk, device access)")
 # Columns that hold capture timestamps (or are computed from them): DPDK's are the TSC's, a file's its own.
-TIME_COLUMNS = {"unixtime", "time", "time_micro", "query_time", "response_time", "response_delay_us", "tcp_hs_rtt"}
+TIME_COLUMNS = {"unixtime", "time", "time_micro", "timestamp", "query_time", "response_time", "response_delay_us",
+                "tcp_hs_rtt"}
 WAIT_S = 60.0
 
 

@@ -19,7 +19,8 @@ from support.dnsprobe import rows_of, run_dnsprobe
 from support.live import Probe
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("ip"), reason="needs root and iproute2")
-TIME_COLUMNS = {"unixtime", "time", "time_micro", "query_time", "response_time", "response_delay_us", "tcp_hs_rtt"}
+TIME_COLUMNS = {"unixtime", "time", "time_micro", "timestamp", "query_time", "response_time", "response_delay_us",
+                "tcp_hs_rtt"}
 CORES = len(os.sched_getaffinity(0))
 
 

@@ -1,7 +1,7 @@
 """Where the time goes: the start of `dnsprobe read` to its first frame decoded, and a read's CPU per stage.
 
-    python benchmarks/profile.py                  # 1,000,000 packets of the standard mix, 3 rounds
-    python benchmarks/profile.py --quick          # 100,000 packets, 1 round
+    python benchmarks/stage_profile.py                  # 1,000,000 packets of the standard mix, 3 rounds
+    python benchmarks/stage_profile.py --quick          # 100,000 packets, 1 round
 
   start-up  `dnsprobe read` of a 2,000-packet file with DNSPROBE_TIMELINE=1 (probe/timeline.py), rounds of it:
             each point's offset from the moment this script started the process (CLOCK_MONOTONIC, shared by the
@@ -19,7 +19,7 @@
 
 The decoder's stage holds L2-L4 and the DNS walk together (one C call per batch, probe/decode/_decoderec.c), and the
 Parquet writer's holds encoding, compression and the writes (one pyarrow call per row group): `perf` splits them
-(docs/performance.md says how it was run). Results go to benchmarks/results/profile.json and profile.md.
+(docs/performance.md says how it was run). Results go to benchmarks/results/stage_profile.json and stage_profile.md.
 """
 
 import argparse
@@ -333,7 +333,7 @@ def coremask_speedup(pcap, rounds, tmp_root):
 
 def markdown(res):
     lines = [
-        "# Where the time goes (`benchmarks/profile.py`)",
+        "# Where the time goes (`benchmarks/stage_profile.py`)",
         "",
         f"Run {res['date_utc']} by `{res['command']}`, commit {res['code']['git_commit']}; load average "
         f"{res['machine']['load_average_at_start']} at the start (a shared machine: compare shares, not seconds "
@@ -367,7 +367,7 @@ def markdown(res):
     if perf:
         names = list(perf)
         lines += ["", "## perf: share of the samples by class (`perf record -g`, the whole process; C and kernel "
-                  "frames by DSO and symbol, benchmarks/profile.py PERF_CLASSES)", "",
+                  "frames by DSO and symbol, benchmarks/stage_profile.py PERF_CLASSES)", "",
                   "| class | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
         classes = list(dict.fromkeys(c for n in names for c in perf[n] if c != "samples"))
         for c in classes + ["samples"]:
@@ -397,7 +397,7 @@ def main(argv=None):
     ap.add_argument("--perf", action="store_true", help="also `perf record` a read of each format (needs perf)")
     ap.add_argument("--live", type=int, metavar="PPS", help="also `perf record` a live capture worker, the file "
                     "replayed at PPS packets a second (root: a veth testbed, benchmarks/live.py)")
-    ap.add_argument("--no-save", action="store_true", help="do not write benchmarks/results/profile.*")
+    ap.add_argument("--no-save", action="store_true", help="do not write benchmarks/results/stage_profile.*")
     args = ap.parse_args(argv)
     if args.quick:
         args.packets, args.rounds, args.startup_rounds = 100_000, 1, 5
@@ -406,7 +406,7 @@ def main(argv=None):
     small = traffic.generate("standard", STARTUP_PACKETS, 1)
     pcap = traffic.generate("standard", args.packets, 1)
     res = {"date_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
-           "command": "python benchmarks/profile.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+           "command": "python benchmarks/stage_profile.py " + " ".join(argv if argv is not None else sys.argv[1:]),
            "machine": offline.machine(),
            "code": offline.code() | {"dnsprobe_command": "python -m probe read FILE -o TMPDIR -q --no-progress"},
            "packets": args.packets, "rounds": args.rounds, "startup_rounds": args.startup_rounds}
@@ -421,7 +421,7 @@ def main(argv=None):
         if not args.no_coremask:
             res["coremask"] = coremask_speedup(pcap, max(args.rounds, 5), tmp_root)
     res["machine"]["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
-    offline.report("profile", res, markdown(res), not args.no_save)
+    offline.report("stage_profile", res, markdown(res), not args.no_save)
 
 
 if __name__ == "__main__":
