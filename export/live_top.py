@@ -54,10 +54,18 @@ def _add_counts(into, table, column):
         into[value] = into.get(value, 0) + n
 
 
+def _buffers(column):
+    """(offset, buffers) of a ChunkedArray in one chunk, as export._topk.count_table takes a column."""
+    array = column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
+    return array.offset, array.buffers()
+
+
 class TopCounts:
     """One worker's counts by second of capture time, since its last take()."""
 
-    def __init__(self):
+    def __init__(self, native=True):
+        """native: count in C (export._topk.count_table) when it is built; False: with Arrow and Python, the
+        reference (tests/export/test_live_top.py holds the two to the same seconds)."""
         import threading
 
         self.seconds = {}
@@ -67,6 +75,7 @@ class TopCounts:
         # For the tables without registered domains. Read at the worker's start (about 0.03 CPU s), not within the
         # counting of its first packets.
         self.suffixes = PublicSuffixes()
+        self.native = native and _topk is not None and self.suffixes.native is not None
 
     def second(self, s):
         if s not in self.seconds:
@@ -85,6 +94,9 @@ class TopCounts:
 
         if not table.num_rows:
             return
+        if self.native:
+            self._count_native(table)
+            return
         table = table.select([c for c in TOP_COLUMNS if c in table.schema.names])  # (a filter takes every column)
         seconds = pc.divide(table.column("time"), 1_000_000)  # capture times are after 1970: floored
         low, high = pc.min_max(seconds).values()
@@ -93,6 +105,16 @@ class TopCounts:
             return
         for s in pc.unique(seconds).to_pylist():
             self._add_second(s, table.filter(pc.equal(seconds, s)))
+
+    def _count_native(self, table):
+        """In one pass in C: each second's rows counted as _count counts them (the distinct values in the order
+        first seen, as Arrow's value counts give them, so that the summaries get the same updates)."""
+        domain = None
+        if "registered_domain" in table.schema.names and not table.column("registered_domain").null_count:
+            domain = _buffers(table.column("registered_domain"))
+        columns = [_buffers(table.column(c)) for c in ("time", "rcode", "qtype", "response_delay_us", "qname", "src")]
+        with self.lock:
+            _topk.count_table(self.second, table.num_rows, *columns, domain, self.suffixes.native)
 
     def add_records(self, txs):
         """A probe._records.TxBatch (C-DNS in the production pipeline)."""
@@ -138,15 +160,14 @@ class TopCounts:
     def _domains(self, table, names):
         """([registered domain], [count]): the table's own where it holds them, else the Public Suffix List's for
         each distinct QNAME (names: the QNAMEs' value counts)."""
-        import pyarrow as pa
 
         if "registered_domain" in table.schema.names and not table.column("registered_domain").null_count:
             counts = self._value_counts(table, "registered_domain")
             return counts.field(0).to_pylist(), counts.field(1).to_pylist()
-        found = self.suffixes.columns(names.field(0))[1]
-        counts = pa.table({"domain": found, "n": names.field(1)}).group_by("domain", use_threads=False) \
-            .aggregate([("n", "sum")])
-        return counts.column("domain").to_pylist(), counts.column("n_sum").to_pylist()
+        total = {}  # (the domains in the order first met, as count_table updates their summary)
+        for domain, n in zip(self.suffixes.columns(names.field(0))[1].to_pylist(), names.field(1).to_pylist()):
+            total[domain] = total.get(domain, 0) + n
+        return list(total), list(total.values())
 
     def take(self):
         """The seconds counted since the last take(), as dicts (Second.as_dict), and start afresh."""
@@ -164,6 +185,16 @@ class Counted:
     def add_table(self, table):
         for counter in self.counters:
             counter.add_table(table)
+
+    def _count_native(self, table):
+        """In one pass in C: each second's rows counted as _count counts them (the distinct values in the order
+        first seen, as Arrow's value counts give them, so that the summaries get the same updates)."""
+        domain = None
+        if "registered_domain" in table.schema.names and not table.column("registered_domain").null_count:
+            domain = _buffers(table.column("registered_domain"))
+        columns = [_buffers(table.column(c)) for c in ("time", "rcode", "qtype", "response_delay_us", "qname", "src")]
+        with self.lock:
+            _topk.count_table(self.second, table.num_rows, *columns, domain, self.suffixes.native)
 
     def add_records(self, txs):
         for counter in self.counters:
