@@ -16,6 +16,15 @@
  * SpaceSaving.add(items, weights=None): items a list of str or bytes (None skipped), weights None (1 each) or a
  *   list of positive ints as long as items.
  * SpaceSaving.entries() -> [(item, count, error)], unranked (export.topk.ranked ranks them).
+ *
+ * count_table(second_of, n, time, rcode, qtype, delay, qname, src, domain, rules): the n rows of a table of the
+ *   Parquet schema counted into the export.live_top.Second that second_of(s) gives for each second s of capture
+ *   time, as TopCounts counts it with Arrow (its reference, tests/export/test_live_top.py): transactions, the RCODE,
+ *   QTYPE and delay-bin dicts, and per second the exact counts of its QNAMEs, clients and registered domains in the
+ *   order first seen (Arrow's value counts' order) fed to the Second's summaries, so that they get the same
+ *   updates. Columns as (offset, Array.buffers()); domain None: the registered domains of the distinct QNAMEs by
+ *   rules (an export.enrich._psl.SuffixRules, through its capsule). Why: Arrow's dozen passes over every second of
+ *   every table, and the distinct values made Python strings, cost more than the counting itself.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -65,21 +74,9 @@ typedef struct {
 
 static PyTypeObject SpaceSavingType;
 
-static uint64_t hash_item(int kind, const char *p, size_t n)
+static inline uint64_t hash_item(int kind, const char *p, size_t n)
 {
-    uint64_t h = hash_seed ^ (uint64_t)kind ^ ((uint64_t)n << 8), w;
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        memcpy(&w, p + i, 8);
-        h = (h ^ w) * 0xff51afd7ed558ccdULL;
-        h ^= h >> 32;
-    }
-    w = 0;
-    memcpy(&w, p + i, n - i);
-    h ^= w; /* then murmur3's finaliser: every bit of h moves the low bits, which pick the slot */
-    h = (h ^ (h >> 33)) * 0xff51afd7ed558ccdULL;
-    h = (h ^ (h >> 33)) * 0xc4ceb9fe1a85ec53ULL;
-    return h ^ (h >> 33);
+    return text_hash(p, n, hash_seed ^ (uint64_t)kind);
 }
 
 /* The bucket of count `count` between prev and next (-1: none), from the free ones (there are k: no more counts
@@ -167,7 +164,7 @@ static size_t probe_slot(const Summary *s, uint64_t h, int kind, const char *p, 
         if ((slot & 0xFFFFFFFF00000000ULL) != tag)
             continue;
         const Counter *c = &s->counters[(slot & 0xFFFFFFFFu) - 1];
-        if (c->key_len == n && c->kind == kind && memcmp(c->key, p, n) == 0)
+        if (c->key_len == n && c->kind == kind && text_eq(c->key, p, n))
             return i;
     }
 }
@@ -217,15 +214,9 @@ static int set_key(Counter *c, uint64_t h, int kind, const char *p, uint32_t n)
     return 0;
 }
 
-/* One update; -1 with an exception set (memory) on error. */
-static int update(Summary *s, int kind, const char *p, size_t len, long long weight)
+/* One update of the item (kind, p[0..n)) of hash h (hash_item's); -1 with an exception set (memory) on error. */
+static int update_hashed(Summary *s, int kind, const char *p, uint32_t n, uint64_t h, long long weight)
 {
-    if (len > UINT32_MAX) {
-        PyErr_SetString(PyExc_ValueError, "item too long");
-        return -1;
-    }
-    uint32_t n = (uint32_t)len;
-    uint64_t h = hash_item(kind, p, n);
     size_t slot = probe_slot(s, h, kind, p, n);
     Counter *c;
     if (s->slots[slot]) {
@@ -251,6 +242,15 @@ static int update(Summary *s, int kind, const char *p, size_t len, long long wei
     c->error = c->count;
     counter_place(s, c, c->count + weight, counter_unlink(s, c));
     return 0;
+}
+
+static int update(Summary *s, int kind, const char *p, size_t len, long long weight)
+{
+    if (len >= UINT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "item too long");
+        return -1;
+    }
+    return update_hashed(s, kind, p, (uint32_t)len, hash_item(kind, p, len), weight);
 }
 
 static void summary_dealloc(Summary *s)
@@ -545,9 +545,12 @@ static void counts_free(Counts *c)
     memset(c, 0, sizeof *c);
 }
 
-static int counts_grow(Counts *c)
+/* Room for at least `want` distinct texts (and twice that in the index); 0: twice the room there is. */
+static int counts_grow(Counts *c, Py_ssize_t want)
 {
     Py_ssize_t cap = c->cap ? 2 * c->cap : 1024;
+    while (cap < want)
+        cap *= 2;
     Distinct *at = PyMem_Realloc(c->at, (size_t)cap * sizeof(Distinct));
     uint32_t *index = at ? PyMem_Calloc((size_t)cap * 2, sizeof(uint32_t)) : NULL;
     if (index == NULL) {
@@ -574,14 +577,14 @@ static int counts_grow(Counts *c)
  * was counted before, -1 (memory) on error. */
 static int counts_add(Counts *c, size_t off, uint32_t len, long long weight)
 {
-    if (c->n == c->cap && counts_grow(c) < 0)
+    if (c->n == c->cap && counts_grow(c, 0) < 0)
         return -1;
     const char *p = c->base + off;
     uint64_t h = len == UINT32_MAX ? 0 : hash_item(ITEM_STR, p, len);
     size_t i = h & c->mask;
     for (uint32_t e; (e = c->index[i]) != 0; i = (i + 1) & c->mask) {
         Distinct *d = &c->at[e - 1];
-        if (d->hash == h && d->len == len && (len == UINT32_MAX || memcmp(c->base + d->off, p, len) == 0)) {
+        if (d->hash == h && d->len == len && (len == UINT32_MAX || text_eq(c->base + d->off, p, len))) {
             d->count += weight;
             return 0;
         }
@@ -603,7 +606,7 @@ static int counts_update(const Counts *c, Summary *s)
 {
     for (Py_ssize_t e = 0; e < c->n; e++) {
         const Distinct *d = &c->at[e];
-        if (d->len != UINT32_MAX && update(s, ITEM_STR, c->base + d->off, d->len, d->count) < 0)
+        if (d->len != UINT32_MAX && update_hashed(s, ITEM_STR, c->base + d->off, d->len, d->hash, d->count) < 0)
             return -1;
     }
     return 0;
@@ -787,6 +790,8 @@ static PyObject *count_table(PyObject *Py_UNUSED(module), PyObject *args)
         if (failed)
             PyErr_NoMemory();
     }
+    /* (room for a distinct value per row: no index grown and rehashed within a table) */
+    failed = failed || counts_grow(&t.names, n) < 0 || counts_grow(&t.clients, n) < 0 || counts_grow(&t.domains, n) < 0;
     for (Py_ssize_t i = 0; i < n && !failed; i++) { /* each row's second, and the seconds in the order first seen */
         long long us = 0;
         intin_get(&t.time, i, &us);

@@ -3,7 +3,8 @@ delays, and heavy-hitter summaries (export/topk.py; in C export/_topk.c) of the 
 clients written. A worker counts (TopCounts, fed by its exporter as export.metrics.DnsMetrics is: the rows of each
 table written, so after client privacy, and counted as `inspect --summary` counts the files) and hands its seconds
 to the supervisor with each snapshot (take()); the supervisor keeps the last seconds of all workers (TopWindow,
-probe.run.top) and merges them into a snapshot.
+probe.run.top) and merges them into a snapshot. A table is counted in C in one pass (export._topk.count_table); the
+Arrow and Python counting here (TopCounts(native=False)) is its reference, and what runs where it is not built.
 
 Registered domains are the table's registered_domain column where enrichment filled it, else the bundled Public
 Suffix List's (export.enrich.psl, for each distinct QNAME), as `inspect --summary` finds them (a null QNAME's is
