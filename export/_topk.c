@@ -28,6 +28,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <limits.h>
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
@@ -401,7 +402,7 @@ static Py_ssize_t summary_len(Summary *s)
 /* -- count_table -- */
 
 #define DELAY_BINS_PER_OCTAVE 128.0 /* export.live_top's */
-#define NULL_VALUE (-1LL << 62)     /* a tally's key for a null: None */
+#define NULL_VALUE LLONG_MIN         /* a tally's key for a null: None */
 
 /* An int column's buffers: (length, offset, [validity or None, data]) as pyarrow gives them. */
 typedef struct {
