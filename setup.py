@@ -26,8 +26,8 @@ CORE = (
     ("export.cdns._cdnsblock", "export/cdns/_cdnsblock.c", ("fastint.h", "model.h", "records.h", "wire.h")),
     # Lookups over a record table's string columns: enrichment and client privacy.
     ("export._lookup", "export/_lookup.c", ("strcolumn.h",)),
-    ("export.enrich._psl", "export/enrich/_psl.c", ("strcolumn.h",)),
-    ("export._topk", "export/_topk.c", ()),
+    ("export.enrich._psl", "export/enrich/_psl.c", ("psl_api.h", "strcolumn.h")),
+    ("export._topk", "export/_topk.c", ("psl_api.h", "strcolumn.h")),
     ("export.enrich._resolvers", "export/enrich/_resolvers.c", ("valuetext.h",)),
     ("export.parquet._answers", "export/parquet/_answers.c", ("valuetext.h", "strcolumn.h", "wire.h")),
     # The columnar pipeline: message records (probe._records) decoded, matched and written to Parquet in C.

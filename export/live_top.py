@@ -3,7 +3,8 @@ delays, and heavy-hitter summaries (export/topk.py; in C export/_topk.c) of the 
 clients written. A worker counts (TopCounts, fed by its exporter as export.metrics.DnsMetrics is: the rows of each
 table written, so after client privacy, and counted as `inspect --summary` counts the files) and hands its seconds
 to the supervisor with each snapshot (take()); the supervisor keeps the last seconds of all workers (TopWindow,
-probe.run.top) and merges them into a snapshot.
+probe.run.top) and merges them into a snapshot. A table is counted in C in one pass (export._topk.count_table); the
+Arrow and Python counting here (TopCounts(native=False)) is its reference, and what runs where it is not built.
 
 Registered domains are the table's registered_domain column where enrichment filled it, else the bundled Public
 Suffix List's (export.enrich.psl, for each distinct QNAME), as `inspect --summary` finds them (a null QNAME's is
@@ -54,15 +55,28 @@ def _add_counts(into, table, column):
         into[value] = into.get(value, 0) + n
 
 
+def _buffers(column):
+    """(offset, buffers) of a ChunkedArray in one chunk, as export._topk.count_table takes a column."""
+    array = column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
+    return array.offset, array.buffers()
+
+
 class TopCounts:
     """One worker's counts by second of capture time, since its last take()."""
 
-    def __init__(self):
+    def __init__(self, native=True):
+        """native: count in C (export._topk.count_table) when it is built; False: with Arrow and Python, the
+        reference (tests/export/test_live_top.py holds the two to the same seconds)."""
         import threading
 
         self.seconds = {}
         self.lock = threading.Lock()  # (DPDK's threads: a pipeline's thread counts, the worker's takes)
-        self.suffixes = None  # export.enrich.psl.PublicSuffixes, read when a table has no registered domains
+        from export.enrich.psl import PublicSuffixes
+
+        # For the tables without registered domains. Read at the worker's start (about 0.03 CPU s), not within the
+        # counting of its first packets.
+        self.suffixes = PublicSuffixes()
+        self.native = native and _topk is not None and self.suffixes.native is not None
 
     def second(self, s):
         if s not in self.seconds:
@@ -81,6 +95,9 @@ class TopCounts:
 
         if not table.num_rows:
             return
+        if self.native:
+            self._count_native(table)
+            return
         table = table.select([c for c in TOP_COLUMNS if c in table.schema.names])  # (a filter takes every column)
         seconds = pc.divide(table.column("time"), 1_000_000)  # capture times are after 1970: floored
         low, high = pc.min_max(seconds).values()
@@ -89,6 +106,16 @@ class TopCounts:
             return
         for s in pc.unique(seconds).to_pylist():
             self._add_second(s, table.filter(pc.equal(seconds, s)))
+
+    def _count_native(self, table):
+        """In one pass in C: each second's rows counted as _count counts them (the distinct values in the order
+        first seen, as Arrow's value counts give them, so that the summaries get the same updates)."""
+        domain = None
+        if "registered_domain" in table.schema.names and not table.column("registered_domain").null_count:
+            domain = _buffers(table.column("registered_domain"))
+        columns = [_buffers(table.column(c)) for c in ("time", "rcode", "qtype", "response_delay_us", "qname", "src")]
+        with self.lock:
+            _topk.count_table(self.second, table.num_rows, *columns, domain, self.suffixes.native)
 
     def add_records(self, txs):
         """A probe._records.TxBatch (C-DNS in the production pipeline)."""
@@ -134,19 +161,14 @@ class TopCounts:
     def _domains(self, table, names):
         """([registered domain], [count]): the table's own where it holds them, else the Public Suffix List's for
         each distinct QNAME (names: the QNAMEs' value counts)."""
-        import pyarrow as pa
 
         if "registered_domain" in table.schema.names and not table.column("registered_domain").null_count:
             counts = self._value_counts(table, "registered_domain")
             return counts.field(0).to_pylist(), counts.field(1).to_pylist()
-        if self.suffixes is None:
-            from export.enrich.psl import PublicSuffixes
-
-            self.suffixes = PublicSuffixes()
-        found = self.suffixes.columns(names.field(0))[1]
-        counts = pa.table({"domain": found, "n": names.field(1)}).group_by("domain", use_threads=False) \
-            .aggregate([("n", "sum")])
-        return counts.column("domain").to_pylist(), counts.column("n_sum").to_pylist()
+        total = {}  # (the domains in the order first met, as count_table updates their summary)
+        for domain, n in zip(self.suffixes.columns(names.field(0))[1].to_pylist(), names.field(1).to_pylist()):
+            total[domain] = total.get(domain, 0) + n
+        return list(total), list(total.values())
 
     def take(self):
         """The seconds counted since the last take(), as dicts (Second.as_dict), and start afresh."""
@@ -164,6 +186,16 @@ class Counted:
     def add_table(self, table):
         for counter in self.counters:
             counter.add_table(table)
+
+    def _count_native(self, table):
+        """In one pass in C: each second's rows counted as _count counts them (the distinct values in the order
+        first seen, as Arrow's value counts give them, so that the summaries get the same updates)."""
+        domain = None
+        if "registered_domain" in table.schema.names and not table.column("registered_domain").null_count:
+            domain = _buffers(table.column("registered_domain"))
+        columns = [_buffers(table.column(c)) for c in ("time", "rcode", "qtype", "response_delay_us", "qname", "src")]
+        with self.lock:
+            _topk.count_table(self.second, table.num_rows, *columns, domain, self.suffixes.native)
 
     def add_records(self, txs):
         for counter in self.counters:

@@ -21,12 +21,14 @@
  *   maxlabel: the most labels of a rule.
  * SuffixRules.columns(length, offset, buffers) -> ((public suffix column), (registered domain column)),
  *   (null_count, validity, offsets, data) each (strcolumn.h); a null name gives "" in both.
+ * Its capsule PSL_CAPSULE (psl_api.h): the registered domain of one name, for export/_topk.c.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
 #include <string.h>
 
+#include "psl_api.h"
 #include "strcolumn.h"
 
 enum { EXACT = 1, EXCEPTION = 2, WILDCARD = 4 }; /* s is a rule; "!s" is; "*.s" is. 0: s ends a longer one */
@@ -363,6 +365,25 @@ done:
     return result;
 }
 
+/* PslApi.registered_domain: what columns() writes in the registered domain column for one name. */
+static Py_ssize_t registered_domain(PyObject *rules, const char *s, Py_ssize_t n, const char **out)
+{
+    SuffixRules *r = (SuffixRules *)rules;
+    if (r->rules == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "SuffixRules not initialised");
+        return -1;
+    }
+    Py_ssize_t dots, suffix_at, registered_at, end;
+    Py_ssize_t m = lower(r, s, n, &dots);
+    if (m < 0)
+        return -1;
+    *out = "";
+    if (!split_name(r, m, dots, &suffix_at, &registered_at, &end))
+        return 0;
+    *out = r->work + registered_at;
+    return end - registered_at;
+}
+
 static PyObject *rules_len(SuffixRules *r, void *Py_UNUSED(closure))
 {
     return PyLong_FromSize_t(r->nrules);
@@ -397,6 +418,8 @@ static PyTypeObject SuffixRulesType = {
     .tp_getset = rules_getset,
 };
 
+static PslApi api = {&SuffixRulesType, registered_domain};
+
 static struct PyModuleDef module = {
     .m_base = PyModuleDef_HEAD_INIT, .m_name = "export.enrich._psl", .m_size = -1,
 };
@@ -405,7 +428,14 @@ PyMODINIT_FUNC PyInit__psl(void)
 {
     /* (PyModule_AddType readies the type and adds it under its name after the module's) */
     PyObject *m = PyModule_Create(&module);
-    if (m != NULL && PyModule_AddType(m, &SuffixRulesType) < 0)
+    if (m == NULL || PyModule_AddType(m, &SuffixRulesType) < 0) {
+        Py_XDECREF(m);
+        return NULL;
+    }
+    PyObject *capsule = PyCapsule_New(&api, PSL_CAPSULE, NULL);
+    if (capsule == NULL || PyModule_AddObject(m, "api", capsule) < 0) {
+        Py_XDECREF(capsule);
         Py_CLEAR(m);
+    }
     return m;
 }
