@@ -256,6 +256,9 @@ class CaptureConfig(Options):
         " 2 naming the interfaces there are; one that is down at start, or goes down or away later, is always"
         " waited for"
     )
+    wait_log_interval: float = opt(
+        60.0, "seconds between worker 0's lines saying that it still waits for an interface", min=1
+    )
     stats_interval: float = opt(
         10.0, "seconds between writes of the statistics JSON file, also written at start and exit (0: only then)", min=0
     )

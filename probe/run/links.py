@@ -7,7 +7,7 @@ removed. That is not a reason for the worker to die: it closes its files (readab
 was removed, or was down or (capture.wait_for_interface) did not exist at start, gets a new socket once an
 interface of that name exists and is up. The worker learns of link changes from the kernel (an rtnetlink
 socket in its poll set, LinkEvents), and also looks again after a delay that grows while it waits. While it
-waits, worker 0 logs a line every minute (WAIT_LINE_S), so that a capture that records nothing says why.
+waits, worker 0 logs a line every minute (capture.wait_log_interval), so that a capture that records nothing says why.
 """
 
 import errno
@@ -23,7 +23,6 @@ from probe.stats import SOCKET_COUNTERS
 RTMGRP_LINK = 1
 RETRY_FIRST_S = 0.5
 RETRY_MAX_S = 30.0
-WAIT_LINE_S = 60.0  # a line of worker 0 this often while an interface is waited for
 
 
 def interface_state(ifname):
@@ -69,12 +68,14 @@ class CaptureInterface:
     state: "capturing"; "down" (the link went down: the socket is kept and resumes by itself); "waiting" (no
     socket: the interface is absent, or was down when a socket was wanted)."""
 
-    def __init__(self, ifname, opener, worker_id, stats):
-        """opener(ifname) → (source, counter or None), raising InterfaceUnavailable or another ConfigError."""
+    def __init__(self, ifname, opener, worker_id, stats, wait_line_s=60.0):
+        """opener(ifname) → (source, counter or None), raising InterfaceUnavailable or another ConfigError;
+        wait_line_s: how often worker 0 says that it still waits (capture.wait_log_interval)."""
         self.ifname = ifname
         self.opener = opener
         self.worker_id = worker_id
         self.stats = stats
+        self.wait_line_s = wait_line_s
         self.source = self.counter = None
         self.index = None
         self.state = "waiting"
@@ -112,7 +113,7 @@ class CaptureInterface:
         self.since = time.monotonic()
         self.delay = RETRY_FIRST_S
         self.next_try = self.since + self.delay
-        self.next_line = self.since + WAIT_LINE_S
+        self.next_line = self.since + self.wait_line_s
         self.last_problem = why
         log(f"worker {self.worker_id}: {why}; waiting for it")
 
@@ -137,7 +138,7 @@ class CaptureInterface:
         self.since = time.monotonic()
         self.delay = RETRY_FIRST_S
         self.next_try = self.since + self.delay
-        self.next_line = self.since + WAIT_LINE_S
+        self.next_line = self.since + self.wait_line_s
         return True
 
     def retry(self, now, woken, drain_s):
@@ -183,12 +184,12 @@ class CaptureInterface:
         return True
 
     def _still_waiting(self, now):
-        self.next_line = now + WAIT_LINE_S
+        self.next_line = now + self.wait_line_s
         if self.worker_id != 0:  # one line per interface, not one per worker
             return
         index, up = interface_state(self.ifname)
         why = "it does not exist" if index is None else "it is down" if not up else "its socket is being replaced"
-        log(f"worker 0: still waiting for interface {self.ifname!r} after {(now - self.since) / 60:.0f} min: {why}")
+        log(f"worker 0: still waiting for interface {self.ifname!r} after {_elapsed(now - self.since)}: {why}")
 
     def _later(self, now):
         self.next_try = now + self.delay
@@ -218,3 +219,8 @@ class CaptureInterface:
             self.rejected_retired += self.counter.read()
             self.counter.close()
             self.counter = None
+
+
+def _elapsed(seconds):
+    """'3 min', or '20 s' under a minute (capture.wait_log_interval may be short)."""
+    return f"{seconds / 60:.0f} min" if seconds >= 60 else f"{seconds:.0f} s"

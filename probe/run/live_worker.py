@@ -74,7 +74,8 @@ class LiveWorker(WorkerShell):
             self.stats = self.pipeline.stats
             self.events = LinkEvents()
             for ifname in spec.interfaces:
-                link = CaptureInterface(ifname, opener, spec.worker_id, self.stats)
+                link = CaptureInterface(ifname, opener, spec.worker_id, self.stats,
+                                        wait_line_s=cfg.capture.wait_log_interval)
                 self.links.append(link)
                 link.open(wait=cfg.capture.wait_for_interface)
             if cfg.capture.user:
