@@ -675,11 +675,12 @@ mbuf_caplen(const struct rte_mbuf *m)
 }
 
 /* Is the frame (caplen bytes) in its first segment, where a frame may point? Else it is copied (mbuf_copy). An
- * indirect or external-buffer mbuf is copied too. */
+ * indirect or external-buffer mbuf is copied too, unless there is nothing to copy (no copy buffer is made for
+ * frames of no bytes: fuzz_dpdk's first finding). */
 static inline int
 mbuf_contiguous(const struct rte_mbuf *m, uint32_t caplen)
 {
-	return RTE_MBUF_DIRECT(m) && caplen <= rte_pktmbuf_data_len(m);
+	return caplen == 0 || (RTE_MBUF_DIRECT(m) && caplen <= rte_pktmbuf_data_len(m));
 }
 
 /* The first caplen bytes (mbuf_caplen) of m's segments to `to`. */

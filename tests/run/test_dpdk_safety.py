@@ -57,6 +57,11 @@ def test_a_frame_is_never_read_past_its_segments():
     _dpdk.frames_from_mbufs([((frame,), len(frame), 7, 0x123, True), ((frame[:5],), 20, 8, 0x123, False)], frames)
     assert frames.lists() == ([7, 8], [len(frame) + 4, 20],
                               [frame[:12] + b"\x81\x00\x01\x23" + frame[12:], frame[:5]])
+    # An indirect mbuf of no bytes, in a burst with nothing else to copy, took a pointer into a copy buffer that
+    # was never made (fuzz_dpdk's first finding, under UBSan).
+    frames = _records.Frames()
+    _dpdk.frames_from_mbufs([((b"", b""), 0, 9, -1, True)], frames)
+    assert frames.lists() == ([9], [0], [b""])
 
 
 EAL = """
