@@ -416,6 +416,7 @@ typedef struct {
 	uint16_t queues[MAX_QUEUES];
 	unsigned int nq;
 	struct rte_ring *ring; /* read this ring instead of the port's queues */
+	unsigned int worker; /* whose ring that is */
 	int distribute; /* pass the frames of the other workers to their rings */
 	unsigned int capacity; /* frames the source holds (RX descriptors, ring slots): the sleep controller's unit */
 	uint64_t sleep_ns, max_sleep_ns;
@@ -522,31 +523,41 @@ sleep_ns(uint64_t ns)
 
 static int poll_claimed(Poller *p, unsigned int max, unsigned long long timeout_us, unsigned int *got_out);
 
-/* Claim what a poll of p reads, with the GIL held: the poller itself (its mbufs and ns arrays, its controller)
- * and its RX queues, each read by one thread at a time. A Poller may be shared between threads, but a second
- * read while one runs (the GIL released) is refused, as is a read of a queue another poller is reading: two
- * rte_eth_rx_burst calls on one queue, or two polls filling one p->mbufs, would hand the same mbufs out twice. */
+/* What is being read (GIL released) besides the port queues (queue_reading): each worker's ring (single
+ * consumer), and the port by a distributing poller (the single producer of the workers' rings). */
+static unsigned char ring_reading[MAX_WORKERS];
+static int distributing;
+
+/* Claim what a poll of p reads, with the GIL held: the poller itself (its mbufs and ns arrays, its controller),
+ * its RX queues or its ring, and the workers' rings it fills. A Poller may be shared between threads, but a
+ * second read while one runs (the GIL released) is refused, as is a read of a queue or a ring another poller is
+ * reading, or a second distributing read: two rte_eth_rx_burst calls on one queue, two consumers or producers of
+ * a single-consumer or single-producer ring, or two polls filling one p->mbufs, would hand mbufs out twice. */
 static int
 claim_source(Poller *p)
 {
-	if (p->reading) {
-		PyErr_SetString(DpdkError, "this poller is being read by another thread (a poller is read by one thread at"
-				" a time)");
+	const char *busy = NULL;
+	if (p->reading)
+		busy = "this poller is being read by another thread (a poller is read by one thread at a time)";
+	else if (p->ring != NULL && ring_reading[p->worker])
+		busy = "the ring of this worker is being read by another thread";
+	else if (p->distribute && distributing)
+		busy = "another thread is distributing frames to the workers' rings";
+	for (unsigned int qi = 0; busy == NULL && p->ring == NULL && qi < p->nq; qi++)
+		if (queue_reading[p->port][p->queues[qi]])
+			busy = "an RX queue of this poller is being read by another thread";
+	if (busy != NULL) {
+		PyErr_SetString(DpdkError, busy);
 		return -1;
 	}
-	if (p->ring == NULL) {
-		for (unsigned int qi = 0; qi < p->nq; qi++) {
-			if (queue_reading[p->port][p->queues[qi]]) {
-				PyErr_Format(DpdkError, "RX queue %u of port %u is being read by another thread", p->queues[qi],
-					     p->port);
-				for (unsigned int k = 0; k < qi; k++)
-					queue_reading[p->port][p->queues[k]] = 0;
-				return -1;
-			}
+	if (p->ring != NULL) {
+		ring_reading[p->worker] = 1;
+	} else {
+		for (unsigned int qi = 0; qi < p->nq; qi++)
 			queue_reading[p->port][p->queues[qi]] = 1;
-		}
 		port_reading[p->port]++;
 	}
+	distributing |= p->distribute;
 	p->reading = 1;
 	return 0;
 }
@@ -554,11 +565,15 @@ claim_source(Poller *p)
 static void
 release_source(Poller *p)
 {
-	if (p->ring == NULL) {
+	if (p->ring != NULL) {
+		ring_reading[p->worker] = 0;
+	} else {
 		for (unsigned int qi = 0; qi < p->nq; qi++)
 			queue_reading[p->port][p->queues[qi]] = 0;
 		port_reading[p->port]--;
 	}
+	if (p->distribute)
+		distributing = 0;
 	p->reading = 0;
 }
 
@@ -898,6 +913,7 @@ poller_new(unsigned int capacity)
 	p->port = 0;
 	p->nq = 0;
 	p->ring = NULL;
+	p->worker = 0;
 	p->distribute = 0;
 	p->capacity = capacity ? capacity : 1;
 	p->sleep_ns = MIN_SLEEP_NS;
@@ -1116,6 +1132,10 @@ py_ring_poller(PyObject *Py_UNUSED(self), PyObject *args)
 		return NULL;
 	if (need_eal() < 0)
 		return NULL;
+	if (worker >= MAX_WORKERS) {
+		PyErr_Format(DpdkError, "worker %u: at most %d workers", worker, MAX_WORKERS);
+		return NULL;
+	}
 	char name[RTE_RING_NAMESIZE];
 	ring_name(name, sizeof(name), worker);
 	struct rte_ring *r = rte_ring_lookup(name);
@@ -1131,6 +1151,7 @@ py_ring_poller(PyObject *Py_UNUSED(self), PyObject *args)
 	Poller *p = poller_new(rte_ring_get_capacity(r));
 	if (p != NULL) {
 		p->ring = r;
+		p->worker = worker;
 		rings[0] = r;
 	}
 	return (PyObject *)p;

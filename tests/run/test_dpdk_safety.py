@@ -8,9 +8,10 @@ a Poller shared between threads.
 - Frames from Poller.read point into their mbufs: port_close freed the pool under them (a later pool could take
   its memory), and eal_cleanup unmapped it. The pool now lives until the last frames let go of it, and
   eal_cleanup is refused while frames point into mbufs.
-- A Poller read from two threads at once (its read releases the GIL) filled one mbuf array twice, and two
-  pollers of one queue called rte_eth_rx_burst on it together: the second read is refused, as are stopping and
-  closing a port that a poll reads.
+- A Poller read from two threads at once (its read releases the GIL) filled one mbuf array twice, two pollers
+  of one queue called rte_eth_rx_burst on it together, two of one worker's ring dequeued from a
+  single-consumer ring, and two distributing pollers filled the single-producer rings: the second read is
+  refused, as are stopping and closing a port that a poll reads.
 
 The EAL runs in a fresh interpreter (once per process, and a crash there fails the test only), on net_pcap vdevs
 without hugepages.
@@ -69,7 +70,7 @@ import sys, threading, time
 from probe import _records
 from probe.capture import _dpdk, dpdk
 _dpdk.eal_init(["dnsprobe", "--no-huge", "--no-pci", "-m", "512", "--log-level=error",
-                *(f"--vdev=net_pcap{k},rx_pcap={p}" for k, p in enumerate(sys.argv[1].split(","))),
+                *(f"--vdev=net_pcap{k},rx_pcap={p}" for k, p in enumerate(sys.argv[1].split(";"))),
                 f"--file-prefix={dpdk.own_prefix()}"])
 def attempt(call, *args):
     try:
@@ -108,7 +109,7 @@ def test_frames_outlive_their_port(tmp_path):
     assert len(ours[1]) > 256 - 128 > len(ours[0])  # (128 bytes of an mbuf are its headroom)
     first = write_pcap(tmp_path / "ours.pcap", [(1_700_000_000 * 10**9 + k, f) for k, f in enumerate(ours)])
     second = write_pcap(tmp_path / "theirs.pcap", [(1_700_000_000 * 10**9 + k, f) for k, f in enumerate(theirs)])
-    proc = run_python(OUTLIVE, f"{first},{second}", *(f.hex() for f in ours))
+    proc = run_python(OUTLIVE, f"{first};{second}", *(f.hex() for f in ours))
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines() == [
         "2",
@@ -120,19 +121,28 @@ def test_frames_outlive_their_port(tmp_path):
 
 
 SHARED = EAL + """
-_dpdk.port_setup(0, 1, 512, 1023, 2048, False)
+_dpdk.port_setup(0, 2, 512, 1023, 2048, False)  # (two queues, each reading the file's one frame)
+_dpdk.make_rings(2, 1024)
 poller = _dpdk.port_poller(0, (0,), 512, False)
-print(poller.read(64, 2_000_000, _records.Frames()))  # the file's one frame; then nothing comes
-reader = threading.Thread(target=poller.read, args=(64, 3_000_000, _records.Frames()))
-reader.start()
-time.sleep(0.5)  # reading, the GIL released
+print(poller.read(64, 2_000_000, _records.Frames()), _dpdk.port_poller(0, (1,), 512, False).read(64, 2_000_000,
+      _records.Frames()))
+# Each read waits 3 s for frames that do not come, the GIL released: queue 0, queue 1 distributing, worker 1's ring.
+readers = [threading.Thread(target=p.read, args=(64, 3_000_000, _records.Frames())) for p in
+           (poller, _dpdk.port_poller(0, (1,), 512, True), _dpdk.ring_poller(1))]
+for r in readers:
+    r.start()
+time.sleep(0.5)
 attempt(poller.read, 64, 0, _records.Frames())
 attempt(_dpdk.port_poller(0, (0,), 512, False).read, 64, 0, _records.Frames())
 attempt(_dpdk.rx_burst, 0, 0, 8, 0)
+attempt(_dpdk.port_poller(0, (0,), 512, True).read, 64, 0, _records.Frames())
+attempt(_dpdk.ring_poller(1).read, 64, 0, _records.Frames())
 attempt(_dpdk.port_stop, 0)
 attempt(_dpdk.port_close, 0)
-reader.join()
+for r in readers:
+    r.join()
 attempt(poller.read, 64, 0, _records.Frames())
+attempt(_dpdk.ring_poller(1).read, 64, 0, _records.Frames())
 attempt(_dpdk.port_stop, 0)
 attempt(_dpdk.port_close, 0)
 attempt(_dpdk.eal_cleanup)
@@ -142,19 +152,19 @@ dpdk.remove_runtime_dir()
 
 @needs_dpdk
 @needs_root
-def test_a_poller_and_a_queue_are_read_by_one_thread_at_a_time(tmp_path):
+def test_a_poller_a_queue_and_a_ring_are_read_by_one_thread_at_a_time(tmp_path):
     pcap = write_pcap(tmp_path / "one.pcap", [(1_700_000_000 * 10**9, udp_frame(q_dns(0x3203)))])
-    proc = run_python(SHARED, pcap)
+    proc = run_python(SHARED, f"{pcap},rx_pcap={pcap}")  # (one device of two queues)
     assert proc.returncode == 0, proc.stderr
+    busy = "an RX queue of this poller is being read by another thread"
     assert proc.stdout.splitlines() == [
-        "1",
+        "1 1",
         "this poller is being read by another thread (a poller is read by one thread at a time)",
-        "RX queue 0 of port 0 is being read by another thread",
-        "RX queue 0 of port 0 is being read by another thread",
+        busy,
+        busy,
+        "another thread is distributing frames to the workers' rings",
+        "the ring of this worker is being read by another thread",
         "port 0 is being read by a poller in another thread",
         "port 0 is being read by a poller in another thread",
-        "done",
-        "done",
-        "done",
-        "done",
+        *["done"] * 5,
     ], proc.stdout + proc.stderr
