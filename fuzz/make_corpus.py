@@ -168,6 +168,23 @@ def new_harnesses(rng):
     eth = [f for b in read_capture(CAPTURES[0], 4096) for f in b.data if len(f) < 200]
     for k in range(6):
         save("fuzz_ring", ring_seed(rng, eth, k))
+    dpdk_seeds()
+
+
+def dpdk_seeds():
+    """fuzz_dpdk's input (fuzz/fuzz_dpdk.py): real frames as mbuf chains of 1 to 4 segments, most with pkt_len what
+    the segments hold, some with it above or below, some with their VLAN tag taken off."""
+    rng = random.Random(32)
+    eth = [f for b in read_capture(CAPTURES[0], 4096) for f in b.data]
+    for _ in range(8):
+        out = bytearray([rng.randrange(256)])
+        for f in rng.sample(eth, rng.randint(1, 6)):
+            nseg, mode = rng.choice((1, 1, 2, 3, 4)), rng.choice((0, 0, 0, 1, 2))
+            vlan = rng.random() < 0.3
+            change = rng.randrange(4096) if vlan else rng.randrange(1, 64)
+            out += struct.pack("!BHH", (nseg - 1) << 4 | mode << 2 | vlan, change, len(f))
+            out += bytes(rng.randrange(256) for _ in range(nseg - 1)) + f
+        save("fuzz_dpdk", bytes(out))
 
 
 def ring_seed(rng, frames, k):

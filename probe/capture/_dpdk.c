@@ -20,7 +20,10 @@
  *   ring_poller(worker) -> Poller         secondary: reads the ring the primary fills for `worker`
  *   Poller.read(max, timeout_us, frames)  poll with the GIL released (see poll_source) and add the frames to a
  *                                         probe._records.Frames (FrameBatch.packed) pointing into their mbufs, which
- *                                         are freed when the Frames lets go of them (Frames.clear())
+ *                                         are freed when the Frames lets go of them (Frames.clear()); one thread at
+ *                                         a time reads a poller, or a queue (claim_source)
+ *   frames_from_mbufs(mbufs, frames)      test hook (no EAL): mbuf chains made of bytes through the code that
+ *                                         Poller.read runs on what it receives (add_frames); fuzz/fuzz_dpdk.py
  *   ring_stats()                          primary: (passed, dropped as the ring was full, waiting) per worker ring
  *   rx_burst(port, queue, max, timeout_us)
  *                                         one poll of a queue as (data, ts_ns, wirelen) lists (copies; mbufs freed)
@@ -28,6 +31,9 @@
  *   pool_size(port)                       mbufs in the port's pool (0: none made yet)
  *   pool_bytes(port)                      bytes of memory they take
  *   port_stop(port), port_close(port), eal_cleanup()
+ *                                         refused while a poll reads the port; a port closed while frames point
+ *                                         into its mbufs keeps its pool until they let go of them; eal_cleanup is
+ *                                         refused while any do
  *   af_packet_map(fd, addr, rx_bytes, total_bytes)
  *                                         put the RX ring of a packet socket where the net_af_packet PMD reads its
  *                                         ring (probe/capture/dpdk_af_packet.py)
@@ -72,6 +78,12 @@ static PyObject *DpdkError;
 static int eal_ready = 0;
 static struct rte_mempool *pools[RTE_MAX_ETHPORTS];
 static unsigned int rx_queues[RTE_MAX_ETHPORTS]; /* RX queues set up by port_setup (0: none, or stopped) */
+
+/* Batches of frames (MbufHold) still pointing into mbufs, per port (ring pollers' holds under RTE_MAX_ETHPORTS:
+ * their mbufs are the primary's), and the pool of a port closed while some were: freed with the last of them, so
+ * that no frame ever points into a freed pool (see port_close). Changed with the GIL held. */
+static unsigned long held[RTE_MAX_ETHPORTS + 1];
+static struct rte_mempool *closed_pools[RTE_MAX_ETHPORTS];
 
 /* TSC → realtime base; changed only with the GIL held. */
 static uint64_t tsc_hz = 0;
@@ -247,6 +259,50 @@ mbuf_pool(const char *name, unsigned int n, uint16_t data_room, int socket, int 
 	return mp;
 }
 
+/* RSS of several queues in conf: the hash functions in use (0: none). Symmetric Toeplitz: a key of repeated
+ * 0x6d5a hashes (a, b) and (b, a) alike, so both directions of a flow reach the same queue (Woo and Park,
+ * "Scalable TCP Session Monitoring with Symmetric RSS"). The IP addresses only (no ports): what every packet of
+ * a flow has in common, its fragments included, as the AF_PACKET fanout program and `read --workers` split.
+ * rss_hf 0: the device has no RSS on IP; its driver spreads the frames its own way (net_af_packet: its sockets'
+ * fanout), or queue 0 gets them all. */
+static uint64_t
+rss_setup(struct rte_eth_conf *conf, const struct rte_eth_dev_info *info)
+{
+	static uint8_t key[64];
+	uint64_t rss_hf = RTE_ETH_RSS_IP & info->flow_type_rss_offloads;
+	for (size_t k = 0; k < sizeof(key); k += 2) {
+		key[k] = 0x6d;
+		key[k + 1] = 0x5a;
+	}
+	if (rss_hf)
+		conf->rxmode.mq_mode = RTE_ETH_MQ_RX_RSS;
+	conf->rx_adv_conf.rss_conf.rss_hf = rss_hf;
+	if (info->hash_key_size && info->hash_key_size <= sizeof(key)) {
+		conf->rx_adv_conf.rss_conf.rss_key = key;
+		conf->rx_adv_conf.rss_conf.rss_key_len = info->hash_key_size;
+	}
+	return rss_hf;
+}
+
+/* The port's mbuf pool, made by its first setup. NULL with an exception. */
+static struct rte_mempool *
+port_pool(unsigned int port, unsigned int size, unsigned int mbuf_size, int socket, const struct rte_eth_dev_info *info)
+{
+	if (closed_pools[port] != NULL) {
+		PyErr_Format(DpdkError, "frames still point into the mbufs of port %u's last pool (it was closed)", port);
+		return NULL;
+	}
+	if (pools[port] == NULL) {
+		char pool_name[RTE_MEMPOOL_NAMESIZE];
+		snprintf(pool_name, sizeof(pool_name), "dnsprobe_p%u", port);
+		pools[port] = mbuf_pool(pool_name, size, (uint16_t)(mbuf_size + RTE_PKTMBUF_HEADROOM), socket,
+					scattered_ok(info));
+		if (pools[port] == NULL)
+			raise_dpdk("cannot create the mbuf pool (dpdk.mempool_size; hugepages?)", rte_errno);
+	}
+	return pools[port];
+}
+
 static PyObject *
 py_port_setup(PyObject *Py_UNUSED(self), PyObject *args)
 {
@@ -281,28 +337,7 @@ py_port_setup(PyObject *Py_UNUSED(self), PyObject *args)
 	}
 	struct rte_eth_conf conf;
 	memset(&conf, 0, sizeof(conf));
-	/* Symmetric Toeplitz: a key of repeated 0x6d5a hashes (a, b) and (b, a) alike, so both directions of a
-	 * flow reach the same queue (Woo and Park, "Scalable TCP Session Monitoring with Symmetric RSS"). */
-	static uint8_t key[64];
-	uint64_t rss_hf = 0;
-	if (queues > 1) {
-		/* The IP addresses only (no ports): what every packet of a flow has in common, its fragments
-		 * included, as the AF_PACKET fanout program and `read --workers` split. rss_hf 0: the device has no
-		 * RSS on IP; its driver spreads the frames its own way (net_af_packet: its sockets' fanout), or
-		 * queue 0 gets them all. */
-		rss_hf = RTE_ETH_RSS_IP & info.flow_type_rss_offloads;
-		for (size_t k = 0; k < sizeof(key); k += 2) {
-			key[k] = 0x6d;
-			key[k + 1] = 0x5a;
-		}
-		if (rss_hf)
-			conf.rxmode.mq_mode = RTE_ETH_MQ_RX_RSS;
-		conf.rx_adv_conf.rss_conf.rss_hf = rss_hf;
-		if (info.hash_key_size && info.hash_key_size <= sizeof(key)) {
-			conf.rx_adv_conf.rss_conf.rss_key = key;
-			conf.rx_adv_conf.rss_conf.rss_key_len = info.hash_key_size;
-		}
-	}
+	uint64_t rss_hf = queues > 1 ? rss_setup(&conf, &info) : 0;
 	rc = rte_eth_dev_configure(port, queues, 0, &conf);
 	if (rc != 0)
 		return raise_dpdk("cannot configure the port", rc);
@@ -313,14 +348,8 @@ py_port_setup(PyObject *Py_UNUSED(self), PyObject *args)
 	int socket = rte_eth_dev_socket_id(port);
 	if (socket < 0)
 		socket = (int)rte_socket_id();
-	if (pools[port] == NULL) {
-		char pool_name[RTE_MEMPOOL_NAMESIZE];
-		snprintf(pool_name, sizeof(pool_name), "dnsprobe_p%u", port);
-		pools[port] = mbuf_pool(pool_name, mempool_size, (uint16_t)(mbuf_size + RTE_PKTMBUF_HEADROOM), socket,
-					scattered_ok(&info));
-		if (pools[port] == NULL)
-			return raise_dpdk("cannot create the mbuf pool (dpdk.mempool_size; hugepages?)", rte_errno);
-	}
+	if (port_pool(port, mempool_size, mbuf_size, socket, &info) == NULL)
+		return NULL;
 	for (unsigned int q = 0; q < queues; q++) {
 		rc = rte_eth_rx_queue_setup(port, q, nb_rxd, socket, NULL, pools[port]);
 		if (rc != 0)
@@ -375,9 +404,11 @@ static struct rte_ring *rings[MAX_WORKERS];
 static unsigned int workers = 1;
 static uint64_t ring_passed[MAX_WORKERS], ring_full[MAX_WORKERS];
 
-/* Memory the mbufs were freed into: incremented when a pool is freed, so that an MbufHold made before does not
- * free its mbufs into a pool that is gone. */
-static unsigned long pool_epoch = 0;
+/* The RX queues being read (by poll_source, GIL released): a queue is read by one thread at a time (DPDK's
+ * rte_eth_rx_burst is not thread-safe on one queue), and a port is not stopped or closed while one of its queues
+ * is being read. Claimed and released with the GIL held. */
+static unsigned char queue_reading[RTE_MAX_ETHPORTS][MAX_QUEUES];
+static unsigned int port_reading[RTE_MAX_ETHPORTS];
 
 typedef struct {
 	PyObject_HEAD
@@ -385,11 +416,13 @@ typedef struct {
 	uint16_t queues[MAX_QUEUES];
 	unsigned int nq;
 	struct rte_ring *ring; /* read this ring instead of the port's queues */
+	unsigned int worker; /* whose ring that is */
 	int distribute; /* pass the frames of the other workers to their rings */
 	unsigned int capacity; /* frames the source holds (RX descriptors, ring slots): the sleep controller's unit */
 	uint64_t sleep_ns, max_sleep_ns;
 	unsigned long long hold_us; /* how long frames already received wait for more (see poll_source) */
 	unsigned long long frames; /* frames this poller gave (this process's share) */
+	int reading; /* a poll_source of this poller is running (GIL released): a second one is refused */
 	/* one poll's frames and their receive times (ns): room for `room` */
 	struct rte_mbuf **mbufs;
 	uint64_t *ns;
@@ -488,7 +521,65 @@ sleep_ns(uint64_t ns)
 	nanosleep(&ts, NULL);
 }
 
-/* One poll (see above) into p->mbufs[0..*got). GIL released inside; -1 with an exception. */
+static int poll_claimed(Poller *p, unsigned int max, unsigned long long timeout_us, unsigned int *got_out);
+
+/* What is being read (GIL released) besides the port queues (queue_reading): each worker's ring (single
+ * consumer), and the port by a distributing poller (the single producer of the workers' rings). */
+static unsigned char ring_reading[MAX_WORKERS];
+static int distributing;
+
+/* Claim what a poll of p reads, with the GIL held: the poller itself (its mbufs and ns arrays, its controller),
+ * its RX queues or its ring, and the workers' rings it fills. A Poller may be shared between threads, but a
+ * second read while one runs (the GIL released) is refused, as is a read of a queue or a ring another poller is
+ * reading, or a second distributing read: two rte_eth_rx_burst calls on one queue, two consumers or producers of
+ * a single-consumer or single-producer ring, or two polls filling one p->mbufs, would hand mbufs out twice. */
+static int
+claim_source(Poller *p)
+{
+	const char *busy = NULL;
+	if (p->reading)
+		busy = "this poller is being read by another thread (a poller is read by one thread at a time)";
+	else if (p->ring != NULL && ring_reading[p->worker])
+		busy = "the ring of this worker is being read by another thread";
+	else if (p->distribute && distributing)
+		busy = "another thread is distributing frames to the workers' rings";
+	for (unsigned int qi = 0; busy == NULL && p->ring == NULL && qi < p->nq; qi++)
+		if (queue_reading[p->port][p->queues[qi]])
+			busy = "an RX queue of this poller is being read by another thread";
+	if (busy != NULL) {
+		PyErr_SetString(DpdkError, busy);
+		return -1;
+	}
+	if (p->ring != NULL) {
+		ring_reading[p->worker] = 1;
+	} else {
+		for (unsigned int qi = 0; qi < p->nq; qi++)
+			queue_reading[p->port][p->queues[qi]] = 1;
+		port_reading[p->port]++;
+	}
+	distributing |= p->distribute;
+	p->reading = 1;
+	return 0;
+}
+
+static void
+release_source(Poller *p)
+{
+	if (p->ring != NULL) {
+		ring_reading[p->worker] = 0;
+	} else {
+		for (unsigned int qi = 0; qi < p->nq; qi++)
+			queue_reading[p->port][p->queues[qi]] = 0;
+		port_reading[p->port]--;
+	}
+	if (p->distribute)
+		distributing = 0;
+	p->reading = 0;
+}
+
+/* One poll (see above) into p->mbufs[0..*got). GIL released inside; -1 with an exception. On success p stays
+ * claimed until the caller, done with p->mbufs and p->ns, calls release_source (Python code that may run
+ * meanwhile, a collection's finaliser, must not start another poll into them). */
 static int
 poll_source(Poller *p, unsigned int max, unsigned long long timeout_us, unsigned int *got_out)
 {
@@ -503,6 +594,19 @@ poll_source(Poller *p, unsigned int max, unsigned long long timeout_us, unsigned
 			}
 		}
 	}
+	if (claim_source(p) < 0)
+		return -1;
+	if (poll_claimed(p, max, timeout_us, got_out) < 0) {
+		release_source(p);
+		return -1;
+	}
+	return 0;
+}
+
+/* poll_source once p is claimed. */
+static int
+poll_claimed(Poller *p, unsigned int max, unsigned long long timeout_us, unsigned int *got_out)
+{
 	if (max == 0)
 		max = 1;
 	if (max > p->room) {
@@ -526,9 +630,10 @@ poll_source(Poller *p, unsigned int max, unsigned long long timeout_us, unsigned
 	uint64_t b_tsc = base_tsc, b_ns = base_ns;
 	unsigned int got = 0;
 
+	/* (hold_us read with the GIL held: another thread may set it meanwhile) */
+	uint64_t hold = (uint64_t)((unsigned __int128)p->hold_us * tsc_hz / 1000000ULL), first = 0;
 	Py_BEGIN_ALLOW_THREADS;
 	uint64_t deadline = now + (uint64_t)((unsigned __int128)timeout_us * tsc_hz / 1000000ULL);
-	uint64_t hold = (uint64_t)((unsigned __int128)p->hold_us * tsc_hz / 1000000ULL), first = 0;
 	unsigned long long refill = 0; /* frames the source gave since the poller last slept */
 	int slept = 0;
 	while (got < max) {
@@ -570,20 +675,101 @@ poll_source(Poller *p, unsigned int max, unsigned long long timeout_us, unsigned
 /* ---------------------------------------------------------------------------------------------
  * Frames straight from the mbufs */
 
-/* The mbufs a Frames points into; freed when the Frames lets go of them (Frames.clear(), or its end). */
+/* The bytes of an mbuf's frame: its pkt_len, but never more than its segments hold (data_len each, along the chain
+ * to its end or nb_segs): a device that says more (pkt_len above the data_len of a single segment, or a chain
+ * shorter than pkt_len) gives a frame of what its segments hold, counted as truncated, and nothing past them is
+ * read. rte_pktmbuf_read is not used for this: it trusts pkt_len, and follows `next` past the chain's end. */
+static uint32_t
+mbuf_caplen(const struct rte_mbuf *m)
+{
+	uint32_t len = rte_pktmbuf_pkt_len(m), got = 0;
+	const struct rte_mbuf *s = m;
+	for (unsigned int k = 0; s != NULL && k < m->nb_segs && got < len; k++, s = s->next)
+		got += rte_pktmbuf_data_len(s) < len - got ? rte_pktmbuf_data_len(s) : len - got;
+	return got;
+}
+
+/* Is the frame (caplen bytes) in its first segment, where a frame may point? Else it is copied (mbuf_copy). An
+ * indirect or external-buffer mbuf is copied too, unless there is nothing to copy (no copy buffer is made for
+ * frames of no bytes: fuzz_dpdk's first finding). */
+static inline int
+mbuf_contiguous(const struct rte_mbuf *m, uint32_t caplen)
+{
+	return caplen == 0 || (RTE_MBUF_DIRECT(m) && caplen <= rte_pktmbuf_data_len(m));
+}
+
+/* The first caplen bytes (mbuf_caplen) of m's segments to `to`. */
+static void
+mbuf_copy(const struct rte_mbuf *m, uint32_t caplen, unsigned char *to)
+{
+	for (const struct rte_mbuf *s = m; caplen > 0; s = s->next) {
+		uint32_t n = rte_pktmbuf_data_len(s) < caplen ? rte_pktmbuf_data_len(s) : caplen;
+		memcpy(to, rte_pktmbuf_mtod(s, const unsigned char *), n);
+		to += n;
+		caplen -= n;
+	}
+}
+
+/* mbufs[0..n) (received at ns[k]) added to frames: a frame in the first segment of its mbuf points into it (the
+ * caller makes the frames hold the mbufs, or their memory), the others are copied into one bytes object the
+ * frames hold. A VLAN tag the device took off is the frame's tag (put back when the frame is read). The code of
+ * Poller.read, and of frames_from_mbufs, the test hook that runs it on mbufs made of bytes. -1 with an exception. */
+static int
+add_frames(struct rte_mbuf *const *mbufs, const uint64_t *ns, unsigned int n, Frames *frames)
+{
+	size_t copied = 0;
+	for (unsigned int k = 0; k < n; k++) {
+		uint32_t caplen = mbuf_caplen(mbufs[k]);
+		if (!mbuf_contiguous(mbufs[k], caplen))
+			copied += caplen;
+	}
+	PyObject *buf = NULL;
+	if (copied) {
+		buf = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)copied);
+		if (buf == NULL || records->frames_own(frames, buf) < 0) {
+			Py_XDECREF(buf);
+			return -1;
+		}
+	}
+	size_t off = 0;
+	int rc = 0;
+	for (unsigned int k = 0; k < n && rc == 0; k++) {
+		struct rte_mbuf *m = mbufs[k];
+		uint32_t caplen = mbuf_caplen(m);
+		const unsigned char *d = rte_pktmbuf_mtod(m, const unsigned char *);
+		if (!mbuf_contiguous(m, caplen)) {
+			unsigned char *to = (unsigned char *)PyBytes_AS_STRING(buf) + off;
+			mbuf_copy(m, caplen, to);
+			d = to;
+			off += caplen;
+		}
+		uint32_t tag = m->ol_flags & RTE_MBUF_F_RX_VLAN_STRIPPED ? (0x8100u << 16) | m->vlan_tci : 0;
+		rc = records->frames_add(frames, d, caplen, rte_pktmbuf_pkt_len(m), (int64_t)ns[k], tag);
+	}
+	Py_XDECREF(buf); /* (held by the frames) */
+	return rc;
+}
+
+/* The mbufs a Frames points into; freed when the Frames lets go of them (Frames.clear(), or its end). Counted in
+ * held[slot] (slot: the port of a port poller, RTE_MAX_ETHPORTS for a ring poller) while it lives. */
 typedef struct {
 	PyObject_HEAD
 	struct rte_mbuf **mbufs;
 	unsigned int n;
-	unsigned long epoch;
+	unsigned int slot;
 } MbufHold;
 
 static void
 mbufhold_dealloc(PyObject *self)
 {
 	MbufHold *h = (MbufHold *)self;
-	if (h->n && h->epoch == pool_epoch)
+	if (h->n) {
 		rte_pktmbuf_free_bulk(h->mbufs, h->n);
+		if (--held[h->slot] == 0 && h->slot < RTE_MAX_ETHPORTS && closed_pools[h->slot] != NULL) {
+			rte_mempool_free(closed_pools[h->slot]); /* its port was closed while these frames lived */
+			closed_pools[h->slot] = NULL;
+		}
+	}
 	PyMem_Free(h->mbufs);
 	Py_TYPE(self)->tp_free(self);
 }
@@ -596,9 +782,8 @@ static PyTypeObject MbufHold_Type = {
 	.tp_dealloc = mbufhold_dealloc,
 };
 
-/* p->mbufs[0..got) into frames: each frame points into its mbuf (a frame in several segments is copied into
- * one buffer the frames keep); the mbufs are freed when the frames let go of them. Every mbuf is taken over
- * (freed) also on failure. -1 with an exception. */
+/* p->mbufs[0..got) into frames (add_frames), which hold the mbufs (an MbufHold) until they let go of them. Every
+ * mbuf is taken over (freed) also on failure. -1 with an exception. */
 static int
 hold_frames(Poller *p, unsigned int got, Frames *frames)
 {
@@ -620,49 +805,89 @@ hold_frames(Poller *p, unsigned int got, Frames *frames)
 	memcpy(copy, p->mbufs, sizeof(*copy) * got);
 	h->mbufs = copy;
 	h->n = got;
-	h->epoch = pool_epoch;
+	h->slot = p->ring != NULL ? RTE_MAX_ETHPORTS : p->port;
+	held[h->slot]++;
 	int rc = records->frames_own(frames, (PyObject *)h);
 	Py_DECREF(h); /* the frames hold it now (or nothing does, and it freed the mbufs) */
-	if (rc < 0)
+	if (rc < 0 || add_frames(copy, p->ns, got, frames) < 0)
 		return -1;
-	size_t scattered = 0; /* bytes of the frames in several segments */
-	for (unsigned int k = 0; k < got; k++)
-		if (!RTE_MBUF_DIRECT(copy[k]) || copy[k]->nb_segs > 1)
-			scattered += rte_pktmbuf_pkt_len(copy[k]);
-	PyObject *buf = NULL;
-	if (scattered) {
-		buf = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)scattered);
-		if (buf == NULL || records->frames_own(frames, buf) < 0) {
-			Py_XDECREF(buf);
-			return -1;
-		}
-	}
-	size_t off = 0;
-	for (unsigned int k = 0; k < got; k++) {
-		struct rte_mbuf *m = copy[k];
-		uint32_t len = rte_pktmbuf_pkt_len(m), caplen = len;
-		const unsigned char *d = rte_pktmbuf_mtod(m, const unsigned char *);
-		if (!RTE_MBUF_DIRECT(m) || m->nb_segs > 1) {
-			unsigned char *to = (unsigned char *)PyBytes_AS_STRING(buf) + off;
-			/* An mbuf whose segments hold less than its length gives a frame of no bytes (counted as
-			 * truncated), never uninitialised ones. */
-			const void *r = rte_pktmbuf_read(m, 0, len, to);
-			if (r == NULL)
-				caplen = 0;
-			else if (r != to)
-				memcpy(to, r, len);
-			d = to;
-			off += len;
-		}
-		uint32_t tag = m->ol_flags & RTE_MBUF_F_RX_VLAN_STRIPPED ? (0x8100u << 16) | m->vlan_tci : 0;
-		if (records->frames_add(frames, d, caplen, len, (int64_t)p->ns[k], tag) < 0) {
-			Py_XDECREF(buf);
-			return -1;
-		}
-	}
-	Py_XDECREF(buf); /* (held by the frames) */
 	p->frames += got;
 	return 0;
+}
+
+/* frames_from_mbufs(mbufs, frames) -> n: the test hook of add_frames, without the EAL: each item of `mbufs`,
+ * (segments, pkt_len, ts_ns, vlan_tci or -1, indirect), is made an mbuf chain of those segments (bytes objects,
+ * which the frames then hold) whose first says pkt_len, nb_segs the number of segments, its VLAN tag taken off
+ * (vlan_tci >= 0) and an indirect mbuf (indirect true), as a device would give it. fuzz/fuzz_dpdk.py and
+ * tests/run/test_dpdk_safety.py run it. */
+static PyObject *
+py_frames_from_mbufs(PyObject *Py_UNUSED(self), PyObject *args)
+{
+	PyObject *items;
+	Frames *frames;
+	if (records == NULL) {
+		PyErr_SetString(PyExc_RuntimeError, "frames_from_mbufs needs probe._records, which is not built");
+		return NULL;
+	}
+	if (!PyArg_ParseTuple(args, "O!O!:frames_from_mbufs", &PyList_Type, &items, records->frames_type, &frames))
+		return NULL;
+	Py_ssize_t n = PyList_GET_SIZE(items), segs = 0;
+	for (Py_ssize_t i = 0; i < n; i++) {
+		PyObject *it = PyList_GET_ITEM(items, i);
+		if (!PyTuple_Check(it) || PyTuple_GET_SIZE(it) != 5 || !PyTuple_Check(PyTuple_GET_ITEM(it, 0)) ||
+		    PyTuple_GET_SIZE(PyTuple_GET_ITEM(it, 0)) < 1 || PyTuple_GET_SIZE(PyTuple_GET_ITEM(it, 0)) > UINT16_MAX) {
+			PyErr_SetString(PyExc_TypeError, "frames_from_mbufs: (segments: tuple of 1 to 65535 bytes, pkt_len, ts_ns,"
+					" vlan_tci, indirect) items");
+			return NULL;
+		}
+		segs += PyTuple_GET_SIZE(PyTuple_GET_ITEM(it, 0));
+	}
+	struct rte_mbuf *pool = PyMem_Calloc(segs ? (size_t)segs : 1, sizeof(*pool));
+	struct rte_mbuf **heads = PyMem_Calloc(n ? (size_t)n : 1, sizeof(*heads));
+	uint64_t *ns = PyMem_Calloc(n ? (size_t)n : 1, sizeof(*ns));
+	PyObject *result = NULL;
+	if (pool == NULL || heads == NULL || ns == NULL) {
+		PyErr_NoMemory();
+		goto out;
+	}
+	struct rte_mbuf *m = pool;
+	for (Py_ssize_t i = 0; i < n; i++) {
+		PyObject *it = PyList_GET_ITEM(items, i), *sg = PyTuple_GET_ITEM(it, 0);
+		unsigned long pkt_len = PyLong_AsUnsignedLong(PyTuple_GET_ITEM(it, 1));
+		long long ts = PyLong_AsLongLong(PyTuple_GET_ITEM(it, 2));
+		long vlan = PyLong_AsLong(PyTuple_GET_ITEM(it, 3));
+		int indirect = PyObject_IsTrue(PyTuple_GET_ITEM(it, 4));
+		if (PyErr_Occurred() || indirect < 0 || pkt_len > UINT32_MAX || vlan > UINT16_MAX) {
+			if (!PyErr_Occurred())
+				PyErr_SetString(PyExc_ValueError, "frames_from_mbufs: pkt_len in 32 bits, vlan_tci in 16");
+			goto out;
+		}
+		heads[i] = m;
+		ns[i] = (uint64_t)ts;
+		for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(sg); k++, m++) {
+			PyObject *b = PyTuple_GET_ITEM(sg, k);
+			if (!PyBytes_Check(b) || PyBytes_GET_SIZE(b) > UINT16_MAX) {
+				PyErr_SetString(PyExc_TypeError, "frames_from_mbufs: segments are bytes of at most 65535");
+				goto out;
+			}
+			if (records->frames_own(frames, b) < 0)
+				goto out;
+			m->buf_addr = PyBytes_AS_STRING(b);
+			m->buf_len = m->data_len = (uint16_t)PyBytes_GET_SIZE(b);
+			m->next = k + 1 < PyTuple_GET_SIZE(sg) ? m + 1 : NULL;
+		}
+		heads[i]->nb_segs = (uint16_t)PyTuple_GET_SIZE(sg);
+		heads[i]->pkt_len = (uint32_t)pkt_len;
+		heads[i]->ol_flags = (vlan >= 0 ? RTE_MBUF_F_RX_VLAN_STRIPPED : 0) | (indirect ? RTE_MBUF_F_INDIRECT : 0);
+		heads[i]->vlan_tci = vlan >= 0 ? (uint16_t)vlan : 0;
+	}
+	if (add_frames(heads, ns, (unsigned int)n, frames) == 0)
+		result = PyLong_FromSsize_t(n);
+out:
+	PyMem_Free(pool);
+	PyMem_Free(heads);
+	PyMem_Free(ns);
+	return result;
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -688,6 +913,7 @@ poller_new(unsigned int capacity)
 	p->port = 0;
 	p->nq = 0;
 	p->ring = NULL;
+	p->worker = 0;
 	p->distribute = 0;
 	p->capacity = capacity ? capacity : 1;
 	p->sleep_ns = MIN_SLEEP_NS;
@@ -698,6 +924,7 @@ poller_new(unsigned int capacity)
 		p->max_sleep_ns = MIN_SLEEP_NS;
 	p->hold_us = HOLD_US;
 	p->frames = 0;
+	p->reading = 0;
 	p->mbufs = NULL;
 	p->ns = NULL;
 	p->room = 0;
@@ -723,9 +950,9 @@ poller_read(PyObject *self, PyObject *args)
 	unsigned int got;
 	if (poll_source(p, max, timeout_us, &got) < 0)
 		return NULL;
-	if (hold_frames(p, got, frames) < 0)
-		return NULL;
-	return PyLong_FromUnsignedLong(got);
+	int rc = hold_frames(p, got, frames);
+	release_source(p);
+	return rc < 0 ? NULL : PyLong_FromUnsignedLong(got);
 }
 
 static PyObject *
@@ -905,6 +1132,10 @@ py_ring_poller(PyObject *Py_UNUSED(self), PyObject *args)
 		return NULL;
 	if (need_eal() < 0)
 		return NULL;
+	if (worker >= MAX_WORKERS) {
+		PyErr_Format(DpdkError, "worker %u: at most %d workers", worker, MAX_WORKERS);
+		return NULL;
+	}
 	char name[RTE_RING_NAMESIZE];
 	ring_name(name, sizeof(name), worker);
 	struct rte_ring *r = rte_ring_lookup(name);
@@ -920,6 +1151,7 @@ py_ring_poller(PyObject *Py_UNUSED(self), PyObject *args)
 	Poller *p = poller_new(rte_ring_get_capacity(r));
 	if (p != NULL) {
 		p->ring = r;
+		p->worker = worker;
 		rings[0] = r;
 	}
 	return (PyObject *)p;
@@ -1004,10 +1236,10 @@ py_rx_burst(PyObject *Py_UNUSED(self), PyObject *args)
 	int failed = data == NULL || ts == NULL || wirelen == NULL;
 	for (unsigned int k = 0; k < got && !failed; k++) {
 		struct rte_mbuf *m = p->mbufs[k];
-		uint32_t len = rte_pktmbuf_pkt_len(m);
-		PyObject *b = PyBytes_FromStringAndSize(NULL, len);
+		uint32_t caplen = mbuf_caplen(m);
+		PyObject *b = PyBytes_FromStringAndSize(NULL, caplen);
 		PyObject *t = PyLong_FromUnsignedLongLong(p->ns[k]);
-		PyObject *w = PyLong_FromUnsignedLong(len);
+		PyObject *w = PyLong_FromUnsignedLong(rte_pktmbuf_pkt_len(m));
 		if (b == NULL || t == NULL || w == NULL) {
 			Py_XDECREF(b);
 			Py_XDECREF(t);
@@ -1015,20 +1247,14 @@ py_rx_burst(PyObject *Py_UNUSED(self), PyObject *args)
 			failed = 1;
 			break;
 		}
-		/* An mbuf whose segments hold less than its length gives a frame of no bytes, never uninitialised ones. */
-		const void *r = rte_pktmbuf_read(m, 0, len, PyBytes_AS_STRING(b));
-		if (r == NULL) {
-			Py_SET_SIZE(b, 0); /* (a new bytes object: shrinking it in place is safe) */
-			PyBytes_AS_STRING(b)[0] = 0;
-		} else if (r != PyBytes_AS_STRING(b)) {
-			memcpy(PyBytes_AS_STRING(b), r, len);
-		}
+		mbuf_copy(m, caplen, (unsigned char *)PyBytes_AS_STRING(b));
 		PyList_SET_ITEM(data, k, b);
 		PyList_SET_ITEM(ts, k, t);
 		PyList_SET_ITEM(wirelen, k, w);
 	}
 	if (got)
 		rte_pktmbuf_free_bulk(p->mbufs, got);
+	release_source(p);
 	Py_DECREF(p);
 	if (failed) {
 		Py_XDECREF(data);
@@ -1081,11 +1307,22 @@ py_pool_bytes(PyObject *Py_UNUSED(self), PyObject *args)
 	return PyLong_FromUnsignedLongLong(bytes);
 }
 
+/* A port is stopped or closed only while no poll reads it (a poll in another thread, the GIL released). */
+static int
+not_reading(unsigned int port)
+{
+	if (port_reading[port]) {
+		PyErr_Format(DpdkError, "port %u is being read by a poller in another thread", port);
+		return -1;
+	}
+	return 0;
+}
+
 static PyObject *
 py_port_stop(PyObject *Py_UNUSED(self), PyObject *args)
 {
 	unsigned int port;
-	if (parse_port(args, &port) < 0)
+	if (parse_port(args, &port) < 0 || not_reading(port) < 0)
 		return NULL;
 	int rc = rte_eth_dev_stop(port);
 	if (rc != 0)
@@ -1098,15 +1335,18 @@ static PyObject *
 py_port_close(PyObject *Py_UNUSED(self), PyObject *args)
 {
 	unsigned int port;
-	if (parse_port(args, &port) < 0)
+	if (parse_port(args, &port) < 0 || not_reading(port) < 0)
 		return NULL;
 	rx_queues[port] = 0;
 	int rc = rte_eth_dev_close(port);
 	if (rc != 0)
 		return raise_dpdk("cannot close the port", rc);
 	if (pools[port] != NULL) {
-		pool_epoch++; /* mbufs still held are not freed into it any more */
-		rte_mempool_free(pools[port]);
+		/* Frames that still point into the pool's mbufs keep it: it is freed with the last of them. */
+		if (held[port])
+			closed_pools[port] = pools[port];
+		else
+			rte_mempool_free(pools[port]);
 		pools[port] = NULL;
 	}
 	Py_RETURN_NONE;
@@ -1117,7 +1357,21 @@ py_eal_cleanup(PyObject *Py_UNUSED(self), PyObject *Py_UNUSED(noargs))
 {
 	if (!eal_ready)
 		Py_RETURN_NONE;
-	pool_epoch++;
+	/* The EAL's memory is unmapped: frames pointing into mbufs would point nowhere, and their mbufs be freed into
+	 * pools that are gone. */
+	unsigned long batches = 0;
+	for (unsigned int k = 0; k <= RTE_MAX_ETHPORTS; k++)
+		batches += held[k];
+	if (batches) {
+		PyErr_Format(DpdkError, "%lu batch(es) of frames still point into mbufs: let go of them (Frames.clear())"
+			     " before the EAL is cleaned up", batches);
+		return NULL;
+	}
+	for (unsigned int k = 0; k < RTE_MAX_ETHPORTS; k++)
+		if (port_reading[k]) {
+			PyErr_SetString(DpdkError, "a poller is reading a port (in another thread)");
+			return NULL;
+		}
 	for (unsigned int w = 0; w < MAX_WORKERS; w++)
 		rings[w] = NULL;
 	workers = 1;
@@ -1150,6 +1404,9 @@ static PyMethodDef methods[] = {
 	{"port_stop", py_port_stop, METH_VARARGS, "port_stop(port)"},
 	{"port_close", py_port_close, METH_VARARGS, "port_close(port)"},
 	{"eal_cleanup", py_eal_cleanup, METH_NOARGS, "eal_cleanup(): release EAL resources (once, at exit)"},
+	{"frames_from_mbufs", py_frames_from_mbufs, METH_VARARGS,
+	 "frames_from_mbufs(mbufs, frames) -> n: test hook: (segments, pkt_len, ts_ns, vlan_tci, indirect) items made mbufs "
+	 "and added to frames as Poller.read adds what it receives"},
 	{"af_packet_map", py_af_packet_map, METH_VARARGS,
 	 "af_packet_map(fd, addr, rx_bytes, total_bytes): map a packet socket's RX ring over the net_af_packet PMD's ring"},
 	{NULL, NULL, 0, NULL},
