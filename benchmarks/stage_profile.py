@@ -142,7 +142,7 @@ def profile_read(pcap, overrides, out_dir):
     from probe.capture.files import open_file_source
     from probe.config import load_config
     from probe.run import pipeline as pipeline_module
-    from probe.run.offline import read_origin
+    from probe.run.offline import read_sources
 
     cfg = load_config(None, {"export.directory": str(out_dir), "export.overwrite": True, **overrides})
     timer = StageTimer()
@@ -155,8 +155,12 @@ def profile_read(pcap, overrides, out_dir):
     pipeline_module.gc.collect = timer.wrap("garbage collection", gc.collect)
     try:
         began_thread, began_process = time.thread_time_ns(), time.process_time_ns()
-        pipeline = timer.wrap("set-up (the pipeline made: exporter, enrichment's lists)", pipeline_module.Pipeline)(
-            cfg, out_dir, origin=read_origin(cfg, [pcap]))
+        def made():
+            made = pipeline_module.Pipeline(cfg, out_dir, sources=read_sources([pcap]))
+            made.exporter  # noqa: B018 - made here, in the set-up (a read makes it at its first export)
+            return made
+
+        pipeline = timer.wrap("set-up (the pipeline made: exporter, enrichment's lists)", made)()
         decoder, table, exporter = pipeline.decoder, pipeline.table, pipeline.exporter
         decoder.decode_into = timer.wrap("decode: L2-L4 and DNS walk", decoder.decode_into)
         decoder.flush = timer.wrap("decode: L2-L4 and DNS walk", decoder.flush)

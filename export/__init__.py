@@ -34,6 +34,16 @@ def make_exporter(cfg, directory, worker_id, stats, client=None, live=False, met
                origin=origin)
 
 
+def checks_when_made(cfg):
+    """Whether the exporter of cfg checks, when it is made, more than the run checks before it (the output directory,
+    the key file): the files enrichment reads (its databases and lists: a ConfigError naming their key), C-DNS's
+    compression level. Such an exporter is made before the reading begins, so that its refusal comes first; any
+    other may be made at the first export, after the first frame is decoded (probe.run.pipeline)."""
+    e = cfg.enrich
+    return cfg.export.format != "parquet" or bool(e.geoip_country or e.geoip_asn or e.public_resolvers
+                                                  or e.public_suffix)
+
+
 def _parquet_exporter():
     # Imported when first asked for: a C-DNS run does without pyarrow's Parquet writer. (The exporter imports
     # its row builder and enrichment when made; imported here too for preload.)

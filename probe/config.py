@@ -26,7 +26,7 @@ from probe.config_values import (
     read_yaml,
     unknown_key,
     value_from_text,
-    yaml_module,
+    yaml_value,
 )
 from probe.decode.dnstap_types import DEFAULT_TYPES as DNSTAP_DEFAULT_TYPES
 from probe.decode.dnstap_types import TYPE_NAMES as DNSTAP_TYPE_NAMES
@@ -474,7 +474,6 @@ def render_default_yaml():
 def render_yaml(cfg):
     """A configuration as YAML that `-c` reads back to the same configuration: every option with a one-line
     comment; cfg None: the built-in defaults (the text of config/dnsprobe.yml)."""
-    yaml = yaml_module()
     if cfg is None:
         lines = [
             "# dnsprobe default configuration. Every option is listed with its default value.",
@@ -494,9 +493,7 @@ def render_yaml(cfg):
             current = section
         default = f.default if cfg is None else getattr(getattr(cfg, section), name)
         default = list(default) if isinstance(default, tuple) else default
-        value = yaml.safe_dump(default, default_flow_style=True).strip()
-        if value.endswith("\n...") or value.endswith("..."):
-            value = value.split("\n")[0]
+        value = yaml_value(default)
         lines.append(f"  # {f.metadata['help']}")
         lines.append(f"  {name}: {value}")
     return "\n".join(lines) + "\n"

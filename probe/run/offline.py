@@ -40,7 +40,7 @@ from probe.errors import CaptureFileError, ConfigError, DnsprobeError
 from probe.run import tee
 from probe.run.checks import read_workers
 from probe.run.onclose import OnCloseCommands
-from probe.run.pipeline import Pipeline, file_origin
+from probe.run.pipeline import Pipeline
 from probe.stats import COUNTER_NAMES, Stats
 from probe.timeline import mark
 
@@ -63,7 +63,7 @@ def read_files(cfg, files, progress=None):
         if cores:
             os.sched_setaffinity(0, cores)
         on_close.start_thread()
-        pipeline = Pipeline(cfg, out_dir, origin=read_origin(cfg, files))
+        pipeline = Pipeline(cfg, out_dir, sources=read_sources(files))
         previous = signal.signal(signal.SIGTERM, _raise_interrupt)  # SIGTERM as SIGINT: stop, write what was read
         try:
             errors, interrupted = _feed_files(pipeline, cfg, files, progress)
@@ -85,11 +85,10 @@ def _raise_interrupt(signum, frame):
     raise KeyboardInterrupt
 
 
-def read_origin(cfg, files):
-    """What the files of this reading record of it (export.filemeta): the kinds of its inputs, each once, in the
-    order met, and the digest of its configuration."""
-    kinds = dict.fromkeys(k for k in map(input_kind, files) if k is not None)
-    return file_origin(cfg, kinds)
+def read_sources(files):
+    """The source kinds the files of this reading record (export.filemeta): the kinds of its inputs, each once, in
+    the order met (the pipeline adds the digest of the configuration when it makes its exporter)."""
+    return tuple(dict.fromkeys(k for k in map(input_kind, files) if k is not None))
 
 
 def _finish_commands(on_close, stats):
@@ -386,7 +385,7 @@ def _worker(cfg, files, out_dir, k, n, core, conn, commands, copied, others, pro
     try:
         if core is not None:
             os.sched_setaffinity(0, {core})
-        pipeline = Pipeline(cfg, out_dir, worker_id=k, share=(k, n), origin=read_origin(cfg, files))
+        pipeline = Pipeline(cfg, out_dir, worker_id=k, share=(k, n), sources=read_sources(files))
         try:
             errors, interrupted = _feed_files(pipeline, cfg, files, progress, share=(k, n), piped=piped, stop=stop)
         finally:

@@ -11,10 +11,9 @@ The output is the same either way (tests/run/test_columnar.py).
 """
 
 import gc
-import hashlib
 import time
 
-from export import make_exporter, reads_raw
+from export import checks_when_made, make_exporter, reads_raw
 from export.anonymise import client_privacy
 from export.filemeta import FileOrigin
 from probe.config import render_yaml
@@ -48,6 +47,8 @@ def config_digest(cfg):
     """SHA-256 (hex) of the configuration as `dnsprobe config` prints it (render_yaml: every key, flags applied):
     `dnsprobe config -c FILE FLAGS | sha256sum` gives it. No secret is in that text: of the anonymisation key, only
     the key file's path (privacy.key_file), never its contents."""
+    import hashlib  # (OpenSSL: with the exporter, after the first frame; pyarrow's file systems import it anyway)
+
     return hashlib.sha256(render_yaml(cfg).encode()).hexdigest()
 
 
@@ -63,11 +64,18 @@ class Pipeline:
     records whenever they can run (the record extensions are built, probe.native.RECORD_EXTENSIONS, and the query
     timeout fits in 64 bits), with any decode.parser. The output is the same either way (tests/run/test_columnar.py)."""
 
-    def __init__(self, cfg, out_dir, worker_id=0, stats=None, live=False, columnar=None, share=None, origin=None):
+    def __init__(self, cfg, out_dir, worker_id=0, stats=None, live=False, columnar=None, share=None, origin=None,
+                 sources=()):
         """share: (k, n), this pipeline is read worker k of n (`dnsprobe read --workers n`) and keeps only the
         frames whose IP address pair hashes to k (PacketDecoder.share); None: every frame. origin: what the files
-        record of the run (file_origin: its source kinds and configuration digest); None: the sources unspecified,
-        the digest of cfg."""
+        record of the run (file_origin: its source kinds and configuration digest); None: file_origin(cfg,
+        sources), computed when the exporter is made.
+
+        The exporter is made when first needed (the first export, usually of the first batch): reading a file to
+        Parquet, pyarrow's import (40 ms of a quiet start, docs/performance.md) and the configuration digest then
+        come after the first frame is decoded. What it could refuse is checked before: the output directory
+        (probe.run.offline), the key file (client_privacy, here); an exporter that checks more when made
+        (export.checks_when_made: enrichment's databases and lists, C-DNS), or writes live capture, is made here."""
         tune_gc()
         self.cfg = cfg
         self.stats = stats if stats is not None else Stats()
@@ -86,13 +94,29 @@ class Pipeline:
             self.table = TransactionTable(cfg.match, self.stats)
             self._txs = []
         client = client_privacy(cfg.privacy)
-        self.exporter = make_exporter(cfg, out_dir, worker_id, self.stats, client=client, live=live,
-                                      tx_records=columnar, origin=origin or file_origin(cfg, ()))
+
+        def exporter():
+            return make_exporter(cfg, out_dir, worker_id, self.stats, client=client, live=live, tx_records=columnar,
+                                 origin=origin or file_origin(cfg, sources))
+
+        self._make_exporter = exporter
+        self._exporter = exporter() if live or checks_when_made(cfg) else None
         self._until_gc = GC_EVERY_PACKETS
         self._collections = 0
         self._decoded_any = False  # (for the timeline's first frame decoded)
         self.started = time.time()
         mark("pipeline made")
+
+    @property
+    def exporter(self):
+        """The exporter, made at the first call (see __init__)."""
+        if self._exporter is None:
+            self._exporter = self._make_exporter()
+            mark("exporter made")
+        return self._exporter
+
+    def _file_open(self):
+        return self._exporter is not None and self._exporter.is_open()
 
     @property
     def now_ns(self):
@@ -126,7 +150,7 @@ class Pipeline:
         if not self._decoded_any and len(batch):
             self._decoded_any = True
             mark("first frame decoded")
-        if self.exporter.due(self.now_ns):
+        if self._file_open() and self.exporter.due(self.now_ns):
             # Close on time first: what completed before this batch belongs to the closing file.
             self._export()
             self.exporter.rotate()
@@ -136,7 +160,7 @@ class Pipeline:
             self.table.add(msgs, self._txs, self.now_ns)
         else:
             self._txs += self.table.add(msgs, self.now_ns)
-        if len(self._txs) >= EXPORT_BATCH or (not self.exporter.is_open() and (msgs or len(self._txs))):
+        if len(self._txs) >= EXPORT_BATCH or (not self._file_open() and (msgs or len(self._txs))):
             self._export()  # also opens a file as soon as there are records, starting its clock
 
     def rotate(self):
@@ -173,7 +197,7 @@ class Pipeline:
 
     def unwritten(self):
         """(transactions completed and not yet in a file, queries waiting for their response)."""
-        return len(self._txs) + self.exporter.unwritten(), len(self.table)
+        return len(self._txs) + (self._exporter.unwritten() if self._exporter else 0), len(self.table)
 
     def summary(self):
         """What a run reports beside the counters: the parser that ran, files written, the file being written."""

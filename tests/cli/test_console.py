@@ -52,10 +52,11 @@ def test_bench_keeps_numpy_importable(tmp_path):
 # Modules a plain one-worker `read` to Parquet does without, imported by the options that need them:
 # pyarrow.compute (client privacy, the hive layout), multiprocessing (--workers), logging (a missing C extension's
 # warning), difflib (a suggestion in an error), subprocess, tempfile and shutil (export.on_close commands; ctypes.util,
-# which imports them, for --filter). Each is start-up time a short read pays for nothing. (YAML and
-# hashlib are every run's since each file records its configuration digest, the SHA-256 of the YAML `dnsprobe
-# config` prints: export/filemeta.py.)
-NOT_AT_START = ("pyarrow.compute", "multiprocessing", "logging", "difflib", "subprocess", "tempfile", "ctypes.util")
+# which imports them, for --filter), PyYAML (a -c file or --set; each file's configuration digest hashes the YAML
+# `dnsprobe config` prints, written without it: probe.config_values.yaml_value). Each is start-up time a short read
+# pays for nothing.
+NOT_AT_START = ("pyarrow.compute", "multiprocessing", "logging", "difflib", "subprocess", "tempfile", "ctypes.util",
+                "yaml")
 
 
 def test_a_plain_read_starts_without_the_modules_of_options_it_does_not_use(tmp_path):
@@ -68,12 +69,13 @@ def test_a_plain_read_starts_without_the_modules_of_options_it_does_not_use(tmp_
                           capture_output=True, text=True, check=True)
     assert proc.stdout.split() == []
     assert read_output(out).num_rows > 0
-    # With client privacy by prefix the run imports pyarrow.compute: the check above sees what it looks for.
+    # With client privacy by prefix the run imports pyarrow.compute, and reading its -c file PyYAML: the check above
+    # sees what it looks for.
     (tmp_path / "c.yml").write_text("privacy:\n  client_ipv4_prefix: 24\n")
     (tmp_path / "o2").mkdir()
     proc = subprocess.run([sys.executable, "-c", code, str(SAMPLE), str(tmp_path / "o2"), str(tmp_path / "c.yml"),
                            *NOT_AT_START], cwd=ROOT, capture_output=True, text=True, check=True)
-    assert proc.stdout.split() == ["pyarrow.compute"]
+    assert proc.stdout.split() == ["pyarrow.compute", "yaml"]
 
 
 def test_the_command_ends_without_the_teardown_but_runs_the_atexit_functions(tmp_path):
@@ -98,10 +100,10 @@ def test_the_command_ends_without_the_teardown_but_runs_the_atexit_functions(tmp
     assert command("main", tmp_path / "missing") == (2, ["before", "atexit", "teardown"])
 
 
-def _timeline(out, *flags, timeline="1"):
+def _timeline(out, *flags, timeline="1", python=(), check=True):
     env = {**os.environ, "DNSPROBE_TIMELINE": timeline}
-    proc = subprocess.run([sys.executable, "-m", "probe", "read", str(SAMPLE), "-o", str(out), "-q", *flags],
-                          cwd=ROOT, env=env, capture_output=True, text=True, check=True)
+    proc = subprocess.run([sys.executable, *python, "-m", "probe", "read", str(SAMPLE), "-o", str(out), "-q", *flags],
+                          cwd=ROOT, env=env, capture_output=True, text=True, check=check)
     return [(float(line.split()[2]), line.split()[5], " ".join(line.split()[6:])) for line in proc.stderr.splitlines()
             if line.startswith("dnsprobe timeline:")]
 
@@ -113,7 +115,7 @@ def test_the_timeline_gives_the_points_of_a_read_in_order(tmp_path):
     marks = _timeline(tmp_path / "a")
     assert [point for _, _, point in marks] == [
         "main", "commands imported", "configuration read", "pipeline made", "first batch read", "first frame decoded",
-        "exit"]
+        "exporter made", "exit"]
     times = [t for t, _, _ in marks]
     assert times == sorted(times)
     assert len({pid for _, pid, _ in marks}) == 1
@@ -124,6 +126,35 @@ def test_the_timeline_gives_the_points_of_a_read_in_order(tmp_path):
     for k in (0, 1):
         pid = next(p for _, p, point in marks if point == f"read worker {k} started")
         assert [point for _, p, point in marks if p == pid][1:] == ["pipeline made", "first batch read",
-                                                                     "first frame decoded"]
+                                                                     "first frame decoded", "exporter made"]
     assert _timeline(tmp_path / "c", timeline="") == []
     assert read_output(tmp_path / "c").num_rows > 0
+
+
+def test_the_first_frame_is_decoded_before_pyarrow_is_imported(tmp_path):
+    # A plain read makes its exporter at the first export (probe.run.pipeline): the first frame is decoded before
+    # pyarrow (40 ms of a quiet start) and the configuration digest. -X importtime writes a line on stderr as each
+    # import ends, in order with the timeline's lines.
+    out = tmp_path / "out"
+    out.mkdir()
+    env = {**os.environ, "DNSPROBE_TIMELINE": "1"}
+    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "probe", "read", str(SAMPLE), "-o", str(out),
+                           "-q"], cwd=ROOT, env=env, capture_output=True, text=True, check=True)
+    lines = [line.split("|")[-1].strip() if line.startswith("import time:") else line.split(" ", 6)[-1]
+             for line in proc.stderr.splitlines()]
+    assert lines.index("first frame decoded") < lines.index("pyarrow") < lines.index("exporter made")
+    assert read_output(out).num_rows > 0
+
+
+def test_an_exporter_that_refuses_files_is_made_before_the_reading(tmp_path):
+    # Enrichment's lists are read when the exporter is made (export.checks_when_made): made at once, its refusal
+    # comes before any frame is read, with its message and exit status 2.
+    (tmp_path / "c.yml").write_text(f"enrich:\n  public_suffix: true\n  public_suffix_file: {tmp_path / 'none.dat'}\n")
+    (tmp_path / "out").mkdir()
+    env = {**os.environ, "DNSPROBE_TIMELINE": "1"}
+    proc = subprocess.run([sys.executable, "-m", "probe", "read", str(SAMPLE), "-o", str(tmp_path / "out"), "-q",
+                           "-c", str(tmp_path / "c.yml")], cwd=ROOT, env=env, capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert "config key 'enrich.public_suffix_file'" in proc.stderr
+    assert "first batch read" not in proc.stderr and "pipeline made" not in proc.stderr
+    assert list((tmp_path / "out").iterdir()) == []
