@@ -77,7 +77,7 @@ ASAN_CI_TESTS := tests/decode/test_fastwire.py tests/export/test_columns.py \
 	tests/export/test_cdnsrec.py tests/capture/test_ring.py tests/capture/test_packed_frames.py tests/capture/test_dnstaprecv.py \
 	tests/decode/test_dnstap_c.py tests/decode/test_tcpstream_c.py \
 	tests/export/test_lookup.py tests/export/test_psl.py tests/export/test_enrich.py tests/export/test_answers.py \
-	tests/export/test_topk.py
+	tests/export/test_topk.py tests/run/test_dpdk_safety.py tests/match/test_semantics.py
 
 test-asan-ci:
 	$(MAKE) test-asan ASAN_TESTS="$(ASAN_CI_TESTS)"
