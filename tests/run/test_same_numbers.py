@@ -237,6 +237,19 @@ def test_matched_delays(seen):
         assert tools[tool]["response_delay_us"]["count"] == matched, tool
 
 
+def test_delay_figures(seen):
+    """The delays' sum is Prometheus' and the summary's (its mean × count); top's percentiles are the exact ones'
+    bins (of 1/128 octave of delay + 1 µs): at or below them, by less than 2^(1/128)."""
+    tools, _, _ = seen
+    exact = tools["summary"]["response_delay_us"]
+    assert tools["report"]["response_delay_us"] == exact
+    ((_, seconds),) = tools["prometheus"]["dnsprobe_dns_response_delay_seconds_sum"]
+    assert seconds * 1e6 == pytest.approx(exact["mean"] * exact["count"], abs=1)
+    for name in ("p50", "p90", "p95", "p99", "p99.9"):
+        binned = tools["top"]["delay"][name]
+        assert binned <= exact[name] and (exact[name] + 1) / (binned + 1) < 2 ** (1 / 128), name
+
+
 def test_rcode_mix(seen):
     """RCODEs by name; "none": no response (the query-only transactions)."""
     tools, expected, _ = seen
@@ -247,6 +260,9 @@ def test_rcode_mix(seen):
     assert by_label(tools["prometheus"]["dnsprobe_dns_transactions_total"], "rcode") == want
     for tool in ("summary", "report"):
         assert {r["name"] or "none": r["count"] for r in tools[tool]["rcodes"]} == want, tool
+    # and the report's plot of them over time (its timeline's keys are JSON's: "null" for no response)
+    timeline = tools["report"]["timeline"]["rcodes"]
+    assert {("none" if name == "null" else name): sum(counts) for name, counts in timeline.items()} == want
 
 
 def test_qtype_mix(seen):
