@@ -187,16 +187,6 @@ class Counted:
         for counter in self.counters:
             counter.add_table(table)
 
-    def _count_native(self, table):
-        """In one pass in C: each second's rows counted as _count counts them (the distinct values in the order
-        first seen, as Arrow's value counts give them, so that the summaries get the same updates)."""
-        domain = None
-        if "registered_domain" in table.schema.names and not table.column("registered_domain").null_count:
-            domain = _buffers(table.column("registered_domain"))
-        columns = [_buffers(table.column(c)) for c in ("time", "rcode", "qtype", "response_delay_us", "qname", "src")]
-        with self.lock:
-            _topk.count_table(self.second, table.num_rows, *columns, domain, self.suffixes.native)
-
     def add_records(self, txs):
         for counter in self.counters:
             counter.add_records(txs)

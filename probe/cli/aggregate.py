@@ -18,6 +18,7 @@ with the bundled Public Suffix List (ICANN section) for each table's distinct QN
 import bisect
 import datetime
 
+from export.metrics import transport_names
 from probe.decode.mnemonics import rcode_name, rr_type_name
 
 # The columns the summary reads (a file that lacks one is read as if it were all null there).
@@ -152,13 +153,10 @@ class Tally:
         if low.is_valid:
             self.first = low.as_py() if self.first is None else min(self.first, low.as_py())
             self.last = high.as_py() if self.last is None else max(self.last, high.as_py())
-        # A record without a transport (files written before the column) has its IP protocol's.
-        by_prot = pc.if_else(pc.equal(table.column("prot"), 17), "udp",
-                             pc.if_else(pc.equal(table.column("prot"), 6), "tcp", pa.scalar(None, pa.string())))
         delays = pc.drop_null(table.column("response_delay_us"))
         derived = pa.table({
             "second": pc.divide(times, 1_000_000),  # capture times are after 1970: the division floors them
-            "transport": pc.coalesce(table.column("transport"), by_prot),
+            "transport": transport_names(table.column("transport"), table.column("prot")),
             "query": pc.fill_null(table.column("query_present"), False),
             "response": pc.fill_null(table.column("response_present"), False),
         })
@@ -386,12 +384,14 @@ def _mix(counts, key):
 
 
 def _top(counts, key, n):
-    """The n most frequent values (then by value), and the number of distinct ones (null not one)."""
+    """The n most frequent values (then by value), and the number of distinct ones. Null is not one, nor in the
+    list (a transaction without a question has no QNAME): as in `dnsprobe top`'s lists."""
     import pyarrow.compute as pc
 
     if counts is None:
         return {"distinct": 0, "top": []}
-    distinct = len(counts) - counts.column(key).null_count
+    counts = counts.filter(pc.is_valid(counts.column(key)))
+    distinct = len(counts)
     picked = counts.take(pc.select_k_unstable(counts, k=min(n, len(counts)), sort_keys=[
         ("count", "descending"), (key, "ascending")])) if n else counts.slice(0, 0)
     return {"distinct": distinct, "top": [{key: v, "count": c} for v, c in _rows(picked, [key, "count"])]}

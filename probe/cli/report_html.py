@@ -2,12 +2,15 @@
 
 The page asks nothing of the network: no script, no external style sheet, font or image; each plot is an SVG
 drawn by matplotlib (Agg backend, nothing shown) and written inline, its text left as text (svg.fonttype none:
-the browser's own sans-serif font draws it). matplotlib is imported here only, so that the other commands do not
-pay for it. Nothing on the page comes from the wall clock: the same records give the same page.
+the browser's own sans-serif font draws it). The figures plotted are in the page as JSON too (a hidden <pre>,
+FIGURES_ID), so that a script or a test reads the numbers the page states. matplotlib is imported here only, so
+that the other commands do not pay for it. Nothing on the page comes from the wall clock: the same records give
+the same page.
 """
 
 import html
 import io
+import json
 
 from probe.cli.summary import TRANSPORT_NAMES, _delay, _seconds, _share
 
@@ -26,6 +29,7 @@ PLOT_TITLES = (
     "DO bit of the queries",
     "Truncated (TC) responses by transport",
 )
+FIGURES_ID = "dnsprobe-figures"  # the element holding aggregate.report_of's dict as JSON
 WIDTH_INCHES, HEIGHT_INCHES = 9.0, 3.4
 BAR_ROWS = 15  # bars of a mix (QTYPEs, EDNS buffer sizes) at most; the rest is one bar, "other"
 LABEL_CHARACTERS = 48  # a longer name is cut with …
@@ -47,6 +51,7 @@ def page(report, meta, paths_text):
     figures = plots(report)
     parts.append("<h2>Plots</h2>")
     parts += [f"<figure>\n{svg}\n</figure>" for svg in figures]
+    parts.append(f"<pre id=\"{FIGURES_ID}\" hidden>{_e(json.dumps(report))}</pre>")
     parts.append("</body>\n</html>\n")
     return "\n".join(parts)
 
@@ -197,8 +202,6 @@ def _top(ax, report, key, column):
 
 
 def _name(value):
-    if value is None:
-        return "- (none)"
     return value or '"" (none: a public suffix)'
 
 

@@ -69,8 +69,6 @@ EIGHTHS = " ▏▎▍▌▋▊▉"
 
 
 def _name(value, key):
-    if value is None:
-        return "- (none)"
     if value == "" and key == "registered_domains":
         return "- (none: the name is a public suffix)"
     return value if value else '""'

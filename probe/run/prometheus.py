@@ -5,7 +5,8 @@
   too: dnsprobe_kernel_received_total{worker, interface}, and dnsprobe_interface_up{worker, interface}; the
   export.on_close counters are the supervisor's: dnsprobe_on_close_commands_total, without a worker;
 - what was written, over all workers: dnsprobe_dns_transactions_total{rcode, qtype, transport} (rcode "none":
-  no response; QTYPEs without a mnemonic are "other") and the histogram dnsprobe_dns_response_delay_seconds;
+  no response; qtype "none": no question; RCODEs and QTYPEs without a mnemonic are "other"; transport as the
+  files' transport column: udp, tcp, dot, doh, ...) and the histogram dnsprobe_dns_response_delay_seconds;
 - dnsprobe_worker_up{worker}, dnsprobe_build_info{version, python, parser}, and per process (the supervisor and
   each worker) dnsprobe_process_cpu_seconds_total and dnsprobe_process_resident_memory_bytes.
 """
@@ -16,17 +17,15 @@ import platform
 from probe.errors import ConfigError
 from probe.stats import COUNTERS, RUN_COUNTERS, SOCKET_COUNTERS, Stats, applicable
 
-TRANSPORTS = {17: "udp", 6: "tcp"}
-
 
 def _labels(key):
     from probe.decode.mnemonics import RCODES, RR_TYPES
 
-    rcode, qtype, proto = key
+    rcode, qtype, transport = key
     return [
         "none" if rcode is None else RCODES.get(rcode, "other"),
-        RR_TYPES.get(qtype, "other"),
-        TRANSPORTS.get(proto, str(proto)),
+        "none" if qtype is None else RR_TYPES.get(qtype, "other"),
+        transport or "unknown",
     ]
 
 

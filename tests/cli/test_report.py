@@ -14,7 +14,7 @@ import pytest
 from support.data import ROOT
 from support.dnsprobe import run_dnsprobe
 
-from probe.cli.report_html import PLOT_TITLES
+from probe.cli.report_html import FIGURES_ID, PLOT_TITLES
 
 SAMPLE = ROOT / "samples" / "sample-mix.pcap.xz"
 SAMPLE_RECORDS = 9_473
@@ -151,6 +151,10 @@ def test_the_figures_are_the_summarys(data, full):
     text = set(page.text)
     for key, column in (("qnames", "qname"), ("clients", "src")):
         assert {r[column] for r in s[key]["top"]} <= text
+    # The figures the page plots, as the JSON it holds (hidden): the summary's, and the report's own besides.
+    figures = json.loads(html.unescape(re.search(f'<pre id="{FIGURES_ID}" hidden>(.*?)</pre>', full[2], re.S)[1]))
+    assert {key: figures[key] for key in s} == s
+    assert {"timeline", "delay_by_transport", "edns", "tc"} <= figures.keys()
 
 
 def test_partition_filters(data, tmp_path):

@@ -61,7 +61,7 @@ def test_add_records_takes_only_a_txbatch_and_items():
 
 def test_metrics_of_records_equal_those_of_tuples(tmp_path):
     """With Prometheus on, the C-DNS exporter counts a TxBatch from its Parquet record columns (DnsMetrics.add_records,
-    no tuples made): the same counts by RCODE, QTYPE and protocol and the same delay histogram as the tuples give."""
+    no tuples made): the same counts by RCODE, QTYPE and transport and the same delay histogram as the tuples give."""
     from export.metrics import DnsMetrics
 
     counted = 0
