@@ -159,6 +159,11 @@ class ExportConfig(Options):
         " happens to the worker afterwards (0: only once its file is closed)", min=0,
     )
     row_group_size: int = opt(100000, "Parquet rows per row group", min=1, only="parquet")
+    time_order: bool = opt(
+        False, "Parquet: cut row groups in the order of the timestamp column, holding the rows of the last"
+        " match.query_timeout back, so that a time range reads only its row groups (false: rows as transactions"
+        " complete, up to match.query_timeout late; docs/parquet.md)", only="parquet",
+    )
     journal_compression: str = opt(
         "lz4", "live Parquet: compression of the journal's buffers, the file's first form until its rotation (lz4:"
         " least CPU; zstd: about half the journal's size, for more CPU; none)", choices=("lz4", "zstd", "none"),

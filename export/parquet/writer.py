@@ -86,8 +86,29 @@ def open_parquet(path, export_cfg, memory_pool=None, key_values=None):
 
 
 def write_row_groups(f, export_cfg, force, late_us, full=lambda f: False):
-    """Write rows f holds as row groups of export.row_group_size rows in the order of their timestamp (each group
-    then sorted by export.sort), the last one shorter only with force; stop early once full(f) (export.rotate_bytes).
+    """Write rows f holds as row groups of export.row_group_size rows (each sorted by export.sort), the last one
+    shorter only with force; stop early once full(f) (export.rotate_bytes). The rows not written stay pending. In the
+    order they came, or with export.time_order in the order of their timestamp (_write_in_time_order)."""
+    if export_cfg.time_order:
+        _write_in_time_order(f, export_cfg, force, late_us, full)
+        return
+    size = export_cfg.row_group_size
+    if not f.pending or (f.pending_rows < size and not force):
+        return
+    table = pa.concat_tables(f.pending) if len(f.pending) > 1 else f.pending[0]
+    sort_keys = SORT_KEYS.get(export_cfg.sort)
+    while table.num_rows >= size or (force and table.num_rows):
+        chunk = table.slice(0, size)
+        f.writer.write_table(chunk.sort_by(sort_keys) if sort_keys else chunk, row_group_size=size)
+        table = table.slice(chunk.num_rows)
+        if full(f) and not force:
+            break
+    f.pending, f.todo = ([table], [None]) if table.num_rows else ([], [])
+    f.pending_rows = table.num_rows
+
+
+def _write_in_time_order(f, export_cfg, force, late_us, full):
+    """write_row_groups with export.time_order: in the order of the rows' timestamp.
 
     Why the order: a transaction's row is made when it completes, at its response or, unanswered, once its query
     has waited match.query_timeout, so rows come up to that much later than rows of later timestamps; a row group
@@ -241,7 +262,7 @@ class ParquetExporter(FileExporter):
         export.rotate_bytes and export.rotate_records as they go; then every file is closed."""
         self.late_us = None
         for bucket, f in list(self.files.items()):
-            if f.pending_rows:
+            if f.pending_rows and self.cfg.time_order:
                 f.rows -= f.pending_rows
                 self._count(-f.pending_rows)
                 self._append(bucket, pa.concat_tables(f.take_pending()))
