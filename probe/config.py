@@ -160,9 +160,9 @@ class ExportConfig(Options):
     )
     row_group_size: int = opt(100000, "Parquet rows per row group", min=1, only="parquet")
     time_order: bool = opt(
-        False, "Parquet: cut row groups in the order of the timestamp column, holding the rows of the last"
-        " match.query_timeout back, so that a time range reads only its row groups (false: rows as transactions"
-        " complete, up to match.query_timeout late; docs/parquet.md)", only="parquet",
+        True, "Parquet: the rows of unanswered queries, which come match.query_timeout late, in row groups of their"
+        " own, so that each row group spans only its rows' time and a time range reads only the row groups holding"
+        " its rows (false: one stream of rows as transactions complete; docs/parquet.md)", only="parquet",
     )
     journal_compression: str = opt(
         "lz4", "live Parquet: compression of the journal's buffers, the file's first form until its rotation (lz4:"

@@ -1,10 +1,11 @@
-"""The timestamp column and the order of rows: a one-minute time-range query on an hour's file reads only that
-minute's row groups.
+"""The timestamp column and the order of rows: a one-minute time-range query on an hour's file reads only the row
+groups holding that minute's rows (export.time_order), or those and the ones a query timeout around them.
 
 A transaction's row is made when it completes (at its response, or once its query has waited match.query_timeout),
-so rows come later than rows of later timestamps; with export.time_order the writer holds the last query_timeout of
-rows back and cuts row groups in timestamp order (export.parquet.writer.write_row_groups), without it rows stay in
-the order they came, each at most a query timeout late. The capture here is an hour of traffic, one
+so rows come later than rows of later timestamps: answered ones by their response's delay, unanswered ones by the
+timeout. With export.time_order the writer cuts the late rows into row groups of their own
+(export.parquet.writer.write_row_groups), each stream then nearly in timestamp order; without it rows stay in the
+order they came, each at most a query timeout late. The capture here is an hour of traffic, one
 transaction a second, some queries unanswered (their rows come match.query_timeout, 5 s, late) and some responses
 without their query, read into row groups of 10 rows, 10 seconds each.
 """
@@ -61,7 +62,7 @@ def _read_hour(pcap, out, time_order):
 
 @pytest.fixture(scope="module")
 def hour_file(hour_pcap):
-    """The hour in row groups cut in timestamp order (export.time_order)."""
+    """The hour in row groups of two streams, the late rows apart (export.time_order)."""
     return _read_hour(hour_pcap, hour_pcap.parent / "ordered", True)
 
 
@@ -76,13 +77,32 @@ def _minute(m):
     return low, low + datetime.timedelta(minutes=1)
 
 
-def test_a_minute_reads_only_its_row_groups(hour_file):
+def test_a_minute_reads_only_the_row_groups_holding_its_rows(hour_file):
+    """With export.time_order the late rows (unanswered queries) are in row groups of their own, each stream nearly
+    in timestamp order: a group spans only its rows, and a minute reads no group that holds none of its rows."""
     con = duckdb.connect()
     meta = pq.ParquetFile(hour_file).metadata
+    groups = [pq.ParquetFile(hour_file).read_row_group(g, columns=["timestamp", "response_present"])
+              for g in range(meta.num_row_groups)]
+    late_groups = 0
+    for group in groups:
+        times = group.column("timestamp").cast(pa.int64()).to_pylist()
+        answered = group.column("response_present").to_pylist()
+        assert len(set(answered)) == 1  # one stream: all late, or none
+        late_groups += not answered[0]
+        newest = times[0]
+        for t in times:  # in order, but for the responses' delay
+            assert t >= newest - DELAY_NS // 1000
+            newest = max(newest, t)
+    assert late_groups == -(-len([i for i in range(SECONDS) if i % 7 == 3 and i % 11 != 5]) // ROW_GROUP)
+    scanned = []
     for minute in range(60):
-        # 60 rows a minute, in order, in groups of 10: the minute's 6 groups. Without the order, a group holding an
-        # unanswered query reaches 5 s back, and a minute's query reads the next minute's first group too.
-        assert _minute_scanned(con, hour_file, meta, minute) == 60 // ROW_GROUP
+        low, high = (int(t.timestamp() * 1_000_000) for t in _minute(minute))
+        holding = sum(1 for group in groups
+                      if any(low <= t < high for t in group.column("timestamp").cast(pa.int64()).to_pylist()))
+        scanned.append(_minute_scanned(con, hour_file, meta, minute))
+        assert scanned[-1] == holding
+    assert sum(scanned) / 60 < 60 // ROW_GROUP + 3
 
 
 def test_without_the_order_a_minute_reads_the_groups_a_query_timeout_around_it(hour_file_as_completed):
@@ -128,12 +148,12 @@ def _minute_scanned(con, hour_file, meta, minute):
     return scanned
 
 
-def test_rows_are_in_timestamp_order_and_it_is_never_null(hour_file):
+def test_every_row_once_and_the_timestamp_never_null(hour_file):
     table = pq.read_table(hour_file, columns=["timestamp", "time", "query_time", "response_time", "query_present",
                                               "response_present"])
     times = table.column("timestamp")
     assert times.type == pa.timestamp("us", tz="UTC") and times.null_count == 0
-    assert times.cast(pa.int64()).to_pylist() == [_timestamp(i) // 1000 for i in range(SECONDS)]
+    assert sorted(times.cast(pa.int64()).to_pylist()) == [_timestamp(i) // 1000 for i in range(SECONDS)]
     assert times.cast(pa.int64()).equals(table.column("time"))
     # The query's time, else the response's: query-only and response-only rows have theirs.
     query_only = table.filter(pc.invert(table.column("response_present")))
@@ -157,6 +177,11 @@ def test_the_bundled_sample_has_a_timestamp_in_every_row(tmp_path):
     assert times.equals(pc.coalesce(table.column("query_time"), table.column("response_time")))
     assert not pc.all(table.column("response_present")).as_py()  # query-only rows (response-only: the hour's)
     meta = pq.ParquetFile(path).metadata
-    for g in range(meta.num_row_groups):  # each row group in timestamp order
-        group = pq.ParquetFile(path).read_row_group(g, columns=["timestamp"]).column("timestamp").cast(pa.int64())
-        assert group.to_pylist() == sorted(group.to_pylist())
+    late_groups = 0
+    for g in range(meta.num_row_groups):  # each row group one stream: the late rows (unanswered queries), or not
+        group = pq.ParquetFile(path).read_row_group(g, columns=["query_present", "response_present", "malformed"])
+        late = pc.and_not(pc.and_not(group.column("query_present"), group.column("response_present")),
+                          group.column("malformed"))
+        assert pc.all(late).as_py() == pc.any(late).as_py()
+        late_groups += pc.all(late).as_py()
+    assert 0 < late_groups < meta.num_row_groups
