@@ -302,9 +302,9 @@ def stages(path, messages):
 
     def write():
         with tempfile.TemporaryDirectory(prefix="dnsprobe-dnstap-stage-") as tmp:
-            f = SimpleNamespace(pending=[table], todo=[None], pending_rows=table.num_rows, held=0)
+            f = SimpleNamespace(pending=([table], []), stream_rows=[table.num_rows, 0])  # (one stream)
             f.writer, sink = open_parquet(Path(tmp) / "stage.parquet", cfg.export)
-            write_row_groups(f, cfg.export, True, 0)
+            write_row_groups(f, cfg.export, True)
             f.writer.close()
             sink.close()
 

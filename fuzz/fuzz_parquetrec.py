@@ -3,7 +3,8 @@ TxBatch) and the Python reference (RowBuilder.build on the same transactions as 
 columns.extract_python): equal tables, column for column, types and nulls included. The first byte turns the
 answers column on (the responses' bytes through the pass, then the answers made of them) and picks how the
 transactions are made: from fuzz frames decoded and matched (fuzz/stages.py), or from crafted messages
-(fuzz/crafted.py) matched with small bounds."""
+(fuzz/crafted.py) matched with small bounds, and which rows are made (late=None, False, True: every one, the
+others than the late ones, the late ones, as export.time_order makes them)."""
 
 from crafted import messages
 from harness import check, run
@@ -20,6 +21,7 @@ def one_input(data):
     if not data:
         return
     answers = bool(data[0] & 1)
+    late = (None, False, True)[(data[0] >> 2) % 3]
     if data[0] & 2:
         table = TransactionTable(MatchConfig(query_timeout=0.002, max_pending=4), Stats())
         txs = table.add(messages(data[1:])) + table.flush()
@@ -30,7 +32,8 @@ def one_input(data):
     batch = _records.TxBatch()
     for t in txs:
         batch.append(t)
-    got, want = RowBuilder(answers=answers).build_from_records(batch), RowBuilder(answers=answers).build(txs)
+    got = RowBuilder(answers=answers).build_from_records(batch, late)
+    want = RowBuilder(answers=answers).build(txs, late)
     got.validate(full=True)
     check(got.schema == want.schema, "schema", data, got.schema, want.schema)
     for name in want.column_names:

@@ -159,6 +159,11 @@ class ExportConfig(Options):
         " happens to the worker afterwards (0: only once its file is closed)", min=0,
     )
     row_group_size: int = opt(100000, "Parquet rows per row group", min=1, only="parquet")
+    time_order: bool = opt(
+        True, "Parquet: the rows of unanswered queries, which come match.query_timeout late, in row groups of their"
+        " own, so that each row group spans only its rows' time and a time range reads only the row groups holding"
+        " its rows (false: one stream of rows as transactions complete; docs/parquet.md)", only="parquet",
+    )
     journal_compression: str = opt(
         "lz4", "live Parquet: compression of the journal's buffers, the file's first form until its rotation (lz4:"
         " least CPU; zstd: about half the journal's size, for more CPU; none)", choices=("lz4", "zstd", "none"),

@@ -8,11 +8,14 @@
  * domain name, address text), is written here from them. RowBuilder.build over the transaction tuples stays
  * the reference; tests/export/test_parquetrec.py checks that both give equal tables.
  *
- * parquet_columns(txs, names) -> [(null_count, validity or None, buffers...), ...]
+ * parquet_columns(txs, names, late=None) -> [(null_count, validity or None, buffers...), ...]
  *   One result per name in `names` (export/parquet/schema.py SCHEMA names but the enrichment ones and answers,
  *   and r_raw: the response's DNS bytes as binary, for the answers column; ValueError for another), with the
  *   buffers of Arrow's layout (fixed width and bool: (data,); strings and binary: (offsets, data); list<int32>:
- *   (offsets, values)).
+ *   (offsets, values)). late: None, every transaction's row; true, only the late ones (a query without response,
+ *   not malformed: made once the query timed out, match.query_timeout after its time); false, only the others.
+ *   (Why here: export.time_order writes the late rows in row groups of their own; selecting them before the
+ *   columns exist costs one look at each transaction, not a copy of every row of every column.)
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -405,21 +408,55 @@ static void free_cols(Col *cols, Py_ssize_t n)
 }
 
 
-static PyObject *parquet_columns(PyObject *Py_UNUSED(self), PyObject *args)
+/* A late row's transaction: a query without response, not malformed (exported once the query timed out). */
+static inline int is_late(const TxHead *t)
 {
+    const Rec *q = tx_query(t);
+    return q != NULL && tx_response(t) == NULL && !q->malformed;
+}
+
+/* The positions of the transactions whose rows are written (late: -1 every one, 1 the late ones, 0 the others)
+ * in *rows (NULL: every one, in order; else PyMem_Malloc'd); returns their count, -1 on error. */
+static Py_ssize_t select_rows(TxBatch *txs, int late, Py_ssize_t **rows)
+{
+    Py_ssize_t n = txs->txs.n, m = 0;
+    *rows = NULL;
+    if (late < 0)
+        return n;
+    *rows = PyMem_Malloc((n ? n : 1) * sizeof **rows);
+    if (*rows == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (is_late(txbatch_get(txs, i)) == late)
+            (*rows)[m++] = i;
+    }
+    return m;
+}
+
+static PyObject *parquet_columns(PyObject *Py_UNUSED(self), PyObject *args, PyObject *kwargs)
+{
+    static char *keywords[] = {"txs", "names", "late", NULL};
     TxBatch *txs;
-    PyObject *names;
-    if (!PyArg_ParseTuple(args, "O!O:parquet_columns", records->txbatch_type, &txs, &names))
+    PyObject *names, *late_arg = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!O|O:parquet_columns", keywords, records->txbatch_type, &txs,
+                                     &names, &late_arg))
+        return NULL;
+    int late = late_arg == Py_None ? -1 : PyObject_IsTrue(late_arg);
+    if (late_arg != Py_None && late < 0)
         return NULL;
     PyObject *seq = PySequence_Fast(names, "names must be a sequence");
     if (seq == NULL)
         return NULL;
-    Py_ssize_t ncols = PySequence_Fast_GET_SIZE(seq), n = txs->txs.n, bitmap = (n + 7) / 8;
+    Py_ssize_t *selected;
+    Py_ssize_t ncols = PySequence_Fast_GET_SIZE(seq), n = select_rows(txs, late, &selected), bitmap = (n + 7) / 8;
     PyObject *result = NULL;
-    Col *cols = PyMem_Calloc(ncols ? ncols : 1, sizeof(Col));
+    Col *cols = n < 0 ? NULL : PyMem_Calloc(ncols ? ncols : 1, sizeof(Col));
     if (cols == NULL) {
+        PyMem_Free(selected);
         Py_DECREF(seq);
-        return PyErr_NoMemory();
+        return n < 0 ? NULL : PyErr_NoMemory();
     }
     for (Py_ssize_t k = 0; k < ncols; k++) {
         PyObject *name = PySequence_Fast_GET_ITEM(seq, k);
@@ -455,7 +492,7 @@ static PyObject *parquet_columns(PyObject *Py_UNUSED(self), PyObject *args)
         w->lo = lo;
         w->n = Py_MIN(n - lo, CHUNK);
         for (Py_ssize_t k = 0; k < w->n; k++) {
-            const TxHead *t = txbatch_get(txs, lo + k);
+            const TxHead *t = txbatch_get(txs, selected ? selected[lo + k] : lo + k);
             w->t[k] = t;
             w->q[k] = tx_query(t);
             w->r[k] = tx_response(t);
@@ -478,14 +515,16 @@ static PyObject *parquet_columns(PyObject *Py_UNUSED(self), PyObject *args)
     }
 done:
     free_cols(cols, ncols);
+    PyMem_Free(selected);
     Py_DECREF(seq);
     return result;
 }
 
 static PyMethodDef methods[] = {
-    {"parquet_columns", parquet_columns, METH_VARARGS,
-     "parquet_columns(txs, names) -> [(nulls, validity, buffers...)]: the Arrow buffers of the "
-     "named Parquet columns of the TxBatch."},
+    {"parquet_columns", (PyCFunction)(void (*)(void))parquet_columns, METH_VARARGS | METH_KEYWORDS,
+     "parquet_columns(txs, names, late=None) -> [(nulls, validity, buffers...)]: the Arrow buffers of the "
+     "named Parquet columns of the TxBatch (late: None, every row; true, the rows of late transactions, queries "
+     "without response that are not malformed; false, the others)."},
     {NULL, NULL, 0, NULL},
 };
 

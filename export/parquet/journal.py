@@ -22,7 +22,7 @@ import pyarrow.ipc as ipc
 
 from export.base import announce_finished, live_path, lock_live_file, off_capture_cores
 from export.parquet.schema import SCHEMA
-from export.parquet.writer import ParquetExporter, _File, open_parquet, write_row_groups
+from export.parquet.writer import LATE, ON_TIME, ParquetExporter, _File, late_rows, open_parquet, write_row_groups
 
 JOURNAL_SUFFIX = ".journal"
 # Buffers compressed one by one (export.journal_compression): the journal is written at the capture's pace, so its
@@ -133,12 +133,11 @@ def final_of(journal):
     return journal.with_name(name[1:] if name.startswith(".") else name)
 
 
-def convert_journal(journal, final, export_cfg, late_us=0):
+def convert_journal(journal, final, export_cfg):
     """Write the rows of a journal as the Parquet file final (through its live name NAME.parquet.part, hidden
     when the journal is, then renamed), and remove the journal; returns the number of rows (without rows, no file
-    is written). Streamed: one row group and the rows of the last late_us (match.query_timeout) in memory at a time,
-    cut in timestamp order and sorted as ParquetExporter does (export.parquet.writer.write_row_groups; export.recovery,
-    which has no match configuration, cuts the journal of a dead worker without holding rows back).
+    is written). Streamed: one row group in memory at a time (with export.time_order, one of each stream: the late
+    rows' apart), cut and sorted as ParquetExporter does (export.parquet.writer.write_row_groups).
 
     Its buffers come from the C library's allocator, not pyarrow's default (mimalloc): mimalloc keeps the pages
     this thread freed for a while, so at every rotation the worker's RSS rose by about twice what the
@@ -154,11 +153,17 @@ def convert_journal(journal, final, export_cfg, late_us=0):
                 continue
             if f is None:  # (the metadata written in the journal: the file says what it is)
                 f = _File(final, part, 0, *open_parquet(part, export_cfg, pool, batches.key_values))
-            f.add(pa.Table.from_batches([batch]))
+            table = pa.Table.from_batches([batch])
+            if export_cfg.time_order:  # (each batch one stream, as the exporter wrote it)
+                on_time, late = late_rows(table)
+                f.add(on_time, ON_TIME)
+                f.add(late, LATE)
+            else:
+                f.add(table)
             rows += batch.num_rows
-            write_row_groups(f, export_cfg, False, late_us)
+            write_row_groups(f, export_cfg, False)
         if f is not None:
-            write_row_groups(f, export_cfg, True, late_us)
+            write_row_groups(f, export_cfg, True)
     finally:
         if f is not None:
             f.writer.close()
@@ -172,15 +177,15 @@ def convert_journal(journal, final, export_cfg, late_us=0):
 class _Conversion(threading.Thread):
     """Converts one closed journal, off the capture core; the journal's lock is released when it is done."""
 
-    def __init__(self, journal, final, export_cfg, late_us, lock):
+    def __init__(self, journal, final, export_cfg, lock):
         super().__init__(name=f"parquet-journal {final.name}", daemon=True)
-        self.journal, self.final, self.cfg, self.late_us, self.lock = journal, final, export_cfg, late_us, lock
+        self.journal, self.final, self.cfg, self.lock = journal, final, export_cfg, lock
         self.error = None
 
     def run(self):
         off_capture_cores()
         try:
-            if convert_journal(self.journal, self.final, self.cfg, self.late_us):
+            if convert_journal(self.journal, self.final, self.cfg):
                 announce_finished(self.final)
         except OSError as exc:
             self.error = exc
@@ -212,8 +217,9 @@ class JournalingParquetExporter(ParquetExporter):
     def _flush_row_groups(self, f, force):
         """Rows go to the journal at once (the conversion cuts the row groups)."""
         try:
-            for table in f.take_pending():
-                f.writer.write(table)
+            for tables in f.take_pending():
+                for table in tables:
+                    f.writer.write(table)
         except OSError as exc:
             raise self._output_error(exc, f.part_path) from None
 
@@ -240,7 +246,7 @@ class JournalingParquetExporter(ParquetExporter):
         except OSError as exc:
             os.close(f.writer.lock)
             raise self._output_error(exc, f.part_path) from None
-        conversion = _Conversion(f.part_path, f.final_path, self.cfg, self.late_ns // 1000, f.writer.lock)
+        conversion = _Conversion(f.part_path, f.final_path, self.cfg, f.writer.lock)
         conversion.start()
         self.converting.append(conversion)
         self._reap()

@@ -89,6 +89,18 @@ _RESPONSE_RAW = {"r_raw": ((R, M.RAW), "y")}
 _parquetrec = load("export.parquet._parquetrec")
 
 
+def is_late(tx):
+    """Whether a transaction's row comes late: a query without response, not malformed, exported once it has
+    waited match.query_timeout (export.time_order writes these rows in row groups of their own)."""
+    q, r, _ = tx
+    return q is not None and r is None and not q[M.MALFORMED]
+
+
+def _rows_made(result):
+    """The rows of a column made by the C column pass (int32: 4 bytes a row)."""
+    return len(result[2]) // 4
+
+
 def _bit(flags, mask):
     import pyarrow.compute as pc
 
@@ -106,14 +118,15 @@ class RowBuilder:
         self._stats = stats
         self._specs = dict(_FIELDS, **_CLIENT, **(_RESPONSE_RAW if answers else {}))
 
-    def build_from_records(self, txs):
+    def build_from_records(self, txs, late=None):
         """The Arrow table of a probe._records.TxBatch (transactions of message records), the production path: one
         C pass over the records writes every column (export/parquet/_parquetrec.c) but the enrichment ones (null
         until export.enrich fills them) and the answers, made here from the responses' bytes (which the pass
-        gives as the r_raw column). build() is its reference."""
-        n = len(txs)
+        gives as the r_raw column). late: None, every transaction's row; True, only the late ones (is_late); False,
+        only the others. build() is its reference."""
         names = _C_NAMES + (["r_raw"] if self._answers else [])
-        made = dict(zip(names, _parquetrec.parquet_columns(txs, names)))
+        made = dict(zip(names, _parquetrec.parquet_columns(txs, names, late)))
+        n = _rows_made(made["id"])
         arrays = []
         for field in SCHEMA:
             if field.name in made:
@@ -124,9 +137,11 @@ class RowBuilder:
                 arrays.append(pa.nulls(n, field.type))
         return pa.Table.from_arrays(arrays, schema=SCHEMA)
 
-    def build(self, txs):
+    def build(self, txs, late=None):
         """The Arrow table of a list of (query, response, response_messages) tuples: the Python reference (the
-        reference pipeline, the C-DNS reader)."""
+        reference pipeline, the C-DNS reader); late as in build_from_records."""
+        if late is not None:
+            txs = [tx for tx in txs if is_late(tx) == late]
         specs = self._specs
         f = dict(zip(specs, extract_python(txs, list(specs.values()))))
         n = len(txs)

@@ -41,10 +41,13 @@ DAY_US = 86_400_000_000
 HOUR_US = 3_600_000_000
 DEFAULT_SERVER = "__default__"  # the partition directory of an empty server name
 SORT_KEYS = {"domainname": [("domainname", "ascending"), ("qname", "ascending")]}
-# Row groups' worth of rows held back, beyond the one being filled, for the rows that complete late to find their
-# place (write_row_groups): rows stay in timestamp order up to row_group_size / match.query_timeout transactions a
-# second (20,000 with the defaults); above, what waits longer goes, and a late row joins a later group.
-HELD_GROUPS = 1
+# The streams of rows of a file, each cut into row groups of its own (write_row_groups). A transaction's row is
+# made when it completes: answered, at its response, tens of milliseconds after its timestamp (its query's) at
+# most; unanswered, once its query has waited match.query_timeout, seconds. Apart (export.time_order), each stream
+# comes nearly in timestamp order (timeouts expire in age order), so each row group's min/max spans little more
+# than its rows and a time range reads only the row groups holding its rows; together, a row group holding a late
+# row reaches match.query_timeout back and a range reads it for nothing.
+ON_TIME, LATE = 0, 1
 
 
 def server_name(export_cfg):
@@ -85,67 +88,43 @@ def open_parquet(path, export_cfg, memory_pool=None, key_values=None):
     return writer, sink
 
 
-def write_row_groups(f, export_cfg, force, late_us, full=lambda f: False):
-    """Write rows f holds as row groups of export.row_group_size rows in the order of their timestamp (each group
-    then sorted by export.sort), the last one shorter only with force; stop early once full(f) (export.rotate_bytes).
-
-    Why the order: a transaction's row is made when it completes, at its response or, unanswered, once its query
-    has waited match.query_timeout, so rows come up to that much later than rows of later timestamps; a row group
-    cut in that order spans the timeout more than its own rows and a time-range query reads it for nothing. So the
-    rows of the last late_us (the timeout) before the newest timestamp are not written yet (a transaction of theirs
-    may still complete; None: the input has ended, none will), and groups are cut from the older ones once there
-    are enough for a group (with force: all of them). Memory bounds the wait: beyond the group being filled, at
-    most HELD_GROUPS groups' rows wait, the oldest going first. Rows are not copied to be kept: each pending table
-    has the mask of its rows not written yet."""
+def write_row_groups(f, export_cfg, force, full=lambda f: False):
+    """Write the rows f holds as row groups of export.row_group_size rows (each sorted by export.sort), the last one
+    of each stream shorter only with force; stop early once full(f) (export.rotate_bytes). The rows not written stay
+    pending. Each stream of rows (_File.pending) is cut into row groups of its own."""
     size = export_cfg.row_group_size
-    if not f.pending or (f.pending_rows - f.held < size and not force):
-        return
-    table = pa.concat_tables(f.pending) if len(f.pending) > 1 else f.pending[0]
-    # (never null in rows made here; a journal made by hand may have none: they count as the oldest)
-    times = _f("coalesce", [table.column("timestamp").combine_chunks().view(pa.int64()), pa.scalar(0, pa.int64())])
-    todo = pa.concat_arrays([pa.repeat(True, t.num_rows) if m is None else m for t, m in zip(f.pending, f.todo)])
-    if force or late_us is None:
-        count = f.pending_rows if force else f.pending_rows // size * size
-    else:
-        horizon = pa.scalar(_f("max", [times]).as_py() - late_us, pa.int64())
-        old = _f("sum", [_f("and", [todo, _f("less", [times, horizon])])]).as_py() or 0
-        count = max(old, f.pending_rows - HELD_GROUPS * size) // size * size
-    if not count:
-        f.held = f.pending_rows  # (none to write yet: look again one group's rows later)
-        return
-    positions = _f("indices_nonzero", [todo])
-    # stable: equal times stay in the order they came
-    order = _f("take", [positions, _f("sort_indices", [_f("take", [times, positions])])])
-    written = todo
-    if count < f.pending_rows:  # the oldest rows, ties by position
-        last = order[count - 1].as_py()
-        at = times[last]
-        rows_at = _f("indices_nonzero", [pa.repeat(True, len(todo))])  # 0, 1, 2, ...
-        earlier = _f("or", [_f("less", [times, at]), _f("and", [
-            _f("equal", [times, at]), _f("less_equal", [rows_at, pa.scalar(last, pa.uint64())])])])
-        written = _f("and", [todo, earlier])
-    f.todo = _split(_f("and_not", [todo, written]), f.pending)
-    rows = _f("take", [table, order.slice(0, count)])
     sort_keys = SORT_KEYS.get(export_cfg.sort)
-    while rows.num_rows:
-        chunk = rows.slice(0, size)
-        f.writer.write_table(chunk.sort_by(sort_keys) if sort_keys else chunk, row_group_size=size)
-        rows = rows.slice(chunk.num_rows)
+    for stream, tables in enumerate(f.pending):
+        rows = f.stream_rows[stream]
+        if not tables or (rows < size and not force):
+            continue
+        table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
+        while table.num_rows >= size or (force and table.num_rows):
+            chunk = table.slice(0, size)
+            f.writer.write_table(chunk.sort_by(sort_keys) if sort_keys else chunk, row_group_size=size)
+            table = table.slice(chunk.num_rows)
+            if full(f) and not force:
+                break
+        tables[:] = [table] if table.num_rows else []
+        f.stream_rows[stream] = table.num_rows
         if full(f) and not force:
-            break
-    kept = [(t, m) for t, m in zip(f.pending, f.todo) if _f("any", [m]).as_py()]
-    f.pending = ([rows] if rows.num_rows else []) + [t for t, _ in kept]  # (rows: stopped by full(f), go first)
-    f.todo = ([None] if rows.num_rows else []) + [m for _, m in kept]
-    f.pending_rows = f.held = rows.num_rows + sum(_f("sum", [m]).as_py() or 0 for _, m in kept)
+            return
 
 
-def _split(mask, tables):
-    """The mask of a concatenation of tables, cut back into one mask per table."""
-    out, at = [], 0
-    for t in tables:
-        out.append(mask.slice(at, t.num_rows))
-        at += t.num_rows
-    return out
+def late_rows(table):
+    """The table's rows as (the others, the late ones): late, a query without response, not malformed, exported once
+    it waited match.query_timeout (export.parquet.rows.is_late). Tables made by RowBuilder (late=True or False) are
+    one or the other, given as they are; a table of both (a journal made by hand) is copied apart."""
+    late = _f("and_not", [_f("and_not", [table.column("query_present"), table.column("response_present")]),
+                          table.column("malformed")])
+    if late.null_count:  # (a journal made by hand: such a row is not late, and no row is lost)
+        late = _f("coalesce", [late, pa.scalar(False)])
+    count = _f("sum", [late]).as_py() or 0
+    if not count:
+        return table, table.slice(0, 0)
+    if count == table.num_rows:
+        return table.slice(0, 0), table
+    return table.filter(_f("invert", [late])), table.filter(late)
 
 
 class _File(OutputFile):
@@ -155,21 +134,26 @@ class _File(OutputFile):
         super().__init__(final_path, part_path, start_ns)
         self.writer = writer
         self.sink = sink
-        self.pending = []  # tables of rows, some of them written (write_row_groups)
-        self.todo = []  # of each pending table, the mask of its rows not written yet (None: all of them)
-        self.pending_rows = 0  # rows not written yet
-        self.held = 0  # of those, the ones pending at the last cut
+        # The tables of rows not written yet, by stream: ON_TIME, and LATE (only with export.time_order).
+        self.pending = ([], [])
+        self.stream_rows = [0, 0]
 
-    def add(self, table):
-        self.pending.append(table)
-        self.todo.append(None)
-        self.pending_rows += table.num_rows
+    @property
+    def pending_rows(self):
+        """Rows not written yet."""
+        return self.stream_rows[ON_TIME] + self.stream_rows[LATE]
+
+    def add(self, table, stream=ON_TIME):
+        if table.num_rows:
+            self.pending[stream].append(table)
+            self.stream_rows[stream] += table.num_rows
 
     def take_pending(self):
-        """The tables of the rows not written yet, which the file then no longer holds."""
-        tables = [t if m is None else t.filter(m) for t, m in zip(self.pending, self.todo)]
-        self.pending, self.todo = [], []
-        self.pending_rows = self.held = 0
+        """The tables of the rows not written yet, by stream, which the file then no longer holds."""
+        tables = tuple(list(t) for t in self.pending)
+        for t in self.pending:
+            t.clear()
+        self.stream_rows = [0, 0]
         return tables
 
     def size(self):
@@ -206,8 +190,8 @@ class ParquetExporter(FileExporter):
             steps.append(TablePrivacy(client, cfg.enrich.cache_size))
         self.steps = tuple(steps)
         # files: partition (None in the flat layout, else its bucket number) → _File
-        self.late_ns = int(cfg.match.query_timeout * 1e9)  # how late a transaction completes (its row is made)
-        self.late_us = self.late_ns // 1000  # rows held back to be written in timestamp order (None: input ended)
+        self.late_ns = int(cfg.match.query_timeout * 1e9)  # how late a transaction of a hive partition completes
+        self.time_order = export_cfg.time_order  # late rows in row groups of their own (ON_TIME, LATE)
         self.hive = export_cfg.layout == "hive"
         self.bucket_us = HOUR_US if export_cfg.partition_hour else DAY_US
         self.server = server_name(export_cfg) or DEFAULT_SERVER
@@ -220,32 +204,35 @@ class ParquetExporter(FileExporter):
         this format (they are counted in the statistics)."""
         if self.hive and now_ns is not None:
             self._close_ended(now_ns)
-        if txs:
-            table = self.builder.build_from_records(txs) if self.tx_records else self.builder.build(txs)
+        if not txs:
+            return
+        build = self.builder.build_from_records if self.tx_records else self.builder.build
+        # (export.time_order: the late rows made apart, each table then one stream; see ON_TIME)
+        for stream, late in ((ON_TIME, False), (LATE, True)) if self.time_order else ((ON_TIME, None),):
+            table = build(txs, late)
+            if not table.num_rows:
+                continue
             for step in self.steps:
                 table = step(table)
-            self.write_table(table)
+            self.write_table(table, stream)
 
-    def write_table(self, table):
-        """Append rows; a file opened for them is named after its first row's time."""
+    def write_table(self, table, stream=None):
+        """Append rows of a stream (ON_TIME, LATE; None: rows of either, split by late_rows when export.time_order);
+        a file opened for them is named after its first row's time."""
+        if stream is None:
+            if self.time_order:
+                for stream, rows in enumerate(late_rows(table)):
+                    if rows.num_rows:
+                        self.write_table(rows, stream)
+                return
+            stream = ON_TIME
         if self.metrics is not None:
             self.metrics.add_table(table)
         if not self.hive:
-            self._append(None, table)
+            self._append(None, table, stream)
             return
         for bucket, rows in self._partitions(table):
-            self._append(bucket, rows)
-
-    def close(self):
-        """The input has ended: the rows held back for their order are written as the others, rotating on
-        export.rotate_bytes and export.rotate_records as they go; then every file is closed."""
-        self.late_us = None
-        for bucket, f in list(self.files.items()):
-            if f.pending_rows:
-                f.rows -= f.pending_rows
-                self._count(-f.pending_rows)
-                self._append(bucket, pa.concat_tables(f.take_pending()))
-        super().close()
+            self._append(bucket, rows, stream)
 
     def reload(self):
         if self.enricher is not None:
@@ -278,21 +265,26 @@ class ParquetExporter(FileExporter):
 
     # -- files --
 
-    def _append(self, bucket, table):
+    def _append(self, bucket, table, stream):
         while table.num_rows:
             f = self._open(_first_time_ns(table), bucket)
             take = self._room(f, table.num_rows)
-            f.add(table.slice(0, take))
+            f.add(table.slice(0, take), stream)
             f.rows += take
             self._count(take)
             table = table.slice(take)
             self._flush_row_groups(f, force=False)
-            if self._over_size(f):
-                # The rows not written yet belong to the next file.
-                f.rows -= f.pending_rows
-                self._count(-f.pending_rows)
-                table = pa.concat_tables(f.take_pending() + [table])
+            if not self._over_size(f):
+                self._end_if_full(bucket)
+                continue
+            # The rows not written yet belong to the next file, the other stream's first.
+            f.rows -= f.pending_rows
+            self._count(-f.pending_rows)
+            pending = f.take_pending()
+            table = pa.concat_tables(pending[stream] + [table])
             self._end_if_full(bucket)
+            if pending[1 - stream]:
+                self._append(bucket, pa.concat_tables(pending[1 - stream]), 1 - stream)
 
     def _count(self, rows):
         """Rows handed to the file (ParquetExporter: in the `records` counter at once; the journal counts them in its
@@ -327,6 +319,6 @@ class ParquetExporter(FileExporter):
 
     def _flush_row_groups(self, f, force):
         try:
-            write_row_groups(f, self.cfg, force, self.late_us, self._over_size)
+            write_row_groups(f, self.cfg, force, self._over_size)
         except OSError as exc:
             raise self._output_error(exc, f.part_path) from None

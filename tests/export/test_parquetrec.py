@@ -7,6 +7,7 @@ TCP, IPv6, EDNS options), the sample, the live-capture test's generated traffic 
 by the Python loop and copied into a TxBatch.
 """
 
+import pyarrow.compute as pc
 import pytest
 from support.captures import columnar_captures
 from support.stages import transactions
@@ -55,3 +56,29 @@ def test_tables_equal_python_builder(captures, answers):
         rows += got.num_rows
         with_answers += got.num_rows - got.column("answers").null_count
     assert rows > 10000 and (with_answers > 5000 if answers else with_answers == 0)
+
+
+def test_the_late_rows_and_the_others_apart_equal_python_builder(captures):
+    """export.time_order makes the rows of late transactions (queries without response, not malformed) and the
+    others apart: the C pass selects them as the reference does, each part the rows of the whole table that are
+    late, or not, in the order they came."""
+    counts = {False: 0, True: 0}
+    malformed_queries = 0
+    for path in captures:
+        txs = transactions(path)
+        batch = _records.TxBatch()
+        for t in txs:
+            batch.append(t)
+        everything = RowBuilder().build(txs)
+        late_mask = pc.and_not(pc.and_not(everything.column("query_present"), everything.column("response_present")),
+                               everything.column("malformed"))
+        for late in (False, True):
+            got = RowBuilder().build_from_records(batch, late)
+            want = RowBuilder().build(txs, late)
+            got.validate(full=True)
+            assert got.equals(want), f"{path.name}: late={late}"
+            assert got.equals(everything.filter(late_mask if late else pc.invert(late_mask))), path.name
+            counts[late] += got.num_rows
+        malformed_queries += pc.sum(pc.and_(everything.column("malformed"),
+                                            pc.invert(everything.column("response_present")))).as_py() or 0
+    assert counts[True] > 100 and counts[False] > 10000 and malformed_queries > 0
