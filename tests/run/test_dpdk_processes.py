@@ -103,7 +103,7 @@ def test_every_dpdk_worker_rotates_when_told(testbed, parts, shape, out_dir, req
     not answer would keep its transactions in its .part file until the stop). The primary and the secondary of the
     multi-process shape; the queue threads of the one process without hugepages. (AF_PACKET workers:
     test_live_capture.test_sighup_rotates.)"""
-    from support.live import LIBDPDK, NO_HUGE, DpdkProbe
+    from support.live import LIBDPDK, NO_HUGE, WORKER_RSS_BOUND_MIB, DpdkProbe
 
     if not LIBDPDK:
         pytest.skip("libdpdk is not installed, so the DPDK extension is not built")
@@ -121,7 +121,12 @@ def test_every_dpdk_worker_rotates_when_told(testbed, parts, shape, out_dir, req
         probe.signal(signal.SIGHUP)
         probe.wait_for(lambda d: keys(rows_of(out_dir)) == want, "every transaction in a closed file")
         closed = sorted(p.name.split(".w")[1] for p in out_dir.glob("*.parquet"))
+        peaks = probe.workers_peak_rss_mib()  # after a rotation, which converts each worker's journal
     finally:
         rc = probe.stop()
     assert rc == 0, probe.stderr
     assert closed == ["0.parquet", "1.parquet"]  # both workers (queues) had transactions, and closed their file
+    # Issue 33: no worker above 256 MiB, the primary and the secondary (the hugepages they share are not in their
+    # RSS) or the one process of both queue threads.
+    assert len(peaks) == (2 if shape == "processes" else 1) and all(
+        mib < WORKER_RSS_BOUND_MIB for mib in peaks.values()), peaks

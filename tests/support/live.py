@@ -21,6 +21,7 @@ WAIT_S = 30.0
 LIBDPDK = shutil.which("pkg-config") is not None and subprocess.run(
     ["pkg-config", "--exists", "libdpdk"], capture_output=True).returncode == 0
 NO_HUGE = "--no-huge --no-pci -m 512"
+WORKER_RSS_BOUND_MIB = 256  # issue 33: no worker above this (its peak resident memory)
 
 
 class VethBed(Testbed):
@@ -147,6 +148,16 @@ class Probe:
 
     def wait_counter(self, name, at_least):
         return self.wait_for(lambda d: d["counters"][name] >= at_least, f"{name} >= {at_least}")
+
+    def workers_peak_rss_mib(self):
+        """Each worker process's peak resident memory so far, by pid: VmHWM of /proc/PID/status, in MiB. (Hugetlb
+        pages, which DPDK's processes share, are not in it; smaps_rollup counts them apart.)"""
+        peaks = {}
+        for pid in {w["pid"] for w in self.stats()["workers"].values()}:
+            status = Path(f"/proc/{pid}/status").read_text()
+            kib = next(int(line.split()[1]) for line in status.splitlines() if line.startswith("VmHWM:"))
+            peaks[pid] = round(kib / 1024, 1)
+        return peaks
 
     def signal(self, sig):
         self.proc.send_signal(sig)
