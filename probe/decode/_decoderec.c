@@ -285,7 +285,8 @@ static int put_record(MsgBatch *out, const MsgNet *net, const unsigned char *p, 
         return -1;
     size_t start = rb->len;
     Rec *r = (Rec *)(rb->buf + start);
-    memset(r, 0, sizeof *r);
+    static const Rec empty; /* copied, not memset: gcc zeroes a Rec with `rep stos`, slow to start (perf) */
+    *r = empty;
     Tail t = {(char *)r, sizeof(Rec)};
     set_net(r, &t, net);
     r->dns_len = n;
