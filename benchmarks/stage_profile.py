@@ -251,17 +251,26 @@ def perf_shares(cmd, data):
     return perf_classes(data)
 
 
-def perf_classes(data):
-    """{class: share of the samples} of a perf.data file, and "samples"."""
-    script = subprocess.run(["perf", "script", "-i", str(data), "-F", "ip,sym,dso"], capture_output=True, text=True,
-                            check=True).stdout
+def perf_classes(data, main_tid=None):
+    """{class: share of the samples} of a perf.data file, and "samples"; with main_tid (a process's pid), also
+    "threads": the same of that thread's samples ("main") and of the others' ("other"), as shares of all."""
+    script = subprocess.run(["perf", "script", "-i", str(data), "-F", "tid,ip,sym,dso"], capture_output=True,
+                            text=True, check=True).stdout
     counts = collections.Counter()
+    by_thread = {"main": collections.Counter(), "other": collections.Counter()}
     for sample in script.split("\n\n"):
         frames = [(m.group(1), m.group(2)) for m in re.finditer(r"^\s*[0-9a-f]+ (\S+).*\((\S+)\)$", sample, re.M)]
         if frames:
-            counts[perf_class(frames)] += 1
+            name = perf_class(frames)
+            counts[name] += 1
+            tid = sample.split(None, 1)[0]
+            by_thread["main" if tid == str(main_tid) else "other"][name] += 1
     total = sum(counts.values())
-    return {name: round(n / total, 3) for name, n in counts.most_common()} | {"samples": total}
+    res = {name: round(n / total, 3) for name, n in counts.most_common()} | {"samples": total}
+    if main_tid is not None:
+        res["threads"] = {t: {name: round(n / total, 3) for name, n in c.most_common()} | {"all": round(
+            sum(c.values()) / total, 3)} for t, c in by_thread.items()}
+    return res
 
 
 def perf_live(pcap, packets, rate, tmp_root):
@@ -297,7 +306,7 @@ def perf_live(pcap, packets, rate, tmp_root):
             live.stop_process(recorder)
     stats = json.loads(sorted((out / "files").glob("*.stats.json"))[-1].read_text())
     return {"offered_pps": rate, "packets_sent": packets, "captured": stats["counters"]["packets"],
-            "worker_cpu_seconds_while_capturing": round(cpu_run, 3), "classes": perf_classes(data)}
+            "worker_cpu_seconds_while_capturing": round(cpu_run, 3), "classes": perf_classes(data, worker)}
 
 
 def perf_table(pcap, tmp_root):
@@ -367,14 +376,19 @@ def markdown(res):
         lines.append(f"| {stage} | " + " | ".join(cells) + " |")
     perf = dict(res.get("perf") or {})
     if res.get("live"):
-        perf["live capture worker"] = res["live"]["classes"]
+        live_classes = dict(res["live"]["classes"])
+        threads = live_classes.pop("threads", None)
+        perf["live capture worker"] = live_classes
+        if threads:  # (shares of all the worker's samples: the two columns add up to the one before)
+            perf["live: its capture thread"] = threads["main"]
+            perf["live: its other threads (the journal's conversion)"] = threads["other"]
     if perf:
         names = list(perf)
         lines += ["", "## perf: share of the samples by class (`perf record -g`, the whole process; C and kernel "
                   "frames by DSO and symbol, benchmarks/stage_profile.py PERF_CLASSES)", "",
                   "| class | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
-        classes = list(dict.fromkeys(c for n in names for c in perf[n] if c != "samples"))
-        for c in classes + ["samples"]:
+        classes = list(dict.fromkeys(c for n in names for c in perf[n] if c not in ("samples", "all")))
+        for c in classes + ["all", "samples"]:
             cells = [f"{perf[n][c]:,}" if c == "samples" else f"{100 * perf[n][c]:.1f} %" if c in perf[n] else "-"
                      for n in names]
             lines.append(f"| {c} | " + " | ".join(cells) + " |")
