@@ -22,8 +22,13 @@ from probe.config_values import (
     Options,
     Text,
     check_value,
+    file_name_part,
     flatten,
+    hex_mask,
+    host_port,
+    octal_mode,
     read_yaml,
+    server_name,
     unknown_key,
     value_from_text,
     yaml_value,
@@ -33,28 +38,6 @@ from probe.decode.dnstap_types import TYPE_NAMES as DNSTAP_TYPE_NAMES
 from probe.decode.ipfilter import check_network
 from probe.decode.parsers import CHOICES as PARSER_CHOICES
 from probe.decode.parsers import check_choice as check_parser
-
-
-def _file_name_part(value):
-    """A prefix of output file names: no directory separators or NUL bytes (the directory is -o)."""
-    if "/" in value or "\0" in value:
-        raise ValueError(f"{value!r} is not a file name prefix (no '/' or NUL; the directory is export.directory)")
-    return value
-
-
-_SERVER_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-_")
-
-
-def _server_name(value):
-    """A server name: one path component of the hive layout (server=NAME) that no engine has to unescape."""
-    if not set(value) <= _SERVER_NAME_CHARS or value in (".", ".."):
-        raise ValueError(f"{value!r} is not a server name (letters, digits, '.', '-' and '_' only)")
-    return value
-
-
-def _hex_mask(value):
-    """A coremask as text: an integer given where the text was expected (a program's override) is written in hex."""
-    return hex(value) if isinstance(value, int) and not isinstance(value, bool) else value
 
 
 def opt(default, help, *, min=None, max=None, choices=None, check=None, allow_empty=False, from_int=None,
@@ -123,7 +106,7 @@ class MatchConfig(Options):
 class ExportConfig(Options):
     format: str = opt("parquet", "output format: parquet, or cdns (C-DNS, RFC 8618)", choices=("parquet", "cdns"))
     directory: str = opt(".", "output directory (the -o flag)")
-    file_prefix: str = opt("dnsprobe.", "output file name prefix", check=_file_name_part)
+    file_prefix: str = opt("dnsprobe.", "output file name prefix", check=file_name_part)
     overwrite: bool = opt(
         False, "`dnsprobe read`: replace an output file whose name exists (the same input read again) instead of"
         " refusing it; live capture never replaces a file (docs/usage.md)",
@@ -144,7 +127,7 @@ class ExportConfig(Options):
     server_name: typing.Optional[str] = opt(  # noqa: UP045
         None, "this probe's server name: the hive layout's server=NAME directory and the server_location column"
         " (null: the host name in the hive layout, and server_location left empty as DNS Probe; '' is __default__)",
-        check=_server_name,
+        check=server_name,
     )
     sort: str = opt(
         "none", "Parquet: sort the rows of each row group by domainname, then qname (none: capture order)",
@@ -234,7 +217,7 @@ class CaptureConfig(Options):
     )
     coremask: str = opt(
         "0x1", "CPU cores to run capture workers on, one worker process per core: a hex mask (0x3, or 3)",
-        from_int=_hex_mask,
+        from_int=hex_mask,
     )
     promiscuous: bool = opt(False, "put the interfaces in promiscuous mode (PACKET_ADD_MEMBERSHIP)")
     block_size: int = opt(
@@ -318,25 +301,6 @@ class DpdkConfig(Options):
         " (run.batch_size frames go at once), as capture.block_timeout_ms for AF_PACKET", min=1, max=60000,
     )
 
-def _octal_mode(value):
-    """A file mode written in octal, as chmod takes it ('0660')."""
-    try:
-        mode = int(value, 8)
-    except ValueError:
-        raise ValueError(f"{value!r} is not an octal mode such as '0660'") from None
-    if not 0 <= mode <= 0o7777:
-        raise ValueError(f"{value!r} is not a file mode (0000 to 7777)")
-    return value
-
-
-def _host_port(value):
-    """HOST:PORT ([v6]:PORT) of a TCP listener."""
-    host, sep, port = value.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ValueError(f"{value!r} is not HOST:PORT (an IPv6 address in brackets: [::1]:6000)")
-    return value
-
-
 @dataclass(frozen=True, init=False, eq=False, repr=False)
 class DnstapConfig(Options):
     message_types: tuple[str, ...] = opt(
@@ -354,11 +318,11 @@ class DnstapConfig(Options):
     )
     socket_mode: str = opt(
         "0660", "permissions of the Unix socket, octal (0660): the server's user or group needs write access",
-        check=_octal_mode,
+        check=octal_mode,
     )
     listen: typing.Optional[str] = opt(  # noqa: UP045
         None, "HOST:PORT that `dnsprobe capture` listens on for dnstap producers over TCP (the --dnstap-listen"
-        " flag)", check=_host_port,
+        " flag)", check=host_port,
     )
     max_connections: int = opt(
         256, "dnstap producer connections a capture worker holds at once; more are refused (counted)", min=1

@@ -278,3 +278,46 @@ def flatten(doc, origin, types):
                 raise unknown_key(key, types, origin)
             flat[key] = _from_node(key, value, types[key])
     return flat
+
+
+# Checks of single option values (probe.config's `check=`).
+
+def file_name_part(value):
+    """A prefix of output file names: no directory separators or NUL bytes (the directory is -o)."""
+    if "/" in value or "\0" in value:
+        raise ValueError(f"{value!r} is not a file name prefix (no '/' or NUL; the directory is export.directory)")
+    return value
+
+
+SERVER_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-_")
+
+
+def server_name(value):
+    """A server name: one path component of the hive layout (server=NAME) that no engine has to unescape."""
+    if not set(value) <= SERVER_NAME_CHARS or value in (".", ".."):
+        raise ValueError(f"{value!r} is not a server name (letters, digits, '.', '-' and '_' only)")
+    return value
+
+
+def hex_mask(value):
+    """A coremask as text: an integer given where the text was expected (a program's override) is written in hex."""
+    return hex(value) if isinstance(value, int) and not isinstance(value, bool) else value
+
+
+def octal_mode(value):
+    """A file mode written in octal, as chmod takes it ('0660')."""
+    try:
+        mode = int(value, 8)
+    except ValueError:
+        raise ValueError(f"{value!r} is not an octal mode such as '0660'") from None
+    if not 0 <= mode <= 0o7777:
+        raise ValueError(f"{value!r} is not a file mode (0000 to 7777)")
+    return value
+
+
+def host_port(value):
+    """HOST:PORT ([v6]:PORT) of a TCP listener."""
+    host, sep, port = value.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"{value!r} is not HOST:PORT (an IPv6 address in brackets: [::1]:6000)")
+    return value
