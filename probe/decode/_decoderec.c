@@ -264,6 +264,17 @@ static void set_net(Rec *r, Tail *t, const MsgNet *net)
     }
 }
 
+/* A record zeroed with 16-byte stores, written out (a loop of them, as memset of the fixed size, is compiled
+ * into a `rep stos`, whose start-up cost per record was a fifth of put_record's time). */
+static inline void zero_rec(Rec *r)
+{
+    typedef uint64_t Zero16 __attribute__((vector_size(16), aligned(8), may_alias));
+    _Static_assert(sizeof(Rec) == 16 * 16, "zero_rec writes sixteen 16-byte words");
+    Zero16 *z = (Zero16 *)r, zero = {0, 0};
+    z[0] = z[1] = z[2] = z[3] = z[4] = z[5] = z[6] = z[7] = zero;
+    z[8] = z[9] = z[10] = z[11] = z[12] = z[13] = z[14] = z[15] = zero;
+}
+
 /* The record of the message p[0..n) with the network part net, appended to out (the capsule's put_record). */
 static int put_record(MsgBatch *out, const MsgNet *net, const unsigned char *p, Py_ssize_t n, int keep_raw,
                       int32_t *flags, int *malformed)
@@ -285,7 +296,7 @@ static int put_record(MsgBatch *out, const MsgNet *net, const unsigned char *p, 
         return -1;
     size_t start = rb->len;
     Rec *r = (Rec *)(rb->buf + start);
-    memset(r, 0, sizeof *r);
+    zero_rec(r);
     Tail t = {(char *)r, sizeof(Rec)};
     set_net(r, &t, net);
     r->dns_len = n;
