@@ -238,10 +238,14 @@ int name_labels(const unsigned char *p, Py_ssize_t n, Py_ssize_t *poff, NameLabe
 /* b".".join(labels), one label (its length byte at label) at a time. */
 static inline void join_label(char *joined, Py_ssize_t *jlen, long *count, const unsigned char *label)
 {
+    size_t len = label[0];
+    /* The length hidden from the compiler: bounded (255), a memcpy of it was inlined as a `rep movsq`, whose
+     * start-up cost per label was a quarter of the DNS walk's own time; the C library's copies it faster. */
+    __asm__("" : "+r"(len));
     if ((*count)++)
         joined[(*jlen)++] = '.';
-    memcpy(joined + *jlen, label + 1, label[0]);
-    *jlen += label[0];
+    memcpy(joined + *jlen, label + 1, len);
+    *jlen += (Py_ssize_t)len;
 }
 
 /* dnswire.read_name: the name at *poff, its labels joined by '.' into `joined` (room for 2 * MAX_NAME + 2 bytes)
