@@ -15,7 +15,7 @@ import socket
 import pytest
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
-from support.captures import bench_mix, build_traffic, edge_traffic, keys
+from support.captures import bench_mix, keys
 from support.cbpf import run_cbpf
 from support.data import DATA_CAPTURES
 from support.dnsprobe import rows_of, run_dnsprobe
@@ -30,12 +30,8 @@ EXPRESSIONS = ("net 192.0.2.0/24", "ip6 or (udp and not src port 53)", "tcp", "v
 
 
 @pytest.fixture(scope="module")
-def frames(tmp_path_factory):
-    d = tmp_path_factory.mktemp("expr")
-    build_traffic(d / "traffic.pcap", 1, 300)
-    edge_traffic(d / "edge.pcap")
-    paths = [p for p in DATA_CAPTURES if p.stat().st_size < 3_000_000] + [d / "traffic.pcap", d / "edge.pcap",
-                                                                          bench_mix()]
+def frames(traffic_pcap, edge_pcap):
+    paths = [p for p in DATA_CAPTURES if p.stat().st_size < 3_000_000] + [traffic_pcap, edge_pcap[0], bench_mix()]
     out = []
     for path in paths:
         for batch in read_capture(path):
@@ -88,9 +84,8 @@ def test_the_kernel_takes_chained_programs_and_refuses_too_long_ones():
         dns_filter([53], user_program=user)
 
 
-def test_read_filter_writes_the_frames_the_expression_accepts(tmp_path):
-    pcap = tmp_path / "traffic.pcap"
-    build_traffic(pcap, 1, 300)
+def test_read_filter_writes_the_frames_the_expression_accepts(traffic_pcap, tmp_path):
+    pcap = traffic_pcap
     expression = "net 10.1.0.0/16 or ip6"
     everything, filtered = tmp_path / "all", tmp_path / "filtered"
     for d in (everything, filtered):
