@@ -19,6 +19,7 @@ from support.captures import bench_mix, keys
 from support.cbpf import run_cbpf
 from support.data import DATA_CAPTURES
 from support.dnsprobe import rows_of, run_dnsprobe
+from support.frames import MAC_C, MAC_S
 
 from probe.capture.afpacket import attach_filter
 from probe.capture.bpf import BPF_MAXINSNS, BPF_RET, dns_filter
@@ -64,9 +65,9 @@ def test_a_program_returning_a_is_chained():
     # ldb [22] (the IPv4 TTL); ret A: accepts what has a TTL other than 0
     user = [(0x30, 0, 0, 22), (BPF_RET | 0x10, 0, 0, 0)]
     chained = dns_filter([53], user_program=user)
-    udp = bytes(Ether() / IP(src="10.0.0.1", dst="10.0.0.2", ttl=64) / UDP(sport=1000, dport=53))
-    ttl0 = bytes(Ether() / IP(src="10.0.0.1", dst="10.0.0.2", ttl=0) / UDP(sport=1000, dport=53))
-    other = bytes(Ether() / IP(src="10.0.0.1", dst="10.0.0.2", ttl=64) / UDP(sport=1000, dport=80))
+    udp = bytes(Ether(src=MAC_C, dst=MAC_S) / IP(src="10.0.0.1", dst="10.0.0.2", ttl=64) / UDP(sport=1000, dport=53))
+    ttl0 = bytes(Ether(src=MAC_C, dst=MAC_S) / IP(src="10.0.0.1", dst="10.0.0.2", ttl=0) / UDP(sport=1000, dport=53))
+    other = bytes(Ether(src=MAC_C, dst=MAC_S) / IP(src="10.0.0.1", dst="10.0.0.2", ttl=64) / UDP(sport=1000, dport=80))
     assert run_cbpf(chained, udp) and not run_cbpf(chained, ttl0) and not run_cbpf(chained, other)
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
         attach_filter(sock, chained)
