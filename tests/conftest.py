@@ -2,6 +2,7 @@
 support package."""
 
 import pytest
+from support.captures import build_traffic, edge_traffic
 from support.live import Probe, VethBed
 
 
@@ -18,6 +19,22 @@ def testbed():
     bed.up()
     yield bed
     bed.down()
+
+
+@pytest.fixture(scope="session")
+def traffic_pcap(tmp_path_factory):
+    """The live-capture test's traffic (build_traffic, 400 transactions), built once: the decoding, filter, columnar
+    and parallel-read tests only read it."""
+    pcap = tmp_path_factory.mktemp("traffic") / "traffic.pcap"
+    build_traffic(pcap, 1, 400)
+    return pcap
+
+
+@pytest.fixture(scope="session")
+def edge_pcap(tmp_path_factory):
+    """support.captures.edge_traffic's pcap and its number of frames, built once (the tests only read it)."""
+    pcap = tmp_path_factory.mktemp("edge") / "edge.pcap"
+    return pcap, edge_traffic(pcap)
 
 
 @pytest.fixture

@@ -24,7 +24,7 @@ from scapy.layers.inet import ICMP, IP, TCP, UDP, IPOption_RR
 from scapy.layers.inet6 import IPv6, IPv6ExtHdrDestOpt, IPv6ExtHdrFragment, IPv6ExtHdrHopByHop, IPv6ExtHdrRouting
 from scapy.layers.l2 import ARP, Ether
 from scapy.packet import Raw
-from support.captures import bench_mix, build_traffic, edge_traffic
+from support.captures import bench_mix
 from support.cbpf import received, run_cbpf
 from support.data import DATA_CAPTURES
 from support.frames import ether
@@ -49,12 +49,8 @@ from probe.stats import Stats
 
 
 @pytest.fixture(scope="module")
-def captures(tmp_path_factory):
-    d = tmp_path_factory.mktemp("bpf")
-    build_traffic(d / "traffic.pcap", 1, 300)
-    edge_traffic(d / "edge.pcap")
-    return [p for p in DATA_CAPTURES if p.stat().st_size < 3_000_000] + [d / "traffic.pcap", d / "edge.pcap",
-                                                                          bench_mix()]
+def captures(traffic_pcap, edge_pcap):
+    return [p for p in DATA_CAPTURES if p.stat().st_size < 3_000_000] + [traffic_pcap, edge_pcap[0], bench_mix()]
 
 
 def ethernet_frames(path):

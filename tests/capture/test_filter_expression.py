@@ -15,10 +15,11 @@ import socket
 import pytest
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
-from support.captures import bench_mix, build_traffic, edge_traffic, keys
+from support.captures import bench_mix, keys
 from support.cbpf import run_cbpf
 from support.data import DATA_CAPTURES
 from support.dnsprobe import rows_of, run_dnsprobe
+from support.frames import MAC_C, MAC_S
 
 from probe.capture.afpacket import attach_filter
 from probe.capture.bpf import BPF_MAXINSNS, BPF_RET, dns_filter
@@ -30,12 +31,8 @@ EXPRESSIONS = ("net 192.0.2.0/24", "ip6 or (udp and not src port 53)", "tcp", "v
 
 
 @pytest.fixture(scope="module")
-def frames(tmp_path_factory):
-    d = tmp_path_factory.mktemp("expr")
-    build_traffic(d / "traffic.pcap", 1, 300)
-    edge_traffic(d / "edge.pcap")
-    paths = [p for p in DATA_CAPTURES if p.stat().st_size < 3_000_000] + [d / "traffic.pcap", d / "edge.pcap",
-                                                                          bench_mix()]
+def frames(traffic_pcap, edge_pcap):
+    paths = [p for p in DATA_CAPTURES if p.stat().st_size < 3_000_000] + [traffic_pcap, edge_pcap[0], bench_mix()]
     out = []
     for path in paths:
         for batch in read_capture(path):
@@ -68,9 +65,9 @@ def test_a_program_returning_a_is_chained():
     # ldb [22] (the IPv4 TTL); ret A: accepts what has a TTL other than 0
     user = [(0x30, 0, 0, 22), (BPF_RET | 0x10, 0, 0, 0)]
     chained = dns_filter([53], user_program=user)
-    udp = bytes(Ether() / IP(src="10.0.0.1", dst="10.0.0.2", ttl=64) / UDP(sport=1000, dport=53))
-    ttl0 = bytes(Ether() / IP(src="10.0.0.1", dst="10.0.0.2", ttl=0) / UDP(sport=1000, dport=53))
-    other = bytes(Ether() / IP(src="10.0.0.1", dst="10.0.0.2", ttl=64) / UDP(sport=1000, dport=80))
+    udp = bytes(Ether(src=MAC_C, dst=MAC_S) / IP(src="10.0.0.1", dst="10.0.0.2", ttl=64) / UDP(sport=1000, dport=53))
+    ttl0 = bytes(Ether(src=MAC_C, dst=MAC_S) / IP(src="10.0.0.1", dst="10.0.0.2", ttl=0) / UDP(sport=1000, dport=53))
+    other = bytes(Ether(src=MAC_C, dst=MAC_S) / IP(src="10.0.0.1", dst="10.0.0.2", ttl=64) / UDP(sport=1000, dport=80))
     assert run_cbpf(chained, udp) and not run_cbpf(chained, ttl0) and not run_cbpf(chained, other)
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
         attach_filter(sock, chained)
@@ -88,9 +85,8 @@ def test_the_kernel_takes_chained_programs_and_refuses_too_long_ones():
         dns_filter([53], user_program=user)
 
 
-def test_read_filter_writes_the_frames_the_expression_accepts(tmp_path):
-    pcap = tmp_path / "traffic.pcap"
-    build_traffic(pcap, 1, 300)
+def test_read_filter_writes_the_frames_the_expression_accepts(traffic_pcap, tmp_path):
+    pcap = traffic_pcap
     expression = "net 10.1.0.0/16 or ip6"
     everything, filtered = tmp_path / "all", tmp_path / "filtered"
     for d in (everything, filtered):

@@ -25,8 +25,11 @@ def installed(tmp_path_factory):
                             wheels, ROOT], capture_output=True, text=True)
     assert build.returncode == 0, build.stderr
     (wheel,) = wheels.glob("dnsprobe-*.whl")
-    subprocess.run([sys.executable, "-m", "venv", venv], check=True)
-    pip = subprocess.run([venv / "bin" / "pip", "install", "-q", wheel], capture_output=True, text=True)
+    # The venv without a pip of its own, the test environment's pip installing into it (--python); no byte
+    # compiling of the dependencies at install (Python compiles what is imported): a third of the time it took.
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", venv], check=True)
+    pip = subprocess.run([sys.executable, "-m", "pip", "--python", venv / "bin" / "python", "install", "-q",
+                          "--no-compile", wheel], capture_output=True, text=True)
     assert pip.returncode == 0, pip.stderr
     return venv, tmp
 

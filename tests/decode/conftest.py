@@ -2,19 +2,17 @@
 
 import pytest
 from scapy.utils import wrpcap
-from support.captures import build_traffic
 from support.data import DATA_CAPTURES, ROOT
 from support.edge_frames import edge_frames, tcp_frames
 
 
 @pytest.fixture(scope="session")
-def generated_captures(tmp_path_factory):
+def generated_captures(tmp_path_factory, traffic_pcap):
     """Captures made by the tests: the live-capture test's traffic, the decoders' edge frames and TCP traffic."""
     d = tmp_path_factory.mktemp("decode")
-    build_traffic(d / "traffic.pcap", 1, 400)
     wrpcap(str(d / "edge.pcap"), edge_frames())
     wrpcap(str(d / "tcp.pcap"), [f for f, _ in tcp_frames()])
-    return [d / "traffic.pcap", d / "edge.pcap", d / "tcp.pcap"]
+    return [traffic_pcap, d / "edge.pcap", d / "tcp.pcap"]
 
 
 @pytest.fixture(scope="session")

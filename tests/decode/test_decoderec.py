@@ -303,8 +303,10 @@ from probe.model import M
 portmap = bytearray(8192)
 portmap[53 >> 3] |= 1 << (53 & 7)
 portmap = bytes(portmap)
+def ether():
+    return Ether(src="02:00:00:00:00:0c", dst="02:00:00:00:00:05")  # (Ether() looks the MAC up: seconds)
 def udp_frame(src, qid):
-    return bytes(Ether() / IP(src=src, dst="198.51.100.53") / UDP(sport=40000, dport=53)
+    return bytes(ether() / IP(src=src, dst="198.51.100.53") / UDP(sport=40000, dport=53)
                  / DNS(id=qid, qd=DNSQR(qname="held.example.com")))
 """
 
@@ -351,7 +353,7 @@ tcp_flags = "R" if callback == "on_reset" else "PA"
 if callback == "keep":
     frame = udp_frame("192.0.2.1", 77)
 else:
-    frame = bytes(Ether() / IP(src="192.0.2.1", dst="198.51.100.53")
+    frame = bytes(ether() / IP(src="192.0.2.1", dst="198.51.100.53")
                   / TCP(sport=40000, dport=53, flags=tcp_flags, seq=1) / b"\\x00\\x02ab")
 frames.add(frame, 1, 100)
 want = frame.hex()

@@ -29,6 +29,7 @@ from scapy.packet import Raw
 from scapy.utils import wrpcap
 from support.data import CDNS_CDDL, COMPACTOR_DATA, DNSPROBE_DATA, ROOT
 from support.dnsprobe import as_rows, read_output, run_dnsprobe
+from support.frames import MAC_C, MAC_S
 
 from export.cdns import format as F
 from export.filemeta import read_meta
@@ -509,11 +510,12 @@ def test_address_events_equal_compactor(tmp_path):
 
 T0 = 1_600_000_000
 CLIENT, SERVER = "192.0.2.1", "198.51.100.53"
+ETHER = Ether(src=MAC_C, dst=MAC_S)  # (Ether() would look the MAC up: seconds a frame)
 
 
 def _frame(t, src, sport, dst, dport, dns, proto=UDP):
     ip = IPv6(src=src, dst=dst) if ":" in src else IP(src=src, dst=dst, ttl=61)
-    pkt = Ether() / ip / proto(sport=sport, dport=dport) / (Raw(load=dns) if isinstance(dns, bytes) else dns)
+    pkt = ETHER / ip / proto(sport=sport, dport=dport) / (Raw(load=dns) if isinstance(dns, bytes) else dns)
     pkt.time = T0 + t
     return pkt
 
@@ -542,10 +544,10 @@ def _rich_capture(path):
         _frame(0.004, CLIENT, 40003, SERVER, 53, b"\x12\x34\x01"),  # malformed: short header
         _frame(0.005, CLIENT, 40004, SERVER, 53, b"", proto=lambda **kw: TCP(flags="R", **kw)),
     ]
-    unreachable = Ether() / IP(src="198.51.100.1", dst=SERVER) / ICMP(type=3, code=3) / IPerror(
+    unreachable = ETHER / IP(src="198.51.100.1", dst=SERVER) / ICMP(type=3, code=3) / IPerror(
         src=SERVER, dst="192.0.2.99") / UDPerror(sport=53, dport=40005)
     unreachable.time = T0 + 0.006
-    unreach6 = Ether() / IPv6(src="2001:db8::fe", dst="2001:db8::53") / ICMPv6DestUnreach(code=4) / IPerror6(
+    unreach6 = ETHER / IPv6(src="2001:db8::fe", dst="2001:db8::53") / ICMPv6DestUnreach(code=4) / IPerror6(
         src="2001:db8::53", dst="2001:db8::99") / UDPerror(sport=53, dport=40006)
     unreach6.time = T0 + 0.007
     wrpcap(str(path), frames + [unreachable, unreach6])

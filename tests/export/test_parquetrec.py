@@ -19,8 +19,8 @@ from probe import _records
 
 
 @pytest.fixture(scope="module")
-def captures(tmp_path_factory):
-    return columnar_captures(tmp_path_factory.mktemp("parquetrec"))
+def captures(traffic_pcap):
+    return columnar_captures(traffic_pcap)
 
 
 def test_extension_is_built():

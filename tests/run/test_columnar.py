@@ -23,8 +23,8 @@ from probe.run.pipeline import Pipeline
 
 
 @pytest.fixture(scope="module")
-def captures(tmp_path_factory):
-    return columnar_captures(tmp_path_factory.mktemp("columnar"))
+def captures(traffic_pcap):
+    return columnar_captures(traffic_pcap)
 
 
 def test_columnar_is_the_default():

@@ -14,7 +14,6 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from support.captures import edge_traffic
 from support.dnsprobe import rows_of, run_dnsprobe
 from support.live import Probe
 
@@ -40,10 +39,9 @@ def differences(got, want):
 
 
 @pytest.fixture(scope="module")
-def edge(tmp_path_factory):
+def edge(tmp_path_factory, edge_pcap):
     d = tmp_path_factory.mktemp("split")
-    pcap = d / "edge.pcap"
-    frames = edge_traffic(pcap)
+    pcap, frames = edge_pcap
     out = d / "read1"
     out.mkdir()
     run_dnsprobe("read", pcap, "-o", out, "-q", "--no-progress")

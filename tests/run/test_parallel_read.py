@@ -18,10 +18,10 @@ from scapy.layers.inet import IP, UDP, fragment
 from scapy.layers.inet6 import IPv6, IPv6ExtHdrFragment, fragment6
 from scapy.layers.l2 import Dot1Q, Ether
 from scapy.packet import Raw
-from support.captures import bench_mix, build_traffic, edge_traffic
+from support.captures import bench_mix, build_traffic
 from support.data import DATA_CAPTURES, ROOT
 from support.dnsprobe import as_rows, probe_run, read_output, run_dnsprobe
-from support.frames import C4, NS, S4, T0, TcpConn, ether, framed, udp_frame, write_pcap
+from support.frames import C4, MAC_C, MAC_S, NS, S4, T0, TcpConn, ether, framed, udp_frame, write_pcap
 from support.messages import q_dns, r_dns
 
 from probe import _records
@@ -32,11 +32,8 @@ CORES = len(os.sched_getaffinity(0))
 
 
 @pytest.fixture(scope="module")
-def captures(tmp_path_factory):
-    d = tmp_path_factory.mktemp("parallel")
-    build_traffic(d / "traffic.pcap", 1, 400)
-    edge_traffic(d / "edge.pcap")
-    return DATA_CAPTURES + [d / "traffic.pcap", d / "edge.pcap", bench_mix()]
+def captures(traffic_pcap, edge_pcap):
+    return DATA_CAPTURES + [traffic_pcap, edge_pcap[0], bench_mix()]
 
 
 def rows_and_counters(pcap, out, *extra):
@@ -150,9 +147,8 @@ def test_timeouts_fire_as_in_one_worker(tmp_path):
         assert many == one, f"{workers} workers"
 
 
-def test_edge_traffic_splits_and_still_matches(tmp_path):
-    pcap = tmp_path / "edge.pcap"
-    edge_traffic(pcap)
+def test_edge_traffic_splits_and_still_matches(edge_pcap, tmp_path):
+    pcap = edge_pcap[0]
     out = tmp_path / "out"
     rows, counters = probe_run(pcap, out, "--workers", "2")
     assert counters["matched"] == len(rows) == 270 and counters["fragments_reassembled"] == 150
@@ -261,7 +257,7 @@ def test_a_tag_the_kernel_took_off_counts_in_the_share():
 
 def test_hash_is_symmetric_and_fragments_share_it():
     def h(pkt):
-        return _decoderec.flow_hash(bytes(Ether() / pkt), 1)
+        return _decoderec.flow_hash(bytes(Ether(src=MAC_C, dst=MAC_S) / pkt), 1)  # (Ether() looks the MAC up)
 
     for a, b, ip in (("10.0.0.1", "192.0.2.9", IP), ("2001:db8::1", "2001:db8:53::53", IPv6)):
         there, back = h(ip(src=a, dst=b) / UDP(sport=5353, dport=53)), h(ip(src=b, dst=a) / UDP(sport=53, dport=5353))

@@ -114,11 +114,9 @@ def bench_mix():
     return path
 
 
-def columnar_captures(tmp_path):
+def columnar_captures(traffic):
     """The captures the columnar pipeline's tests run on beside the oracle data's: the sample, the live-capture
-    test's generated traffic (written into tmp_path) and the benchmark mix."""
-    traffic = tmp_path / "traffic.pcap"
-    build_traffic(traffic, 1, 400)
+    test's generated traffic (the traffic_pcap fixture's) and the benchmark mix."""
     return DATA_CAPTURES + [ROOT / "samples" / "sample-mix.pcap.xz", traffic, bench_mix()]
 
 

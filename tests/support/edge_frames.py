@@ -53,27 +53,27 @@ def edge_frames():
         v6 = i % 3 == 1
         src, dst = (c6, s6) if v6 else (c4, s4)
         ip = IPv6(src=src, dst=dst) if v6 else IP(src=src, dst=dst)
-        frames.append(Ether() / ip / UDP(sport=40000 + i, dport=53) / dns)
+        frames.append(eth() / ip / UDP(sport=40000 + i, dport=53) / dns)
         if i == 4:
-            frames.append(Ether() / IPv6(src=mapped, dst=s6) / UDP(sport=40100, dport=53) / dns)
+            frames.append(eth() / IPv6(src=mapped, dst=s6) / UDP(sport=40100, dport=53) / dns)
     raw = bytes(DNS(id=20, qd=q))
     frames += [
-        Ether() / IP(src=c4, dst=s4, options=b"\x01\x01\x01\x00") / UDP(sport=1, dport=53) / DNS(id=21, qd=q),
-        Ether() / Dot1Q(vlan=7) / IP(src=c4, dst=s4) / UDP(sport=2, dport=53) / DNS(id=22, qd=q),
-        Ether() / IPv6(src=c6, dst=s6) / IPv6ExtHdrDestOpt() / UDP(sport=3, dport=53) / DNS(id=23, qd=q),
-        Ether() / IP(src=c4, dst=s4) / UDP(sport=4, dport=5353) / DNS(id=24, qd=q),  # not a DNS port
-        Ether() / IP(src=c4, dst=s4) / TCP(sport=5, dport=53, flags="S"),
-        Ether() / IP(src=c4, dst=s4) / UDP(sport=53, dport=53) / Raw(b"\x00" * 11),  # short header
-        Ether() / IP(src=c4, dst=s4) / UDP(sport=6, dport=53, len=7) / Raw(raw),  # UDP length < 8
-        Ether() / IP(src=c4, dst=s4) / UDP(sport=7, dport=53, len=400) / Raw(raw),  # UDP length past the frame
-        Ether() / IP(src=c4, dst=s4) / UDP(sport=8, dport=53) / Raw(raw + b"trailing"),
-        Ether(bytes(Ether() / IP(src=c4, dst=s4) / UDP(sport=9, dport=53) / Raw(raw))[:40]),  # cut frame
+        eth() / IP(src=c4, dst=s4, options=b"\x01\x01\x01\x00") / UDP(sport=1, dport=53) / DNS(id=21, qd=q),
+        eth() / Dot1Q(vlan=7) / IP(src=c4, dst=s4) / UDP(sport=2, dport=53) / DNS(id=22, qd=q),
+        eth() / IPv6(src=c6, dst=s6) / IPv6ExtHdrDestOpt() / UDP(sport=3, dport=53) / DNS(id=23, qd=q),
+        eth() / IP(src=c4, dst=s4) / UDP(sport=4, dport=5353) / DNS(id=24, qd=q),  # not a DNS port
+        eth() / IP(src=c4, dst=s4) / TCP(sport=5, dport=53, flags="S"),
+        eth() / IP(src=c4, dst=s4) / UDP(sport=53, dport=53) / Raw(b"\x00" * 11),  # short header
+        eth() / IP(src=c4, dst=s4) / UDP(sport=6, dport=53, len=7) / Raw(raw),  # UDP length < 8
+        eth() / IP(src=c4, dst=s4) / UDP(sport=7, dport=53, len=400) / Raw(raw),  # UDP length past the frame
+        eth() / IP(src=c4, dst=s4) / UDP(sport=8, dport=53) / Raw(raw + b"trailing"),
+        Ether(bytes(eth() / IP(src=c4, dst=s4) / UDP(sport=9, dport=53) / Raw(raw))[:40]),  # cut frame
         Ether(type=0x0800) / Raw(b"\x45"),
-        Ether() / IPv6(src=c6, dst=s6, plen=20) / UDP(sport=10, dport=53) / Raw(raw),  # UDP length > plen
+        eth() / IPv6(src=c6, dst=s6, plen=20) / UDP(sport=10, dport=53) / Raw(raw),  # UDP length > plen
     ]
     big = DNS(id=30, qr=1, qd=q, an=DNSRR(rrname="edge.example", type="TXT", rdata=["y" * 250] * 8))
-    frames += fragment(Ether() / IP(src=s4, dst=c4) / UDP(sport=53, dport=11) / big, fragsize=500)
-    frames.append(Ether() / IP(src=c4, dst=s4) / UDP(sport=12, dport=53) / DNS(id=31, qd=q))
+    frames += fragment(eth() / IP(src=s4, dst=c4) / UDP(sport=53, dport=11) / big, fragsize=500)
+    frames.append(eth() / IP(src=c4, dst=s4) / UDP(sport=12, dport=53) / DNS(id=31, qd=q))
     for k, f in enumerate(frames):
         f.time = 1_600_000_000 + k / 1000
     return frames
