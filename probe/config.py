@@ -31,7 +31,7 @@ from probe.config_values import (
     server_name,
     unknown_key,
     value_from_text,
-    yaml_value,
+    yaml_module,
 )
 from probe.decode.dnstap_types import DEFAULT_TYPES as DNSTAP_DEFAULT_TYPES
 from probe.decode.dnstap_types import TYPE_NAMES as DNSTAP_TYPE_NAMES
@@ -462,7 +462,8 @@ def render_yaml(cfg):
             current = section
         default = f.default if cfg is None else getattr(getattr(cfg, section), name)
         default = list(default) if isinstance(default, tuple) else default
-        value = yaml_value(default)
+        value = yaml_module().safe_dump(default, default_flow_style=True).strip()
+        value = value.split("\n")[0] if value.endswith("...") else value  # (a scalar's document end)
         lines.append(f"  # {f.metadata['help']}")
         lines.append(f"  {name}: {value}")
     return "\n".join(lines) + "\n"

@@ -5,7 +5,6 @@ naming the key."""
 
 import dataclasses
 import math
-import re
 import typing
 from pathlib import Path
 
@@ -124,51 +123,6 @@ def yaml_module():
     import yaml.constructor
 
     return yaml
-
-
-# A string PyYAML writes plain (unquoted) in flow style: no indicator, space or non-ASCII character, and no word its
-# resolver reads as another type (a boolean, null; numbers and times start with a digit, a sign or a dot; a dotted
-# address has too many dots for a number).
-_PLAIN = re.compile(r"[A-Za-z_/][A-Za-z0-9_./-]*|[0-9]+(?:\.[0-9]+){2,}")
-# Strings its resolver reads as integers (decimal, octal, hexadecimal) or null (empty): written between quotes.
-_QUOTED = re.compile(r"|0|[1-9][0-9]*|0[0-7]+|0x[0-9a-fA-F]+")
-_RESOLVED_WORDS = frozenset(w for word in ("yes", "no", "true", "false", "on", "off", "null")
-                            for w in (word, word.capitalize(), word.upper()))
-FLOW_WIDTH = 80  # PyYAML's line width: a flow sequence longer than this is broken into lines
-
-
-def yaml_value(value):
-    """One option's value as `yaml.safe_dump(value, default_flow_style=True)` writes it, without the document end
-    (probe.config.render_yaml, whose text the configuration digest of every file hashes). The values PyYAML writes
-    as they are (null, booleans, integers, plain decimals and names, short lists of them) are written here, so that
-    a run's digest needs no PyYAML; the others, by PyYAML (tests/test_config.py compares both)."""
-    if type(value) is list:
-        items = [_plain_yaml(v) for v in value]
-        text = None if None in items else "[" + ", ".join(items) + "]"
-        text = text if text is not None and len(text) <= FLOW_WIDTH else None
-    else:
-        text = _plain_yaml(value)
-    if text is not None:
-        return text
-    text = yaml_module().safe_dump(value, default_flow_style=True).strip()
-    return text.split("\n")[0] if text.endswith("...") else text
-
-
-def _plain_yaml(value):
-    """The YAML of a scalar PyYAML writes as it is; None: PyYAML's to write (a list among them)."""
-    kind = type(value)
-    if value is None or kind is bool:
-        return {None: "null", True: "true", False: "false"}[value]
-    if kind is int:
-        return str(value)
-    if kind is float:
-        text = repr(value)
-        return text if math.isfinite(value) and "." in text and "e" not in text else None
-    if kind is str:
-        if _PLAIN.fullmatch(value) and value not in _RESOLVED_WORDS:
-            return value
-        return f"'{value}'" if _QUOTED.fullmatch(value) or value in _RESOLVED_WORDS else None
-    return None
 
 
 def _unwrap(typ):

@@ -52,11 +52,8 @@ def test_bench_keeps_numpy_importable(tmp_path):
 # Modules a plain one-worker `read` to Parquet does without, imported by the options that need them:
 # pyarrow.compute (client privacy, the hive layout), multiprocessing (--workers), logging (a missing C extension's
 # warning), difflib (a suggestion in an error), subprocess, tempfile and shutil (export.on_close commands; ctypes.util,
-# which imports them, for --filter), PyYAML (a -c file or --set; each file's configuration digest hashes the YAML
-# `dnsprobe config` prints, written without it: probe.config_values.yaml_value). Each is start-up time a short read
-# pays for nothing.
-NOT_AT_START = ("pyarrow.compute", "multiprocessing", "logging", "difflib", "subprocess", "tempfile", "ctypes.util",
-                "yaml")
+# which imports them, for --filter). Each is start-up time a short read pays for nothing.
+NOT_AT_START = ("pyarrow.compute", "multiprocessing", "logging", "difflib", "subprocess", "tempfile", "ctypes.util")
 
 
 def test_a_plain_read_starts_without_the_modules_of_options_it_does_not_use(tmp_path):
@@ -69,13 +66,12 @@ def test_a_plain_read_starts_without_the_modules_of_options_it_does_not_use(tmp_
                           capture_output=True, text=True, check=True)
     assert proc.stdout.split() == []
     assert read_output(out).num_rows > 0
-    # With client privacy by prefix the run imports pyarrow.compute, and reading its -c file PyYAML: the check above
-    # sees what it looks for.
+    # With client privacy by prefix the run imports pyarrow.compute: the check above sees what it looks for.
     (tmp_path / "c.yml").write_text("privacy:\n  client_ipv4_prefix: 24\n")
     (tmp_path / "o2").mkdir()
     proc = subprocess.run([sys.executable, "-c", code, str(SAMPLE), str(tmp_path / "o2"), str(tmp_path / "c.yml"),
                            *NOT_AT_START], cwd=ROOT, capture_output=True, text=True, check=True)
-    assert proc.stdout.split() == ["pyarrow.compute", "yaml"]
+    assert proc.stdout.split() == ["pyarrow.compute"]
 
 
 def test_the_command_ends_without_the_teardown_but_runs_the_atexit_functions(tmp_path):
