@@ -18,7 +18,19 @@ def generated_capture(request, tmp_path_factory):
     return write_pcap(path, generated_frames(request.param, 700))
 
 
-class ReferenceMatcher:
+class _Matcher:
+    """What both matchers' tables tell the tests."""
+
+    @property
+    def held(self):
+        return self.table.held
+
+    @property
+    def open_transfers(self):
+        return self.table.open_transfers
+
+
+class ReferenceMatcher(_Matcher):
     """TransactionTable's Python loop on message tuples: the specification."""
 
     def __init__(self, match_cfg):
@@ -31,16 +43,8 @@ class ReferenceMatcher:
     def flush(self):
         return self.table.flush()
 
-    @property
-    def held(self):
-        return self.table.held
 
-    @property
-    def open_transfers(self):
-        return self.table.open_transfers
-
-
-class RecordMatcher:
+class RecordMatcher(_Matcher):
     """RecordTable, the production matcher: the message tuples go in as a MsgBatch (MsgBatch.append), the
     transactions come back out of its TxBatch as tuples (TxBatch.to_tuples)."""
 
@@ -61,14 +65,6 @@ class RecordMatcher:
         self.out.clear()
         self.table.flush(self.out)
         return self.out.to_tuples()
-
-    @property
-    def held(self):
-        return self.table.held
-
-    @property
-    def open_transfers(self):
-        return self.table.open_transfers
 
 
 MATCHERS = {"reference": ReferenceMatcher, "records": RecordMatcher}
