@@ -227,6 +227,25 @@ MAX_IPV6_EXT = 8  # headers walked; a packet with more is kept (the decoder judg
 MAX_QUOTED_IPV6_EXT = 3  # headers walked in the packet an ICMPv6 error quotes; a quote with more is kept
 
 
+def _next_header(a, r, headers, l4, icmp, other):
+    """Dispatches on the next header type in A: UDP or TCP to label l4, ICMPv6 to icmp (None: not looked for),
+    the types of `headers` ((type, label) pairs) to their labels, any other to `other`. l4 and icmp may lie beyond
+    a conditional jump's reach (255 instructions): they are reached through the unconditional jumps at the local
+    labels r + "l4" and r + "icmp"."""
+    a.op("jeq", 17, r + "l4", None)
+    a.op("jeq", 6, r + "l4", None)
+    if icmp:
+        a.op("jeq", PROTO_ICMPV6, r + "icmp", None)
+    for nh, label in headers:
+        a.op("jeq", nh, label, None)
+    a.op("ja", other)
+    a.label(r + "l4")
+    a.op("ja", l4)
+    if icmp:
+        a.label(r + "icmp")
+        a.op("ja", icmp)
+
+
 def _ipv6_chain(a, q, depth, l4, icmp, kept, other):
     """Walks an IPv6 header chain as the decoder walks it: on entry X is at the first header after the fixed one and
     A holds its type; X at the current header and its type in A (scratch M[0], M[1] while the length is added),
@@ -235,20 +254,8 @@ def _ipv6_chain(a, q, depth, l4, icmp, kept, other):
     other."""
     for i in range(depth):
         r = f"{q}{i}_"
-        a.op("jeq", 17, r + "l4", None)
-        a.op("jeq", 6, r + "l4", None)
-        if icmp:
-            a.op("jeq", PROTO_ICMPV6, r + "icmp", None)
-        a.op("jeq", IPV6_FRAGMENT, r + "frag", None)
-        a.op("jeq", IPV6_AH, r + "ah", None)
-        for nh in IPV6_EXT:
-            a.op("jeq", nh, r + "ext", None)
-        a.op("ja", other)
-        a.label(r + "l4")
-        a.op("ja", l4)
-        if icmp:
-            a.label(r + "icmp")
-            a.op("ja", icmp)
+        headers = [(IPV6_FRAGMENT, r + "frag"), (IPV6_AH, r + "ah")] + [(nh, r + "ext") for nh in IPV6_EXT]
+        _next_header(a, r, headers, l4, icmp, other)
         a.label(r + "frag")
         a.op("ld_imm", 1)
         a.op("st", 2)
@@ -270,19 +277,9 @@ def _ipv6_chain(a, q, depth, l4, icmp, kept, other):
         a.op("tax")  # X: the next header's offset
         a.op("ld_mem", 0)
     # `depth` headers walked: UDP, TCP or ICMPv6 next is checked, another header kept
-    a.op("jeq", 17, q + "deep_l4", None)
-    a.op("jeq", 6, q + "deep_l4", None)
-    if icmp:
-        a.op("jeq", PROTO_ICMPV6, q + "deep_icmp", None)
-    for nh in (IPV6_FRAGMENT, IPV6_AH) + IPV6_EXT:
-        a.op("jeq", nh, q + "deep_kept", None)
-    a.op("ja", other)
-    a.label(q + "deep_l4")
-    a.op("ja", l4)
-    if icmp:
-        a.label(q + "deep_icmp")
-        a.op("ja", icmp)
-    a.label(q + "deep_kept")
+    r = q + "deep_"
+    _next_header(a, r, [(nh, r + "kept") for nh in (IPV6_FRAGMENT, IPV6_AH) + IPV6_EXT], l4, icmp, other)
+    a.label(r + "kept")
     a.op("ja", kept)
 
 
