@@ -24,12 +24,18 @@ from support.captures import build_traffic, keys
 from support.data import ROOT
 from support.dnsprobe import as_rows, copy_env, read_output, rows_of, run_dnsprobe, run_python
 from support.frames import udp_frame, write_pcap
-from support.live import LIBDPDK, NO_HUGE, WORKER_RSS_BOUND_MIB, DpdkProbe, VethBed
+from support.live import (
+    EAL_SCRIPT,
+    LIBDPDK,
+    NO_HUGE,
+    WORKER_RSS_BOUND_MIB,
+    DpdkProbe,
+    VethBed,
+    needs_dpdk,
+    needs_root,
+)
 from support.messages import q_dns
 
-needs_dpdk = pytest.mark.skipif(not LIBDPDK, reason="libdpdk is not installed (apt-get install libdpdk-dev "
-                                "pkg-config), so the DPDK extension is not built")
-needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="DPDK's EAL needs root (/var/run/dpdk, device access)")
 # Columns that hold capture timestamps (or are computed from them): DPDK's are the TSC's, a file's its own.
 TIME_COLUMNS = {"unixtime", "time", "time_micro", "timestamp", "query_time", "response_time", "response_delay_us",
                 "tcp_hs_rtt"}
@@ -255,18 +261,8 @@ def test_dpdk_section_in_config_file(tmp_path):
     assert proc.returncode == 2 and "dpdk.ring_size" in proc.stderr
 
 
-CHECKS = """
-import sys
-from probe.capture import _dpdk, dpdk
-pcap, frame = sys.argv[1], bytes.fromhex(sys.argv[2])
-_dpdk.eal_init(["dnsprobe", "--no-huge", "--no-pci", "-m", "512", "--log-level=error",
-                f"--vdev=net_pcap0,rx_pcap={pcap}", f"--file-prefix={dpdk.own_prefix()}"])
-def attempt(call, *args):
-    try:
-        call(*args)
-        print("done")
-    except _dpdk.DpdkError as exc:
-        print(exc)
+CHECKS = EAL_SCRIPT + """
+frame = bytes.fromhex(sys.argv[2])
 attempt(_dpdk.port_info, 65536)  # 0 once cut to 16 bits
 attempt(_dpdk.port_close, 65536)
 attempt(_dpdk.port_setup, 0, 1, 65536, 1023, 2048, False)

@@ -17,17 +17,10 @@ The EAL runs in a fresh interpreter (once per process, and a crash there fails t
 without hugepages.
 """
 
-import os
-
-import pytest
 from support.dnsprobe import run_python
 from support.frames import udp_frame, write_pcap
-from support.live import LIBDPDK
+from support.live import EAL_SCRIPT, needs_dpdk, needs_root
 from support.messages import q_dns, r_dns
-
-needs_dpdk = pytest.mark.skipif(not LIBDPDK, reason="libdpdk is not installed (apt-get install libdpdk-dev "
-                                "pkg-config), so the DPDK extension is not built")
-needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="DPDK's EAL needs root (/var/run/dpdk, device access)")
 
 
 @needs_dpdk
@@ -65,22 +58,7 @@ def test_a_frame_is_never_read_past_its_segments():
     assert frames.lists() == ([9], [0], [b""])
 
 
-EAL = """
-import sys, threading, time
-from probe import _records
-from probe.capture import _dpdk, dpdk
-_dpdk.eal_init(["dnsprobe", "--no-huge", "--no-pci", "-m", "512", "--log-level=error",
-                *(f"--vdev=net_pcap{k},rx_pcap={p}" for k, p in enumerate(sys.argv[1].split(";"))),
-                f"--file-prefix={dpdk.own_prefix()}"])
-def attempt(call, *args):
-    try:
-        call(*args)
-        print("done")
-    except _dpdk.DpdkError as exc:
-        print(exc)
-"""
-
-OUTLIVE = EAL + """
+OUTLIVE = EAL_SCRIPT + """
 _dpdk.port_setup(0, 1, 512, 1023, 256, False)  # 256-byte mbufs: the response is a chain of two
 frames = _records.Frames()
 print(_dpdk.port_poller(0, (0,), 512, False).read(64, 2_000_000, frames))
@@ -120,7 +98,7 @@ def test_frames_outlive_their_port(tmp_path):
     ], proc.stdout + proc.stderr
 
 
-SHARED = EAL + """
+SHARED = EAL_SCRIPT + """
 _dpdk.port_setup(0, 2, 512, 1023, 2048, False)  # (two queues, each reading the file's one frame)
 _dpdk.make_rings(2, 1024)
 poller = _dpdk.port_poller(0, (0,), 512, False)

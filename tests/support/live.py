@@ -10,6 +10,7 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
 from testbed import Testbed  # benchmarks/testbed.py (support puts benchmarks/ on the path)
 
 from support.data import ROOT
@@ -22,6 +23,25 @@ LIBDPDK = shutil.which("pkg-config") is not None and subprocess.run(
     ["pkg-config", "--exists", "libdpdk"], capture_output=True).returncode == 0
 NO_HUGE = "--no-huge --no-pci -m 512"
 WORKER_RSS_BOUND_MIB = 256  # issue 33: no worker above this (its peak resident memory)
+needs_dpdk = pytest.mark.skipif(not LIBDPDK, reason="libdpdk is not installed (apt-get install libdpdk-dev "
+                                "pkg-config), so the DPDK extension is not built")
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="DPDK's EAL needs root (/var/run/dpdk, device access)")
+# The start of a script for run_python that calls the DPDK extension: the EAL up without hugepages, a net_pcap vdev
+# on each file of argv[1] (";" between them), and attempt(call, *args), which prints "done" or the DpdkError.
+EAL_SCRIPT = """
+import sys, threading, time
+from probe import _records
+from probe.capture import _dpdk, dpdk
+_dpdk.eal_init(["dnsprobe", "--no-huge", "--no-pci", "-m", "512", "--log-level=error",
+                *(f"--vdev=net_pcap{k},rx_pcap={p}" for k, p in enumerate(sys.argv[1].split(";"))),
+                f"--file-prefix={dpdk.own_prefix()}"])
+def attempt(call, *args):
+    try:
+        call(*args)
+        print("done")
+    except _dpdk.DpdkError as exc:
+        print(exc)
+"""
 
 
 class VethBed(Testbed):
