@@ -133,39 +133,41 @@ def _query_only(ax, report):
 
 
 def _delay_cdf(ax, report):
-    by_transport = report["delay_by_transport"]
-    if not by_transport:
-        return False
-    for transport, d in by_transport.items():
+    def line(transport, d):
         q = d["quantiles"]
         ax.step(q, [100 * i / (len(q) - 1) for i in range(len(q))], where="post",
                 label=f"{_transport(transport)} ({d['count']:,}; p50 {_delay(d['p50'])}, p99 {_delay(d['p99'])})")
-    _delay_axis(ax)
-    ax.set_ylabel("% of the matched transactions")
-    ax.set_ylim(0, 100)
-    ax.legend(loc="lower right", fontsize=8)
 
-
-def _delay_axis(ax):
-    from matplotlib.ticker import FuncFormatter
-
-    ax.set_xscale("log")
-    ax.xaxis.set_major_formatter(FuncFormatter(lambda us, _: _delay(us)))
-    ax.set_xlabel("response delay")
+    return _delay_lines(ax, report, line, "% of the matched transactions", "lower right", ylim=(0, 100))
 
 
 def _delay_histogram(ax, report):
-    by_transport = report["delay_by_transport"]
-    if not by_transport:
-        return False
-    for transport, d in by_transport.items():
+    def line(transport, d):
         buckets = d["histogram"]
         edges = [b["from_us"] or min(1, b["to_us"] / 2) for b in buckets] + [buckets[-1]["to_us"]]
         shares = [100 * b["count"] / d["count"] for b in buckets]
         ax.stairs(shares, edges, label=_transport(transport), linewidth=1.5)
-    _delay_axis(ax)
-    ax.set_ylabel("% of the transport's matched")
-    ax.legend(loc="upper right", fontsize=8)
+
+    return _delay_lines(ax, report, line, "% of the transport's matched", "upper right")
+
+
+def _delay_lines(ax, report, line, ylabel, legend_loc, ylim=None):
+    """A plot of one line a transport, drawn by line(transport, its delays), over a log axis of response delays;
+    False if no transaction was matched."""
+    from matplotlib.ticker import FuncFormatter
+
+    by_transport = report["delay_by_transport"]
+    if not by_transport:
+        return False
+    for transport, d in by_transport.items():
+        line(transport, d)
+    ax.set_xscale("log")
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda us, _: _delay(us)))
+    ax.set_xlabel("response delay")
+    ax.set_ylabel(ylabel)
+    if ylim:
+        ax.set_ylim(*ylim)
+    ax.legend(loc=legend_loc, fontsize=8)
 
 
 def _bars(ax, rows, total, what, mix=True):
