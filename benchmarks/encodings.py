@@ -284,7 +284,7 @@ def main(argv=None):
     ap.add_argument("--repeat", type=int, default=3, help="interleaved rounds (median reported; default 3)")
     ap.add_argument("--only", help="comma-separated candidate names")
     ap.add_argument("--list", action="store_true", help="print the candidates' names")
-    ap.add_argument("--core", type=int, help="CPU to pin the runs to (default: the last usable one)")
+    offline.add_core_option(ap)
     ap.add_argument("--columns", action="store_true", help="also each Parquet column's writing time, in-process")
     ap.add_argument("--no-save", action="store_true")
     args = ap.parse_args(argv)
@@ -295,7 +295,7 @@ def main(argv=None):
     if args.only:
         wanted = args.only.split(",")
         cands = [c for c in CANDIDATES if c["name"] in wanted]
-    core = args.core if args.core is not None else max(os.sched_getaffinity(0))
+    core = offline.pinned_core(args.core)
     mach = offline.machine()
     pcap = traffic.generate("standard", args.packets, 1)
     offline.compile_bytecode()

@@ -14,9 +14,7 @@ Results: benchmarks/results/enrichment.json and enrichment.md.
 """
 
 import argparse
-import datetime
 import json
-import os
 import shutil
 import statistics
 import sys
@@ -126,18 +124,15 @@ def markdown(res):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--packets", type=int, default=1_000_000)
-    ap.add_argument("--quick", action="store_true", help="100,000 packets, 1 round")
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--core", type=int)
+    offline.add_rounds_options(ap)
+    offline.add_core_option(ap)
     ap.add_argument("--only", help="comma-separated variants to run besides plain (default: all of them)")
     ap.add_argument("--no-save", action="store_true")
     args = ap.parse_args(argv)
-    packets = offline.QUICK_PACKETS if args.quick else args.packets
-    rounds = 1 if args.quick else args.rounds
-    core = args.core if args.core is not None else max(os.sched_getaffinity(0))
+    packets, rounds = offline.packets_and_rounds(args)
+    core = offline.pinned_core(args.core)
     pcap = traffic.generate("standard", packets, 1)
-    started = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    started = offline.started_utc()
     with tempfile.TemporaryDirectory(prefix="dnsprobe-enrich-bench-") as tmp:
         dbs = write_databases(Path(tmp))
         runs = variants(dbs)

@@ -26,6 +26,7 @@ of the code measured (git commit, uncommitted changes).
 
 import argparse
 import compileall
+import datetime
 import functools
 import json
 import os
@@ -466,6 +467,32 @@ def machine():
     }
 
 
+def add_rounds_options(ap, rounds_help="interleaved rounds (median reported)"):
+    """--packets (of the standard mix), --quick and --rounds; packets_and_rounds(args) reads them."""
+    ap.add_argument("--packets", type=int, default=1_000_000, help="packets of the standard mix (default 1,000,000)")
+    ap.add_argument("--quick", action="store_true", help=f"{QUICK_PACKETS:,} packets, 1 round")
+    ap.add_argument("--rounds", type=int, default=3, help=f"{rounds_help} (default 3)")
+
+
+def packets_and_rounds(args):
+    """The packets and rounds of add_rounds_options' flags: --quick's, else --packets and --rounds."""
+    return (QUICK_PACKETS, 1) if args.quick else (args.packets, args.rounds)
+
+
+def add_core_option(ap):
+    ap.add_argument("--core", type=int, help="CPU to pin the runs to (default: the last usable one)")
+
+
+def pinned_core(chosen=None):
+    """The CPU a benchmark pins its measured runs to: the one chosen (--core), else the last usable one."""
+    return chosen if chosen is not None else max(os.sched_getaffinity(0))
+
+
+def started_utc():
+    """When a benchmark started, as its results say it (to the minute, UTC)."""
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+
+
 def code():
     dirty = _git("status", "--porcelain", "--", "probe", "export")
     return {
@@ -645,7 +672,7 @@ def main(argv=None):
     ap.add_argument("--no-baseline", action="store_true", help="measure dnsprobe only")
     ap.add_argument("--no-cdns", action="store_true", help="do not measure the C-DNS export (--format cdns)")
     ap.add_argument("--profile", action="store_true", help="also run dnsprobe once under cProfile")
-    ap.add_argument("--core", type=int, help="CPU to pin the runs to (default: the last usable one)")
+    add_core_option(ap)
     ap.add_argument("--no-save", action="store_true", help="do not write benchmarks/results/offline.*")
     ap.add_argument("--workers", help="also measure `read --coremask` with these worker counts, comma-separated (the "
                     "wall-clock speed-up; counts beyond the usable cores are reported as not measured)")
@@ -657,7 +684,7 @@ def main(argv=None):
         return 0
 
     packets = QUICK_PACKETS if args.quick else args.packets
-    core = args.core if args.core is not None else max(os.sched_getaffinity(0))
+    core = pinned_core(args.core)
     mach = machine()
     cached = traffic.cache_path(args.mix, packets, args.seed).exists()
     pcap = traffic.generate(args.mix, packets, args.seed)

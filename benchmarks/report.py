@@ -13,8 +13,6 @@ report.md.
 """
 
 import argparse
-import datetime
-import os
 import statistics
 import sys
 import tempfile
@@ -55,16 +53,11 @@ def markdown(res):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--copies", type=int, default=10, help="files of about 1M records each (default 10)")
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--core", type=int)
+    summary.add_data_set_options(ap)
     ap.add_argument("--unique-names", action="store_true", help="also the data set of ten million distinct names")
-    ap.add_argument("--data", type=Path, help="where to write the data sets and keep them (a later run with the same "
-                    "--data and --copies reuses them); default: a temporary directory")
-    ap.add_argument("--no-save", action="store_true")
     args = ap.parse_args(argv)
-    core = args.core if args.core is not None else max(os.sched_getaffinity(0))
-    started = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    core = offline.pinned_core(args.core)
+    started = offline.started_utc()
     names = summary.DATA_SETS if args.unique_names else summary.DATA_SETS[:1]
     samples = {name: [] for name in names}
     with tempfile.TemporaryDirectory(prefix="dnsprobe-report-bench-") as tmp:

@@ -407,9 +407,7 @@ def markdown(res):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--packets", type=int, default=1_000_000)
-    ap.add_argument("--quick", action="store_true", help="100,000 packets, 1 round")
-    ap.add_argument("--rounds", type=int, default=3, help="rounds of the stages and of --coremask")
+    offline.add_rounds_options(ap, "rounds of the stages and of --coremask")
     ap.add_argument("--startup-rounds", type=int, default=15)
     ap.add_argument("--no-coremask", action="store_true", help="skip the --coremask 0x1 / 0x3 runs")
     ap.add_argument("--perf", action="store_true", help="also `perf record` a read of each format (needs perf)")
@@ -417,8 +415,9 @@ def main(argv=None):
                     "replayed at PPS packets a second (root: a veth testbed, benchmarks/live.py)")
     ap.add_argument("--no-save", action="store_true", help="do not write benchmarks/results/stage_profile.*")
     args = ap.parse_args(argv)
+    args.packets, args.rounds = offline.packets_and_rounds(args)
     if args.quick:
-        args.packets, args.rounds, args.startup_rounds = 100_000, 1, 5
+        args.startup_rounds = 5
     sys.modules.setdefault("numpy", None)  # as the command runs (probe/console.py)
     offline.compile_bytecode()
     small = traffic.generate("standard", STARTUP_PACKETS, 1)

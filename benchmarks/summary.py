@@ -22,9 +22,7 @@ distinct ones. Results: benchmarks/results/summary.json and summary.md.
 """
 
 import argparse
-import datetime
 import json
-import os
 import shutil
 import statistics
 import sys
@@ -53,7 +51,7 @@ def base_table(tmp):
     out.mkdir()
     offline.compile_bytecode(offline.ROOT)
     offline.run_measured([*COMMAND, "read", str(pcap), "-o", str(out), "-q", "--no-progress"],
-                         max(os.sched_getaffinity(0)))
+                         offline.pinned_core())
     return pq.read_table(sorted(out.glob("*.parquet")))
 
 
@@ -190,17 +188,22 @@ def run_rounds(args, tmp, core):
     return samples, {name: records for name, (_, records) in data.items()}
 
 
-def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def add_data_set_options(ap):
+    """The flags of a benchmark of these data sets (data_sets_in): their size, where they are kept, rounds, core."""
     ap.add_argument("--copies", type=int, default=10, help="files of about 1M records each (default 10)")
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--core", type=int)
+    offline.add_core_option(ap)
     ap.add_argument("--data", type=Path, help="where to write the data sets and keep them (a later run with the same "
                     "--data and --copies reuses them); default: a temporary directory")
     ap.add_argument("--no-save", action="store_true")
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add_data_set_options(ap)
     args = ap.parse_args(argv)
-    core = args.core if args.core is not None else max(os.sched_getaffinity(0))
-    started = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    core = offline.pinned_core(args.core)
+    started = offline.started_utc()
     with tempfile.TemporaryDirectory(prefix="dnsprobe-summary-bench-") as tmp:
         samples, records = run_rounds(args, Path(tmp), core)
     data_sets = {}
