@@ -212,7 +212,8 @@ class FileExporter:
     A format's writer (a subclass) makes its OutputFile in _new_file(key, ts_ns) and finishes it in _close(file);
     it gets the open file with _open(ts_ns, key), adds to file.rows what it puts in it, puts no more rows
     in it than _room() allows, and calls _end_if_full() where the file may have reached its rows or bytes
-    (after a row group, a block). One file is open per key: the partition of the hive layout, else None."""
+    (after a row group, a block). One file is open per key: the partition of the hive layout, else None.
+    A _close may leave the file to a thread of its own (compressing, converting, renaming): _finish_in_thread."""
 
     suffix = ""
     live_suffix = ".part"  # what the file is called while it is written: NAME + this
@@ -230,6 +231,7 @@ class FileExporter:
         self.metrics = metrics
         self.live = live
         self.named = {}  # (directory, NAME without .N and suffix) → files this run has named so
+        self.finishing = []  # closed files that a thread of their own still finishes, in order of closing
 
     @property
     def part_path(self):
@@ -255,6 +257,9 @@ class FileExporter:
 
     def close(self):
         self.rotate()
+        for f in self.finishing:
+            f.join()
+        self._reap()
 
     def flush(self):
         pass
@@ -263,7 +268,8 @@ class FileExporter:
         return 0
 
     def live_files(self):
-        return [f.part_path for f in self.files.values()]
+        self._reap()  # (a file may have been finished since: it is then completed, not live)
+        return [f.part_path for f in self.finishing] + [f.part_path for f in self.files.values()]
 
     # -- rotation --
 
@@ -297,6 +303,23 @@ class FileExporter:
 
     def _end(self, key):
         self._close(self.files.pop(key))
+
+    def _finish_in_thread(self, f):
+        """The closed file f is finished by a thread of its own, which renames it and announces it: f.done() once
+        it has ended, f.join() waits for it, f.error is the OSError it met (None: none). _reap accounts for it."""
+        self.finishing.append(f)
+        self._reap()
+
+    def _reap(self):
+        """Account for the files whose thread has finished (_thread_finished), in order; raise the first error."""
+        while self.finishing and self.finishing[0].done():
+            f = self.finishing.pop(0)
+            if f.error is not None:
+                raise self._output_error(f.error, f.part_path)
+            self._thread_finished(f)
+
+    def _thread_finished(self, f):
+        self._finished(f.final_path, announced=True)
 
     def _finished(self, final_path, announced=False):
         """A file is complete and renamed: counted, and announced (export.on_close) unless the thread that

@@ -304,7 +304,6 @@ class CdnsExporter(FileExporter):
         self.qr_type = F.QR_TYPES[ecfg.cdns_qr_type] if ecfg.cdns_qr_type else None
         self.clients = Clients(client) if client is not None else None
         self.header = file_header(file_preamble(cfg, client, live, origin))
-        self.finishing = []  # sinks whose thread is still compressing, closing or renaming
         self.block = Block(self)
 
     @property
@@ -347,14 +346,7 @@ class CdnsExporter(FileExporter):
             self._write_block(sink)
         sink.write(FILE_TRAILER)
         sink.finish()
-        self.finishing.append(sink)
-        self._reap()
-
-    def close(self):
-        self.rotate()
-        for sink in self.finishing:
-            sink.join()
-        self._reap()
+        self._finish_in_thread(sink)
 
     def flush(self):
         """Close the block on time (it may hold fewer than max-block-items) and have it written, decodable."""
@@ -373,10 +365,6 @@ class CdnsExporter(FileExporter):
     def _sinks(self):
         return self.finishing + ([self.sink] if self.sink is not None else [])
 
-    def live_files(self):
-        self._reap()  # (a file may have been finished since: it is then completed, not live)
-        return [s.part_path for s in self.finishing] + super().live_files()
-
     # -- internals --
 
     def _new_file(self, key, ts_ns):
@@ -391,6 +379,11 @@ class CdnsExporter(FileExporter):
     def _full(self, sink):
         """Also after export.rotate_blocks blocks (a limit of this format's)."""
         return super()._full(sink) or 0 < self.cfg.rotate_blocks <= sink.blocks
+
+    def _thread_finished(self, sink):
+        self.stats.records += sink.durable - sink.counted  # (the last ones, written as the thread ended)
+        sink.counted = sink.durable
+        super()._thread_finished(sink)
 
     def _flush_block(self):
         """Write the block; the file ends here when full."""
@@ -409,13 +402,7 @@ class CdnsExporter(FileExporter):
             durable = sink.durable
             self.stats.records += durable - sink.counted
             sink.counted = durable
-        while self.finishing and self.finishing[0].done():
-            sink = self.finishing.pop(0)
-            if sink.error is not None:
-                raise self._output_error(sink.error, sink.part_path)
-            self.stats.records += sink.durable - sink.counted  # (the last ones, written as the thread ended)
-            sink.counted = sink.durable
-            self._finished(sink.final_path, announced=True)
+        super()._reap()
         for sink in self._sinks():
             if sink.error is not None:
                 raise self._output_error(sink.error, sink.part_path)

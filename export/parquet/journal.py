@@ -179,14 +179,17 @@ class _Conversion(threading.Thread):
 
     def __init__(self, journal, final, export_cfg, lock):
         super().__init__(name=f"parquet-journal {final.name}", daemon=True)
-        self.journal, self.final, self.cfg, self.lock = journal, final, export_cfg, lock
+        self.part_path, self.final_path, self.cfg, self.lock = journal, final, export_cfg, lock
         self.error = None
+
+    def done(self):
+        return not self.is_alive()
 
     def run(self):
         off_capture_cores()
         try:
-            if convert_journal(self.journal, self.final, self.cfg):
-                announce_finished(self.final)
+            if convert_journal(self.part_path, self.final_path, self.cfg):
+                announce_finished(self.final_path)
         except OSError as exc:
             self.error = exc
         finally:
@@ -198,10 +201,6 @@ class JournalingParquetExporter(ParquetExporter):
     and a closed journal becomes NAME.parquet in a thread; the `records` counter counts the rows in the file."""
 
     live_suffix = JOURNAL_SUFFIX
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.converting = []
 
     def _new_file(self, bucket, ts_ns):
         final, journal = self._file_name(bucket, ts_ns)
@@ -234,10 +233,6 @@ class JournalingParquetExporter(ParquetExporter):
     def unwritten(self):
         return sum(f.writer.unflushed for f in self.files.values())
 
-    def live_files(self):
-        self._reap()  # (a conversion may have finished since: its file is then completed, not live)
-        return [c.journal for c in self.converting] + super().live_files()
-
     def _close(self, f):
         self._flush_row_groups(f, force=True)
         try:
@@ -248,19 +243,4 @@ class JournalingParquetExporter(ParquetExporter):
             raise self._output_error(exc, f.part_path) from None
         conversion = _Conversion(f.part_path, f.final_path, self.cfg, f.writer.lock)
         conversion.start()
-        self.converting.append(conversion)
-        self._reap()
-
-    def close(self):
-        self.rotate()
-        for conversion in self.converting:
-            conversion.join()
-        self._reap()
-
-    def _reap(self):
-        """Account for the conversions that have finished, in order; raise the first error."""
-        while self.converting and not self.converting[0].is_alive():
-            conversion = self.converting.pop(0)
-            if conversion.error is not None:
-                raise self._output_error(conversion.error, conversion.journal)
-            self._finished(conversion.final, announced=True)
+        self._finish_in_thread(conversion)
