@@ -109,11 +109,7 @@ class CaptureInterface:
         self.state = "capturing"
 
     def _wait(self, why):
-        self.state = "waiting"
-        self.since = time.monotonic()
-        self.delay = RETRY_FIRST_S
-        self.next_try = self.since + self.delay
-        self.next_line = self.since + self.wait_line_s
+        self._stopped("waiting")
         self.last_problem = why
         log(f"worker {self.worker_id}: {why}; waiting for it")
 
@@ -134,12 +130,17 @@ class CaptureInterface:
             if index != self.index else "")
         log(f"worker {self.worker_id}: interface {self.ifname!r}: capture socket error: {os.strerror(err)}{gone}; "
             "files closed, capture resumes when it is back and up")
-        self.state = "down"
+        self._stopped("down")
+        return True
+
+    def _stopped(self, state):
+        """Not capturing from now on (state "waiting" or "down"): the first try again after RETRY_FIRST_S, the
+        first line saying it still waits after wait_line_s."""
+        self.state = state
         self.since = time.monotonic()
         self.delay = RETRY_FIRST_S
         self.next_try = self.since + self.delay
         self.next_line = self.since + self.wait_line_s
-        return True
 
     def retry(self, now, woken, drain_s):
         """Look at an interface that is down or waited for again (on a link notification, or when its delay has
