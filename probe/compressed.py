@@ -64,6 +64,13 @@ class _WhatArrived:
         self.raw.close()
 
 
+def read_error(path, exc):
+    """The CaptureFileError of an exception that reading the decompressed stream of path raised."""
+    if isinstance(exc, (OSError, EOFError, lzma.LZMAError)):
+        return CaptureFileError(path, f"decompression failed: {exc}")
+    return CaptureFileError(path, f"read failed: {exc}")  # (zstandard raises its own ZstdError type)
+
+
 def compression(head):
     """The compression of a file that starts with the bytes `head` (its first 6 or more): gzip, xz, zstd or None."""
     for magic, kind in _COMPRESSORS:

@@ -26,14 +26,13 @@ version, truncation, an index out of range, ...); the blocks read before it have
 """
 
 import io
-import lzma
 import struct
 
 import cbor2
 
 from export.cdns import format as F
 from export.cdns.blockdecode import BadIndex, BlockParams, DecodedBlock
-from probe.compressed import open_stream
+from probe.compressed import open_stream, read_error
 from probe.errors import CaptureFileError
 
 # Parquet columns that C-DNS does not record; the C-DNS records leave them out.
@@ -70,10 +69,8 @@ class _Window(io.RawIOBase):
             return
         try:
             chunk = self.stream.read(max(_CHUNK, need))
-        except (OSError, EOFError, lzma.LZMAError) as exc:
-            raise CaptureFileError(self.path, f"decompression failed: {exc}") from None
-        except Exception as exc:  # zstandard raises its own ZstdError type
-            raise CaptureFileError(self.path, f"read failed: {exc}") from None
+        except Exception as exc:  # (each decompressor raises its own error types)
+            raise read_error(self.path, exc) from None
         self.offset += self.pos
         self.buf = self.buf[self.pos :] + chunk
         self.pos = 0

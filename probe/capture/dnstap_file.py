@@ -7,10 +7,9 @@ frames read before it are handed on first. A file that ends without STOP (still 
 copied) is read to its last whole frame; a file that ends inside a frame is an error, like a cut pcap.
 """
 
-import lzma
-
 from probe.capture.fstrm import FrameError
 from probe.capture.fstrm_session import HandshakeRefused, Session
+from probe.compressed import read_error
 from probe.errors import CaptureFileError
 from probe.model import DataFrames, DnstapBatch
 
@@ -71,10 +70,8 @@ class DnstapFileSource:
         """Feed the next piece of the file; at its end, check how the stream ended."""
         try:
             data = self.stream.read(CHUNK)
-        except (OSError, EOFError, lzma.LZMAError) as exc:
-            raise CaptureFileError(self.path, f"decompression failed: {exc}") from None
-        except Exception as exc:  # zstandard raises its own ZstdError type
-            raise CaptureFileError(self.path, f"read failed: {exc}") from None
+        except Exception as exc:  # (each decompressor raises its own error types)
+            raise read_error(self.path, exc) from None
         if data:
             self.session.feed(data)
             return

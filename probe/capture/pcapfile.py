@@ -5,13 +5,12 @@ large buffered reads) rather than dpkt's pcap readers because those return times
 which loses the nanoseconds of a capture; timestamps here stay exact integers.
 """
 
-import lzma
 import queue
 import struct
 import threading
 import time
 
-from probe.compressed import open_stream
+from probe.compressed import open_stream, read_error
 from probe.errors import CaptureFileError
 from probe.model import INT32_MAX, FrameBatch
 from probe.native import load, say_not_built
@@ -113,10 +112,8 @@ class _Buffered:
                     break
                 chunks.append(chunk)
                 avail += len(chunk)
-        except (OSError, EOFError, lzma.LZMAError) as exc:
-            raise CaptureFileError(self.path, f"decompression failed: {exc}") from None
-        except Exception as exc:  # zstandard raises its own ZstdError type
-            raise CaptureFileError(self.path, f"read failed: {exc}") from None
+        except Exception as exc:  # (each decompressor raises its own error types)
+            raise read_error(self.path, exc) from None
         finally:
             self.consumed += self.pos
             self.buf = b"".join(chunks)  # one chunk: that chunk itself, not a copy

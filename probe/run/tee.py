@@ -13,12 +13,11 @@ written to every reader before the pipes are closed, so the workers write every 
 
 import collections
 import fcntl
-import lzma
 import os
 import select
 import signal
 
-from probe.errors import CaptureFileError
+from probe.compressed import read_error
 
 CHUNK = 1 << 20  # bytes read from the input (decompressed) at a time
 QUEUE = 8 << 20  # bytes held for a reader that is behind, before the input is read further
@@ -51,11 +50,8 @@ def copy(stream, path, fds, pipe=False):
             if not ended and all(n < QUEUE for n in queued.values()):
                 try:
                     chunk = read(CHUNK)
-                except (OSError, EOFError, lzma.LZMAError) as exc:  # (the messages of one worker's reader)
-                    problem = CaptureFileError(path, f"decompression failed: {exc}")
-                    chunk = b""
-                except Exception as exc:  # zstandard raises its own ZstdError type
-                    problem = CaptureFileError(path, f"read failed: {exc}")
+                except Exception as exc:  # (the messages of one worker's reader)
+                    problem = read_error(path, exc)
                     chunk = b""
                 if chunk:
                     for fd, queue in queues.items():
