@@ -10,7 +10,7 @@ import os
 import sys
 from pathlib import Path
 
-from probe.cli.output import error, need_file
+from probe.cli.output import need_file, read_in_part
 from probe.decode.mnemonics import rcode_name, rr_type_name
 from probe.errors import ConfigError, DnsprobeError
 
@@ -191,12 +191,12 @@ def run(args):
     if args.json:
         for row in _printable(table.select(columns)).to_pylist():
             print(json.dumps(row, default=str))
-        return _partial(errors)
+        return read_in_part(errors, "were printed")
     _print_table(_for_people(table.select(columns)), fit=not args.all_columns, drop=not args.columns)
     if total > table.num_rows:
         more = total - table.num_rows
         print(f"… {more:,} more record{'s' if more > 1 else ''} (--limit N prints N, --limit 0 all)")
-    return _partial(errors)
+    return read_in_part(errors, "were printed")
 
 
 def _for_people(table):
@@ -290,14 +290,6 @@ def _fit_widths(columns, headers, width, shortest):
 
 def _cut(cells, width):
     return [v if len(v) <= width else v[: width - 1] + "…" for v in cells]
-
-
-def _partial(errors):
-    """Exit status after printing what could be read: 1, with one line per file, if some were read in part."""
-    sys.stdout.flush()
-    for exc in errors:
-        error(f"{exc} (the records before it were printed)")
-    return 1 if errors else 0
 
 
 def _printable(table):

@@ -65,6 +65,15 @@ def files_line(directory, names, count=None, by_name=True):
     return f"files written: {count:,} in {str(directory).rstrip('/')}/"
 
 
+def read_in_part(errors, before="are counted"):
+    """The exit status after what could be read was printed: 1, with a line on stderr for each file read only in
+    part (errors: their CaptureFileErrors; the records before the problem `before`), else 0."""
+    sys.stdout.flush()
+    for exc in errors:
+        error(f"{exc} (the records before it {before})")
+    return 1 if errors else 0
+
+
 def end_of_run(stats, source, files, errors=(), seconds=None, quiet=False, verb="read"):
     """What a run prints at its end: unless quiet, the statistics table (when something was read), the rate line
     (seconds given) and the files line (files: files_line's arguments), on stdout; then the errors, on stderr, last."""

@@ -8,7 +8,6 @@ cut the same way.
 
 import datetime
 import re
-import sys
 from pathlib import Path
 
 from probe.errors import ConfigError
@@ -117,7 +116,7 @@ def chosen(paths, first, end, servers):
 def run(args):
     from probe.cli.aggregate import files_meta, report_of, tally_of
     from probe.cli.inspect import _expand
-    from probe.cli.output import error
+    from probe.cli.output import error, read_in_part
 
     if args.limit < 0:
         raise ConfigError("--limit must be 0 or more")
@@ -140,7 +139,4 @@ def run(args):
         error(f"{args.output}: cannot write the report: {exc.strerror}")
         return 1
     print(f"{args.output}: {what}")
-    sys.stdout.flush()
-    for exc in errors:
-        error(f"{exc} (the records before it are counted)")
-    return 1 if errors else 0
+    return read_in_part(errors)

@@ -1,7 +1,6 @@
 """`dnsprobe inspect --summary`: what a set of Parquet or C-DNS files holds, without SQL, as text for people or as
 one JSON object. The figures are probe.cli.aggregate's (those of `dnsprobe report` too)."""
 
-import sys
 
 from probe.cli.aggregate import PERCENTILES_PERMILLE, summarise
 from probe.errors import ConfigError
@@ -12,7 +11,7 @@ def run_summary(args):
     import json
 
     from probe.cli.inspect import _expand
-    from probe.cli.output import error
+    from probe.cli.output import read_in_part
 
     if args.pcap or args.columns or args.all_columns:
         raise ConfigError("--summary takes --json and --limit (the length of its lists) only")
@@ -22,10 +21,7 @@ def run_summary(args):
     paths = _expand(args.files)
     summary, errors = summarise(paths, top)
     print(json.dumps(summary, indent=2) if args.json else "\n".join(summary_text(summary)))
-    sys.stdout.flush()
-    for exc in errors:
-        error(f"{exc} (the records before it are counted)")
-    return 1 if errors else 0
+    return read_in_part(errors)
 
 
 def summary_text(s):
