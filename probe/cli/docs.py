@@ -106,23 +106,20 @@ def regenerate(text, names, page):
 
 def stale_pages(root=ROOT):
     """The pages whose tables differ from what the code generates."""
-    stale = []
-    for page, names in PAGES.items():
-        text = (Path(root) / page).read_text()
-        if regenerate(text, names, page) != text:
-            stale.append(page)
-    return stale
+    return update(root, write=False)
 
 
-def update(root=ROOT):
-    """Rewrite the tables of every page; returns the pages that changed."""
+def update(root=ROOT, write=True):
+    """The pages whose tables differ from what the code generates, rewritten with the generated ones (write False:
+    left as they are)."""
     changed = []
     for page, names in PAGES.items():
         path = Path(root) / page
         text = path.read_text()
         new = regenerate(text, names, page)
         if new != text:
-            path.write_text(new)
+            if write:
+                path.write_text(new)
             changed.append(page)
     return changed
 
