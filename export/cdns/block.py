@@ -11,7 +11,7 @@ import struct
 
 from export.cdns import format as F
 from export.cdns.encode import TICKS_PER_SECOND, encode_block
-from probe.decode.dnswire import Malformed, read_name, skip_name, walk_rrs
+from probe.decode.dnswire import Malformed, read_name, read_rr, skip_name, walk_rrs
 from probe.model import CDNS_TRANSPORT_UNKNOWN, TRANSPORTS, E, M
 from probe.native import load
 
@@ -34,7 +34,6 @@ SECTION_FIELDS = (
 
 _HDR_COUNTS = struct.Struct("!4xHHHH").unpack_from
 _HH = struct.Struct("!HH").unpack_from
-_RR = struct.Struct("!HHIH").unpack_from
 
 _TS, _SRC, _SPORT, _DST, _DPORT, _TTL = M.TS_NS, M.SRC, M.SPORT, M.DST, M.DPORT, M.TTL
 _IPV, _TRANSPORT, _DNS_LEN, _ID, _FLAGS = M.IPV, M.TRANSPORT, M.DNS_LEN, M.ID, M.FLAGS
@@ -134,10 +133,7 @@ def message_sections(buf, is_query):
     for section, count in enumerate((an, ns, ar)):
         rrs = []
         for _ in range(count):
-            labels, off = read_name(buf, off)
-            rtype, rclass, ttl, rdlen = _RR(buf, off)
-            start = off + 10
-            off = start + rdlen
+            labels, rtype, rclass, ttl, start, off = read_rr(buf, off)
             if skip_opt and rtype == TYPE_OPT and section == 2:
                 skip_opt = False
                 continue

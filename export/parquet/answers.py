@@ -29,7 +29,7 @@ import struct
 import pyarrow as pa
 
 from export.parquet.schema import ANSWER, ANSWERS
-from probe.decode.dnswire import Malformed, read_name, skip_name
+from probe.decode.dnswire import Malformed, read_name, read_rr, skip_name
 from probe.native import load, say_not_built
 
 SECTIONS = ("answer", "authority", "additional")
@@ -70,7 +70,6 @@ MESSAGE_TEXT_BASE, MESSAGE_TEXT_PER_BYTE = 1024, 8
 CAPS = (RECORD_TEXT_BASE, RECORD_TEXT_PER_BYTE, MESSAGE_TEXT_BASE, MESSAGE_TEXT_PER_BYTE)
 COLUMN_TEXT_MAX = 2**31 - 1  # a string column's text (int32 offsets)
 
-_RR = struct.Struct("!HHIH").unpack_from
 _HDR_COUNTS = struct.Struct("!4xHHHH").unpack_from
 _NAME_SPECIAL = b'"().;\\@$'
 # Bytes written as they are in a label; the rest as \X (specials) or \DDD.
@@ -225,10 +224,7 @@ def message_records(buf, out):
             off = skip_name(buf, off) + 4
         for section, count in zip(SECTIONS, (an, ns, ar)):
             for _ in range(count):
-                labels, off = read_name(buf, off)
-                rtype, rclass, ttl, rdlen = _RR(buf, off)
-                start = off + 10
-                off = start + rdlen
+                labels, rtype, rclass, ttl, start, off = read_rr(buf, off)
                 if off > len(buf):
                     return n, capped
                 if rtype == TYPE_OPT:

@@ -80,6 +80,14 @@ def read_name(buf, off):
     return labels, (off if end is None else end)
 
 
+def read_rr(buf, off):
+    """The RR at off: (its owner's labels, type, class, TTL, where its RDATA starts, where it ends: the next RR)."""
+    labels, off = read_name(buf, off)
+    rtype, rclass, ttl, rdlen = _RR(buf, off)
+    start = off + 10
+    return labels, rtype, rclass, ttl, start, start + rdlen
+
+
 def skip_name(buf, off):
     start = off
     n = buf[off]
