@@ -83,10 +83,7 @@ class DnstapDecoder:
         """The messages of the batch as message tuples (the Python loop: the reference)."""
         out = []
         counts = [0] * len(COUNTS)
-        for producer, frames in batch.runs:
-            if producer in batch.refused:  # a later run of a producer refused in this batch
-                counts[DISCARDED] += len(frames)
-                continue
+        for producer, frames in _runs_taken(batch, counts):
             problem = self._run(producer, frames, out, counts)
             if problem is not None:
                 batch.refused[producer] = problem
@@ -96,10 +93,7 @@ class DnstapDecoder:
     def decode_into(self, batch, out, source_name="input"):
         """The same messages appended to out, a probe._records.MsgBatch, as message records."""
         counts = [0] * len(COUNTS)
-        for producer, frames in batch.runs:
-            if producer in batch.refused:  # a later run of a producer refused in this batch
-                counts[DISCARDED] += len(frames)
-                continue
+        for producer, frames in _runs_taken(batch, counts):
             if self._c is not None:
                 stop, max_ts = self._c(frames.spans, producer, out, counts, self.type_counts, *self._c_args)
                 if max_ts > self.now_ns:
@@ -222,6 +216,16 @@ class DnstapDecoder:
             counts[QUERIES] += 1
         if msg[_MALFORMED]:
             counts[MALFORMED] += 1
+
+
+def _runs_taken(batch, counts):
+    """The (producer, frames) runs of the batch, but for those of a producer refused in it by then (an earlier run
+    of it): their frames are counted as discarded."""
+    for producer, frames in batch.runs:
+        if producer in batch.refused:
+            counts[DISCARDED] += len(frames)
+        else:
+            yield producer, frames
 
 
 def _time(m, prefix):
