@@ -397,16 +397,10 @@ def summary(samples, messages, startup=None):
     return res
 
 
-def markdown(res):
-    lines = [
-        "# dnstap benchmark", "",
-        f"Run {res['started']} by `python benchmarks/dnstap.py {' '.join(res['argv'])}`.", "",
-        f"Input: {res['messages']:,} dnstap messages (CLIENT_QUERY/CLIENT_RESPONSE) made from "
-        f"`{res['pcap']}` ({res['packets']:,} packets of the standard mix), {res['corpus_bytes'] / 1e6:.1f} MB of "
-        "Frame Streams.", "",
-        "| input | format | runs | CPU s (median) | messages per CPU-second | best run | excl. start-up |",
-        "|---|---|---|---|---|---|---|",
-    ]
+def _throughput_lines(res):
+    """The file and socket runs, the target, the stages (none with --mixed-only)."""
+    lines = ["", "| input | format | runs | CPU s (median) | messages per CPU-second | best run | excl. start-up |",
+             "|---|---|---|---|---|---|---|"]
     for key, r in res["results"].items():
         kind, fmt = key.split("/")
         if "startup_cpu_seconds" in r:
@@ -416,13 +410,6 @@ def markdown(res):
             excl = f"(worker CPU only, of which {system} s in the kernel)"
         lines.append(f"| {kind} | {fmt} | {r['runs']} | {r['cpu_seconds_median']} | "
                      f"**{r['messages_per_cpu_second']:,}** | {r['best']:,} | {excl} |")
-    if "mixed" in res:
-        x = res["mixed"]
-        lines += ["", f"Live worker, packets at {x['rate']:,} pkts/s alone and with the dnstap socket at once: "
-                  f"{x['us_per_packet_message']} µs of worker CPU per packet's DNS message; per dnstap message:", ""]
-        for sender, r in x["senders"].items():
-            lines.append(f"- sent by {sender}: {r['us_per_dnstap_message']} µs ({r['dnstap_over_packets']}×; each "
-                         f"round's ratio {', '.join(map(str, r['dnstap_over_packets_per_round']))})")
     lines += ["", f"Target: at least {TARGET:,} messages per CPU-second per worker: "
               + ("met." if all(r["messages_per_cpu_second"] >= TARGET for r in res["results"].values()) else
                  "NOT met everywhere."), "",
@@ -432,7 +419,26 @@ def markdown(res):
               f" frame alone, libfstrm's I/O thread in Knot DNS {FRAMES_PER_WRITE} a write, as `batched` does).", "",
               "## Where the time goes (in-process, µs per message, one stage alone)", "",
               "| stage | µs per message |", "|---|---|"]
-    lines += [f"| {k} | {v} |" for k, v in res["stages_us_per_message"].items()]
+    return lines + [f"| {k} | {v} |" for k, v in res["stages_us_per_message"].items()]
+
+
+def markdown(res):
+    lines = [
+        "# dnstap benchmark", "",
+        f"Run {res['started']} by `python benchmarks/dnstap.py {' '.join(res['argv'])}`.", "",
+        f"Input: {res['messages']:,} dnstap messages (CLIENT_QUERY/CLIENT_RESPONSE) made from "
+        f"`{res['pcap']}` ({res['packets']:,} packets of the standard mix), {res['corpus_bytes'] / 1e6:.1f} MB of "
+        "Frame Streams.",
+    ]
+    if res["results"]:
+        lines += _throughput_lines(res)
+    if "mixed" in res:
+        x = res["mixed"]
+        lines += ["", f"Live worker, packets at {x['rate']:,} pkts/s alone and with the dnstap socket at once: "
+                  f"{x['us_per_packet_message']} µs of worker CPU per packet's DNS message; per dnstap message:", ""]
+        for sender, r in x["senders"].items():
+            lines.append(f"- sent by {sender}: {r['us_per_dnstap_message']} µs ({r['dnstap_over_packets']}×; each "
+                         f"round's ratio {', '.join(map(str, r['dnstap_over_packets_per_round']))})")
     m, c = res["machine"], res["code"]
     lines += ["", "## Machine and code", "",
               f"- CPU: {m['cpu_model']}, {m['logical_cpus']} logical CPUs ({m['usable_cpus']} usable), "
