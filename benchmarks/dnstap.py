@@ -13,10 +13,12 @@ time; identity and version set), in a Frame Streams file cached under benchmarks
   socket   `dnsprobe capture --dnstap-socket` with its one worker on one CPU, fed by libfstrm's fstrm_replay
            (Debian fstrm-bin) on the other; charged the worker process's CPU time (/proc) from before the
            first message to the last one counted, so the start-up and the final flush are not in it.
-  mixed    (--mixed, as root) a live worker's CPU per DNS message with packets alone and with packets and a
-           dnstap socket at once: the standard mix's packets by tcpreplay (--mixed-rate pkts/s) on a veth of
-           benchmarks/live.py's testbed, the same messages as dnstap by fstrm_replay; the worker's CPU (/proc)
-           from before the first message to the last one counted (issue 30: within 10 % of the packet path).
+  mixed    (--mixed, as root; --mixed-only without the others) a live worker's CPU per DNS message with packets
+           alone and with packets and a dnstap socket at once: the standard mix's packets by tcpreplay
+           (--mixed-rate pkts/s) on a veth of benchmarks/live.py's testbed, the same messages as dnstap, sent
+           once by fstrm_replay (each frame its own write) and once as Knot DNS's libfstrm I/O thread writes
+           (`batched`: 50 frames a sendmsg, send_batched); the worker's CPU (/proc) from before the first
+           message to the last one counted (issue 30: within 10 % of the packet path).
   stages   in-process, the corpus through each stage alone (process_time), to show where the time goes:
            Frame Streams splitting, the dnstap decoder in Python and in C, matching, building the records,
            writing them.
@@ -49,6 +51,10 @@ TARGET = 300_000
 CORPUS_VERSION = 1  # part of the cache key: bump when the conversion changes
 IDENTITY, VERSION = b"bench-resolver", b"dnsprobe benchmark"
 CT = "protobuf:dnstap.Dnstap"
+# Knot DNS 3.2's mod-dnstap (libfstrm's I/O thread) under benchmarks/dnstap_loss.py, seen by strace: 50 data frames,
+# about 8 KB, a sendmsg(); fstrm_replay sends each frame with its own
+FRAMES_PER_WRITE = 50
+SENDERS = ("fstrm_replay", "batched")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -195,15 +201,60 @@ def measure_socket(path, messages, worker_core, sender_core, tmp_root, fmt):
         shutil.rmtree(out, ignore_errors=True)
 
 
-def measure_mixed(path, messages, packets, rate, with_dnstap):
-    """Worker CPU per DNS message of `dnsprobe capture` on a veth fed the standard mix's packets, and with_dnstap
-    also the dnstap corpus on its socket at the same time."""
+def send_batched(path, sock_path, frames_per_write=FRAMES_PER_WRITE):
+    """The corpus to a dnstap socket as libfstrm's I/O thread (Knot DNS) writes it: the bidirectional handshake,
+    then frames_per_write data frames a sendmsg(), then STOP and FINISH."""
+    import socket
+
+    from probe.capture.fstrm import ACCEPT, FINISH, READY, START, STOP, decode_control, encode_control
+
+    def answer():
+        head = sock.recv(8, socket.MSG_WAITALL)
+        payload = sock.recv(struct.unpack_from("!I", head, 4)[0], socket.MSG_WAITALL)
+        return decode_control(payload)[0]
+
+    data = memoryview(Path(path).read_bytes())
+    pos = 8 + struct.unpack_from("!I", data, 4)[0]  # after the file's START
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.connect(str(sock_path))
+    sock.sendall(encode_control(READY, [CT.encode()]))
+    if answer() != ACCEPT:
+        raise RuntimeError("the reader did not ACCEPT")
+    sock.sendall(encode_control(START, [CT.encode()]))
+    frames = []
+    while (length := struct.unpack_from("!I", data, pos)[0]) or frames:
+        if length:
+            frames.append(data[pos : pos + 4 + length])
+            pos += 4 + length
+        if len(frames) == frames_per_write or (frames and not length):
+            sent, size = sock.sendmsg(frames), sum(len(f) for f in frames)
+            if sent < size:  # a signal in the middle of a blocking write
+                sock.sendall(b"".join(frames)[sent:])
+            frames = []
+    sock.sendall(encode_control(STOP))
+    if answer() != FINISH:
+        raise RuntimeError("the reader did not FINISH")
+    sock.close()
+
+
+def sender_command(sender, path, sock):
+    """The producer of SENDERS that sends the corpus to the socket, as a command."""
+    if sender == "fstrm_replay":
+        return ["fstrm_replay", "-t", CT, "-r", str(path), "-u", str(sock)]
+    return [sys.executable, "-c", f"import sys; sys.path.insert(0, {str(HERE)!r}); import dnstap; "
+            f"dnstap.send_batched({str(path)!r}, {str(sock)!r})"]
+
+
+def measure_mixed(path, messages, packets, rate, sender):
+    """Worker CPU per DNS message of `dnsprobe capture` on a veth fed the standard mix's packets, and with a sender
+    (of SENDERS, or None) also the dnstap corpus on its socket at the same time."""
     import live
 
     live.OPTIONS["code_dir"] = ROOT  # this checkout's code, run by `python -m probe` in it
     pcap = Path(traffic.generate("standard", packets, 1))
     out = Path(tempfile.mkdtemp(prefix="dnsprobe-dnstap-mixed-"))
     sock = out / "tap.sock"
+    with_dnstap = sender is not None
     extra = ("--stats-interval", "0.2") + (("--dnstap-socket", str(sock)) if with_dnstap else ())
     log = open(out / "capture.log", "w")
     with live.Testbed() as bed:
@@ -214,8 +265,8 @@ def measure_mixed(path, messages, packets, rate, with_dnstap):
             gen = subprocess.Popen(live.tcpreplay_command(bed, pcap, rate), stdout=subprocess.PIPE,
                                    stderr=subprocess.STDOUT, text=True)
             if with_dnstap:
-                subprocess.run(["fstrm_replay", "-t", CT, "-r", str(path), "-u", str(sock)], check=True,
-                               capture_output=True, preexec_fn=lambda: os.sched_setaffinity(0, {live.GENERATOR_CORE}))
+                subprocess.run(sender_command(sender, path, sock), check=True, capture_output=True, cwd=ROOT,
+                               preexec_fn=lambda: os.sched_setaffinity(0, {live.GENERATOR_CORE}))
             sent = live.parse_tcpreplay(gen.communicate()[0])["actual_packets"]
             deadline, taps = time.monotonic() + 300, messages if with_dnstap else 0
             while (c := _stats(out)["counters"])["packets"] < sent or c.get("dnstap_frames", 0) < taps:
@@ -236,22 +287,30 @@ def measure_mixed(path, messages, packets, rate, with_dnstap):
 
 
 def mixed(path, messages, packets, rate, repeat):
-    """measure_mixed without and with the dnstap socket, interleaved; the medians and the dnstap message's own cost
-    (the difference of the two runs' CPU over the dnstap messages)."""
-    runs = {"packets": [], "packets+dnstap": []}
+    """measure_mixed without and with the dnstap socket fed by each of SENDERS, interleaved; the medians and the
+    dnstap message's own cost (the difference of the runs' CPU over the dnstap messages), also as the median of
+    each round's ratio to the packet's message."""
+    runs = {"packets": []} | {f"packets+{sender}": [] for sender in SENDERS}
     for i in range(repeat):
-        for label, with_dnstap in (("packets", False), ("packets+dnstap", True)):
-            m = measure_mixed(path, messages, packets, rate, with_dnstap)
+        for sender in (None, *SENDERS):
+            label = f"packets+{sender}" if sender else "packets"
+            m = measure_mixed(path, messages, packets, rate, sender)
             runs[label].append(m)
             print(f"mixed {label} run {i + 1}/{repeat}: {m['us_per_message']} µs of worker CPU per DNS message "
                   f"({m['cpu_seconds']} s, {m['sys_seconds']} s in the kernel)", flush=True)
     alone = statistics.median(m["cpu_seconds"] for m in runs["packets"])
-    both = statistics.median(m["cpu_seconds"] for m in runs["packets+dnstap"])
     per_packet_message = alone / statistics.median(m["dns_messages"] for m in runs["packets"]) * 1e6
-    per_dnstap_message = (both - alone) / messages * 1e6
-    return {"rate": rate, "runs": runs, "us_per_packet_message": round(per_packet_message, 3),
-            "us_per_dnstap_message": round(per_dnstap_message, 3),
-            "dnstap_over_packets": round(per_dnstap_message / per_packet_message, 3)}
+    res = {"rate": rate, "runs": runs, "us_per_packet_message": round(per_packet_message, 3), "senders": {}}
+    for sender in SENDERS:
+        both = runs[f"packets+{sender}"]
+        per_dnstap_message = (statistics.median(m["cpu_seconds"] for m in both) - alone) / messages * 1e6
+        ratios = [(b["cpu_seconds"] - a["cpu_seconds"]) / messages / (a["cpu_seconds"] / a["dns_messages"])
+                  for a, b in zip(runs["packets"], both)]
+        res["senders"][sender] = {"us_per_dnstap_message": round(per_dnstap_message, 3),
+                                  "dnstap_over_packets": round(per_dnstap_message / per_packet_message, 3),
+                                  "dnstap_over_packets_per_round": [round(r, 3) for r in ratios],
+                                  "dnstap_over_packets_median_of_rounds": round(statistics.median(ratios), 3)}
+    return res
 
 
 def stages(path, messages):
@@ -338,16 +397,10 @@ def summary(samples, messages, startup=None):
     return res
 
 
-def markdown(res):
-    lines = [
-        "# dnstap benchmark", "",
-        f"Run {res['started']} by `python benchmarks/dnstap.py {' '.join(res['argv'])}`.", "",
-        f"Input: {res['messages']:,} dnstap messages (CLIENT_QUERY/CLIENT_RESPONSE) made from "
-        f"`{res['pcap']}` ({res['packets']:,} packets of the standard mix), {res['corpus_bytes'] / 1e6:.1f} MB of "
-        "Frame Streams.", "",
-        "| input | format | runs | CPU s (median) | messages per CPU-second | best run | excl. start-up |",
-        "|---|---|---|---|---|---|---|",
-    ]
+def _throughput_lines(res):
+    """The file and socket runs, the target, the stages (none with --mixed-only)."""
+    lines = ["", "| input | format | runs | CPU s (median) | messages per CPU-second | best run | excl. start-up |",
+             "|---|---|---|---|---|---|---|"]
     for key, r in res["results"].items():
         kind, fmt = key.split("/")
         if "startup_cpu_seconds" in r:
@@ -357,20 +410,35 @@ def markdown(res):
             excl = f"(worker CPU only, of which {system} s in the kernel)"
         lines.append(f"| {kind} | {fmt} | {r['runs']} | {r['cpu_seconds_median']} | "
                      f"**{r['messages_per_cpu_second']:,}** | {r['best']:,} | {excl} |")
-    if "mixed" in res:
-        x = res["mixed"]
-        lines += ["", f"Live worker, packets at {x['rate']:,} pkts/s alone and with the dnstap socket at once: "
-                  f"{x['us_per_packet_message']} µs of worker CPU per packet's DNS message, "
-                  f"{x['us_per_dnstap_message']} µs per dnstap message ({x['dnstap_over_packets']}×)."]
     lines += ["", f"Target: at least {TARGET:,} messages per CPU-second per worker: "
               + ("met." if all(r["messages_per_cpu_second"] >= TARGET for r in res["results"].values()) else
                  "NOT met everywhere."), "",
               "file: the whole `dnsprobe read` command, user+system CPU of the child pinned to one CPU. socket: the"
               " capture worker's CPU (/proc) while fstrm_replay sends the file on the other CPU; its kernel time is"
-              " mostly recv() taking the producer's many small writes.", "",
+              " mostly recv() taking the producer's many small writes (a cost per write: fstrm_replay writes each"
+              f" frame alone, libfstrm's I/O thread in Knot DNS {FRAMES_PER_WRITE} a write, as `batched` does).", "",
               "## Where the time goes (in-process, µs per message, one stage alone)", "",
               "| stage | µs per message |", "|---|---|"]
-    lines += [f"| {k} | {v} |" for k, v in res["stages_us_per_message"].items()]
+    return lines + [f"| {k} | {v} |" for k, v in res["stages_us_per_message"].items()]
+
+
+def markdown(res):
+    lines = [
+        "# dnstap benchmark", "",
+        f"Run {res['started']} by `python benchmarks/dnstap.py {' '.join(res['argv'])}`.", "",
+        f"Input: {res['messages']:,} dnstap messages (CLIENT_QUERY/CLIENT_RESPONSE) made from "
+        f"`{res['pcap']}` ({res['packets']:,} packets of the standard mix), {res['corpus_bytes'] / 1e6:.1f} MB of "
+        "Frame Streams.",
+    ]
+    if res["results"]:
+        lines += _throughput_lines(res)
+    if "mixed" in res:
+        x = res["mixed"]
+        lines += ["", f"Live worker, packets at {x['rate']:,} pkts/s alone and with the dnstap socket at once: "
+                  f"{x['us_per_packet_message']} µs of worker CPU per packet's DNS message; per dnstap message:", ""]
+        for sender, r in x["senders"].items():
+            lines.append(f"- sent by {sender}: {r['us_per_dnstap_message']} µs ({r['dnstap_over_packets']}×; each "
+                         f"round's ratio {', '.join(map(str, r['dnstap_over_packets_per_round']))})")
     m, c = res["machine"], res["code"]
     lines += ["", "## Machine and code", "",
               f"- CPU: {m['cpu_model']}, {m['logical_cpus']} logical CPUs ({m['usable_cpus']} usable), "
@@ -390,6 +458,7 @@ def main(argv=None):
     ap.add_argument("--no-save", action="store_true", help="print only, do not write benchmarks/results/")
     ap.add_argument("--mixed", action="store_true", help="also a live worker with packets and a dnstap socket (root)")
     ap.add_argument("--mixed-rate", type=int, default=100_000, help="the packets' rate in --mixed (pkts/s)")
+    ap.add_argument("--mixed-only", action="store_true", help="--mixed alone: no file, socket or stage measures")
     args = ap.parse_args(argv)
     packets, repeat = (100_000, 2) if args.quick else (args.packets, args.repeat)
     cores = sorted(os.sched_getaffinity(0))
@@ -403,7 +472,7 @@ def main(argv=None):
     with tempfile.TemporaryDirectory(prefix="dnsprobe-dnstap-bench-") as tmp:
         small = head(path, 10, Path(tmp) / "small.fstrm")
         measures = []
-        for fmt in ("parquet", "cdns"):
+        for fmt in () if args.mixed_only else ("parquet", "cdns"):
             measures.append((f"file/{fmt}", lambda i, f=fmt: measure_file(path, worker_core, tmp, f)))
             if shutil.which("fstrm_replay") and len(cores) > 1:
                 measures.append((f"socket/{fmt}", lambda i, f=fmt: measure_socket(path, messages, worker_core,
@@ -421,9 +490,9 @@ def main(argv=None):
                 startup = round(statistics.median(measure_file(small, worker_core, tmp, label.split("/")[1])
                                                   ["cpu_seconds"] for _ in range(3)), 3)
             res["results"][label] = summary(runs, messages, startup)
-    if args.mixed:
+    if args.mixed or args.mixed_only:
         res["mixed"] = mixed(path, messages, packets, args.mixed_rate, repeat)
-    res["stages_us_per_message"] = stages(path, messages)
+    res["stages_us_per_message"] = {} if args.mixed_only else stages(path, messages)
     import google.protobuf
 
     res.update(machine=machine, code=offline.code(), protobuf=google.protobuf.__version__,

@@ -19,6 +19,16 @@
  * take() and remove() still work (the rest is read by the caller).
  * close(): stop() and free everything.
  *
+ * Pace: after a read the thread sleeps LINGER_NS before it waits for the sockets again, so that what the producers
+ * write meanwhile is read in one go. The kernel's cost for the reader is per wake (the thread preempting the worker
+ * on its CPU, epoll_wait, recv, the eventfd that wakes the worker), not per byte: Knot DNS writes 50 frames (8 KB)
+ * a sendmsg(), and a thread woken by each one cost about 0.3 us of CPU per frame (docs/performance.md, dnstap).
+ * What may queue meanwhile is a millisecond of the producers' writes: at most one burst of Knot DNS at 10,000 queries
+ * per second (130 KB every 50 ms, docs/dnstap.md) within its socket buffer of about 200 KB; a producer that finds it
+ * full waits that millisecond at most, far less than its queues hold. A read shorter than asked emptied the socket (a
+ * stream socket's recv() copies from every queued write until it has what was asked for), so it is the last one:
+ * no recv() that would only say EAGAIN.
+ *
  * Locking: one mutex over the connections and their buffers, held by the thread around its reads and by the
  * calls above; the thread waits without it (epoll_wait, or the condition variable while full). Events are
  * looked up by fd under the mutex, so an event of a connection removed meanwhile finds nothing (or the new
@@ -36,11 +46,13 @@
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #define GROW 65536         /* buffer room made at least before a read */
 #define EVENTS 64
 #define PRIORITY 30        /* the thread's SCHED_FIFO priority, where allowed (CAP_SYS_NICE) */
+#define LINGER_NS 1000000L /* the sleep after a read (see Pace above) */
 
 typedef struct {
     int fd;
@@ -100,8 +112,8 @@ static void end_conn(Receiver *r, Conn *c, int error)
     epoll_ctl(r->epfd, EPOLL_CTL_DEL, c->fd, NULL);
 }
 
-/* Read what the connection has, until it would block, it ends, or max_bytes are held (locked). Returns whether
- * anything changed. */
+/* Read what the connection has, until it is empty (a short read), it ends, or max_bytes are held (locked). Returns
+ * whether anything changed. */
 static int read_conn(Receiver *r, Conn *c)
 {
     int changed = 0;
@@ -127,6 +139,8 @@ static int read_conn(Receiver *r, Conn *c)
             c->len += (size_t)got;
             r->held += (size_t)got;
             changed = 1;
+            if ((size_t)got < want)
+                break; /* the socket is empty: an EAGAIN saved (its end, if it came, is read on the next wake) */
         } else if (got == 0) {
             end_conn(r, c, 0);
             return 1;
@@ -178,8 +192,11 @@ static void *run(void *arg)
                 changed |= read_conn(r, c);
         }
         pthread_mutex_unlock(&r->lock);
-        if (changed)
+        if (changed) {
             notify(r->ready_fd);
+            struct timespec linger = {.tv_sec = 0, .tv_nsec = LINGER_NS};
+            nanosleep(&linger, NULL); /* signals are blocked here: it sleeps the whole time */
+        }
     }
 }
 

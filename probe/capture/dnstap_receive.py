@@ -58,8 +58,9 @@ class PythonReceiver:
             return b"", True, self.ended[fd]
         parts, size, eof, error = [], 0, False, 0
         while size < self.max_bytes:
+            asked = min(RECV, self.max_bytes - size)
             try:
-                data = sock.recv(min(RECV, self.max_bytes - size), socket.MSG_DONTWAIT)
+                data = sock.recv(asked, socket.MSG_DONTWAIT)
             except (BlockingIOError, InterruptedError):
                 break
             except OSError as exc:
@@ -70,6 +71,8 @@ class PythonReceiver:
                 break
             parts.append(data)
             size += len(data)
+            if len(data) < asked:
+                break  # the socket is empty (the C receiver's rule: no recv() that would only say EAGAIN)
         if eof:
             self.epoll.unregister(fd)
             self.ended[fd] = error

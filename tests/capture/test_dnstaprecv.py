@@ -164,3 +164,36 @@ def test_the_c_receiver_reads_while_the_interpreter_lock_is_held():
     finally:
         r.close()
         ours.close()
+
+
+def test_the_c_receiver_wakes_at_most_once_a_millisecond():
+    """A producer writing small frames one after the other, every 0.1 to 0.2 ms: the C thread sleeps a millisecond
+    after each read (LINGER_NS), so it reads several writes a wake instead of waking for each one; its voluntary
+    context switches (the sleep, and the wait when nothing came meanwhile) are at most two a millisecond. Every
+    byte arrives, in order."""
+    tasks = set(os.listdir("/proc/self/task"))
+    r = _dnstaprecv.Receiver(1 << 24)
+    (thread,) = set(os.listdir("/proc/self/task")) - tasks
+    ours, theirs = socket.socketpair()
+
+    def switches():
+        with open(f"/proc/self/task/{thread}/status") as f:
+            return int(next(line for line in f if line.startswith("voluntary_ctxt_switches")).split()[1])
+
+    try:
+        r.add(ours.fileno())
+        frames = [i.to_bytes(4, "big") * 50 for i in range(2000)]
+        before, start = switches(), time.monotonic()
+        for frame in frames:
+            theirs.sendall(frame)
+            time.sleep(0.0001)
+        elapsed_ms = (time.monotonic() - start) * 1000
+        data, _, _, _ = take_until(r, ours.fileno(), sum(map(len, frames)))
+        woke = switches() - before
+        assert data == b"".join(frames)
+        assert woke <= 2 * elapsed_ms + 20, f"{woke} wakes for {len(frames)} writes in {elapsed_ms:.0f} ms"
+    finally:
+        r.close()
+        ours.close()
+        theirs.close()
+
