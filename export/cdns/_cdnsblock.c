@@ -25,6 +25,10 @@
  *
  * encode_signatures(sigs, new_ip, new_name) -> bytes or None
  *   The same for the signature table: cbor2.dumps([cdns._signature(sig, new_ip, new_name) ...]).
+ *
+ * encode_table(table, order) -> bytes or None
+ *   The same for the address and name tables: cbor2.dumps([list(table)[i] for i in order]) (cbor2 paid a call per
+ *   key, and the two lists were made for it alone).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -925,33 +929,60 @@ typedef struct {
     Py_ssize_t len, cap;
 } Out;
 
-static int out_head(Out *o, int major, unsigned long long v)
+/* Room for `more` bytes after o->len: 0, or -1 (no memory). */
+static int out_reserve(Out *o, Py_ssize_t more)
 {
-    if (o->len + 9 > o->cap) {
-        Py_ssize_t cap = o->cap * 2 + 64;
-        unsigned char *p = PyMem_Realloc(o->p, cap);
-        if (p == NULL) {
-            PyErr_NoMemory();
-            return -1;
-        }
-        o->p = p;
-        o->cap = cap;
+    if (o->len + more <= o->cap)
+        return 0;
+    Py_ssize_t cap = Py_MAX(o->cap * 2, o->len + more) + 64;
+    unsigned char *p = PyMem_Realloc(o->p, cap);
+    if (p == NULL) {
+        PyErr_NoMemory();
+        return -1;
     }
-    unsigned char *w = o->p + o->len;
-    int n = v < 24 ? 0 : v < 0x100 ? 1 : v < 0x10000 ? 2 : v < 0x100000000ULL ? 4 : 8;
-    *w++ = (unsigned char)(major << 5 | (n == 0 ? v : n == 1 ? 24 : n == 2 ? 25 : n == 4 ? 26 : 27));
-    for (int i = n - 1; i >= 0; i--)
-        *w++ = (unsigned char)(v >> (8 * i));
-    o->len = w - o->p;
+    o->p = p;
+    o->cap = cap;
     return 0;
 }
 
-/* map key k (0..23), then an int value: 1, or 0 when v is not a plain int (then Python encodes), -1. */
+/* A head at w, which has room for 9 bytes; the end of what was written. */
+static inline unsigned char *put_head(unsigned char *w, int major, uint64_t v)
+{
+    unsigned char m = (unsigned char)(major << 5);
+    if (v < 24) {
+        *w = m | (unsigned char)v;
+        return w + 1;
+    }
+    int n = v < 0x100 ? 1 : v < 0x10000 ? 2 : v < 0x100000000ULL ? 4 : 8;
+    *w++ = m | (n == 1 ? 24 : n == 2 ? 25 : n == 4 ? 26 : 27);
+    for (int i = n - 1; i >= 0; i--)
+        *w++ = (unsigned char)(v >> (8 * i));
+    return w;
+}
+
+/* An int (major type 0 or 1) at w, which has room for 9 bytes. */
+static inline unsigned char *put_int(unsigned char *w, long long v)
+{
+    return v >= 0 ? put_head(w, 0, (uint64_t)v) : put_head(w, 1, (uint64_t)(-1 - v));
+}
+
+static int out_head(Out *o, int major, unsigned long long v)
+{
+    if (out_reserve(o, 9) < 0)
+        return -1;
+    o->len = put_head(o->p + o->len, major, v) - o->p;
+    return 0;
+}
+
+/* map key k (0..23), then an int value: 1, or -1 (no memory). */
 static int out_pair(Out *o, int k, long long v)
 {
-    if (out_head(o, 0, k) < 0)
+    if (out_reserve(o, 10) < 0)
         return -1;
-    return out_head(o, v >= 0 ? 0 : 1, v >= 0 ? (unsigned long long)v : (unsigned long long)(-1 - v)) < 0 ? -1 : 1;
+    unsigned char *w = o->p + o->len;
+    *w++ = (unsigned char)k;
+    o->len = put_int(w, v) - o->p;
+    return 1;
 }
 
 static int out_int(Out *o, int k, PyObject *v)
@@ -975,35 +1006,91 @@ static int renumbered(PyObject *list, PyObject *index, long long *v)
     return as_ll(index, &i) && renumber_ll(list, i, v);
 }
 
-#define LIMIT (1LL << 62)
+/* A renumbering list (new index of each old one) as C ints, read once per block rather than once per item. */
+typedef struct {
+    long long *v;
+    Py_ssize_t n;
+} Renum;
 
-/* One item map: 1, 0 (Python encodes the block's items), -1 error. */
-static int encode_item(Out *o, const Item *it, long long early, PyObject *new_ip, PyObject *new_sig,
-                       PyObject *new_name)
+/* 1, 0 when an element is not an int that fits (then Python encodes), -1 (no memory). */
+static int renum_of(PyObject *list, Renum *r)
 {
-    long long ci, sgi, ni = 0;
-    if ((it->nones & 0x1F) || it->v[0] < -LIMIT || it->v[0] > LIMIT || !renumber_ll(new_ip, it->v[1], &ci)
-        || !renumber_ll(new_sig, it->v[4], &sgi) || (!(it->nones >> 7 & 1) && !renumber_ll(new_name, it->v[7], &ni)))
-        return 0;
-    int keys = 5;
-    for (int i = 5; i < ITEM_INTS; i++)
-        keys += !(it->nones >> i & 1);
-    if (out_head(o, 5, keys) < 0 || out_pair(o, 0, it->v[0] - early) < 0 || out_pair(o, 1, ci) < 0
-        || out_pair(o, 2, it->v[2]) < 0 || out_pair(o, 3, it->v[3]) < 0 || out_pair(o, 4, sgi) < 0)
+    r->n = PyList_GET_SIZE(list);
+    r->v = PyMem_Malloc((r->n ? r->n : 1) * sizeof *r->v);
+    if (r->v == NULL) {
+        PyErr_NoMemory();
         return -1;
-    for (int i = 5; i < ITEM_INTS; i++) {
-        if (!(it->nones >> i & 1) && out_pair(o, i, i == 7 ? ni : it->v[i]) < 0)
-            return -1;
+    }
+    for (Py_ssize_t i = 0; i < r->n; i++) {
+        if (!as_ll(PyList_GET_ITEM(list, i), &r->v[i]))
+            return 0;
     }
     return 1;
 }
 
+/* r[i] as Python indexes the list (negative from the end): 1, or 0 where it would raise. */
+static inline int renum_at(const Renum *r, long long i, long long *v)
+{
+    if (i < 0)
+        i += r->n;
+    if (i < 0 || i >= r->n)
+        return 0;
+    *v = r->v[i];
+    return 1;
+}
+
+#define LIMIT (1LL << 62)
+#define ITEM_ROOM (1 + ITEM_INTS * 10) /* an item map's most bytes: its head, then key and value of each field */
+
+/* One item map: 1, 0 (Python encodes the block's items), -1 error. */
+static int encode_item(Out *o, const Item *it, long long early, const Renum *new_ip, const Renum *new_sig,
+                       const Renum *new_name)
+{
+    long long ci, sgi, ni = 0;
+    if ((it->nones & 0x1F) || it->v[0] < -LIMIT || it->v[0] > LIMIT || !renum_at(new_ip, it->v[1], &ci)
+        || !renum_at(new_sig, it->v[4], &sgi) || (!(it->nones >> 7 & 1) && !renum_at(new_name, it->v[7], &ni)))
+        return 0;
+    if (out_reserve(o, ITEM_ROOM) < 0)
+        return -1;
+    int keys = 5;
+    for (int i = 5; i < ITEM_INTS; i++)
+        keys += !(it->nones >> i & 1);
+    unsigned char *w = put_head(o->p + o->len, 5, keys);
+    const long long first[5] = {it->v[0] - early, ci, it->v[2], it->v[3], sgi};
+    for (int i = 0; i < 5; i++) {
+        *w++ = (unsigned char)i;
+        w = put_int(w, first[i]);
+    }
+    for (int i = 5; i < ITEM_INTS; i++) {
+        if (!(it->nones >> i & 1)) {
+            *w++ = (unsigned char)i;
+            w = put_int(w, i == 7 ? ni : it->v[i]);
+        }
+    }
+    o->len = w - o->p;
+    return 1;
+}
+
+static int encode_item_list(Out *o, PyObject *list, Items *store, long long early, const Renum *r)
+{
+    Py_ssize_t n = store != NULL ? store->n : PyList_GET_SIZE(list);
+    int rc = out_head(o, 4, (unsigned long long)n) < 0 ? -1 : 1;
+    for (Py_ssize_t i = 0; rc == 1 && i < n; i++) {
+        Item it;
+        if (store != NULL)
+            rc = encode_item(o, &store->a[i], early, &r[0], &r[1], &r[2]);
+        else
+            rc = item_of_tuple(PyList_GET_ITEM(list, i), &it) ? encode_item(o, &it, early, &r[0], &r[1], &r[2]) : 0;
+    }
+    return rc;
+}
+
 static PyObject *encode_items(PyObject *Py_UNUSED(self), PyObject *args)
 {
-    PyObject *list, *earliest, *new_ip, *new_sig, *new_name;
+    PyObject *list, *earliest, *lists[3];
     long long early;
-    if (!PyArg_ParseTuple(args, "OOO!O!O!:encode_items", &list, &earliest, &PyList_Type, &new_ip, &PyList_Type,
-                          &new_sig, &PyList_Type, &new_name))
+    if (!PyArg_ParseTuple(args, "OOO!O!O!:encode_items", &list, &earliest, &PyList_Type, &lists[0], &PyList_Type,
+                          &lists[1], &PyList_Type, &lists[2]))
         return NULL;
     if (!PyList_Check(list) && !Py_IS_TYPE(list, &ItemsType)) {
         PyErr_SetString(PyExc_TypeError, "encode_items: items must be a list or an Items");
@@ -1012,18 +1099,18 @@ static PyObject *encode_items(PyObject *Py_UNUSED(self), PyObject *args)
     if (!as_ll(earliest, &early) || early < -LIMIT || early > LIMIT)
         Py_RETURN_NONE;
     Items *store = Py_IS_TYPE(list, &ItemsType) ? (Items *)list : NULL;
-    Py_ssize_t n = store != NULL ? store->n : PyList_GET_SIZE(list);
+    Renum r[3] = {{NULL, 0}, {NULL, 0}, {NULL, 0}};
     Out o = {NULL, 0, 0};
-    int rc = out_head(&o, 4, (unsigned long long)n) < 0 ? -1 : 1;
-    for (Py_ssize_t i = 0; rc == 1 && i < n; i++) {
-        Item it;
-        if (store != NULL)
-            rc = encode_item(&o, &store->a[i], early, new_ip, new_sig, new_name);
-        else
-            rc = item_of_tuple(PyList_GET_ITEM(list, i), &it) ? encode_item(&o, &it, early, new_ip, new_sig, new_name)
-                                                               : 0;
-    }
+    int rc = 1;
+    for (int k = 0; rc == 1 && k < 3; k++)
+        rc = renum_of(lists[k], &r[k]);
+    if (rc == 1 && out_reserve(&o, (store != NULL ? store->n : PyList_GET_SIZE(list)) * 32 + 16) < 0)
+        rc = -1;
+    if (rc == 1)
+        rc = encode_item_list(&o, list, store, early, r);
     PyObject *out = rc == 1 ? PyBytes_FromStringAndSize((const char *)o.p, o.len) : rc == 0 ? Py_NewRef(Py_None) : NULL;
+    for (int k = 0; k < 3; k++)
+        PyMem_Free(r[k].v);
     PyMem_Free(o.p);
     return out;
 }
@@ -1064,6 +1151,50 @@ static PyObject *encode_signatures(PyObject *Py_UNUSED(self), PyObject *args)
     }
     PyObject *out = rc == 1 ? PyBytes_FromStringAndSize((const char *)o.p, o.len) : rc == 0 ? Py_NewRef(Py_None) : NULL;
     PyMem_Free(o.p);
+    return out;
+}
+
+/* cbor2.dumps([list(table)[i] for i in order]) for a table of bytes (ip, names: key -> its index, in insertion
+ * order), or None when a key is not bytes or an index is not one of the table's (then Python makes the list). */
+static PyObject *encode_table(PyObject *Py_UNUSED(self), PyObject *args)
+{
+    PyObject *table, *order;
+    if (!PyArg_ParseTuple(args, "O!O!:encode_table", &PyDict_Type, &table, &PyList_Type, &order))
+        return NULL;
+    Py_ssize_t n = PyDict_GET_SIZE(table), pos = 0, bytes = 0;
+    PyObject **keys = PyMem_Calloc(n ? n : 1, sizeof *keys), *key, *value, *out = NULL;
+    if (keys == NULL)
+        return PyErr_NoMemory();
+    Out o = {NULL, 0, 0};
+    int rc = 1;
+    while (rc == 1 && PyDict_Next(table, &pos, &key, &value)) {
+        long long i;
+        rc = PyBytes_CheckExact(key) && as_ll(value, &i) && i >= 0 && i < n && keys[i] == NULL;
+        if (rc) {
+            keys[i] = key;
+            bytes += PyBytes_GET_SIZE(key) + 9;
+        }
+    }
+    if (rc == 1)
+        rc = out_reserve(&o, bytes + 9) < 0 ? -1 : out_head(&o, 4, PyList_GET_SIZE(order)) < 0 ? -1 : 1;
+    for (Py_ssize_t j = 0; rc == 1 && j < PyList_GET_SIZE(order); j++) {
+        long long i;
+        if (!as_ll(PyList_GET_ITEM(order, j), &i) || i < 0 || i >= n) {
+            rc = 0;
+            break;
+        }
+        Py_ssize_t len = PyBytes_GET_SIZE(keys[i]);
+        if (out_reserve(&o, len + 9) < 0) {
+            rc = -1;
+            break;
+        }
+        unsigned char *w = put_head(o.p + o.len, 2, (uint64_t)len);
+        memcpy(w, PyBytes_AS_STRING(keys[i]), len);
+        o.len = w + len - o.p;
+    }
+    out = rc == 1 ? PyBytes_FromStringAndSize((const char *)o.p, o.len) : rc == 0 ? Py_NewRef(Py_None) : NULL;
+    PyMem_Free(o.p);
+    PyMem_Free(keys);
     return out;
 }
 
@@ -1147,6 +1278,44 @@ static int by_more_use(const void *a, const void *b)
     return x->index < y->index ? -1 : x->index > y->index;
 }
 
+/* u (in index order) sorted as by_more_use orders it. Use counts are small (at most the block's items, or twice
+ * that), so a counting sort does it in two passes where one is at most a few times the table; qsort otherwise.
+ * 0, or -1 (no memory). */
+static int sort_by_more_use(Use *u, Py_ssize_t n)
+{
+    long long least = 0, most = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        least = Py_MIN(least, u[i].uses);
+        most = Py_MAX(most, u[i].uses);
+    }
+    if (least < 0 || most > 4 * (long long)n + 256) {
+        qsort(u, n, sizeof *u, by_more_use);
+        return 0;
+    }
+    Py_ssize_t *at = PyMem_Calloc(most + 1, sizeof *at);
+    Use *copy = PyMem_Malloc((n ? n : 1) * sizeof *copy);
+    if (at == NULL || copy == NULL) {
+        PyMem_Free(at);
+        PyMem_Free(copy);
+        PyErr_NoMemory();
+        return -1;
+    }
+    memcpy(copy, u, n * sizeof *u);
+    for (Py_ssize_t i = 0; i < n; i++)
+        at[copy[i].uses]++;
+    Py_ssize_t pos = 0;
+    for (long long k = most; k >= 0; k--) { /* most used first: the first slot of each count */
+        Py_ssize_t c = at[k];
+        at[k] = pos;
+        pos += c;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) /* in index order: ties keep it */
+        u[at[copy[i].uses]++] = copy[i];
+    PyMem_Free(at);
+    PyMem_Free(copy);
+    return 0;
+}
+
 static PyObject *by_use(PyObject *Py_UNUSED(self), PyObject *uses)
 {
     if (!PyList_Check(uses)) {
@@ -1165,7 +1334,8 @@ static PyObject *by_use(PyObject *Py_UNUSED(self), PyObject *uses)
             goto done;
         }
     }
-    qsort(u, n, sizeof *u, by_more_use);
+    if (sort_by_more_use(u, n) < 0)
+        goto done;
     order = PyList_New(n);
     renumbered_list = PyList_New(n);
     if (order == NULL || renumbered_list == NULL)
@@ -1201,6 +1371,9 @@ static PyMethodDef methods[] = {
     {"encode_items", encode_items, METH_VARARGS,
      "encode_items(items, earliest, new_ip, new_sig, new_name) -> bytes or None: cbor2.dumps of the item maps, "
      "or None where an item has a value other than an int or None (extended sections)."},
+    {"encode_table", encode_table, METH_VARARGS,
+     "encode_table(table, order) -> bytes or None: cbor2.dumps([list(table)[i] for i in order]) for a table of bytes "
+     "keys (their values 0..len-1 in insertion order), or None for other keys or indexes."},
     {"encode_signatures", encode_signatures, METH_VARARGS,
      "encode_signatures(sigs, new_ip, new_name) -> bytes or None: cbor2.dumps of cdns._signature over sigs."},
     {NULL, NULL, 0, NULL},

@@ -81,13 +81,11 @@ def _tables(block, c, ip_order, name_order, sig_order, new_ip, new_name):
     """The block-tables map, its arrays in the new order and with the new indexes."""
     tables = {}
     if block.ip:
-        ips = list(block.ip)
-        tables[F.IP_ADDRESS] = [ips[i] for i in ip_order]
+        tables[F.IP_ADDRESS] = _table(block.ip, ip_order, c)
     if block.classtype:
         tables[F.CLASSTYPE] = [{F.TYPE: t, F.CLASS: cls} for t, cls in block.classtype]
     if block.names:
-        names = list(block.names)
-        tables[F.NAME_RDATA] = [names[i] for i in name_order]
+        tables[F.NAME_RDATA] = _table(block.names, name_order, c)
     if block.sigs:
         sigs = list(block.sigs)
         sigs = [sigs[i] for i in sig_order]
@@ -110,8 +108,18 @@ def _tables(block, c, ip_order, name_order, sig_order, new_ip, new_name):
     return tables
 
 
+def _table(table, order, c):
+    """The array of a table of bytes (addresses, names) in the new order; its CBOR from _cdnsblock when built."""
+    data = c.encode_table(table, order) if c else None
+    if data is not None:
+        return _Encoded(data)
+    keys = list(table)
+    return [keys[i] for i in order]
+
+
 class _Encoded:
-    """CBOR bytes made elsewhere (_cdnsblock.encode_items, encode_signatures) that cbor2.dumps writes as is."""
+    """CBOR bytes made elsewhere (_cdnsblock.encode_items, encode_signatures, encode_table) that cbor2.dumps writes
+    as is."""
 
     __slots__ = ("data",)
 

@@ -238,6 +238,19 @@ def test_odd_shapes_give_the_same_block(tmp_path):
     assert block.processed == sum((q is not None) + (r is not None) for q, r in PAIRS) + 1 + len(AXFR_RESPONSES)
 
 
+def test_encode_table_equals_cbor2():
+    """_cdnsblock.encode_table writes a bytes table's array as cbor2 does (every length of CBOR head), and leaves to
+    Python (None) the tables it cannot write: keys not bytes, indexes not the table's."""
+    table = {bytes([n % 256]) * n: i for i, n in enumerate([0, 1, 23, 24, 255, 256, 300, 70000])}
+    orders = [list(range(len(table))), [7, 0, 3, 3], [], [-1]]
+    for order in orders[:3]:
+        assert cdns._cdnsblock.encode_table(table, order) == cbor2.dumps([list(table)[i] for i in order])
+    assert cdns._cdnsblock.encode_table(table, orders[3]) is None  # (list(table)[-1] would be the last one)
+    assert cdns._cdnsblock.encode_table(table, [len(table)]) is None
+    for odd in ({"a": 0}, {b"a": 1}, {b"a": 0, b"b": 0}, {b"a": "0"}, {memoryview(b"a"): 0}):
+        assert cdns._cdnsblock.encode_table(odd, [0]) is None
+
+
 def test_qr_type_and_every_item_map(tmp_path):
     txs = transactions(ROOT / "samples" / "sample-mix.pcap.xz")
     fast, slow = both(txs, exporter(tmp_path, **{"export.cdns_qr_type": "resolver"}))
