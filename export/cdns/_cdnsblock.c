@@ -338,12 +338,23 @@ static inline int pack_obj(Packed *k, PyObject *o)
     return 1;
 }
 
-/* The bytes a packed key is compared and hashed by (v[0..n) then nones), into buf; their length. */
+/* The most bytes of a packed key: 10 a value (a 64-bit varint), then the None bits. */
+#define PACKED_MAX (MAX_KEY * 10 + sizeof(uint32_t))
+
+/* The bytes a packed key is compared and hashed by, into buf (PACKED_MAX): v[0..n) as zigzag varints, then nones;
+ * their length. Why varints: a signature's 17 values are small (most below 128), so its key is about 25 bytes to
+ * hash and compare instead of 140; the keys of one table all have n values, so the bytes are still one key's only. */
 static Py_ssize_t packed_bytes(const Packed *k, unsigned char *buf)
 {
-    memcpy(buf, k->v, k->n * sizeof(int64_t));
-    memcpy(buf + k->n * sizeof(int64_t), &k->nones, sizeof k->nones);
-    return k->n * sizeof(int64_t) + sizeof k->nones;
+    unsigned char *w = buf;
+    for (int i = 0; i < k->n; i++) {
+        uint64_t z = ((uint64_t)k->v[i] << 1) ^ (uint64_t)(k->v[i] >> 63);
+        for (; z >= 0x80; z >>= 7)
+            *w++ = (unsigned char)(z | 0x80);
+        *w++ = (unsigned char)z;
+    }
+    memcpy(w, &k->nones, sizeof k->nones);
+    return w + sizeof k->nones - buf;
 }
 
 /* The index stored for a packed key in t, or NULL (borrowed); *h and buf/len are set for packed_put. */
@@ -724,7 +735,7 @@ static int add_tx(Block *b, const Tx *t)
     PyObject *v[17] = {NULL};
     int rc = -1;
     Cache *cache = b->cache;
-    unsigned char kbuf[MAX_KEY * sizeof(int64_t) + sizeof(uint32_t)];
+    unsigned char kbuf[PACKED_MAX];
     Py_ssize_t klen = 0;
     uint64_t kh = 0;
     if ((ci = bytes_index(cache ? &cache->ips : NULL, b->ip, t->client, t->client_len)) == NULL
