@@ -153,9 +153,24 @@ typedef struct {
     unsigned long long probes; /* slots looked at, for the tests: the work is bounded per key */
 } Table;
 
+/* The last key looked up in front of a table, with the index it got: the server address and the query's OPT RDATA
+ * repeat from one transaction to the next, and this answers them without hashing. */
+#define MEMO_MAX 32
+
+typedef struct {
+    PyObject *index; /* NULL: empty; else strong reference */
+    Py_ssize_t len;
+    unsigned char key[MEMO_MAX];
+} Memo;
+
+/* Class IN's types below 256 (nearly every question) index the class/type table's answers directly. */
+#define CT_DIRECT 256
+
 typedef struct {
     PyObject_HEAD
     Table names, classtype, sigs, ips;
+    Memo server, opt;
+    PyObject *class_in[CT_DIRECT]; /* class/type index of (type, 1), or NULL; strong references */
 } Cache;
 
 static uint64_t hash_bytes(const unsigned char *p, size_t n)
@@ -257,6 +272,10 @@ static void cache_dealloc(PyObject *self)
     table_clear(&c->classtype);
     table_clear(&c->sigs);
     table_clear(&c->ips);
+    Py_CLEAR(c->server.index);
+    Py_CLEAR(c->opt.index);
+    for (int i = 0; i < CT_DIRECT; i++)
+        Py_CLEAR(c->class_in[i]);
     Py_TYPE(self)->tp_free(self);
 }
 
@@ -305,6 +324,20 @@ static PyObject *bytes_index(Table *t, PyObject *d, const void *p, Py_ssize_t n)
     if (i != NULL && t != NULL && table_put(t, h, key, i) < 0)
         Py_CLEAR(i);
     Py_DECREF(key);
+    return i;
+}
+
+/* bytes_index through the memo m of the last key (NULL: none). New reference. */
+static PyObject *memo_index(Memo *m, Table *t, PyObject *d, const void *p, Py_ssize_t n)
+{
+    if (m != NULL && m->index != NULL && m->len == n && memcmp(m->key, p, n) == 0)
+        return Py_NewRef(m->index);
+    PyObject *i = bytes_index(t, d, p, n);
+    if (i != NULL && m != NULL && n <= MEMO_MAX) {
+        Py_XSETREF(m->index, Py_NewRef(i));
+        m->len = n;
+        memcpy(m->key, p, n);
+    }
     return i;
 }
 
@@ -717,6 +750,38 @@ static PyObject *opt_obj(const Tx *t, unsigned bit, long long v)
     return t->nones & bit ? Py_NewRef(Py_None) : PyLong_FromLongLong(v);
 }
 
+/* The class/type index of the transaction's question (new reference). */
+static PyObject *classtype_index(Block *b, const Tx *t)
+{
+    Cache *cache = b->cache;
+    int direct = cache != NULL && t->qclass == 1 && t->qtype >= 0 && t->qtype < CT_DIRECT;
+    if (direct && cache->class_in[t->qtype] != NULL)
+        return Py_NewRef(cache->class_in[t->qtype]);
+    unsigned char kbuf[PACKED_MAX];
+    Py_ssize_t klen = 0;
+    uint64_t kh = 0;
+    Packed key = {.n = 0};
+    pack_ll(&key, t->qtype);
+    pack_ll(&key, t->qclass);
+    PyObject *cti = cache != NULL ? packed_find(&cache->classtype, &key, kbuf, &klen, &kh) : NULL;
+    if (cti != NULL) {
+        Py_INCREF(cti);
+    } else {
+        PyObject *ct = Py_BuildValue("(LL)", t->qtype, t->qclass);
+        if (ct == NULL)
+            return NULL;
+        cti = table_index(b->classtype, ct);
+        Py_DECREF(ct);
+        if (cti == NULL || (cache != NULL && packed_put(&cache->classtype, kh, kbuf, klen, cti) < 0)) {
+            Py_XDECREF(cti);
+            return NULL;
+        }
+    }
+    if (direct)
+        cache->class_in[t->qtype] = Py_NewRef(cti);
+    return cti;
+}
+
 /* Add a transaction to the block's tables and items, in the order of the Python loop: 1, or -1 (exception). */
 static int add_tx(Block *b, const Tx *t)
 {
@@ -739,28 +804,17 @@ static int add_tx(Block *b, const Tx *t)
     Py_ssize_t klen = 0;
     uint64_t kh = 0;
     if ((ci = bytes_index(cache ? &cache->ips : NULL, b->ip, t->client, t->client_len)) == NULL
-        || (si = bytes_index(cache ? &cache->ips : NULL, b->ip, t->server, t->server_len)) == NULL)
+        || (si = memo_index(cache ? &cache->server : NULL, cache ? &cache->ips : NULL, b->ip, t->server,
+                            t->server_len)) == NULL)
         goto done;
     if (t->has_name) {
         if ((ni = bytes_index(cache ? &cache->names : NULL, b->names, t->name_p, t->name_len)) == NULL)
             goto done;
-        Packed ct_key = {.n = 0};
-        pack_ll(&ct_key, t->qtype);
-        pack_ll(&ct_key, t->qclass);
-        if (cache != NULL && (cti = packed_find(&cache->classtype, &ct_key, kbuf, &klen, &kh)) != NULL) {
-            Py_INCREF(cti);
-        } else {
-            PyObject *ct = Py_BuildValue("(LL)", t->qtype, t->qclass);
-            if (ct == NULL)
-                goto done;
-            cti = table_index(b->classtype, ct);
-            Py_DECREF(ct);
-            if (cti == NULL || (cache != NULL && packed_put(&cache->classtype, kh, kbuf, klen, cti) < 0))
-                goto done;
-        }
+        if ((cti = classtype_index(b, t)) == NULL)
+            goto done;
     }
-    if (t->rdata != NULL
-        && (opt_i = bytes_index(cache ? &cache->names : NULL, b->names, t->rdata, t->rdata_len)) == NULL)
+    if (t->rdata != NULL && (opt_i = memo_index(cache ? &cache->opt : NULL, cache ? &cache->names : NULL, b->names,
+                                                t->rdata, t->rdata_len)) == NULL)
         goto done;
     long long op_v = (t->mflags >> 11) & 0xF;
     /* The signature: (si, sport, tflags, qr_type, sflags, opcode, dnsflags, qrcode, cti, qdcount, qan, qns, qar,
