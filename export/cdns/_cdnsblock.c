@@ -307,6 +307,19 @@ static PyTypeObject CacheType = {
     .tp_methods = cache_methods,
 };
 
+/* table_index of a key that t was just asked for and does not hold. When t holds as many keys as d (then its keys
+ * are all of d's: it remembers only keys d gave an index, each once), the key is not in d either: it is added
+ * without looking it up first (for a signature, that lookup hashed its 17 values once more). New reference. */
+static PyObject *table_miss_index(const Table *t, PyObject *d, PyObject *key)
+{
+    if (t == NULL || t->used != (size_t)PyDict_GET_SIZE(d))
+        return table_index(d, key);
+    PyObject *v = PyLong_FromSsize_t(PyDict_GET_SIZE(d));
+    if (v != NULL && PyDict_SetItem(d, key, v) < 0)
+        Py_CLEAR(v);
+    return v;
+}
+
 /* The index of key p[0..n) in dict d (added when new), through t when there is one. New reference. */
 static PyObject *bytes_index(Table *t, PyObject *d, const void *p, Py_ssize_t n)
 {
@@ -320,7 +333,7 @@ static PyObject *bytes_index(Table *t, PyObject *d, const void *p, Py_ssize_t n)
     PyObject *key = PyBytes_FromStringAndSize((const char *)p, n);
     if (key == NULL)
         return NULL;
-    PyObject *i = table_index(d, key);
+    PyObject *i = table_miss_index(t, d, key);
     if (i != NULL && t != NULL && table_put(t, h, key, i) < 0)
         Py_CLEAR(i);
     Py_DECREF(key);
@@ -770,7 +783,7 @@ static PyObject *classtype_index(Block *b, const Tx *t)
         PyObject *ct = Py_BuildValue("(LL)", t->qtype, t->qclass);
         if (ct == NULL)
             return NULL;
-        cti = table_index(b->classtype, ct);
+        cti = table_miss_index(cache != NULL ? &cache->classtype : NULL, b->classtype, ct);
         Py_DECREF(ct);
         if (cti == NULL || (cache != NULL && packed_put(&cache->classtype, kh, kbuf, klen, cti) < 0)) {
             Py_XDECREF(cti);
@@ -881,7 +894,7 @@ static int add_tx(Block *b, const Tx *t)
             PyTuple_SET_ITEM(sig, j, v[j]);
             v[j] = NULL;
         }
-        if ((sgi = table_index(b->sigs, sig)) == NULL)
+        if ((sgi = table_miss_index(packed ? &cache->sigs : NULL, b->sigs, sig)) == NULL)
             goto done;
         if (packed && packed_put(&cache->sigs, kh, kbuf, klen, sgi) < 0)
             goto done;
