@@ -55,7 +55,7 @@ def encode_block(block, python=False):
              F.MESSAGE_DATA_INDEX: d}
             for t, ci, p, d in block.malformed
         ]
-    return cbor2.dumps(out, default=_write_encoded)
+    return cbor2.dumps(out) if c is None else _dumps(out)
 
 
 def _renumbering(block, c):
@@ -118,8 +118,7 @@ def _table(table, order, c):
 
 
 class _Encoded:
-    """CBOR bytes made elsewhere (_cdnsblock.encode_items, encode_signatures, encode_table) that cbor2.dumps writes
-    as is."""
+    """CBOR bytes made elsewhere (_cdnsblock.encode_items, encode_signatures, encode_table), written as they are."""
 
     __slots__ = ("data",)
 
@@ -127,8 +126,37 @@ class _Encoded:
         self.data = data
 
 
-def _write_encoded(encoder, value):
-    encoder.write(value.data)
+def _dumps(value):
+    """cbor2.dumps(value) where value's maps may hold _Encoded values: those maps are written here, a head and their
+    pairs, the _Encoded bytes joined as they are. (Given to cbor2's encoder through its default hook, the bytes
+    were copied through a Python call and a conversion to a sequence: longer than the rest of a block's encoding.)"""
+    parts = []
+    _put(value, parts)
+    return b"".join(parts)
+
+
+def _put(value, parts):
+    if type(value) is _Encoded:
+        parts.append(value.data)
+    elif type(value) is dict and _holds_encoded(value):
+        parts.append(_head(5, len(value)))
+        for key, v in value.items():
+            parts.append(cbor2.dumps(key))
+            _put(v, parts)
+    else:
+        parts.append(cbor2.dumps(value))
+
+
+def _holds_encoded(value):
+    return any(type(v) is _Encoded or (type(v) is dict and _holds_encoded(v)) for v in value.values())
+
+
+def _head(major, n):
+    """A CBOR head (RFC 8949 3), shortest form, as cbor2 writes it."""
+    if n < 24:
+        return bytes((major << 5 | n,))
+    size = 1 if n < 0x100 else 2 if n < 0x10000 else 4 if n < 0x100000000 else 8
+    return bytes((major << 5 | {1: 24, 2: 25, 4: 26, 8: 27}[size],)) + n.to_bytes(size, "big")
 
 
 def count_uses_python(items, field, n):

@@ -251,6 +251,18 @@ def test_encode_table_equals_cbor2():
         assert cdns._cdnsblock.encode_table(odd, [0]) is None
 
 
+def test_block_map_with_encoded_parts_equals_cbor2():
+    """encode._dumps writes a map holding bytes already encoded (at any depth, maps of every head length) as
+    cbor2.dumps writes the same map with those values as objects."""
+    for n in (1, 23, 24, 255, 256, 300):
+        values = [[b"a" * k, {k: None}] for k in range(n)]
+        plain = {0: {"a": [1, -2]}, 1: {k: v for k, v in enumerate(values)}, 2: values[: n % 5], 3: {0: {1: values}}}
+        made = dict(plain)
+        made[1] = {k: encode._Encoded(cbor2.dumps(v)) if k % 2 else v for k, v in enumerate(values)}
+        made[3] = {0: {1: encode._Encoded(cbor2.dumps(values))}}
+        assert encode._dumps(made) == cbor2.dumps(plain)
+
+
 def test_qr_type_and_every_item_map(tmp_path):
     txs = transactions(ROOT / "samples" / "sample-mix.pcap.xz")
     fast, slow = both(txs, exporter(tmp_path, **{"export.cdns_qr_type": "resolver"}))
