@@ -29,6 +29,9 @@
  * encode_table(table, order) -> bytes or None
  *   The same for the address and name tables: cbor2.dumps([list(table)[i] for i in order]) (cbor2 paid a call per
  *   key, and the two lists were made for it alone).
+ *
+ * renumbering(items, sigs, n_ip, n_names, rr) -> ((order, new) of the signatures, addresses, names)
+ *   encode._renumbering's Python: the uses of each index counted, the tables ordered most used first.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -426,7 +429,7 @@ static int packed_put(Table *t, uint64_t h, const unsigned char *buf, Py_ssize_t
  * Items: a block's Q/R items as C structs.
  *
  * Why: an item was a 12-tuple holding new ints (time, response delay): made per transaction, read again
- * by count_uses and encode_items, and freed with the block: allocations per transaction. Items keeps
+ * by renumbering and encode_items, and freed with the block: allocations per transaction. Items keeps
  * the same values in an array; it reads as the list of tuples it replaces (len, indexing, iteration,
  * == with a list), so Block.encode's Python reference and the tests see the same items. It holds the
  * items of blocks without full sections only: their last two fields (extended sections) are None. */
@@ -1276,73 +1279,90 @@ static PyObject *encode_table(PyObject *Py_UNUSED(self), PyObject *args)
     return out;
 }
 
-/* The use count of each index 0..n-1 in field `field` of the items (None skipped): the counts that order
- * a block's tables most-used first (collections.Counter did this, at a dict update per item and field). */
-static PyObject *count_uses(PyObject *Py_UNUSED(self), PyObject *args)
+/* Counts of the uses of each index 0..n-1 of a table, and the index it takes once the table is ordered most used
+ * first, so that the indexes used most take the fewest bytes (encode._renumbering is the reference). */
+typedef struct {
+    long long *v;
+    Py_ssize_t n;
+} Uses;
+
+/* uses.v[index] += by: 0, or -1 (IndexError, TypeError: the index is not one of the table's). */
+static int use(Uses *u, long long index, long long by)
 {
-    PyObject *list;
-    Py_ssize_t field, n;
-    if (!PyArg_ParseTuple(args, "Onn:count_uses", &list, &field, &n))
-        return NULL;
-    Items *store = Py_IS_TYPE(list, &ItemsType) ? (Items *)list : NULL;
-    if (store == NULL && !PyList_Check(list)) {
-        PyErr_SetString(PyExc_TypeError, "count_uses: items must be a list or an Items");
-        return NULL;
+    if (index < 0 || index >= u->n) {
+        PyErr_Format(PyExc_IndexError, "renumbering: index %lld out of range", index);
+        return -1;
     }
-    if (store != NULL && (field < 0 || field >= 12)) {
-        PyErr_SetString(PyExc_ValueError, "count_uses: an item is not a tuple with that field");
-        return NULL;
-    }
-    if (n < 0) {
-        PyErr_SetString(PyExc_ValueError, "count_uses: n must not be negative");
-        return NULL;
-    }
-    Py_ssize_t *counts = PyMem_Calloc(n ? n : 1, sizeof *counts);
-    if (counts == NULL)
-        return PyErr_NoMemory();
-    PyObject *uses = NULL;
-    for (Py_ssize_t i = 0; store != NULL && i < store->n; i++) {
-        const Item *it = &store->a[i];
-        if (field >= ITEM_INTS || it->nones >> field & 1)
-            continue;
-        if (it->v[field] < 0 || it->v[field] >= n) {
-            PyErr_Format(PyExc_IndexError, "count_uses: index %lld out of range", (long long)it->v[field]);
-            goto done;
-        }
-        counts[it->v[field]]++;
-    }
-    for (Py_ssize_t i = 0; store == NULL && i < PyList_GET_SIZE(list); i++) {
-        PyObject *it = PyList_GET_ITEM(list, i);
-        if (!PyTuple_Check(it) || field < 0 || field >= PyTuple_GET_SIZE(it)) {
-            PyErr_SetString(PyExc_ValueError, "count_uses: an item is not a tuple with that field");
-            goto done;
-        }
-        PyObject *v = PyTuple_GET_ITEM(it, field);
-        if (v == Py_None)
-            continue;
-        Py_ssize_t k = PyLong_AsSsize_t(v);
-        if (k < 0 || k >= n) {
-            if (!PyErr_Occurred())
-                PyErr_Format(PyExc_IndexError, "count_uses: index %zd out of range", k);
-            goto done;
-        }
-        counts[k]++;
-    }
-    uses = PyList_New(n);
-    for (Py_ssize_t k = 0; uses != NULL && k < n; k++) {
-        PyObject *c = PyLong_FromSsize_t(counts[k]);
-        if (c == NULL)
-            Py_CLEAR(uses);
-        else
-            PyList_SET_ITEM(uses, k, c);
-    }
-done:
-    PyMem_Free(counts);
-    return uses;
+    u->v[index] += by;
+    return 0;
 }
 
-/* cdns._by_use: (old indexes most used first, ties in index order; the new index of each old one). The
- * Python sort with a key function and the loop after it, in one pass in C. */
+static int use_obj(Uses *u, PyObject *index, long long by)
+{
+    long long i;
+    if (!as_ll(index, &i)) {
+        PyErr_SetString(PyExc_TypeError, "renumbering: an index is not an int");
+        return -1;
+    }
+    return use(u, i, by);
+}
+
+/* The uses of the item fields 1 (client address), 4 (signature) and 7 (name): into u[0], u[1], u[2]. */
+static int count_items(PyObject *items, Uses *ip, Uses *sig, Uses *name)
+{
+    static const int fields[3] = {1, 4, 7};
+    Uses *into[3] = {ip, sig, name};
+    Items *store = Py_IS_TYPE(items, &ItemsType) ? (Items *)items : NULL;
+    if (store == NULL && !PyList_Check(items)) {
+        PyErr_SetString(PyExc_TypeError, "renumbering: items must be a list or an Items");
+        return -1;
+    }
+    Py_ssize_t n = store != NULL ? store->n : PyList_GET_SIZE(items);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const Item *it = store != NULL ? &store->a[i] : NULL;
+        PyObject *t = store == NULL ? PyList_GET_ITEM(items, i) : NULL;
+        if (t != NULL && (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) < 8)) {
+            PyErr_SetString(PyExc_TypeError, "renumbering: an item is not an item tuple");
+            return -1;
+        }
+        for (int k = 0; k < 3; k++) {
+            int f = fields[k];
+            if (it != NULL ? !(it->nones >> f & 1) && use(into[k], it->v[f], 1) < 0
+                           : F(t, f) != Py_None && use_obj(into[k], F(t, f), 1) < 0)
+                return -1;
+        }
+    }
+    return 0;
+}
+
+/* A signature's uses added to its server address (field 0) and OPT RDATA (field 15); a resource record's two name
+ * indexes (fields 0 and 3) used once each. */
+static int count_references(PyObject *sigs, PyObject *rr, Uses *ip, const Uses *sig, Uses *name)
+{
+    Py_ssize_t pos = 0;
+    PyObject *key, *value;
+    while (PyDict_Next(sigs, &pos, &key, &value)) {
+        long long i;
+        if (!PyTuple_Check(key) || PyTuple_GET_SIZE(key) != 17 || !as_ll(value, &i) || i < 0 || i >= sig->n) {
+            PyErr_SetString(PyExc_TypeError, "renumbering: sigs must map 17-tuples to their indexes");
+            return -1;
+        }
+        if (use_obj(ip, F(key, 0), sig->v[i]) < 0 || (F(key, 15) != Py_None && use_obj(name, F(key, 15), sig->v[i]) < 0))
+            return -1;
+    }
+    pos = 0;
+    while (PyDict_Next(rr, &pos, &key, &value)) {
+        if (!PyTuple_Check(key) || PyTuple_GET_SIZE(key) != 4) {
+            PyErr_SetString(PyExc_TypeError, "renumbering: rr must map 4-tuples to their indexes");
+            return -1;
+        }
+        if (use_obj(name, F(key, 0), 1) < 0 || use_obj(name, F(key, 3), 1) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* (old indexes most used first, ties in index order; the new index of each old one). */
 typedef struct {
     long long uses;
     Py_ssize_t index;
@@ -1394,24 +1414,16 @@ static int sort_by_more_use(Use *u, Py_ssize_t n)
     return 0;
 }
 
-static PyObject *by_use(PyObject *Py_UNUSED(self), PyObject *uses)
+
+static PyObject *by_use(const Uses *uses)
 {
-    if (!PyList_Check(uses)) {
-        PyErr_SetString(PyExc_TypeError, "by_use: uses must be a list of ints");
-        return NULL;
-    }
-    Py_ssize_t n = PyList_GET_SIZE(uses);
+    Py_ssize_t n = uses->n;
     Use *u = PyMem_Malloc((n ? n : 1) * sizeof *u);
     if (u == NULL)
         return PyErr_NoMemory();
+    for (Py_ssize_t i = 0; i < n; i++)
+        u[i] = (Use){uses->v[i], i};
     PyObject *order = NULL, *renumbered_list = NULL, *result = NULL;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        u[i].index = i;
-        if (!as_ll(PyList_GET_ITEM(uses, i), &u[i].uses)) {
-            PyErr_SetString(PyExc_TypeError, "by_use: uses must be a list of ints");
-            goto done;
-        }
-    }
     if (sort_by_more_use(u, n) < 0)
         goto done;
     order = PyList_New(n);
@@ -1436,11 +1448,36 @@ done:
     return result;
 }
 
+/* renumbering(items, sigs, n_ip, n_names, rr): encode._renumbering in one pass in C (it counted into lists of ints
+ * and sorted them in Python, a call per table and a loop over the signatures). */
+static PyObject *renumbering(PyObject *Py_UNUSED(self), PyObject *args)
+{
+    PyObject *items, *sigs, *rr;
+    Py_ssize_t n_ip, n_names;
+    if (!PyArg_ParseTuple(args, "OO!nnO!:renumbering", &items, &PyDict_Type, &sigs, &n_ip, &n_names, &PyDict_Type, &rr))
+        return NULL;
+    if (n_ip < 0 || n_names < 0) {
+        PyErr_SetString(PyExc_ValueError, "renumbering: table sizes must not be negative");
+        return NULL;
+    }
+    Uses sig = {PyMem_Calloc(PyDict_GET_SIZE(sigs) + 1, sizeof(long long)), PyDict_GET_SIZE(sigs)};
+    Uses ip = {PyMem_Calloc(n_ip + 1, sizeof(long long)), n_ip};
+    Uses name = {PyMem_Calloc(n_names + 1, sizeof(long long)), n_names};
+    PyObject *result = NULL;
+    if (sig.v == NULL || ip.v == NULL || name.v == NULL)
+        PyErr_NoMemory();
+    else if (count_items(items, &ip, &sig, &name) == 0 && count_references(sigs, rr, &ip, &sig, &name) == 0)
+        result = Py_BuildValue("NNN", by_use(&sig), by_use(&ip), by_use(&name));
+    PyMem_Free(sig.v);
+    PyMem_Free(ip.v);
+    PyMem_Free(name.v);
+    return result;
+}
+
 static PyMethodDef methods[] = {
-    {"by_use", by_use, METH_O,
-     "by_use(uses) -> (order, new): old indexes most used first (ties in index order), new index of each old one."},
-    {"count_uses", count_uses, METH_VARARGS,
-     "count_uses(items, field, n) -> [count]: how many items hold each index 0..n-1 in `field` (None skipped)."},
+    {"renumbering", renumbering, METH_VARARGS,
+     "renumbering(items, sigs, n_ip, n_names, rr) -> ((order, new) of the signatures, of the addresses, of the "
+     "names): encode._renumbering, old indexes most used first (ties in index order), new index of each old one."},
     {"add_records", add_records, METH_VARARGS,
      "add_records(txs, start, stop, ip, names, classtype, sigs, items, earliest, qr_type[, cache]) -> (stop, "
      "earliest, processed, unmatched_queries, unmatched_responses): Block.add_python's loop over transactions "

@@ -59,12 +59,15 @@ def encode_block(block, python=False):
 
 
 def _renumbering(block, c):
-    """(old indexes most used first, new index of each old index) of the signatures, addresses and names."""
+    """(old indexes most used first, new index of each old index) of the signatures, addresses and names: items,
+    signatures (their server address and OPT RDATA) and resource records use them. In C when built
+    (_cdnsblock.renumbering); this is its reference."""
+    if c is not None:
+        return c.renumbering(block.items, block.sigs, len(block.ip), len(block.names), block.rr)
     items = block.items
-    count = count_uses_python if c is None else c.count_uses
-    sig_uses = count(items, 4, len(block.sigs))
-    ip_uses = count(items, 1, len(block.ip))
-    name_uses = count(items, 7, len(block.names))
+    sig_uses = count_uses_python(items, 4, len(block.sigs))
+    ip_uses = count_uses_python(items, 1, len(block.ip))
+    name_uses = count_uses_python(items, 7, len(block.names))
     for sig, i in block.sigs.items():
         uses = sig_uses[i]
         ip_uses[sig[0]] += uses
@@ -73,8 +76,7 @@ def _renumbering(block, c):
     for n, _, _, d in block.rr:
         name_uses[n] += 1
         name_uses[d] += 1
-    by_use = by_use_python if c is None else c.by_use
-    return by_use(sig_uses), by_use(ip_uses), by_use(name_uses)
+    return by_use_python(sig_uses), by_use_python(ip_uses), by_use_python(name_uses)
 
 
 def _tables(block, c, ip_order, name_order, sig_order, new_ip, new_name):
@@ -160,7 +162,7 @@ def _head(major, n):
 
 
 def count_uses_python(items, field, n):
-    """Reference of _cdnsblock.count_uses: how many items hold each index 0..n-1 in `field` (None skipped)."""
+    """How many items hold each index 0..n-1 in `field` (None skipped)."""
     uses = [0] * n
     for i in map(itemgetter(field), items):
         if i is not None:
@@ -170,7 +172,7 @@ def count_uses_python(items, field, n):
 
 def by_use_python(uses):
     """(old indexes most used first, new index of each old index); ties keep the order of first use
-    (sorted is stable, also with reverse=True). The reference of _cdnsblock.by_use."""
+    (sorted is stable, also with reverse=True)."""
     order = sorted(range(len(uses)), key=uses.__getitem__, reverse=True)
     new = [0] * len(uses)
     for j, i in enumerate(order):

@@ -11,6 +11,7 @@ encode(python=True), the reference that uses no C.
 
 import random
 import struct
+import types
 
 import cbor2
 import pytest
@@ -127,21 +128,31 @@ def test_items_store_reads_as_its_tuples():
     assert len(store) == len(tuples)
 
 
-def test_by_use_equals_python():
-    """_cdnsblock.by_use orders tables as encode.by_use_python does: most used first, ties in first-use order."""
+def test_renumbering_equals_python():
+    """_cdnsblock.renumbering orders the tables as encode._renumbering's Python does (its reference): uses by the
+    items, by the signatures (server address, OPT RDATA) and by the resource records; most used first, ties in
+    first-use order; items as an Items or a list, small and large use counts (its two sorts)."""
     rng = random.Random(5)
-    cases = [[], [0], [3, 3, 3], [1, 2, 3], [5, 0, 5, 2, 2, 9, 0, 300, 300]]
-    tops = [2, 5, 100, 10**6] * 5
-    cases += [[rng.randrange(top) for _ in range(rng.randrange(1, 3000))] for top in tops]
-    for uses in cases:
-        order, new = cdns._cdnsblock.by_use(uses)
-        assert (order, new) == encode.by_use_python(uses)
+    for n_items, n_ip, n_names, n_sigs, n_rr in [(0, 0, 0, 0, 0), (1, 2, 1, 1, 0), (3000, 1, 1, 1, 0),
+                                                 (3000, 900, 1200, 300, 50), (500, 3, 700, 2, 400)]:
+        sigs = {}
+        while len(sigs) < n_sigs:
+            sig = (rng.randrange(n_ip), len(sigs), *([0] * 13), rng.choice([None, rng.randrange(n_names)]), None)
+            sigs[sig] = len(sigs)
+        items = [(0, int(rng.paretovariate(1)) % n_ip, 0, 0, rng.randrange(n_sigs), None, None,
+                  rng.choice([None, rng.randrange(n_names)]), None, None, None, None) for _ in range(n_items)]
+        rr = {(rng.randrange(n_names), 0, i, rng.randrange(n_names)): i for i in range(n_rr)}
+        block = types.SimpleNamespace(items=items, sigs=sigs, ip=[0] * n_ip, names=[0] * n_names, rr=rr)
+        want = encode._renumbering(block, None)
+        assert cdns._cdnsblock.renumbering(items, sigs, n_ip, n_names, rr) == want
+        store = cdns._cdnsblock.Items()
+        for it in items:
+            store.append(it)
+        assert cdns._cdnsblock.renumbering(store, sigs, n_ip, n_names, rr) == want
+    with pytest.raises(IndexError):
+        cdns._cdnsblock.renumbering([(0, 1, 0, 0, 0, None, None, None, None, None, None, None)], {}, 1, 0, {})
     with pytest.raises(TypeError):
-        cdns._cdnsblock.by_use([1, "2"])
-
-# ---------------------------------------------------------------------------------------------
-# Shapes the captures above lack: no question, trailing bytes, a compressed first name, several
-# questions, records in a query, response-only without question, a zone transfer of three messages
+        cdns._cdnsblock.renumbering([(0, "1", 0, 0, 0) + (None,) * 7], {}, 2, 0, {})
 
 
 def header(tid, flags, qd=1, an=0, ns=0, ar=0):
