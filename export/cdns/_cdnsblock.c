@@ -225,29 +225,44 @@ static int table_place(Slot *slots, size_t mask, Slot s, unsigned long long *pro
     return 0;
 }
 
-/* Remember key (bytes with hash h, not in t) -> index; -1 on no memory. */
+/* Twice the capacity (256 slots at first), the keys placed again; 0, or -1 on no memory. */
+static int table_grow(Table *t)
+{
+    size_t cap = t->slots == NULL ? 256 : 2 * (t->mask + 1);
+    Slot *slots = PyMem_Calloc(cap, sizeof(Slot));
+    if (slots == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (size_t i = 0; t->slots != NULL && i <= t->mask; i++) {
+        if (t->slots[i].hash != 0 && !table_place(slots, cap - 1, t->slots[i], &t->probes)) {
+            /* (Rarely: the new capacity's homes crowd it out. The dict still has it.) */
+            Py_DECREF(t->slots[i].key);
+            Py_DECREF(t->slots[i].index);
+            t->used--;
+        }
+    }
+    PyMem_Free(t->slots);
+    t->slots = slots;
+    t->mask = cap - 1;
+    return 0;
+}
+
+/* Remember key (bytes with hash h, not in t) -> index; -1 on no memory. A key with no room within MAX_PROBE of its
+ * home (a run of linear probing: a few keys in a block's thousands) makes the table grow once, when it is at least
+ * an eighth full, rather than be left out: a table missing a key of its dict no longer answers "new" on a miss
+ * (table_miss_index). Keys made to share a hash are still left out, and the table stays within 16 slots a key. */
 static int table_put(Table *t, uint64_t h, PyObject *key, PyObject *index)
 {
-    if (t->slots == NULL || 2 * (t->used + 1) > t->mask + 1) {
-        size_t cap = t->slots == NULL ? 256 : 2 * (t->mask + 1);
-        Slot *slots = PyMem_Calloc(cap, sizeof(Slot));
-        if (slots == NULL) {
-            PyErr_NoMemory();
+    if ((t->slots == NULL || 2 * (t->used + 1) > t->mask + 1) && table_grow(t) < 0)
+        return -1;
+    int placed = table_place(t->slots, t->mask, (Slot){h, key, index}, &t->probes);
+    if (!placed && 8 * t->used >= t->mask + 1) {
+        if (table_grow(t) < 0)
             return -1;
-        }
-        for (size_t i = 0; t->slots != NULL && i <= t->mask; i++) {
-            if (t->slots[i].hash != 0 && !table_place(slots, cap - 1, t->slots[i], &t->probes)) {
-                /* (Rarely: the new capacity's homes crowd it out. The dict still has it.) */
-                Py_DECREF(t->slots[i].key);
-                Py_DECREF(t->slots[i].index);
-                t->used--;
-            }
-        }
-        PyMem_Free(t->slots);
-        t->slots = slots;
-        t->mask = cap - 1;
+        placed = table_place(t->slots, t->mask, (Slot){h, key, index}, &t->probes);
     }
-    if (table_place(t->slots, t->mask, (Slot){h, key, index}, &t->probes)) {
+    if (placed) {
         Py_INCREF(key);
         Py_INCREF(index);
         t->used++;
