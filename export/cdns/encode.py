@@ -1,7 +1,7 @@
 """A filled C-DNS block (export/cdns/block.py Block) → its CBOR bytes (RFC 8618 7.3). Tables are ordered
 most-referenced first, so that the indexes used most take the fewest bytes (CBOR: 1 byte below 24, 2 below 256);
-every reference is renumbered. Signatures and items are written by export.cdns._cdnsblock when built; the Python
-functions here are its reference (tests/export/test_cdns_block.py)."""
+every reference is renumbered. The renumbering, the address, name and signature arrays and the items are made by
+export.cdns._cdnsblock when built; the Python functions here are its reference (tests/export/test_cdns_block.py)."""
 
 from operator import itemgetter
 
