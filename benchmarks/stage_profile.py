@@ -272,14 +272,16 @@ def perf_classes(data, main_tid=None):
     return res
 
 
-def perf_live(pcap, packets, rate, tmp_root):
+def perf_live(pcap, packets, rate, tmp_root, settings=()):
     """perf_classes of a live capture worker (benchmarks/live.py's testbed: a veth pair, tcpreplay at `rate` pkts/s
     on core 0, one worker on core 1) from the start of the replay to the worker's exit (SIGTERM after it caught up:
-    its journal made into the Parquet file included), with the worker's CPU seconds and packets captured."""
+    its journal made into the Parquet file included), with the worker's CPU seconds and packets captured. settings:
+    KEY=VALUE configuration of the capture (e.g. export.format=cdns)."""
     import live  # (its testbed needs root)
 
     live.ensure_tcpreplay()
     live.OPTIONS["code_dir"] = str(ROOT)  # `python -m probe` of this tree, as the rest of this benchmark
+    live.OPTIONS["set"] = list(settings)
     out = Path(tempfile.mkdtemp(dir=tmp_root))
     data = Path(tmp_root) / "live-perf.data"
     probe = recorder = None
@@ -412,6 +414,8 @@ def main(argv=None):
     ap.add_argument("--perf", action="store_true", help="also `perf record` a read of each format (needs perf)")
     ap.add_argument("--live", type=int, metavar="PPS", help="also `perf record` a live capture worker, the file "
                     "replayed at PPS packets a second (root: a veth testbed, benchmarks/live.py)")
+    ap.add_argument("--live-set", action="append", default=[], metavar="KEY=VALUE",
+                    help="a configuration key of the --live capture (repeatable), e.g. export.format=cdns")
     ap.add_argument("--no-save", action="store_true", help="do not write benchmarks/results/stage_profile.*")
     args = ap.parse_args(argv)
     args.packets, args.rounds = offline.packets_and_rounds(args)
@@ -433,7 +437,7 @@ def main(argv=None):
         if args.perf:
             res["perf"] = perf_table(pcap, tmp_root)
         if args.live:
-            res["live"] = perf_live(pcap, args.packets, args.live, tmp_root)
+            res["live"] = perf_live(pcap, args.packets, args.live, tmp_root, args.live_set)
         if not args.no_coremask:
             res["coremask"] = coremask_speedup(pcap, max(args.rounds, 5), tmp_root)
     res["machine"]["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]

@@ -25,6 +25,13 @@
  *
  * encode_signatures(sigs, new_ip, new_name) -> bytes or None
  *   The same for the signature table: cbor2.dumps([cdns._signature(sig, new_ip, new_name) ...]).
+ *
+ * encode_table(table, order) -> bytes or None
+ *   The same for the address and name tables: cbor2.dumps([list(table)[i] for i in order]) (cbor2 paid a call per
+ *   key, and the two lists were made for it alone).
+ *
+ * renumbering(items, sigs, n_ip, n_names, rr) -> ((order, new) of the signatures, addresses, names)
+ *   encode._renumbering's Python: the uses of each index counted, the tables ordered most used first.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -149,9 +156,24 @@ typedef struct {
     unsigned long long probes; /* slots looked at, for the tests: the work is bounded per key */
 } Table;
 
+/* The last key looked up in front of a table, with the index it got: the server address and the query's OPT RDATA
+ * repeat from one transaction to the next, and this answers them without hashing. */
+#define MEMO_MAX 32
+
+typedef struct {
+    PyObject *index; /* NULL: empty; else strong reference */
+    Py_ssize_t len;
+    unsigned char key[MEMO_MAX];
+} Memo;
+
+/* Class IN's types below 256 (nearly every question) index the class/type table's answers directly. */
+#define CT_DIRECT 256
+
 typedef struct {
     PyObject_HEAD
     Table names, classtype, sigs, ips;
+    Memo server, opt;
+    PyObject *class_in[CT_DIRECT]; /* class/type index of (type, 1), or NULL; strong references */
 } Cache;
 
 static uint64_t hash_bytes(const unsigned char *p, size_t n)
@@ -203,29 +225,44 @@ static int table_place(Slot *slots, size_t mask, Slot s, unsigned long long *pro
     return 0;
 }
 
-/* Remember key (bytes with hash h, not in t) -> index; -1 on no memory. */
+/* Twice the capacity (256 slots at first), the keys placed again; 0, or -1 on no memory. */
+static int table_grow(Table *t)
+{
+    size_t cap = t->slots == NULL ? 256 : 2 * (t->mask + 1);
+    Slot *slots = PyMem_Calloc(cap, sizeof(Slot));
+    if (slots == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (size_t i = 0; t->slots != NULL && i <= t->mask; i++) {
+        if (t->slots[i].hash != 0 && !table_place(slots, cap - 1, t->slots[i], &t->probes)) {
+            /* (Rarely: the new capacity's homes crowd it out. The dict still has it.) */
+            Py_DECREF(t->slots[i].key);
+            Py_DECREF(t->slots[i].index);
+            t->used--;
+        }
+    }
+    PyMem_Free(t->slots);
+    t->slots = slots;
+    t->mask = cap - 1;
+    return 0;
+}
+
+/* Remember key (bytes with hash h, not in t) -> index; -1 on no memory. A key with no room within MAX_PROBE of its
+ * home (a run of linear probing: a few keys in a block's thousands) makes the table grow once, when it is at least
+ * an eighth full, rather than be left out: a table missing a key of its dict no longer answers "new" on a miss
+ * (table_miss_index). Keys made to share a hash are still left out, and the table stays within 16 slots a key. */
 static int table_put(Table *t, uint64_t h, PyObject *key, PyObject *index)
 {
-    if (t->slots == NULL || 2 * (t->used + 1) > t->mask + 1) {
-        size_t cap = t->slots == NULL ? 256 : 2 * (t->mask + 1);
-        Slot *slots = PyMem_Calloc(cap, sizeof(Slot));
-        if (slots == NULL) {
-            PyErr_NoMemory();
+    if ((t->slots == NULL || 2 * (t->used + 1) > t->mask + 1) && table_grow(t) < 0)
+        return -1;
+    int placed = table_place(t->slots, t->mask, (Slot){h, key, index}, &t->probes);
+    if (!placed && 8 * t->used >= t->mask + 1) {
+        if (table_grow(t) < 0)
             return -1;
-        }
-        for (size_t i = 0; t->slots != NULL && i <= t->mask; i++) {
-            if (t->slots[i].hash != 0 && !table_place(slots, cap - 1, t->slots[i], &t->probes)) {
-                /* (Rarely: the new capacity's homes crowd it out. The dict still has it.) */
-                Py_DECREF(t->slots[i].key);
-                Py_DECREF(t->slots[i].index);
-                t->used--;
-            }
-        }
-        PyMem_Free(t->slots);
-        t->slots = slots;
-        t->mask = cap - 1;
+        placed = table_place(t->slots, t->mask, (Slot){h, key, index}, &t->probes);
     }
-    if (table_place(t->slots, t->mask, (Slot){h, key, index}, &t->probes)) {
+    if (placed) {
         Py_INCREF(key);
         Py_INCREF(index);
         t->used++;
@@ -253,6 +290,10 @@ static void cache_dealloc(PyObject *self)
     table_clear(&c->classtype);
     table_clear(&c->sigs);
     table_clear(&c->ips);
+    Py_CLEAR(c->server.index);
+    Py_CLEAR(c->opt.index);
+    for (int i = 0; i < CT_DIRECT; i++)
+        Py_CLEAR(c->class_in[i]);
     Py_TYPE(self)->tp_free(self);
 }
 
@@ -284,6 +325,19 @@ static PyTypeObject CacheType = {
     .tp_methods = cache_methods,
 };
 
+/* table_index of a key that t was just asked for and does not hold. When t holds as many keys as d (then its keys
+ * are all of d's: it remembers only keys d gave an index, each once), the key is not in d either: it is added
+ * without looking it up first (for a signature, that lookup hashed its 17 values once more). New reference. */
+static PyObject *table_miss_index(const Table *t, PyObject *d, PyObject *key)
+{
+    if (t == NULL || t->used != (size_t)PyDict_GET_SIZE(d))
+        return table_index(d, key);
+    PyObject *v = PyLong_FromSsize_t(PyDict_GET_SIZE(d));
+    if (v != NULL && PyDict_SetItem(d, key, v) < 0)
+        Py_CLEAR(v);
+    return v;
+}
+
 /* The index of key p[0..n) in dict d (added when new), through t when there is one. New reference. */
 static PyObject *bytes_index(Table *t, PyObject *d, const void *p, Py_ssize_t n)
 {
@@ -297,10 +351,24 @@ static PyObject *bytes_index(Table *t, PyObject *d, const void *p, Py_ssize_t n)
     PyObject *key = PyBytes_FromStringAndSize((const char *)p, n);
     if (key == NULL)
         return NULL;
-    PyObject *i = table_index(d, key);
+    PyObject *i = table_miss_index(t, d, key);
     if (i != NULL && t != NULL && table_put(t, h, key, i) < 0)
         Py_CLEAR(i);
     Py_DECREF(key);
+    return i;
+}
+
+/* bytes_index through the memo m of the last key (NULL: none). New reference. */
+static PyObject *memo_index(Memo *m, Table *t, PyObject *d, const void *p, Py_ssize_t n)
+{
+    if (m != NULL && m->index != NULL && m->len == n && memcmp(m->key, p, n) == 0)
+        return Py_NewRef(m->index);
+    PyObject *i = bytes_index(t, d, p, n);
+    if (i != NULL && m != NULL && n <= MEMO_MAX) {
+        Py_XSETREF(m->index, Py_NewRef(i));
+        m->len = n;
+        memcpy(m->key, p, n);
+    }
     return i;
 }
 
@@ -334,12 +402,23 @@ static inline int pack_obj(Packed *k, PyObject *o)
     return 1;
 }
 
-/* The bytes a packed key is compared and hashed by (v[0..n) then nones), into buf; their length. */
+/* The most bytes of a packed key: 10 a value (a 64-bit varint), then the None bits. */
+#define PACKED_MAX (MAX_KEY * 10 + sizeof(uint32_t))
+
+/* The bytes a packed key is compared and hashed by, into buf (PACKED_MAX): v[0..n) as zigzag varints, then nones;
+ * their length. Why varints: a signature's 17 values are small (most below 128), so its key is about 25 bytes to
+ * hash and compare instead of 140; the keys of one table all have n values, so the bytes are still one key's only. */
 static Py_ssize_t packed_bytes(const Packed *k, unsigned char *buf)
 {
-    memcpy(buf, k->v, k->n * sizeof(int64_t));
-    memcpy(buf + k->n * sizeof(int64_t), &k->nones, sizeof k->nones);
-    return k->n * sizeof(int64_t) + sizeof k->nones;
+    unsigned char *w = buf;
+    for (int i = 0; i < k->n; i++) {
+        uint64_t z = ((uint64_t)k->v[i] << 1) ^ (uint64_t)(k->v[i] >> 63);
+        for (; z >= 0x80; z >>= 7)
+            *w++ = (unsigned char)(z | 0x80);
+        *w++ = (unsigned char)z;
+    }
+    memcpy(w, &k->nones, sizeof k->nones);
+    return w + sizeof k->nones - buf;
 }
 
 /* The index stored for a packed key in t, or NULL (borrowed); *h and buf/len are set for packed_put. */
@@ -365,7 +444,7 @@ static int packed_put(Table *t, uint64_t h, const unsigned char *buf, Py_ssize_t
  * Items: a block's Q/R items as C structs.
  *
  * Why: an item was a 12-tuple holding new ints (time, response delay): made per transaction, read again
- * by count_uses and encode_items, and freed with the block: allocations per transaction. Items keeps
+ * by renumbering and encode_items, and freed with the block: allocations per transaction. Items keeps
  * the same values in an array; it reads as the list of tuples it replaces (len, indexing, iteration,
  * == with a list), so Block.encode's Python reference and the tests see the same items. It holds the
  * items of blocks without full sections only: their last two fields (extended sections) are None. */
@@ -702,6 +781,38 @@ static PyObject *opt_obj(const Tx *t, unsigned bit, long long v)
     return t->nones & bit ? Py_NewRef(Py_None) : PyLong_FromLongLong(v);
 }
 
+/* The class/type index of the transaction's question (new reference). */
+static PyObject *classtype_index(Block *b, const Tx *t)
+{
+    Cache *cache = b->cache;
+    int direct = cache != NULL && t->qclass == 1 && t->qtype >= 0 && t->qtype < CT_DIRECT;
+    if (direct && cache->class_in[t->qtype] != NULL)
+        return Py_NewRef(cache->class_in[t->qtype]);
+    unsigned char kbuf[PACKED_MAX];
+    Py_ssize_t klen = 0;
+    uint64_t kh = 0;
+    Packed key = {.n = 0};
+    pack_ll(&key, t->qtype);
+    pack_ll(&key, t->qclass);
+    PyObject *cti = cache != NULL ? packed_find(&cache->classtype, &key, kbuf, &klen, &kh) : NULL;
+    if (cti != NULL) {
+        Py_INCREF(cti);
+    } else {
+        PyObject *ct = Py_BuildValue("(LL)", t->qtype, t->qclass);
+        if (ct == NULL)
+            return NULL;
+        cti = table_miss_index(cache != NULL ? &cache->classtype : NULL, b->classtype, ct);
+        Py_DECREF(ct);
+        if (cti == NULL || (cache != NULL && packed_put(&cache->classtype, kh, kbuf, klen, cti) < 0)) {
+            Py_XDECREF(cti);
+            return NULL;
+        }
+    }
+    if (direct)
+        cache->class_in[t->qtype] = Py_NewRef(cti);
+    return cti;
+}
+
 /* Add a transaction to the block's tables and items, in the order of the Python loop: 1, or -1 (exception). */
 static int add_tx(Block *b, const Tx *t)
 {
@@ -720,32 +831,21 @@ static int add_tx(Block *b, const Tx *t)
     PyObject *v[17] = {NULL};
     int rc = -1;
     Cache *cache = b->cache;
-    unsigned char kbuf[MAX_KEY * sizeof(int64_t) + sizeof(uint32_t)];
+    unsigned char kbuf[PACKED_MAX];
     Py_ssize_t klen = 0;
     uint64_t kh = 0;
     if ((ci = bytes_index(cache ? &cache->ips : NULL, b->ip, t->client, t->client_len)) == NULL
-        || (si = bytes_index(cache ? &cache->ips : NULL, b->ip, t->server, t->server_len)) == NULL)
+        || (si = memo_index(cache ? &cache->server : NULL, cache ? &cache->ips : NULL, b->ip, t->server,
+                            t->server_len)) == NULL)
         goto done;
     if (t->has_name) {
         if ((ni = bytes_index(cache ? &cache->names : NULL, b->names, t->name_p, t->name_len)) == NULL)
             goto done;
-        Packed ct_key = {.n = 0};
-        pack_ll(&ct_key, t->qtype);
-        pack_ll(&ct_key, t->qclass);
-        if (cache != NULL && (cti = packed_find(&cache->classtype, &ct_key, kbuf, &klen, &kh)) != NULL) {
-            Py_INCREF(cti);
-        } else {
-            PyObject *ct = Py_BuildValue("(LL)", t->qtype, t->qclass);
-            if (ct == NULL)
-                goto done;
-            cti = table_index(b->classtype, ct);
-            Py_DECREF(ct);
-            if (cti == NULL || (cache != NULL && packed_put(&cache->classtype, kh, kbuf, klen, cti) < 0))
-                goto done;
-        }
+        if ((cti = classtype_index(b, t)) == NULL)
+            goto done;
     }
-    if (t->rdata != NULL
-        && (opt_i = bytes_index(cache ? &cache->names : NULL, b->names, t->rdata, t->rdata_len)) == NULL)
+    if (t->rdata != NULL && (opt_i = memo_index(cache ? &cache->opt : NULL, cache ? &cache->names : NULL, b->names,
+                                                t->rdata, t->rdata_len)) == NULL)
         goto done;
     long long op_v = (t->mflags >> 11) & 0xF;
     /* The signature: (si, sport, tflags, qr_type, sflags, opcode, dnsflags, qrcode, cti, qdcount, qan, qns, qar,
@@ -812,7 +912,7 @@ static int add_tx(Block *b, const Tx *t)
             PyTuple_SET_ITEM(sig, j, v[j]);
             v[j] = NULL;
         }
-        if ((sgi = table_index(b->sigs, sig)) == NULL)
+        if ((sgi = table_miss_index(packed ? &cache->sigs : NULL, b->sigs, sig)) == NULL)
             goto done;
         if (packed && packed_put(&cache->sigs, kh, kbuf, klen, sgi) < 0)
             goto done;
@@ -925,33 +1025,60 @@ typedef struct {
     Py_ssize_t len, cap;
 } Out;
 
-static int out_head(Out *o, int major, unsigned long long v)
+/* Room for `more` bytes after o->len: 0, or -1 (no memory). */
+static int out_reserve(Out *o, Py_ssize_t more)
 {
-    if (o->len + 9 > o->cap) {
-        Py_ssize_t cap = o->cap * 2 + 64;
-        unsigned char *p = PyMem_Realloc(o->p, cap);
-        if (p == NULL) {
-            PyErr_NoMemory();
-            return -1;
-        }
-        o->p = p;
-        o->cap = cap;
+    if (o->len + more <= o->cap)
+        return 0;
+    Py_ssize_t cap = Py_MAX(o->cap * 2, o->len + more) + 64;
+    unsigned char *p = PyMem_Realloc(o->p, cap);
+    if (p == NULL) {
+        PyErr_NoMemory();
+        return -1;
     }
-    unsigned char *w = o->p + o->len;
-    int n = v < 24 ? 0 : v < 0x100 ? 1 : v < 0x10000 ? 2 : v < 0x100000000ULL ? 4 : 8;
-    *w++ = (unsigned char)(major << 5 | (n == 0 ? v : n == 1 ? 24 : n == 2 ? 25 : n == 4 ? 26 : 27));
-    for (int i = n - 1; i >= 0; i--)
-        *w++ = (unsigned char)(v >> (8 * i));
-    o->len = w - o->p;
+    o->p = p;
+    o->cap = cap;
     return 0;
 }
 
-/* map key k (0..23), then an int value: 1, or 0 when v is not a plain int (then Python encodes), -1. */
+/* A head at w, which has room for 9 bytes; the end of what was written. */
+static inline unsigned char *put_head(unsigned char *w, int major, uint64_t v)
+{
+    unsigned char m = (unsigned char)(major << 5);
+    if (v < 24) {
+        *w = m | (unsigned char)v;
+        return w + 1;
+    }
+    int n = v < 0x100 ? 1 : v < 0x10000 ? 2 : v < 0x100000000ULL ? 4 : 8;
+    *w++ = m | (n == 1 ? 24 : n == 2 ? 25 : n == 4 ? 26 : 27);
+    for (int i = n - 1; i >= 0; i--)
+        *w++ = (unsigned char)(v >> (8 * i));
+    return w;
+}
+
+/* An int (major type 0 or 1) at w, which has room for 9 bytes. */
+static inline unsigned char *put_int(unsigned char *w, long long v)
+{
+    return v >= 0 ? put_head(w, 0, (uint64_t)v) : put_head(w, 1, (uint64_t)(-1 - v));
+}
+
+static int out_head(Out *o, int major, unsigned long long v)
+{
+    if (out_reserve(o, 9) < 0)
+        return -1;
+    o->len = put_head(o->p + o->len, major, v) - o->p;
+    return 0;
+}
+
+/* map key k (0..23), then an int value: 1, or -1 (no memory). */
 static int out_pair(Out *o, int k, long long v)
 {
-    if (out_head(o, 0, k) < 0)
+    if (out_reserve(o, 10) < 0)
         return -1;
-    return out_head(o, v >= 0 ? 0 : 1, v >= 0 ? (unsigned long long)v : (unsigned long long)(-1 - v)) < 0 ? -1 : 1;
+    unsigned char *w = o->p + o->len;
+    *w++ = (unsigned char)k;
+    o->len = put_int(w, v) - o->p;
+    return 1;
 }
 
 static int out_int(Out *o, int k, PyObject *v)
@@ -975,35 +1102,91 @@ static int renumbered(PyObject *list, PyObject *index, long long *v)
     return as_ll(index, &i) && renumber_ll(list, i, v);
 }
 
-#define LIMIT (1LL << 62)
+/* A renumbering list (new index of each old one) as C ints, read once per block rather than once per item. */
+typedef struct {
+    long long *v;
+    Py_ssize_t n;
+} Renum;
 
-/* One item map: 1, 0 (Python encodes the block's items), -1 error. */
-static int encode_item(Out *o, const Item *it, long long early, PyObject *new_ip, PyObject *new_sig,
-                       PyObject *new_name)
+/* 1, 0 when an element is not an int that fits (then Python encodes), -1 (no memory). */
+static int renum_of(PyObject *list, Renum *r)
 {
-    long long ci, sgi, ni = 0;
-    if ((it->nones & 0x1F) || it->v[0] < -LIMIT || it->v[0] > LIMIT || !renumber_ll(new_ip, it->v[1], &ci)
-        || !renumber_ll(new_sig, it->v[4], &sgi) || (!(it->nones >> 7 & 1) && !renumber_ll(new_name, it->v[7], &ni)))
-        return 0;
-    int keys = 5;
-    for (int i = 5; i < ITEM_INTS; i++)
-        keys += !(it->nones >> i & 1);
-    if (out_head(o, 5, keys) < 0 || out_pair(o, 0, it->v[0] - early) < 0 || out_pair(o, 1, ci) < 0
-        || out_pair(o, 2, it->v[2]) < 0 || out_pair(o, 3, it->v[3]) < 0 || out_pair(o, 4, sgi) < 0)
+    r->n = PyList_GET_SIZE(list);
+    r->v = PyMem_Malloc((r->n ? r->n : 1) * sizeof *r->v);
+    if (r->v == NULL) {
+        PyErr_NoMemory();
         return -1;
-    for (int i = 5; i < ITEM_INTS; i++) {
-        if (!(it->nones >> i & 1) && out_pair(o, i, i == 7 ? ni : it->v[i]) < 0)
-            return -1;
+    }
+    for (Py_ssize_t i = 0; i < r->n; i++) {
+        if (!as_ll(PyList_GET_ITEM(list, i), &r->v[i]))
+            return 0;
     }
     return 1;
 }
 
+/* r[i] as Python indexes the list (negative from the end): 1, or 0 where it would raise. */
+static inline int renum_at(const Renum *r, long long i, long long *v)
+{
+    if (i < 0)
+        i += r->n;
+    if (i < 0 || i >= r->n)
+        return 0;
+    *v = r->v[i];
+    return 1;
+}
+
+#define LIMIT (1LL << 62)
+#define ITEM_ROOM (1 + ITEM_INTS * 10) /* an item map's most bytes: its head, then key and value of each field */
+
+/* One item map: 1, 0 (Python encodes the block's items), -1 error. */
+static int encode_item(Out *o, const Item *it, long long early, const Renum *new_ip, const Renum *new_sig,
+                       const Renum *new_name)
+{
+    long long ci, sgi, ni = 0;
+    if ((it->nones & 0x1F) || it->v[0] < -LIMIT || it->v[0] > LIMIT || !renum_at(new_ip, it->v[1], &ci)
+        || !renum_at(new_sig, it->v[4], &sgi) || (!(it->nones >> 7 & 1) && !renum_at(new_name, it->v[7], &ni)))
+        return 0;
+    if (out_reserve(o, ITEM_ROOM) < 0)
+        return -1;
+    int keys = 5;
+    for (int i = 5; i < ITEM_INTS; i++)
+        keys += !(it->nones >> i & 1);
+    unsigned char *w = put_head(o->p + o->len, 5, keys);
+    const long long first[5] = {it->v[0] - early, ci, it->v[2], it->v[3], sgi};
+    for (int i = 0; i < 5; i++) {
+        *w++ = (unsigned char)i;
+        w = put_int(w, first[i]);
+    }
+    for (int i = 5; i < ITEM_INTS; i++) {
+        if (!(it->nones >> i & 1)) {
+            *w++ = (unsigned char)i;
+            w = put_int(w, i == 7 ? ni : it->v[i]);
+        }
+    }
+    o->len = w - o->p;
+    return 1;
+}
+
+static int encode_item_list(Out *o, PyObject *list, Items *store, long long early, const Renum *r)
+{
+    Py_ssize_t n = store != NULL ? store->n : PyList_GET_SIZE(list);
+    int rc = out_head(o, 4, (unsigned long long)n) < 0 ? -1 : 1;
+    for (Py_ssize_t i = 0; rc == 1 && i < n; i++) {
+        Item it;
+        if (store != NULL)
+            rc = encode_item(o, &store->a[i], early, &r[0], &r[1], &r[2]);
+        else
+            rc = item_of_tuple(PyList_GET_ITEM(list, i), &it) ? encode_item(o, &it, early, &r[0], &r[1], &r[2]) : 0;
+    }
+    return rc;
+}
+
 static PyObject *encode_items(PyObject *Py_UNUSED(self), PyObject *args)
 {
-    PyObject *list, *earliest, *new_ip, *new_sig, *new_name;
+    PyObject *list, *earliest, *lists[3];
     long long early;
-    if (!PyArg_ParseTuple(args, "OOO!O!O!:encode_items", &list, &earliest, &PyList_Type, &new_ip, &PyList_Type,
-                          &new_sig, &PyList_Type, &new_name))
+    if (!PyArg_ParseTuple(args, "OOO!O!O!:encode_items", &list, &earliest, &PyList_Type, &lists[0], &PyList_Type,
+                          &lists[1], &PyList_Type, &lists[2]))
         return NULL;
     if (!PyList_Check(list) && !Py_IS_TYPE(list, &ItemsType)) {
         PyErr_SetString(PyExc_TypeError, "encode_items: items must be a list or an Items");
@@ -1012,18 +1195,18 @@ static PyObject *encode_items(PyObject *Py_UNUSED(self), PyObject *args)
     if (!as_ll(earliest, &early) || early < -LIMIT || early > LIMIT)
         Py_RETURN_NONE;
     Items *store = Py_IS_TYPE(list, &ItemsType) ? (Items *)list : NULL;
-    Py_ssize_t n = store != NULL ? store->n : PyList_GET_SIZE(list);
+    Renum r[3] = {{NULL, 0}, {NULL, 0}, {NULL, 0}};
     Out o = {NULL, 0, 0};
-    int rc = out_head(&o, 4, (unsigned long long)n) < 0 ? -1 : 1;
-    for (Py_ssize_t i = 0; rc == 1 && i < n; i++) {
-        Item it;
-        if (store != NULL)
-            rc = encode_item(&o, &store->a[i], early, new_ip, new_sig, new_name);
-        else
-            rc = item_of_tuple(PyList_GET_ITEM(list, i), &it) ? encode_item(&o, &it, early, new_ip, new_sig, new_name)
-                                                               : 0;
-    }
+    int rc = 1;
+    for (int k = 0; rc == 1 && k < 3; k++)
+        rc = renum_of(lists[k], &r[k]);
+    if (rc == 1 && out_reserve(&o, (store != NULL ? store->n : PyList_GET_SIZE(list)) * 32 + 16) < 0)
+        rc = -1;
+    if (rc == 1)
+        rc = encode_item_list(&o, list, store, early, r);
     PyObject *out = rc == 1 ? PyBytes_FromStringAndSize((const char *)o.p, o.len) : rc == 0 ? Py_NewRef(Py_None) : NULL;
+    for (int k = 0; k < 3; k++)
+        PyMem_Free(r[k].v);
     PyMem_Free(o.p);
     return out;
 }
@@ -1067,73 +1250,134 @@ static PyObject *encode_signatures(PyObject *Py_UNUSED(self), PyObject *args)
     return out;
 }
 
-/* The use count of each index 0..n-1 in field `field` of the items (None skipped): the counts that order
- * a block's tables most-used first (collections.Counter did this, at a dict update per item and field). */
-static PyObject *count_uses(PyObject *Py_UNUSED(self), PyObject *args)
+/* cbor2.dumps([list(table)[i] for i in order]) for a table of bytes (ip, names: key -> its index, in insertion
+ * order), or None when a key is not bytes or an index is not one of the table's (then Python makes the list). */
+static PyObject *encode_table(PyObject *Py_UNUSED(self), PyObject *args)
 {
-    PyObject *list;
-    Py_ssize_t field, n;
-    if (!PyArg_ParseTuple(args, "Onn:count_uses", &list, &field, &n))
+    PyObject *table, *order;
+    if (!PyArg_ParseTuple(args, "O!O!:encode_table", &PyDict_Type, &table, &PyList_Type, &order))
         return NULL;
-    Items *store = Py_IS_TYPE(list, &ItemsType) ? (Items *)list : NULL;
-    if (store == NULL && !PyList_Check(list)) {
-        PyErr_SetString(PyExc_TypeError, "count_uses: items must be a list or an Items");
-        return NULL;
-    }
-    if (store != NULL && (field < 0 || field >= 12)) {
-        PyErr_SetString(PyExc_ValueError, "count_uses: an item is not a tuple with that field");
-        return NULL;
-    }
-    if (n < 0) {
-        PyErr_SetString(PyExc_ValueError, "count_uses: n must not be negative");
-        return NULL;
-    }
-    Py_ssize_t *counts = PyMem_Calloc(n ? n : 1, sizeof *counts);
-    if (counts == NULL)
+    Py_ssize_t n = PyDict_GET_SIZE(table), pos = 0, bytes = 0;
+    PyObject **keys = PyMem_Calloc(n ? n : 1, sizeof *keys), *key, *value, *out = NULL;
+    if (keys == NULL)
         return PyErr_NoMemory();
-    PyObject *uses = NULL;
-    for (Py_ssize_t i = 0; store != NULL && i < store->n; i++) {
-        const Item *it = &store->a[i];
-        if (field >= ITEM_INTS || it->nones >> field & 1)
-            continue;
-        if (it->v[field] < 0 || it->v[field] >= n) {
-            PyErr_Format(PyExc_IndexError, "count_uses: index %lld out of range", (long long)it->v[field]);
-            goto done;
+    Out o = {NULL, 0, 0};
+    int rc = 1;
+    while (rc == 1 && PyDict_Next(table, &pos, &key, &value)) {
+        long long i;
+        rc = PyBytes_CheckExact(key) && as_ll(value, &i) && i >= 0 && i < n && keys[i] == NULL;
+        if (rc) {
+            keys[i] = key;
+            bytes += PyBytes_GET_SIZE(key) + 9;
         }
-        counts[it->v[field]]++;
     }
-    for (Py_ssize_t i = 0; store == NULL && i < PyList_GET_SIZE(list); i++) {
-        PyObject *it = PyList_GET_ITEM(list, i);
-        if (!PyTuple_Check(it) || field < 0 || field >= PyTuple_GET_SIZE(it)) {
-            PyErr_SetString(PyExc_ValueError, "count_uses: an item is not a tuple with that field");
-            goto done;
+    if (rc == 1)
+        rc = out_reserve(&o, bytes + 9) < 0 ? -1 : out_head(&o, 4, PyList_GET_SIZE(order)) < 0 ? -1 : 1;
+    for (Py_ssize_t j = 0; rc == 1 && j < PyList_GET_SIZE(order); j++) {
+        long long i;
+        if (!as_ll(PyList_GET_ITEM(order, j), &i) || i < 0 || i >= n) {
+            rc = 0;
+            break;
         }
-        PyObject *v = PyTuple_GET_ITEM(it, field);
-        if (v == Py_None)
-            continue;
-        Py_ssize_t k = PyLong_AsSsize_t(v);
-        if (k < 0 || k >= n) {
-            if (!PyErr_Occurred())
-                PyErr_Format(PyExc_IndexError, "count_uses: index %zd out of range", k);
-            goto done;
+        Py_ssize_t len = PyBytes_GET_SIZE(keys[i]);
+        if (out_reserve(&o, len + 9) < 0) {
+            rc = -1;
+            break;
         }
-        counts[k]++;
+        unsigned char *w = put_head(o.p + o.len, 2, (uint64_t)len);
+        memcpy(w, PyBytes_AS_STRING(keys[i]), len);
+        o.len = w + len - o.p;
     }
-    uses = PyList_New(n);
-    for (Py_ssize_t k = 0; uses != NULL && k < n; k++) {
-        PyObject *c = PyLong_FromSsize_t(counts[k]);
-        if (c == NULL)
-            Py_CLEAR(uses);
-        else
-            PyList_SET_ITEM(uses, k, c);
-    }
-done:
-    PyMem_Free(counts);
-    return uses;
+    out = rc == 1 ? PyBytes_FromStringAndSize((const char *)o.p, o.len) : rc == 0 ? Py_NewRef(Py_None) : NULL;
+    PyMem_Free(o.p);
+    PyMem_Free(keys);
+    return out;
 }
 
-/* cdns._by_use: (old indexes most used first, ties in index order; the new index of each old one). The
- * Python sort with a key function and the loop after it, in one pass in C. */
+/* Counts of the uses of each index 0..n-1 of a table, and the index it takes once the table is ordered most used
+ * first, so that the indexes used most take the fewest bytes (encode._renumbering is the reference). */
+typedef struct {
+    long long *v;
+    Py_ssize_t n;
+} Uses;
+
+/* uses.v[index] += by: 0, or -1 (IndexError, TypeError: the index is not one of the table's). */
+static int use(Uses *u, long long index, long long by)
+{
+    if (index < 0 || index >= u->n) {
+        PyErr_Format(PyExc_IndexError, "renumbering: index %lld out of range", index);
+        return -1;
+    }
+    u->v[index] += by;
+    return 0;
+}
+
+static int use_obj(Uses *u, PyObject *index, long long by)
+{
+    long long i;
+    if (!as_ll(index, &i)) {
+        PyErr_SetString(PyExc_TypeError, "renumbering: an index is not an int");
+        return -1;
+    }
+    return use(u, i, by);
+}
+
+/* The uses of the item fields 1 (client address), 4 (signature) and 7 (name): into u[0], u[1], u[2]. */
+static int count_items(PyObject *items, Uses *ip, Uses *sig, Uses *name)
+{
+    static const int fields[3] = {1, 4, 7};
+    Uses *into[3] = {ip, sig, name};
+    Items *store = Py_IS_TYPE(items, &ItemsType) ? (Items *)items : NULL;
+    if (store == NULL && !PyList_Check(items)) {
+        PyErr_SetString(PyExc_TypeError, "renumbering: items must be a list or an Items");
+        return -1;
+    }
+    Py_ssize_t n = store != NULL ? store->n : PyList_GET_SIZE(items);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const Item *it = store != NULL ? &store->a[i] : NULL;
+        PyObject *t = store == NULL ? PyList_GET_ITEM(items, i) : NULL;
+        if (t != NULL && (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) < 8)) {
+            PyErr_SetString(PyExc_TypeError, "renumbering: an item is not an item tuple");
+            return -1;
+        }
+        for (int k = 0; k < 3; k++) {
+            int f = fields[k];
+            if (it != NULL ? !(it->nones >> f & 1) && use(into[k], it->v[f], 1) < 0
+                           : F(t, f) != Py_None && use_obj(into[k], F(t, f), 1) < 0)
+                return -1;
+        }
+    }
+    return 0;
+}
+
+/* A signature's uses added to its server address (field 0) and OPT RDATA (field 15); a resource record's two name
+ * indexes (fields 0 and 3) used once each. */
+static int count_references(PyObject *sigs, PyObject *rr, Uses *ip, const Uses *sig, Uses *name)
+{
+    Py_ssize_t pos = 0;
+    PyObject *key, *value;
+    while (PyDict_Next(sigs, &pos, &key, &value)) {
+        long long i;
+        if (!PyTuple_Check(key) || PyTuple_GET_SIZE(key) != 17 || !as_ll(value, &i) || i < 0 || i >= sig->n) {
+            PyErr_SetString(PyExc_TypeError, "renumbering: sigs must map 17-tuples to their indexes");
+            return -1;
+        }
+        if (use_obj(ip, F(key, 0), sig->v[i]) < 0 || (F(key, 15) != Py_None && use_obj(name, F(key, 15), sig->v[i]) < 0))
+            return -1;
+    }
+    pos = 0;
+    while (PyDict_Next(rr, &pos, &key, &value)) {
+        if (!PyTuple_Check(key) || PyTuple_GET_SIZE(key) != 4) {
+            PyErr_SetString(PyExc_TypeError, "renumbering: rr must map 4-tuples to their indexes");
+            return -1;
+        }
+        if (use_obj(name, F(key, 0), 1) < 0 || use_obj(name, F(key, 3), 1) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* (old indexes most used first, ties in index order; the new index of each old one). */
 typedef struct {
     long long uses;
     Py_ssize_t index;
@@ -1147,25 +1391,56 @@ static int by_more_use(const void *a, const void *b)
     return x->index < y->index ? -1 : x->index > y->index;
 }
 
-static PyObject *by_use(PyObject *Py_UNUSED(self), PyObject *uses)
+/* u (in index order) sorted as by_more_use orders it. Use counts are small (at most the block's items, or twice
+ * that), so a counting sort does it in two passes where one is at most a few times the table; qsort otherwise.
+ * 0, or -1 (no memory). */
+static int sort_by_more_use(Use *u, Py_ssize_t n)
 {
-    if (!PyList_Check(uses)) {
-        PyErr_SetString(PyExc_TypeError, "by_use: uses must be a list of ints");
-        return NULL;
+    long long least = 0, most = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        least = Py_MIN(least, u[i].uses);
+        most = Py_MAX(most, u[i].uses);
     }
-    Py_ssize_t n = PyList_GET_SIZE(uses);
+    if (least < 0 || most > 4 * (long long)n + 256) {
+        qsort(u, n, sizeof *u, by_more_use);
+        return 0;
+    }
+    Py_ssize_t *at = PyMem_Calloc(most + 1, sizeof *at);
+    Use *copy = PyMem_Malloc((n ? n : 1) * sizeof *copy);
+    if (at == NULL || copy == NULL) {
+        PyMem_Free(at);
+        PyMem_Free(copy);
+        PyErr_NoMemory();
+        return -1;
+    }
+    memcpy(copy, u, n * sizeof *u);
+    for (Py_ssize_t i = 0; i < n; i++)
+        at[copy[i].uses]++;
+    Py_ssize_t pos = 0;
+    for (long long k = most; k >= 0; k--) { /* most used first: the first slot of each count */
+        Py_ssize_t c = at[k];
+        at[k] = pos;
+        pos += c;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) /* in index order: ties keep it */
+        u[at[copy[i].uses]++] = copy[i];
+    PyMem_Free(at);
+    PyMem_Free(copy);
+    return 0;
+}
+
+
+static PyObject *by_use(const Uses *uses)
+{
+    Py_ssize_t n = uses->n;
     Use *u = PyMem_Malloc((n ? n : 1) * sizeof *u);
     if (u == NULL)
         return PyErr_NoMemory();
+    for (Py_ssize_t i = 0; i < n; i++)
+        u[i] = (Use){uses->v[i], i};
     PyObject *order = NULL, *renumbered_list = NULL, *result = NULL;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        u[i].index = i;
-        if (!as_ll(PyList_GET_ITEM(uses, i), &u[i].uses)) {
-            PyErr_SetString(PyExc_TypeError, "by_use: uses must be a list of ints");
-            goto done;
-        }
-    }
-    qsort(u, n, sizeof *u, by_more_use);
+    if (sort_by_more_use(u, n) < 0)
+        goto done;
     order = PyList_New(n);
     renumbered_list = PyList_New(n);
     if (order == NULL || renumbered_list == NULL)
@@ -1188,11 +1463,36 @@ done:
     return result;
 }
 
+/* renumbering(items, sigs, n_ip, n_names, rr): encode._renumbering in one pass in C (it counted into lists of ints
+ * and sorted them in Python, a call per table and a loop over the signatures). */
+static PyObject *renumbering(PyObject *Py_UNUSED(self), PyObject *args)
+{
+    PyObject *items, *sigs, *rr;
+    Py_ssize_t n_ip, n_names;
+    if (!PyArg_ParseTuple(args, "OO!nnO!:renumbering", &items, &PyDict_Type, &sigs, &n_ip, &n_names, &PyDict_Type, &rr))
+        return NULL;
+    if (n_ip < 0 || n_names < 0) {
+        PyErr_SetString(PyExc_ValueError, "renumbering: table sizes must not be negative");
+        return NULL;
+    }
+    Uses sig = {PyMem_Calloc(PyDict_GET_SIZE(sigs) + 1, sizeof(long long)), PyDict_GET_SIZE(sigs)};
+    Uses ip = {PyMem_Calloc(n_ip + 1, sizeof(long long)), n_ip};
+    Uses name = {PyMem_Calloc(n_names + 1, sizeof(long long)), n_names};
+    PyObject *result = NULL;
+    if (sig.v == NULL || ip.v == NULL || name.v == NULL)
+        PyErr_NoMemory();
+    else if (count_items(items, &ip, &sig, &name) == 0 && count_references(sigs, rr, &ip, &sig, &name) == 0)
+        result = Py_BuildValue("NNN", by_use(&sig), by_use(&ip), by_use(&name));
+    PyMem_Free(sig.v);
+    PyMem_Free(ip.v);
+    PyMem_Free(name.v);
+    return result;
+}
+
 static PyMethodDef methods[] = {
-    {"by_use", by_use, METH_O,
-     "by_use(uses) -> (order, new): old indexes most used first (ties in index order), new index of each old one."},
-    {"count_uses", count_uses, METH_VARARGS,
-     "count_uses(items, field, n) -> [count]: how many items hold each index 0..n-1 in `field` (None skipped)."},
+    {"renumbering", renumbering, METH_VARARGS,
+     "renumbering(items, sigs, n_ip, n_names, rr) -> ((order, new) of the signatures, of the addresses, of the "
+     "names): encode._renumbering, old indexes most used first (ties in index order), new index of each old one."},
     {"add_records", add_records, METH_VARARGS,
      "add_records(txs, start, stop, ip, names, classtype, sigs, items, earliest, qr_type[, cache]) -> (stop, "
      "earliest, processed, unmatched_queries, unmatched_responses): Block.add_python's loop over transactions "
@@ -1201,6 +1501,9 @@ static PyMethodDef methods[] = {
     {"encode_items", encode_items, METH_VARARGS,
      "encode_items(items, earliest, new_ip, new_sig, new_name) -> bytes or None: cbor2.dumps of the item maps, "
      "or None where an item has a value other than an int or None (extended sections)."},
+    {"encode_table", encode_table, METH_VARARGS,
+     "encode_table(table, order) -> bytes or None: cbor2.dumps([list(table)[i] for i in order]) for a table of bytes "
+     "keys (their values 0..len-1 in insertion order), or None for other keys or indexes."},
     {"encode_signatures", encode_signatures, METH_VARARGS,
      "encode_signatures(sigs, new_ip, new_name) -> bytes or None: cbor2.dumps of cdns._signature over sigs."},
     {NULL, NULL, 0, NULL},

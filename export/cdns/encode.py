@@ -1,7 +1,7 @@
 """A filled C-DNS block (export/cdns/block.py Block) → its CBOR bytes (RFC 8618 7.3). Tables are ordered
 most-referenced first, so that the indexes used most take the fewest bytes (CBOR: 1 byte below 24, 2 below 256);
-every reference is renumbered. Signatures and items are written by export.cdns._cdnsblock when built; the Python
-functions here are its reference (tests/export/test_cdns_block.py)."""
+every reference is renumbered. The renumbering, the address, name and signature arrays and the items are made by
+export.cdns._cdnsblock when built; the Python functions here are its reference (tests/export/test_cdns_block.py)."""
 
 from operator import itemgetter
 
@@ -55,16 +55,19 @@ def encode_block(block, python=False):
              F.MESSAGE_DATA_INDEX: d}
             for t, ci, p, d in block.malformed
         ]
-    return cbor2.dumps(out, default=_write_encoded)
+    return cbor2.dumps(out) if c is None else _dumps(out)
 
 
 def _renumbering(block, c):
-    """(old indexes most used first, new index of each old index) of the signatures, addresses and names."""
+    """(old indexes most used first, new index of each old index) of the signatures, addresses and names: items,
+    signatures (their server address and OPT RDATA) and resource records use them. In C when built
+    (_cdnsblock.renumbering); this is its reference."""
+    if c is not None:
+        return c.renumbering(block.items, block.sigs, len(block.ip), len(block.names), block.rr)
     items = block.items
-    count = count_uses_python if c is None else c.count_uses
-    sig_uses = count(items, 4, len(block.sigs))
-    ip_uses = count(items, 1, len(block.ip))
-    name_uses = count(items, 7, len(block.names))
+    sig_uses = count_uses_python(items, 4, len(block.sigs))
+    ip_uses = count_uses_python(items, 1, len(block.ip))
+    name_uses = count_uses_python(items, 7, len(block.names))
     for sig, i in block.sigs.items():
         uses = sig_uses[i]
         ip_uses[sig[0]] += uses
@@ -73,21 +76,18 @@ def _renumbering(block, c):
     for n, _, _, d in block.rr:
         name_uses[n] += 1
         name_uses[d] += 1
-    by_use = by_use_python if c is None else c.by_use
-    return by_use(sig_uses), by_use(ip_uses), by_use(name_uses)
+    return by_use_python(sig_uses), by_use_python(ip_uses), by_use_python(name_uses)
 
 
 def _tables(block, c, ip_order, name_order, sig_order, new_ip, new_name):
     """The block-tables map, its arrays in the new order and with the new indexes."""
     tables = {}
     if block.ip:
-        ips = list(block.ip)
-        tables[F.IP_ADDRESS] = [ips[i] for i in ip_order]
+        tables[F.IP_ADDRESS] = _table(block.ip, ip_order, c)
     if block.classtype:
         tables[F.CLASSTYPE] = [{F.TYPE: t, F.CLASS: cls} for t, cls in block.classtype]
     if block.names:
-        names = list(block.names)
-        tables[F.NAME_RDATA] = [names[i] for i in name_order]
+        tables[F.NAME_RDATA] = _table(block.names, name_order, c)
     if block.sigs:
         sigs = list(block.sigs)
         sigs = [sigs[i] for i in sig_order]
@@ -110,8 +110,17 @@ def _tables(block, c, ip_order, name_order, sig_order, new_ip, new_name):
     return tables
 
 
+def _table(table, order, c):
+    """The array of a table of bytes (addresses, names) in the new order; its CBOR from _cdnsblock when built."""
+    data = c.encode_table(table, order) if c else None
+    if data is not None:
+        return _Encoded(data)
+    keys = list(table)
+    return [keys[i] for i in order]
+
+
 class _Encoded:
-    """CBOR bytes made elsewhere (_cdnsblock.encode_items, encode_signatures) that cbor2.dumps writes as is."""
+    """CBOR bytes made elsewhere (_cdnsblock.encode_items, encode_signatures, encode_table), written as they are."""
 
     __slots__ = ("data",)
 
@@ -119,12 +128,41 @@ class _Encoded:
         self.data = data
 
 
-def _write_encoded(encoder, value):
-    encoder.write(value.data)
+def _dumps(value):
+    """cbor2.dumps(value) where value's maps may hold _Encoded values: those maps are written here, a head and their
+    pairs, the _Encoded bytes joined as they are. (Given to cbor2's encoder through its default hook, the bytes
+    were copied through a Python call and a conversion to a sequence: longer than the rest of a block's encoding.)"""
+    parts = []
+    _put(value, parts)
+    return b"".join(parts)
+
+
+def _put(value, parts):
+    if type(value) is _Encoded:
+        parts.append(value.data)
+    elif type(value) is dict and _holds_encoded(value):
+        parts.append(_head(5, len(value)))
+        for key, v in value.items():
+            parts.append(cbor2.dumps(key))
+            _put(v, parts)
+    else:
+        parts.append(cbor2.dumps(value))
+
+
+def _holds_encoded(value):
+    return any(type(v) is _Encoded or (type(v) is dict and _holds_encoded(v)) for v in value.values())
+
+
+def _head(major, n):
+    """A CBOR head (RFC 8949 3), shortest form, as cbor2 writes it."""
+    if n < 24:
+        return bytes((major << 5 | n,))
+    size = 1 if n < 0x100 else 2 if n < 0x10000 else 4 if n < 0x100000000 else 8
+    return bytes((major << 5 | {1: 24, 2: 25, 4: 26, 8: 27}[size],)) + n.to_bytes(size, "big")
 
 
 def count_uses_python(items, field, n):
-    """Reference of _cdnsblock.count_uses: how many items hold each index 0..n-1 in `field` (None skipped)."""
+    """How many items hold each index 0..n-1 in `field` (None skipped)."""
     uses = [0] * n
     for i in map(itemgetter(field), items):
         if i is not None:
@@ -134,7 +172,7 @@ def count_uses_python(items, field, n):
 
 def by_use_python(uses):
     """(old indexes most used first, new index of each old index); ties keep the order of first use
-    (sorted is stable, also with reverse=True). The reference of _cdnsblock.by_use."""
+    (sorted is stable, also with reverse=True)."""
     order = sorted(range(len(uses)), key=uses.__getitem__, reverse=True)
     new = [0] * len(uses)
     for j, i in enumerate(order):

@@ -11,6 +11,7 @@ encode(python=True), the reference that uses no C.
 
 import random
 import struct
+import types
 
 import cbor2
 import pytest
@@ -127,21 +128,31 @@ def test_items_store_reads_as_its_tuples():
     assert len(store) == len(tuples)
 
 
-def test_by_use_equals_python():
-    """_cdnsblock.by_use orders tables as encode.by_use_python does: most used first, ties in first-use order."""
+def test_renumbering_equals_python():
+    """_cdnsblock.renumbering orders the tables as encode._renumbering's Python does (its reference): uses by the
+    items, by the signatures (server address, OPT RDATA) and by the resource records; most used first, ties in
+    first-use order; items as an Items or a list, small and large use counts (its two sorts)."""
     rng = random.Random(5)
-    cases = [[], [0], [3, 3, 3], [1, 2, 3], [5, 0, 5, 2, 2, 9, 0, 300, 300]]
-    tops = [2, 5, 100, 10**6] * 5
-    cases += [[rng.randrange(top) for _ in range(rng.randrange(1, 3000))] for top in tops]
-    for uses in cases:
-        order, new = cdns._cdnsblock.by_use(uses)
-        assert (order, new) == encode.by_use_python(uses)
+    for n_items, n_ip, n_names, n_sigs, n_rr in [(0, 0, 0, 0, 0), (1, 2, 1, 1, 0), (3000, 1, 1, 1, 0),
+                                                 (3000, 900, 1200, 300, 50), (500, 3, 700, 2, 400)]:
+        sigs = {}
+        while len(sigs) < n_sigs:
+            sig = (rng.randrange(n_ip), len(sigs), *([0] * 13), rng.choice([None, rng.randrange(n_names)]), None)
+            sigs[sig] = len(sigs)
+        items = [(0, int(rng.paretovariate(1)) % n_ip, 0, 0, rng.randrange(n_sigs), None, None,
+                  rng.choice([None, rng.randrange(n_names)]), None, None, None, None) for _ in range(n_items)]
+        rr = {(rng.randrange(n_names), 0, i, rng.randrange(n_names)): i for i in range(n_rr)}
+        block = types.SimpleNamespace(items=items, sigs=sigs, ip=[0] * n_ip, names=[0] * n_names, rr=rr)
+        want = encode._renumbering(block, None)
+        assert cdns._cdnsblock.renumbering(items, sigs, n_ip, n_names, rr) == want
+        store = cdns._cdnsblock.Items()
+        for it in items:
+            store.append(it)
+        assert cdns._cdnsblock.renumbering(store, sigs, n_ip, n_names, rr) == want
+    with pytest.raises(IndexError):
+        cdns._cdnsblock.renumbering([(0, 1, 0, 0, 0, None, None, None, None, None, None, None)], {}, 1, 0, {})
     with pytest.raises(TypeError):
-        cdns._cdnsblock.by_use([1, "2"])
-
-# ---------------------------------------------------------------------------------------------
-# Shapes the captures above lack: no question, trailing bytes, a compressed first name, several
-# questions, records in a query, response-only without question, a zone transfer of three messages
+        cdns._cdnsblock.renumbering([(0, "1", 0, 0, 0) + (None,) * 7], {}, 2, 0, {})
 
 
 def header(tid, flags, qd=1, an=0, ns=0, ar=0):
@@ -236,6 +247,31 @@ def test_odd_shapes_give_the_same_block(tmp_path):
     assert any(t == 3 for t, _ in flags)  # TCP over IPv6
     assert b"\1\0\0" in block.names  # the first name read through a pointer into the header
     assert block.processed == sum((q is not None) + (r is not None) for q, r in PAIRS) + 1 + len(AXFR_RESPONSES)
+
+
+def test_encode_table_equals_cbor2():
+    """_cdnsblock.encode_table writes a bytes table's array as cbor2 does (every length of CBOR head), and leaves to
+    Python (None) the tables it cannot write: keys not bytes, indexes not the table's."""
+    table = {bytes([n % 256]) * n: i for i, n in enumerate([0, 1, 23, 24, 255, 256, 300, 70000])}
+    orders = [list(range(len(table))), [7, 0, 3, 3], [], [-1]]
+    for order in orders[:3]:
+        assert cdns._cdnsblock.encode_table(table, order) == cbor2.dumps([list(table)[i] for i in order])
+    assert cdns._cdnsblock.encode_table(table, orders[3]) is None  # (list(table)[-1] would be the last one)
+    assert cdns._cdnsblock.encode_table(table, [len(table)]) is None
+    for odd in ({"a": 0}, {b"a": 1}, {b"a": 0, b"b": 0}, {b"a": "0"}, {memoryview(b"a"): 0}):
+        assert cdns._cdnsblock.encode_table(odd, [0]) is None
+
+
+def test_block_map_with_encoded_parts_equals_cbor2():
+    """encode._dumps writes a map holding bytes already encoded (at any depth, maps of every head length) as
+    cbor2.dumps writes the same map with those values as objects."""
+    for n in (1, 23, 24, 255, 256, 300):
+        values = [[b"a" * k, {k: None}] for k in range(n)]
+        plain = {0: {"a": [1, -2]}, 1: {k: v for k, v in enumerate(values)}, 2: values[: n % 5], 3: {0: {1: values}}}
+        made = dict(plain)
+        made[1] = {k: encode._Encoded(cbor2.dumps(v)) if k % 2 else v for k, v in enumerate(values)}
+        made[3] = {0: {1: encode._Encoded(cbor2.dumps(values))}}
+        assert encode._dumps(made) == cbor2.dumps(plain)
 
 
 def test_qr_type_and_every_item_map(tmp_path):

@@ -39,6 +39,9 @@ def assert_same(fast, slow):
         args = (fast.items, fast.earliest, list(range(len(fast.ip))), list(range(len(fast.sigs))),
                 list(range(len(fast.names))))
         assert cdns._cdnsblock.encode_items(*args) == cbor2.dumps(encode.item_maps_python(*args))
+    for table in (fast.ip, fast.names):  # likewise the address and name tables, in an order that moves them all
+        order = list(reversed(range(len(table))))
+        assert cdns._cdnsblock.encode_table(table, order) == cbor2.dumps([list(table)[i] for i in order])
     if fast.sigs:  # likewise the signature table
         sigs, new_ip, new_name = list(reversed(fast.sigs)), list(range(len(fast.ip))), list(range(len(fast.names)))
         want = cbor2.dumps([encode.signature_python(sig, new_ip, new_name) for sig in sigs])
