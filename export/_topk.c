@@ -141,10 +141,10 @@ static void counts_clear(Counts *c)
 
 #define SHORT_KEY 32 /* item bytes kept in the counter itself (most QNAMEs, every client address) */
 
-/* A counter: its item (hash, kind, bytes), count, error and the number of its last update. */
+/* A counter: its item (hash, kind, bytes) and error (its count and last update: in the summary's dense arrays). */
 typedef struct {
     uint64_t hash;
-    long long count, error, updated;
+    long long error;
     uint32_t key_len, key_cap; /* key_cap: of key when it is not short */
     uint32_t slot;             /* its place in the hash table */
     uint8_t kind;
@@ -167,13 +167,18 @@ typedef struct {
     uint64_t *slots;   /* the item's hash (low 32 bits) << 32 | counter number + 1; 0: free */
     size_t mask;
     Counter *counters;
-    Candidate *candidates; /* a batch's (scratch) */
-    Py_ssize_t candidates_cap;
+    long long *count, *updated; /* each counter's count and the number of its last update (read by every batch's
+                                   selection: apart from the counters' items, a few cache lines) */
     int32_t *spare; /* counters given up at a batch's end (scratch, k) */
     uint64_t random; /* the selection's pivots */
 } Summary;
 
 static PyTypeObject SpaceSavingType;
+
+/* The candidates of a batch (scratch shared by all summaries, which use it under the GIL without running Python
+ * code: one array that stays in the cache rather than one per summary, a new summary each second) */
+static Candidate *candidates;
+static Py_ssize_t candidates_cap;
 
 /* The slot of the item (kind, p, n) of hash h: its counter's, or the free one where it would go. */
 static size_t probe_slot(const Summary *s, uint64_t h, int kind, const char *p, uint32_t n)
@@ -244,9 +249,9 @@ static int counter_take(Summary *s, Py_ssize_t i, const Distinct *d, const Candi
     if (set_key(c, d) < 0)
         return -1;
     set_slot(s, probe_slot(s, d->hash, d->kind, d->p, d->len), d->hash << 32 | (uint64_t)(i + 1));
-    c->count = x->count;
+    s->count[i] = x->count;
     c->error = s->floor;
-    c->updated = x->updated;
+    s->updated[i] = x->updated;
     return 0;
 }
 
@@ -291,16 +296,16 @@ static void select_first(Summary *s, Candidate *a, Py_ssize_t n, Py_ssize_t k)
 static int summary_batch(Summary *s, const Counts *b)
 {
     Py_ssize_t fresh = 0, total;
-    if (s->candidates_cap < s->k + b->n) {
-        Candidate *c = PyMem_Realloc(s->candidates, (size_t)(s->k + b->n) * sizeof(Candidate));
+    if (candidates_cap < s->k + b->n) {
+        Candidate *c = PyMem_Realloc(candidates, (size_t)(s->k + b->n) * sizeof(Candidate));
         if (c == NULL) {
             PyErr_NoMemory();
             return -1;
         }
-        s->candidates = c;
-        s->candidates_cap = s->k + b->n;
+        candidates = c;
+        candidates_cap = s->k + b->n;
     }
-    Candidate *news = s->candidates + s->k; /* after room for the counters */
+    Candidate *news = candidates + s->k; /* after room for the counters */
     for (Py_ssize_t e = 0; e < b->n; e++) {
         const Distinct *d = &b->at[e];
         if (d->len == UINT32_MAX)
@@ -308,9 +313,9 @@ static int summary_batch(Summary *s, const Counts *b)
         size_t slot = probe_slot(s, d->hash, d->kind, d->p, d->len);
         s->updates++;
         if (s->slots[slot]) {
-            Counter *c = &s->counters[(s->slots[slot] & 0xFFFFFFFFu) - 1];
-            c->count += d->count;
-            c->updated = s->updates;
+            size_t i = (s->slots[slot] & 0xFFFFFFFFu) - 1;
+            s->count[i] += d->count;
+            s->updated[i] = s->updates;
         } else
             news[fresh++] = (Candidate){s->floor + d->count, s->updates, -1 - e};
     }
@@ -322,7 +327,7 @@ static int summary_batch(Summary *s, const Counts *b)
     }
     Candidate *all = news - s->used; /* the counters' just before the new ones */
     for (Py_ssize_t i = 0; i < s->used; i++)
-        all[i] = (Candidate){s->counters[i].count, s->counters[i].updated, i};
+        all[i] = (Candidate){s->count[i], s->updated[i], i};
     total = s->used + fresh;
     select_first(s, all, total, s->k);
     Py_ssize_t spare = 0;
@@ -352,7 +357,8 @@ static void summary_dealloc(Summary *s)
                 PyMem_Free(s->counters[i].key);
     PyMem_Free(s->slots);
     PyMem_Free(s->counters);
-    PyMem_Free(s->candidates);
+    PyMem_Free(s->count);
+    PyMem_Free(s->updated);
     PyMem_Free(s->spare);
     Py_TYPE(s)->tp_free((PyObject *)s);
 }
@@ -377,8 +383,10 @@ static PyObject *summary_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     s->mask = slots - 1;
     s->slots = PyMem_Calloc(slots, sizeof(uint64_t));
     s->counters = PyMem_Calloc(k, sizeof(Counter));
+    s->count = PyMem_Calloc(k, sizeof(long long));
+    s->updated = PyMem_Calloc(k, sizeof(long long));
     s->spare = PyMem_Calloc(k, sizeof(int32_t));
-    if (!s->slots || !s->counters || !s->spare) {
+    if (!s->slots || !s->counters || !s->count || !s->updated || !s->spare) {
         Py_DECREF(s);
         return PyErr_NoMemory();
     }
@@ -494,7 +502,7 @@ static PyObject *summary_entries(Summary *s, PyObject *Py_UNUSED(ignored))
         const Counter *c = &s->counters[i];
         PyObject *item = item_object(c), *entry = NULL;
         if (item != NULL)
-            entry = Py_BuildValue("NLL", item, c->count, c->error);
+            entry = Py_BuildValue("NLL", item, s->count[i], c->error);
         if (entry == NULL) {
             Py_DECREF(list);
             return NULL;
@@ -589,7 +597,10 @@ typedef struct {
     Py_ssize_t size, nseen;
 } Tally;
 
-static const Py_ssize_t TALLY_SIZES[3] = {1 << 12, 1 << 16, 1 << 13}; /* RCODE, QTYPE, delay bin: every value */
+/* RCODE, QTYPE, delay bin: the values met (RCODEs of DNS, the QTYPEs assigned but TA and DLV, delays up to 71
+ * minutes), the others counted in the dict directly. Small: each call zeroes them (the whole range of each, 0.9 MB
+ * a call, evicted the pipeline's own data from the cache). */
+static const Py_ssize_t TALLY_SIZES[3] = {1 << 6, 1 << 10, 1 << 12};
 
 /* dict[key] += n (key NULL_VALUE: None) */
 static int dict_add(PyObject *dict, long long key, long long n)
