@@ -1,30 +1,30 @@
-/* export._topk: the Space-Saving summary of a stream of weighted items in k counters (its Python reference:
- * SpaceSaving in export/topk.py, which says the algorithm; tests/export/test_topk.py compares the two on random and
- * adversarial streams, fuzz/fuzz_topk.py on any).
+/* export._topk: the Space-Saving summary of a stream of weighted items in k counters, updated by batches (its
+ * Python reference: SpaceSaving in export/topk.py, which says the algorithm; tests/export/test_topk.py compares the
+ * two on random and adversarial streams, fuzz/fuzz_topk.py on any).
  *
- * Why: the live top lists (probe.run.top) update a summary per distinct QNAME, registered domain and client of
- * every second of every table written, and the standard mix's names are mostly new ones: nearly every update
- * evicts. The counters are Metwally's Stream-Summary: buckets of equal counts in a list by count, each holding its
- * counters in the order of their last update, so that the smallest of the reference's order (count, number of the
- * last update) is the first bucket's first counter, and an update by 1 moves a counter to the next bucket's end
- * (a heap sifted an evicted counter down all its depth at each update; with weights the walk to the new count's
- * bucket passes the counts in between). A hash table (linear probing, seeded at random: clients choose the names)
- * maps an item's bytes to its counter, without a Python object per counter: an item is kept as its kind and bytes
- * (the UTF-8 of a str, or a bytes), short ones inside the counter, and made a Python object only by entries().
+ * Why batches: the live top lists (probe.run.top) update a summary by the distinct QNAMEs, registered domains and
+ * clients of every second of every table written, counted exactly first, and the standard mix's names are mostly
+ * new ones. One at a time, nearly every update evicted a counter (a hash table entry freed and another made, the
+ * item's bytes copied, the counter moved among the counts), thousands a second, and their scattered writes slowed
+ * the rest of the pipeline too. By batch, a new item takes no counter until the batch's end, when the k largest
+ * counts are kept (a selection, expected linear time): at most k counters change hands per batch. A hash table
+ * (linear probing, seeded at random: clients choose the names) maps an item's bytes to its counter, without a
+ * Python object per counter: an item is kept as its kind and bytes (the UTF-8 of a str, or a bytes), short ones
+ * inside the counter, and made a Python object only by entries().
  *
  * SpaceSaving(k): k >= 1 counters.
- * SpaceSaving.add(items, weights=None): items a list of str or bytes (None skipped), weights None (1 each) or a
- *   list of positive ints as long as items.
+ * SpaceSaving.add(items, weights=None): one batch; items a list of str or bytes (None skipped), weights None (1
+ *   each) or a list of positive ints as long as items.
  * SpaceSaving.entries() -> [(item, count, error)], unranked (export.topk.ranked ranks them).
  *
  * count_table(second_of, n, time, rcode, qtype, delay, qname, src, domain, rules): the n rows of a table of the
  *   Parquet schema counted into the export.live_top.Second that second_of(s) gives for each second s of capture
  *   time, as TopCounts counts it with Arrow (its reference, tests/export/test_live_top.py): transactions, the RCODE,
  *   QTYPE and delay-bin dicts, and per second the exact counts of its QNAMEs, clients and registered domains in the
- *   order first seen (Arrow's value counts' order) fed to the Second's summaries, so that they get the same
- *   updates. Columns as (offset, Array.buffers()); domain None: the registered domains of the distinct QNAMEs by
- *   rules (an export.enrich._psl.SuffixRules, through its capsule). Why: Arrow's dozen passes over every second of
- *   every table, and the distinct values made Python strings, cost more than the counting itself.
+ *   order first seen (Arrow's value counts' order), each a batch of the Second's summary, so that they get the
+ *   same updates. Columns as (offset, Array.buffers()); domain None: the registered domains of the distinct QNAMEs
+ *   by rules (an export.enrich._psl.SuffixRules, through its capsule). Why: Arrow's dozen passes over every second
+ *   of every table, and the distinct values made Python strings, cost more than the counting itself.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -41,118 +41,144 @@ enum { ITEM_STR = 's', ITEM_BYTES = 'b' }; /* an item's kind */
 
 static uint64_t hash_seed;
 
-#define SHORT_KEY 32 /* item bytes kept in the counter itself (most QNAMEs, every client address) */
-
-/* A counter: its item (hash, kind, bytes), count and error, and its place among the buckets. One cache line and a
- * half, so that an update touches few lines. */
-typedef struct {
-    uint64_t hash;
-    long long count, error;
-    int32_t bucket, prev, next; /* its bucket, its neighbours there (-1: none) */
-    uint32_t key_len, key_cap;  /* key_cap: of key when it is not short */
-    uint32_t slot;              /* its place in the hash table */
-    uint8_t kind;
-    char *key;                  /* short: points at the counter's own bytes */
-    char short_key[SHORT_KEY];
-} Counter;
-
-/* Counters of equal counts, in a list of increasing counts; within one, its counters oldest update first. */
-typedef struct {
-    long long count;
-    int32_t prev, next; /* buckets; -1: none (next: also the free list) */
-    int32_t head, tail; /* counters */
-} Bucket;
-
-typedef struct {
-    PyObject_HEAD
-    Py_ssize_t k, used;
-    uint64_t *slots; /* the item's hash (low 32 bits) << 32 | counter number + 1; 0: free */
-    size_t mask;
-    Counter *counters;
-    Bucket *buckets;
-    int32_t first, free_bucket; /* the bucket of the smallest count; the first free one */
-} Summary;
-
-static PyTypeObject SpaceSavingType;
-
 static inline uint64_t hash_item(int kind, const char *p, size_t n)
 {
     return text_hash(p, n, hash_seed ^ (uint64_t)kind);
 }
 
-/* The bucket of count `count` between prev and next (-1: none), from the free ones (there are k: no more counts
- * than counters). */
-static int32_t bucket_new(Summary *s, long long count, int32_t prev, int32_t next)
+/* -- exact counts: a batch's distinct items -- */
+
+/* Exact counts of items (a batch; in count_table, the texts of one second), in the order first seen (value_counts'
+ * order), with an open-addressing index of them. An entry points at its item's bytes, which outlive the counts. */
+typedef struct {
+    const char *p;
+    uint64_t hash;
+    long long count;
+    uint32_t len; /* UINT32_MAX: the null */
+    uint8_t kind;
+} Distinct;
+
+typedef struct {
+    Distinct *at;
+    Py_ssize_t n, cap;
+    uint32_t *index; /* entry + 1; 0: free */
+    size_t mask;
+} Counts;
+
+static void counts_free(Counts *c)
 {
-    int32_t b = s->free_bucket;
-    Bucket *x = &s->buckets[b];
-    s->free_bucket = x->next;
-    x->count = count;
-    x->prev = prev;
-    x->next = next;
-    x->head = x->tail = -1;
-    if (prev >= 0)
-        s->buckets[prev].next = b;
-    else
-        s->first = b;
-    if (next >= 0)
-        s->buckets[next].prev = b;
-    return b;
+    PyMem_Free(c->at);
+    PyMem_Free(c->index);
+    memset(c, 0, sizeof *c);
 }
 
-static void bucket_free(Summary *s, int32_t b)
+/* Room for at least `want` distinct items (and twice that in the index); 0: twice the room there is. */
+static int counts_grow(Counts *c, Py_ssize_t want)
 {
-    Bucket *x = &s->buckets[b];
-    if (x->prev >= 0)
-        s->buckets[x->prev].next = x->next;
-    else
-        s->first = x->next;
-    if (x->next >= 0)
-        s->buckets[x->next].prev = x->prev;
-    x->next = s->free_bucket;
-    s->free_bucket = b;
-}
-
-/* Counter c out of its bucket; the bucket before where it was (-1: none), its own unless it is left empty (freed). */
-static int32_t counter_unlink(Summary *s, Counter *c)
-{
-    Bucket *x = &s->buckets[c->bucket];
-    if (c->prev >= 0)
-        s->counters[c->prev].next = c->next;
-    else
-        x->head = c->next;
-    if (c->next >= 0)
-        s->counters[c->next].prev = c->prev;
-    else
-        x->tail = c->prev;
-    if (x->head >= 0)
-        return c->bucket;
-    int32_t before = x->prev;
-    bucket_free(s, c->bucket);
-    return before;
-}
-
-/* Counter c (in no bucket) given `count` and updated now: the last of the bucket of its count, searched from after
- * bucket prev (whose count is smaller; -1: from the first). */
-static void counter_place(Summary *s, Counter *c, long long count, int32_t prev)
-{
-    int32_t next = prev >= 0 ? s->buckets[prev].next : s->first, number = (int32_t)(c - s->counters);
-    while (next >= 0 && s->buckets[next].count < count) {
-        prev = next;
-        next = s->buckets[next].next;
+    Py_ssize_t cap = c->cap ? 2 * c->cap : 4096;
+    while (cap < want)
+        cap *= 2;
+    Distinct *at = PyMem_Realloc(c->at, (size_t)cap * sizeof(Distinct));
+    uint32_t *index = at ? PyMem_Calloc((size_t)cap * 2, sizeof(uint32_t)) : NULL;
+    if (index == NULL) {
+        if (at != NULL)
+            c->at = at;
+        PyErr_NoMemory();
+        return -1;
     }
-    int32_t b = next >= 0 && s->buckets[next].count == count ? next : bucket_new(s, count, prev, next);
-    Bucket *x = &s->buckets[b];
-    c->count = count;
-    c->bucket = b;
-    c->prev = x->tail;
-    c->next = -1;
-    if (x->tail >= 0)
-        s->counters[x->tail].next = number;
-    else
-        x->head = number;
-    x->tail = number;
+    PyMem_Free(c->index);
+    c->at = at;
+    c->index = index;
+    c->cap = cap;
+    c->mask = (size_t)cap * 2 - 1;
+    for (Py_ssize_t e = 0; e < c->n; e++) {
+        size_t i = c->at[e].hash & c->mask;
+        while (c->index[i])
+            i = (i + 1) & c->mask;
+        c->index[i] = (uint32_t)e + 1;
+    }
+    return 0;
 }
+
+/* Count the item (kind, p[0..len)) (len UINT32_MAX: the null) `weight` more times: 1 when it is new, 0 when it was
+ * counted before, -1 (memory) on error. */
+static int counts_add(Counts *c, int kind, const char *p, uint32_t len, long long weight)
+{
+    if (c->n == c->cap && counts_grow(c, 0) < 0)
+        return -1;
+    uint64_t h = len == UINT32_MAX ? 0 : hash_item(kind, p, len);
+    size_t i = h & c->mask;
+    for (uint32_t e; (e = c->index[i]) != 0; i = (i + 1) & c->mask) {
+        Distinct *d = &c->at[e - 1];
+        if (d->hash == h && d->len == len && d->kind == kind && (len == UINT32_MAX || text_eq(d->p, p, len))) {
+            d->count += weight;
+            return 0;
+        }
+    }
+    c->index[i] = (uint32_t)c->n + 1;
+    c->at[c->n++] = (Distinct){p, h, weight, len, (uint8_t)kind};
+    return 1;
+}
+
+/* Empty, the room kept: the index's entries cleared one by one, the latest first (an entry's probe passed only
+ * earlier ones, still there), unless they fill much of it (a second's distinct values are often few). */
+static void counts_clear(Counts *c)
+{
+    if ((size_t)c->n * 8 > c->mask) {
+        memset(c->index, 0, (c->mask + 1) * sizeof(uint32_t));
+    } else {
+        for (Py_ssize_t e = c->n - 1; e >= 0; e--) {
+            size_t i = c->at[e].hash & c->mask;
+            while (c->index[i] != (uint32_t)e + 1)
+                i = (i + 1) & c->mask;
+            c->index[i] = 0;
+        }
+    }
+    c->n = 0;
+}
+
+/* -- the summary -- */
+
+#define SHORT_KEY 32 /* item bytes kept in the counter itself (most QNAMEs, every client address) */
+
+/* A counter: its item (hash, kind, bytes) and error (its count and last update: in the summary's dense arrays). */
+typedef struct {
+    uint64_t hash;
+    long long error;
+    uint32_t key_len, key_cap; /* key_cap: of key when it is not short */
+    uint32_t slot;             /* its place in the hash table */
+    uint8_t kind;
+    char *key;                 /* short: points at the counter's own bytes */
+    char short_key[SHORT_KEY];
+} Counter;
+
+/* A candidate for the counters at the end of a batch: a counter (number >= 0) or a batch's new item (-1 - its
+ * entry), its count and last update. */
+typedef struct {
+    long long count, updated;
+    Py_ssize_t number;
+} Candidate;
+
+typedef struct {
+    PyObject_HEAD
+    Py_ssize_t k, used;
+    long long floor;   /* the smallest count kept by the last batch that gave items up (0 before) */
+    long long updates; /* numbered in order */
+    uint64_t *slots;   /* the item's hash (low 32 bits) << 32 | counter number + 1; 0: free */
+    size_t mask;
+    Counter *counters;
+    long long *count, *updated; /* each counter's count and the number of its last update (read by every batch's
+                                   selection: apart from the counters' items, a few cache lines) */
+    int32_t *spare; /* counters given up at a batch's end (scratch, k) */
+    uint64_t random; /* the selection's pivots */
+} Summary;
+
+static PyTypeObject SpaceSavingType;
+
+/* The candidates of a batch (scratch shared by all summaries, which use it under the GIL without running Python
+ * code: one array that stays in the cache rather than one per summary, a new summary each second) */
+static Candidate *candidates;
+static Py_ssize_t candidates_cap;
 
 /* The slot of the item (kind, p, n) of hash h: its counter's, or the free one where it would go. */
 static size_t probe_slot(const Summary *s, uint64_t h, int kind, const char *p, uint32_t n)
@@ -190,8 +216,9 @@ static void free_slot(Summary *s, size_t i)
     s->slots[i] = 0;
 }
 
-static int set_key(Counter *c, uint64_t h, int kind, const char *p, uint32_t n)
+static int set_key(Counter *c, const Distinct *d)
 {
+    uint32_t n = d->len;
     if (n <= SHORT_KEY) {
         if (c->key != c->short_key) {
             PyMem_Free(c->key);
@@ -208,50 +235,118 @@ static int set_key(Counter *c, uint64_t h, int kind, const char *p, uint32_t n)
         c->key = k;
         c->key_cap = n;
     }
-    memcpy(c->key, p, n);
+    memcpy(c->key, d->p, n);
     c->key_len = n;
-    c->kind = (uint8_t)kind;
-    c->hash = h;
+    c->kind = d->kind;
+    c->hash = d->hash;
     return 0;
 }
 
-/* One update of the item (kind, p[0..n)) of hash h (hash_item's); -1 with an exception set (memory) on error. */
-static int update_hashed(Summary *s, int kind, const char *p, uint32_t n, uint64_t h, long long weight)
+/* Counter number i given the batch's new item d; -1 (memory) on error. */
+static int counter_take(Summary *s, Py_ssize_t i, const Distinct *d, const Candidate *x)
 {
-    size_t slot = probe_slot(s, h, kind, p, n);
-    Counter *c;
-    if (s->slots[slot]) {
-        c = &s->counters[(s->slots[slot] & 0xFFFFFFFFu) - 1];
-        counter_place(s, c, c->count + weight, counter_unlink(s, c));
-        return 0;
-    }
-    if (s->used < s->k) { /* a free counter */
-        c = &s->counters[s->used];
-        if (set_key(c, h, kind, p, n) < 0)
-            return -1;
-        set_slot(s, slot, h << 32 | (uint64_t)(s->used + 1));
-        s->used++;
-        c->error = 0;
-        counter_place(s, c, weight, -1);
-        return 0;
-    }
-    c = &s->counters[s->buckets[s->first].head]; /* the smallest count, updated longest ago */
-    free_slot(s, c->slot);
-    if (set_key(c, h, kind, p, n) < 0)
-        return -1; /* (c keeps its old key, in no slot: a lost counter, not a wrong one) */
-    set_slot(s, probe_slot(s, h, kind, p, n), h << 32 | (uint64_t)(c - s->counters + 1));
-    c->error = c->count;
-    counter_place(s, c, c->count + weight, counter_unlink(s, c));
-    return 0;
-}
-
-static int update(Summary *s, int kind, const char *p, size_t len, long long weight)
-{
-    if (len >= UINT32_MAX) {
-        PyErr_SetString(PyExc_ValueError, "item too long");
+    Counter *c = &s->counters[i];
+    if (set_key(c, d) < 0)
         return -1;
+    set_slot(s, probe_slot(s, d->hash, d->kind, d->p, d->len), d->hash << 32 | (uint64_t)(i + 1));
+    s->count[i] = x->count;
+    c->error = s->floor;
+    s->updated[i] = x->updated;
+    return 0;
+}
+
+/* a before b: the larger count, among equal counts the later update (no two updates share a number). */
+static inline int candidate_before(const Candidate *a, const Candidate *b)
+{
+    return a->count > b->count || (a->count == b->count && a->updated > b->updated);
+}
+
+/* The k first candidates of a[0..n) (k < n) into a[0..k): quickselect, random pivots (clients choose the counts). */
+static void select_first(Summary *s, Candidate *a, Py_ssize_t n, Py_ssize_t k)
+{
+    Py_ssize_t lo = 0, hi = n; /* a[0..lo) are before a[lo..n), a[hi..n) after a[0..hi); lo <= k <= hi */
+    while (hi - lo > 1) {
+        s->random ^= s->random << 13; /* xorshift64 */
+        s->random ^= s->random >> 7;
+        s->random ^= s->random << 17;
+        Py_ssize_t p = lo + (Py_ssize_t)(s->random % (uint64_t)(hi - lo)), at = lo;
+        Candidate pivot = a[p], t;
+        a[p] = a[hi - 1];
+        a[hi - 1] = pivot;
+        for (Py_ssize_t i = lo; i < hi - 1; i++)
+            if (candidate_before(&a[i], &pivot)) {
+                t = a[i];
+                a[i] = a[at];
+                a[at++] = t;
+            }
+        a[hi - 1] = a[at];
+        a[at] = pivot;
+        if (at == k)
+            return;
+        if (at < k)
+            lo = at + 1;
+        else
+            hi = at;
     }
-    return update_hashed(s, kind, p, (uint32_t)len, hash_item(kind, p, len), weight);
+}
+
+/* One batch: the exact counts b (distinct items) added. An item with a counter adds its count; a new one is a
+ * candidate of count floor + its count (Space-Saving's eviction: over-estimated by at most floor, its error); the
+ * k largest counts keep or take the counters. -1 with an exception (memory) on error. */
+static int summary_batch(Summary *s, const Counts *b)
+{
+    Py_ssize_t fresh = 0, total;
+    if (candidates_cap < s->k + b->n) {
+        Candidate *c = PyMem_Realloc(candidates, (size_t)(s->k + b->n) * sizeof(Candidate));
+        if (c == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        candidates = c;
+        candidates_cap = s->k + b->n;
+    }
+    Candidate *news = candidates + s->k; /* after room for the counters */
+    for (Py_ssize_t e = 0; e < b->n; e++) {
+        const Distinct *d = &b->at[e];
+        if (d->len == UINT32_MAX)
+            continue;
+        size_t slot = probe_slot(s, d->hash, d->kind, d->p, d->len);
+        s->updates++;
+        if (s->slots[slot]) {
+            size_t i = (s->slots[slot] & 0xFFFFFFFFu) - 1;
+            s->count[i] += d->count;
+            s->updated[i] = s->updates;
+        } else
+            news[fresh++] = (Candidate){s->floor + d->count, s->updates, -1 - e};
+    }
+    if (s->used + fresh <= s->k) { /* room for every new one (floor is 0) */
+        for (Py_ssize_t j = 0; j < fresh; j++, s->used++)
+            if (counter_take(s, s->used, &b->at[-1 - news[j].number], &news[j]) < 0)
+                return -1;
+        return 0;
+    }
+    Candidate *all = news - s->used; /* the counters' just before the new ones */
+    for (Py_ssize_t i = 0; i < s->used; i++)
+        all[i] = (Candidate){s->count[i], s->updated[i], i};
+    total = s->used + fresh;
+    select_first(s, all, total, s->k);
+    Py_ssize_t spare = 0;
+    for (Py_ssize_t i = s->used; i < s->k; i++) /* never taken */
+        s->spare[spare++] = (int32_t)i;
+    for (Py_ssize_t j = s->k; j < total; j++) /* given up */
+        if (all[j].number >= 0) {
+            free_slot(s, s->counters[all[j].number].slot);
+            s->spare[spare++] = (int32_t)all[j].number;
+        }
+    long long floor = LLONG_MAX;
+    for (Py_ssize_t j = 0; j < s->k; j++)
+        floor = all[j].count < floor ? all[j].count : floor;
+    for (Py_ssize_t j = 0; j < s->k; j++)
+        if (all[j].number < 0 && counter_take(s, s->spare[--spare], &b->at[-1 - all[j].number], &all[j]) < 0)
+            return -1; /* (memory: that counter keeps its item, in no slot: a lost counter, not a wrong one) */
+    s->used = s->k;
+    s->floor = floor;
+    return 0;
 }
 
 static void summary_dealloc(Summary *s)
@@ -262,7 +357,9 @@ static void summary_dealloc(Summary *s)
                 PyMem_Free(s->counters[i].key);
     PyMem_Free(s->slots);
     PyMem_Free(s->counters);
-    PyMem_Free(s->buckets);
+    PyMem_Free(s->count);
+    PyMem_Free(s->updated);
+    PyMem_Free(s->spare);
     Py_TYPE(s)->tp_free((PyObject *)s);
 }
 
@@ -286,17 +383,17 @@ static PyObject *summary_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     s->mask = slots - 1;
     s->slots = PyMem_Calloc(slots, sizeof(uint64_t));
     s->counters = PyMem_Calloc(k, sizeof(Counter));
-    s->buckets = PyMem_Calloc(k, sizeof(Bucket));
-    if (!s->slots || !s->counters || !s->buckets) {
+    s->count = PyMem_Calloc(k, sizeof(long long));
+    s->updated = PyMem_Calloc(k, sizeof(long long));
+    s->spare = PyMem_Calloc(k, sizeof(int32_t));
+    if (!s->slots || !s->counters || !s->count || !s->updated || !s->spare) {
         Py_DECREF(s);
         return PyErr_NoMemory();
     }
     for (Py_ssize_t i = 0; i < k; i++)
         s->counters[i].key = s->counters[i].short_key;
-    s->first = -1;
-    for (Py_ssize_t b = 0; b < k; b++) /* every bucket free */
-        s->buckets[b].next = b + 1 < k ? (int32_t)b + 1 : -1;
-    s->free_bucket = 0;
+    s->random = hash_seed ^ (uint64_t)(uintptr_t)s;
+    s->random += !s->random; /* (xorshift: never 0) */
     return (PyObject *)s;
 }
 
@@ -343,15 +440,10 @@ static int weight_of(PyObject *weights, Py_ssize_t i, long long *weight)
     return 0;
 }
 
-static PyObject *summary_add(Summary *s, PyObject *args)
+/* The items of the list (str, bytes; None skipped) by their weights into b, their encodings into holds (they
+ * must outlive b); -1 with an exception. */
+static int count_items(Counts *b, PyObject *holds, PyObject *items, PyObject *weights)
 {
-    PyObject *items, *weights = Py_None;
-    if (!PyArg_ParseTuple(args, "O!|O", &PyList_Type, &items, &weights))
-        return NULL;
-    if (weights != Py_None && (!PyList_Check(weights) || PyList_GET_SIZE(weights) != PyList_GET_SIZE(items))) {
-        PyErr_SetString(PyExc_ValueError, "weights must be None or a list as long as items");
-        return NULL;
-    }
     /* (nothing here runs Python code that could change the lists: only exact str, bytes and ints are taken) */
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(items); i++) {
         PyObject *item = PyList_GET_ITEM(items, i), *hold;
@@ -361,11 +453,37 @@ static PyObject *summary_add(Summary *s, PyObject *args)
         Py_ssize_t n;
         long long weight;
         int kind = item_bytes(item, &hold, &p, &n);
-        int failed = kind < 0 || weight_of(weights, i, &weight) < 0 || update(s, kind, p, (size_t)n, weight) < 0;
+        int failed = kind < 0 || (hold != NULL && PyList_Append(holds, hold) < 0) ||
+                     weight_of(weights, i, &weight) < 0;
         Py_XDECREF(hold);
-        if (failed)
-            return NULL;
+        if (!failed && (size_t)n >= UINT32_MAX) {
+            PyErr_SetString(PyExc_ValueError, "item too long");
+            failed = 1;
+        }
+        if (failed || counts_add(b, kind, p, (uint32_t)n, weight) < 0)
+            return -1;
     }
+    return 0;
+}
+
+static PyObject *summary_add(Summary *s, PyObject *args)
+{
+    PyObject *items, *weights = Py_None;
+    if (!PyArg_ParseTuple(args, "O!|O", &PyList_Type, &items, &weights))
+        return NULL;
+    if (weights != Py_None && (!PyList_Check(weights) || PyList_GET_SIZE(weights) != PyList_GET_SIZE(items))) {
+        PyErr_SetString(PyExc_ValueError, "weights must be None or a list as long as items");
+        return NULL;
+    }
+    Counts batch;
+    memset(&batch, 0, sizeof batch);
+    PyObject *holds = PyList_New(0);
+    int failed = holds == NULL || counts_grow(&batch, PyList_GET_SIZE(items)) < 0 ||
+                 count_items(&batch, holds, items, weights) < 0 || summary_batch(s, &batch) < 0;
+    counts_free(&batch);
+    Py_XDECREF(holds);
+    if (failed)
+        return NULL;
     Py_RETURN_NONE;
 }
 
@@ -384,7 +502,7 @@ static PyObject *summary_entries(Summary *s, PyObject *Py_UNUSED(ignored))
         const Counter *c = &s->counters[i];
         PyObject *item = item_object(c), *entry = NULL;
         if (item != NULL)
-            entry = Py_BuildValue("NLL", item, c->count, c->error);
+            entry = Py_BuildValue("NLL", item, s->count[i], c->error);
         if (entry == NULL) {
             Py_DECREF(list);
             return NULL;
@@ -479,7 +597,10 @@ typedef struct {
     Py_ssize_t size, nseen;
 } Tally;
 
-static const Py_ssize_t TALLY_SIZES[3] = {1 << 12, 1 << 16, 1 << 13}; /* RCODE, QTYPE, delay bin: every value */
+/* RCODE, QTYPE, delay bin: the values met (RCODEs of DNS, the QTYPEs assigned but TA and DLV, delays up to 71
+ * minutes), the others counted in the dict directly. Small: each call zeroes them (the whole range of each, 0.9 MB
+ * a call, evicted the pipeline's own data from the cache). */
+static const Py_ssize_t TALLY_SIZES[3] = {1 << 6, 1 << 10, 1 << 12};
 
 /* dict[key] += n (key NULL_VALUE: None) */
 static int dict_add(PyObject *dict, long long key, long long n)
@@ -522,97 +643,6 @@ static int tally_flush(Tally *t, PyObject *dict)
     return failed ? -1 : 0;
 }
 
-/* Exact counts of the texts of one second, in the order first seen (value_counts' order): entries point into
- * `base` (a column's data, or the arena of registered domains), an open-addressing index of them. */
-typedef struct {
-    size_t off;
-    uint32_t len; /* UINT32_MAX: the null */
-    uint64_t hash;
-    long long count;
-} Distinct;
-
-typedef struct {
-    const char *base;
-    Distinct *at;
-    Py_ssize_t n, cap;
-    uint32_t *index; /* entry + 1; 0: free */
-    size_t mask;
-} Counts;
-
-static void counts_free(Counts *c)
-{
-    PyMem_Free(c->at);
-    PyMem_Free(c->index);
-    memset(c, 0, sizeof *c);
-}
-
-/* Room for at least `want` distinct texts (and twice that in the index); 0: twice the room there is. */
-static int counts_grow(Counts *c, Py_ssize_t want)
-{
-    Py_ssize_t cap = c->cap ? 2 * c->cap : 1024;
-    while (cap < want)
-        cap *= 2;
-    Distinct *at = PyMem_Realloc(c->at, (size_t)cap * sizeof(Distinct));
-    uint32_t *index = at ? PyMem_Calloc((size_t)cap * 2, sizeof(uint32_t)) : NULL;
-    if (index == NULL) {
-        if (at != NULL)
-            c->at = at;
-        PyErr_NoMemory();
-        return -1;
-    }
-    PyMem_Free(c->index);
-    c->at = at;
-    c->index = index;
-    c->cap = cap;
-    c->mask = (size_t)cap * 2 - 1;
-    for (Py_ssize_t e = 0; e < c->n; e++) {
-        size_t i = c->at[e].hash & c->mask;
-        while (c->index[i])
-            i = (i + 1) & c->mask;
-        c->index[i] = (uint32_t)e + 1;
-    }
-    return 0;
-}
-
-/* Count the text base[off..off+len) (len UINT32_MAX: the null) `weight` more times: 1 when it is new, 0 when it
- * was counted before, -1 (memory) on error. */
-static int counts_add(Counts *c, size_t off, uint32_t len, long long weight)
-{
-    if (c->n == c->cap && counts_grow(c, 0) < 0)
-        return -1;
-    const char *p = c->base + off;
-    uint64_t h = len == UINT32_MAX ? 0 : hash_item(ITEM_STR, p, len);
-    size_t i = h & c->mask;
-    for (uint32_t e; (e = c->index[i]) != 0; i = (i + 1) & c->mask) {
-        Distinct *d = &c->at[e - 1];
-        if (d->hash == h && d->len == len && (len == UINT32_MAX || text_eq(c->base + d->off, p, len))) {
-            d->count += weight;
-            return 0;
-        }
-    }
-    c->index[i] = (uint32_t)c->n + 1;
-    c->at[c->n++] = (Distinct){off, len, h, weight};
-    return 1;
-}
-
-static void counts_clear(Counts *c)
-{
-    if (c->index != NULL)
-        memset(c->index, 0, (c->mask + 1) * sizeof(uint32_t));
-    c->n = 0;
-}
-
-/* The summary's updates by the counts, in their order (the null skipped). */
-static int counts_update(const Counts *c, Summary *s)
-{
-    for (Py_ssize_t e = 0; e < c->n; e++) {
-        const Distinct *d = &c->at[e];
-        if (d->len != UINT32_MAX && update_hashed(s, ITEM_STR, c->base + d->off, d->len, d->hash, d->count) < 0)
-            return -1;
-    }
-    return 0;
-}
-
 static const PslApi *psl;
 
 /* The columns of a table (export.live_top.TOP_COLUMNS) and what counting one of its seconds needs. */
@@ -624,8 +654,8 @@ typedef struct {
     PyObject *rules;
     Tally tallies[3]; /* RCODE, QTYPE, delay bin (per call: Python code run meanwhile may count another table) */
     Counts names, clients, domains;
-    char *arena; /* the registered domains of the distinct QNAMEs (domains.base) */
-    size_t arena_len, arena_cap;
+    char *arena; /* the registered domains of the distinct QNAMEs (without a domain column) */
+    size_t arena_cap;
 } Table;
 
 static Summary *list_of(PyObject *lists, const char *name)
@@ -642,31 +672,30 @@ static Summary *list_of(PyObject *lists, const char *name)
  * export.live_top sums them with Arrow: in the order first seen; a null QNAME's is ""). */
 static int count_domains(Table *t)
 {
-    t->arena_len = 0;
+    size_t need = 0, used = 0; /* (a domain is no longer than its name: the arena never moves under t->domains) */
+    for (Py_ssize_t e = 0; e < t->names.n; e++)
+        need += t->names.at[e].len == UINT32_MAX ? 0 : t->names.at[e].len;
+    if (need >= t->arena_cap) {
+        char *a = PyMem_Realloc(t->arena, need + 1);
+        if (a == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        t->arena = a;
+        t->arena_cap = need + 1;
+    }
     counts_clear(&t->domains);
     for (Py_ssize_t e = 0; e < t->names.n; e++) {
         const Distinct *d = &t->names.at[e];
         const char *domain = "";
         Py_ssize_t len = 0;
-        if (d->len != UINT32_MAX &&
-            (len = psl->registered_domain(t->rules, t->names.base + d->off, d->len, &domain)) < 0)
+        if (d->len != UINT32_MAX && (len = psl->registered_domain(t->rules, d->p, d->len, &domain)) < 0)
             return -1;
-        if (t->arena_len + (size_t)len > t->arena_cap) {
-            size_t cap = 2 * (t->arena_len + (size_t)len) + 4096;
-            char *a = PyMem_Realloc(t->arena, cap);
-            if (a == NULL) {
-                PyErr_NoMemory();
-                return -1;
-            }
-            t->arena = a;
-            t->arena_cap = cap;
-        }
-        memcpy(t->arena + t->arena_len, domain, (size_t)len); /* (kept only if the domain is new) */
-        t->domains.base = t->arena;
-        int added = counts_add(&t->domains, t->arena_len, (uint32_t)len, d->count);
+        memcpy(t->arena + used, domain, (size_t)len); /* (kept only if the domain is new) */
+        int added = counts_add(&t->domains, ITEM_STR, t->arena + used, (uint32_t)len, d->count);
         if (added < 0)
             return -1;
-        t->arena_len += added ? (size_t)len : 0;
+        used += added ? (size_t)len : 0;
     }
     return 0;
 }
@@ -691,18 +720,16 @@ static int count_row(Table *t, PyObject *const *dicts, Py_ssize_t i)
         if (tally_add(&tallies[2], dicts[2], (long long)bin) < 0)
             return -1;
     }
-    const char *p;
+    const char *p = NULL;
     Py_ssize_t len;
     int got = textin_get(&t->qname, i, &p, &len);
-    if (got < 0 ||
-        counts_add(&t->names, got ? (size_t)(p - t->qname.data) : 0, got ? (uint32_t)len : UINT32_MAX, 1) < 0)
+    if (got < 0 || counts_add(&t->names, ITEM_STR, p, got ? (uint32_t)len : UINT32_MAX, 1) < 0)
         return -1;
     if ((got = textin_get(&t->src, i, &p, &len)) < 0 ||
-        (got && counts_add(&t->clients, (size_t)(p - t->src.data), (uint32_t)len, 1) < 0))
+        (got && counts_add(&t->clients, ITEM_STR, p, (uint32_t)len, 1) < 0))
         return -1;
     if (t->has_domain && ((got = textin_get(&t->domain, i, &p, &len)) < 0 ||
-                          counts_add(&t->domains, got ? (size_t)(p - t->domain.data) : 0,
-                                     got ? (uint32_t)len : UINT32_MAX, 1) < 0))
+                          counts_add(&t->domains, ITEM_STR, p, got ? (uint32_t)len : UINT32_MAX, 1) < 0))
         return -1;
     return 0;
 }
@@ -727,9 +754,6 @@ static int count_second(Table *t, PyObject *second_of, long long s, const long l
     counts_clear(&t->names);
     counts_clear(&t->clients);
     counts_clear(&t->domains);
-    t->names.base = t->qname.data;
-    t->clients.base = t->src.data;
-    t->domains.base = t->has_domain ? t->domain.data : t->arena;
     long long rows = 0;
     for (Py_ssize_t i = 0; i < t->n && !failed; i++)
         if (seconds[i] == s) {
@@ -739,8 +763,8 @@ static int count_second(Table *t, PyObject *second_of, long long s, const long l
     for (int k = 0; k < 3; k++) /* (also on error: empties them; they were filled only with every dict there) */
         if (dicts[k] != NULL)
             failed = tally_flush(&t->tallies[k], dicts[k]) < 0 || failed;
-    failed = failed || counts_update(&t->names, qnames) < 0 || (!t->has_domain && count_domains(t) < 0) ||
-             counts_update(&t->domains, domains) < 0 || counts_update(&t->clients, clients) < 0;
+    failed = failed || summary_batch(qnames, &t->names) < 0 || (!t->has_domain && count_domains(t) < 0) ||
+             summary_batch(domains, &t->domains) < 0 || summary_batch(clients, &t->clients) < 0;
     PyObject *had = failed ? NULL : PyObject_GetAttrString(second, "transactions"), *n = NULL, *now = NULL;
     failed = failed || had == NULL || (n = PyLong_FromLongLong(rows)) == NULL || (now = PyNumber_Add(had, n)) == NULL ||
              PyObject_SetAttrString(second, "transactions", now) < 0;
@@ -781,8 +805,7 @@ static PyObject *count_table(PyObject *Py_UNUSED(module), PyObject *args)
     if (!failed) {
         seconds = PyMem_Malloc(((size_t)n + 1) * sizeof(long long));
         order = PyMem_Malloc(((size_t)n + 1) * sizeof(long long));
-        t.arena = PyMem_Malloc(t.arena_cap = 4096);
-        failed = seconds == NULL || order == NULL || t.arena == NULL;
+        failed = seconds == NULL || order == NULL;
         for (int k = 0; k < 3 && !failed; k++) {
             t.tallies[k].size = TALLY_SIZES[k];
             failed = (t.tallies[k].n = PyMem_Calloc(TALLY_SIZES[k], sizeof(long long))) == NULL ||
@@ -791,8 +814,8 @@ static PyObject *count_table(PyObject *Py_UNUSED(module), PyObject *args)
         if (failed)
             PyErr_NoMemory();
     }
-    /* (room for a distinct value per row: no index grown and rehashed within a table) */
-    failed = failed || counts_grow(&t.names, n) < 0 || counts_grow(&t.clients, n) < 0 || counts_grow(&t.domains, n) < 0;
+    /* (room for a second's usual distinct values, grown as needed: a small index stays in the cache) */
+    failed = failed || counts_grow(&t.names, 0) < 0 || counts_grow(&t.clients, 0) < 0 || counts_grow(&t.domains, 0) < 0;
     for (Py_ssize_t i = 0; i < n && !failed; i++) { /* each row's second, and the seconds in the order first seen */
         long long us = 0;
         intin_get(&t.time, i, &us);

@@ -254,7 +254,7 @@ class CaptureConfig(Options):
     prometheus_address: str = opt("127.0.0.1", "address the Prometheus endpoint listens on")
     top: bool = opt(
         False, "count the figures of `dnsprobe top` (per second of capture time: rates, mixes, delays, top lists) and"
-        " serve them on capture.top_socket (about 12 % more worker CPU per packet: docs/usage.md)"
+        " serve them on capture.top_socket (about 8 % more worker CPU per packet: docs/usage.md)"
     )
     top_socket: typing.Optional[str] = opt(  # noqa: UP045
         None, "the Unix socket `dnsprobe top` reads (mode 0660, owned by capture.user; null: _dnsprobe.top.sock in"

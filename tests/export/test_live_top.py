@@ -80,6 +80,24 @@ def test_native_counting_same_as_reference(capture, enrich, tmp_path):
     assert got == want and sum(s["transactions"] for s in want.values())
 
 
+@pytest.mark.skipif(not TopCounts().native, reason="export._topk not built")
+def test_native_counting_of_rare_values_same_as_reference():
+    """Values beyond the C counting's direct tallies (an RCODE of the extended range, QTYPEs TA and private-use,
+    a delay of days, a negative one), nulls, a second split by a second's boundary: counted as the reference does."""
+    rows = {"time": [1_700_000_000_100_000, 1_700_000_000_900_000, 1_700_000_001_000_000, 1_700_000_001_500_000],
+            "qname": ["a.example.com", None, "b.example.co.uk", "a.example.com"],
+            "src": ["192.0.2.1", "2001:db8::1", None, "192.0.2.1"],
+            "qtype": [1, 32768, 65280, None], "rcode": [0, 4095, None, 100],
+            "response_delay_us": [250, 3 * 86_400 * 10**6, None, -5]}
+    types = {"time": pa.int64(), "qtype": pa.int32(), "rcode": pa.int32(), "response_delay_us": pa.int64()}
+    table = pa.table({name: pa.array(values, types.get(name, pa.string())) for name, values in rows.items()})
+    native, reference = TopCounts(), TopCounts(native=False)
+    native.add_table(table)
+    reference.add_table(table)
+    got, want = _by_second(native.take()), _by_second(reference.take())
+    assert got == want and sorted(got) == [1_700_000_000, 1_700_000_001]
+
+
 def _by_second(seconds):
     """take()'s seconds, their mixes in one order (the lists: as the summaries hold them, in counter order)."""
     return {s["second"]: {key: sorted(value, key=str) if key in ("rcode", "qtype", "delay") else

@@ -65,22 +65,37 @@ def test_adversarial_streams_same_as_reference(k):
 
 
 @pytest.mark.parametrize("make", [SpaceSaving, *([] if _topk is None else [_topk.SpaceSaving])])
-def test_guarantees(make):
-    """Each count over-estimates its item's true count by at most its error; an item above n / k is kept."""
+@pytest.mark.parametrize("batch", [20000, 300, 1])
+def test_guarantees(make, batch):
+    """Each count over-estimates its item's true count by at most its error; the counts sum to at most the stream's
+    length; an item above n / k is kept. In one batch, in batches of a second's size, one item at a time."""
     rng = random.Random(7)
     stream = zipf_stream(rng, 20000, 5000)
     k = 50
     summary = make(k)
-    summary.add(stream)
+    for start in range(0, len(stream), batch):
+        summary.add(stream[start:start + batch])
     exact = Counter(stream)
     entries = ranked(summary.entries())
-    assert sum(count for _, count, _ in entries) == len(stream)
+    assert sum(count for _, count, _ in entries) <= len(stream)
     for item, count, error in entries:
         assert count - error <= exact[item] <= count
     kept = {item for item, _, _ in entries}
     assert {item for item, n in exact.items() if n > len(stream) / k} <= kept
     # the top ten are exact here (a skewed stream)
     assert [(i, c) for i, c, _ in entries[:10]] == exact.most_common(10)
+
+
+@pytest.mark.parametrize("make", [SpaceSaving, *([] if _topk is None else [_topk.SpaceSaving])])
+def test_batch_keeps_the_largest(make):
+    """A batch is summed by item, its new items counted from the floor (the smallest count kept when items were
+    last given up), then the k largest kept, the later update first among equal counts."""
+    summary = make(2)
+    summary.add(["a", "a", "b"])
+    summary.add(["c", "d", "c"])  # c: 2, d: 1, both from floor 0; a (2) and c (2) kept, c updated last
+    assert ranked(summary.entries()) == [("a", 2, 0), ("c", 2, 0)]
+    summary.add(["e"])  # from floor 2: 3, error 2; c updated after a
+    assert ranked(summary.entries()) == [("e", 3, 2), ("c", 2, 0)]
 
 
 def test_merged_sums_counts_and_keeps_k():
