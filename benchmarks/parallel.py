@@ -9,10 +9,15 @@ so that the VM's drift (its speed changes by tens of percent within minutes) fal
   workers   `dnsprobe read FILE -o DIR -q --no-progress --workers N` (also --coremask, one worker pinned per
             core): wall seconds, CPU seconds of all its processes (os.wait4), and per worker its CPU and busy
             seconds (from the statistics file). The output of every N equals one worker's (checked: the records,
-            sorted, compared column by column).
+            sorted, compared column by column). Also in CPU time, which the other sessions' load inflates far
+            less than the wall clock: one worker's CPU over the parent's plus the busiest worker's.
   ceiling   two independent one-worker reads at once, pinned to cores 0 and 1: the speed-up this machine gives
             two CPU-bound processes at this moment, 2 x (alone / together). Other sessions' work and the
             hypervisor show here, not in dnsprobe.
+  halves    two independent one-worker reads at once, pinned, each of one worker's share written as a file of
+            its own: the split without a worker's reading and hashing of the frames it skips, nor the parent.
+  phases    DNSPROBE_TIMELINE's points of every run (ms from the start of the command, medians): the serial
+            start until the workers are forked, each worker's end, the parent's joining and exit.
   machine   /proc/stat over each run: busy CPU seconds of every process on the machine beside ours, and steal.
   split     in-process: the whole file into packed frames (read_capture), then the same with one worker's share
             kept as the splitter lays the frames out (include/wire.h flow_hash, keep or skip: read_capture's
@@ -28,6 +33,7 @@ Results go to benchmarks/results/parallel.json and parallel.md.
 import argparse
 import json
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -58,26 +64,44 @@ def proc_stat():
 
 
 def run(cmd, out, pin=None):
-    """Run a command; returns wall seconds, CPU seconds (its processes, waited for), machine busy/steal seconds."""
+    """Run a command; returns wall seconds, CPU seconds (its processes, waited for), machine busy/steal seconds, the
+    points of its timeline (ms from its start: the first process to reach each)."""
     hz = os.sysconf("SC_CLK_TCK")
     busy0, steal0 = proc_stat()
+    start_ms = time.monotonic_ns() / 1e6
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            env=dict(os.environ, DNSPROBE_TIMELINE="1"),
                             preexec_fn=(lambda: os.sched_setaffinity(0, pin)) if pin else None)
     _, status, ru = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - t0
     busy1, steal1 = proc_stat()
-    if os.waitstatus_to_exitcode(status):
-        raise RuntimeError(f"{' '.join(map(str, cmd))} failed: {proc.stderr.read().decode()}")
+    err = proc.stderr.read().decode()
     proc.stderr.close()
+    if os.waitstatus_to_exitcode(status):
+        raise RuntimeError(f"{' '.join(map(str, cmd))} failed: {err}")
     cpu = ru.ru_utime + ru.ru_stime
     return {"wall_seconds": round(wall, 3), "cpu_seconds": round(cpu, 3),
             "machine_busy_seconds": round((busy1 - busy0) / hz, 2), "steal_seconds": round((steal1 - steal0) / hz, 2),
-            "others_cpu_seconds": round(max(0.0, (busy1 - busy0) / hz - cpu), 2)}
+            "others_cpu_seconds": round(max(0.0, (busy1 - busy0) / hz - cpu), 2), "phases": timeline(err, start_ms)}
+
+
+def timeline(stderr, start_ms):
+    """The points of a DNSPROBE_TIMELINE run's stderr, ms from start_ms (CLOCK_MONOTONIC, which every process shares);
+    a point two processes pass (first frame decoded), the first."""
+    points = {}
+    for line in stderr.splitlines():
+        m = re.match(r"dnsprobe timeline: ([\d.]+) ms pid \d+ (.+)", line)
+        if m:
+            points.setdefault(m.group(2), round(float(m.group(1)) - start_ms, 1))
+    return points
 
 
 def read_cmd(inputs, out, *extra, python_code=None):
-    base = [sys.executable, "-c", python_code] if python_code else offline.dnsprobe_command()
+    # `python -m probe` in this tree (ROOT, the commands' cwd): the code measured is the one beside this script,
+    # also in a git worktree whose venv's console script would import another checkout.
+    offline.compile_bytecode(ROOT)
+    base = [sys.executable, "-c", python_code] if python_code else [sys.executable, "-m", "probe"]
     return [*base, "read", *map(str, inputs), "-o", str(out), "-q", "--no-progress", *map(str, extra)]
 
 
@@ -106,21 +130,50 @@ def sorted_records(out):
 def ceiling(pcap, tmp):
     """One read alone on core 0, then two at once on cores 0 and 1."""
     alone = run(read_cmd([pcap], Path(tempfile.mkdtemp(dir=tmp))), None, {0})
-    outs = [Path(tempfile.mkdtemp(dir=tmp)) for _ in range(2)]
+    together = at_once([pcap, pcap], tmp)
+    return {"alone_wall_seconds": alone["wall_seconds"], "alone_cpu_seconds": alone["cpu_seconds"],
+            "together_wall_seconds": together["wall_seconds"], "together_cpu_seconds": together["cpu_seconds"],
+            "speedup_ceiling": round(2 * alone["wall_seconds"] / together["wall_seconds"], 3)}
+
+
+def at_once(inputs, tmp):
+    """One-worker reads of the inputs at once, the k-th pinned to core k: wall seconds until the last ends, and the
+    CPU seconds of each."""
+    outs = [Path(tempfile.mkdtemp(dir=tmp)) for _ in inputs]
     t0 = time.perf_counter()
-    procs = [subprocess.Popen(read_cmd([pcap], o), cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    procs = [subprocess.Popen(read_cmd([path], o), cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                               preexec_fn=lambda core=core: os.sched_setaffinity(0, {core}))
-             for core, o in enumerate(outs)]
+             for core, (path, o) in enumerate(zip(inputs, outs, strict=True))]
     cpu = []
     walls = []
     for p in procs:
         _, _, ru = os.wait4(p.pid, 0)
         walls.append(time.perf_counter() - t0)
         cpu.append(ru.ru_utime + ru.ru_stime)
-    together = max(walls)
-    return {"alone_wall_seconds": alone["wall_seconds"], "alone_cpu_seconds": alone["cpu_seconds"],
-            "together_wall_seconds": round(together, 3), "together_cpu_seconds": [round(c, 3) for c in cpu],
-            "speedup_ceiling": round(2 * alone["wall_seconds"] / together, 3)}
+    for o in outs:
+        shutil.rmtree(o, ignore_errors=True)
+    return {"wall_seconds": round(max(walls), 3), "cpu_seconds": [round(c, 3) for c in cpu]}
+
+
+def share_files(pcap, n, tmp):
+    """Each worker's share of the capture (include/wire.h flow_hash modulo n, the frames read --workers n gives
+    worker k) as a pcap file of its own."""
+    import struct
+
+    from probe.decode import _decoderec
+
+    data = Path(pcap).read_bytes()
+    linktype = struct.unpack_from("<I", data, 20)[0] & 0x0FFFFFFF
+    parts = [[data[:24]] for _ in range(n)]
+    pos = 24
+    while pos + 16 <= len(data):
+        end = pos + 16 + struct.unpack_from("<I", data, pos + 8)[0]
+        parts[_decoderec.flow_hash(data[pos + 16 : end], linktype) % n].append(data[pos:end])
+        pos = end
+    paths = [Path(tmp) / f"share{k}of{n}.pcap" for k in range(n)]
+    for path, part in zip(paths, parts, strict=True):
+        path.write_bytes(b"".join(part))
+    return paths
 
 
 def splitter(pcap):
@@ -240,12 +293,18 @@ def quiet(sample):
     return sample["others_cpu_seconds"] < 0.1 * sample["wall_seconds"]
 
 
+def phases(samples):
+    """The median of each timeline point over the runs that passed it, in the order of the first run."""
+    points = dict.fromkeys(p for s in samples for p in s["phases"])
+    return {p: round(statistics.median(s["phases"][p] for s in samples if p in s["phases"]), 1) for p in points}
+
+
 def summary(samples):
     calm = [s for s in samples if quiet(s)]
     out = {"runs": len(samples), "wall_seconds": median(samples, "wall_seconds"),
            "quiet_runs": len(calm), "quiet_wall_seconds": median(calm, "wall_seconds") if calm else None,
            "cpu_seconds": median(samples, "cpu_seconds"), "others_cpu_seconds": median(samples, "others_cpu_seconds"),
-           "steal_seconds": median(samples, "steal_seconds"), "samples": samples}
+           "steal_seconds": median(samples, "steal_seconds"), "phases": phases(samples), "samples": samples}
     if "workers" in samples[0]:
         ids = sorted(samples[0]["workers"])
         out["worker_cpu_seconds"] = [round(statistics.median(s["workers"][k]["cpu_seconds"] for s in samples), 3)
@@ -253,6 +312,11 @@ def summary(samples):
         out["worker_seconds"] = [round(statistics.median(s["workers"][k]["seconds"] for s in samples), 3)
                                  for k in ids]
         out["worker_packets"] = [samples[0]["workers"][k]["packets"] for k in ids]
+        # The parent's CPU (all of the command's but its workers') and the busiest worker's: the run's critical path
+        # in CPU time, which the other sessions' load inflates far less than the wall clock.
+        out["critical_cpu_seconds"] = round(statistics.median(
+            s["cpu_seconds"] - sum(w["cpu_seconds"] for w in s["workers"].values())
+            + max(w["cpu_seconds"] for w in s["workers"].values()) for s in samples), 3)
     return out
 
 
@@ -293,6 +357,11 @@ def markdown(res):
         "the machine's other sessions used less than a tenth of a core during both runs: "
         + (", ".join(f"{q:.2f}x" for q in res["speedup_2_quiet_rounds"]) or "none") + ".",
         "",
+        "In CPU time (the other sessions' load inflates it far less than the wall clock): one worker's CPU over the "
+        "parent's plus the busiest worker's, " + ", ".join(
+            f"{name} **{one['cpu_seconds'] / r['critical_cpu_seconds']:.2f}x**" for name, r in w.items()
+            if "critical_cpu_seconds" in r and "3 times" not in name) + ".",
+        "",
         f"Start-up (a 100-frame file): {res['startup_wall_seconds']['1']:.2f} s with one worker, "
         f"{res['startup_wall_seconds']['2']:.2f} s with two: interpreter, imports and forks, which do not divide. "
         f"With it, two workers can reach at most **{res['speedup_2_bound']:.2f}x** on this input (the rest halved). "
@@ -306,6 +375,7 @@ def markdown(res):
         "two-process split of this work at this moment (medians). dnsprobe's 2 workers reach "
         f"{res['speedup_2'] / c['speedup_ceiling']:.0%} of it.",
         "",
+        *phase_lines(res),
         "## The splitter's own cost (in-process, CPU s for the whole file)",
         "",
         "| | CPU s | frames kept |",
@@ -345,6 +415,26 @@ def markdown(res):
     return "\n".join(lines) + "\n"
 
 
+def phase_lines(res):
+    """Where the wall clock of one worker and of two pinned goes (the timeline's points), and the two shares read as
+    files of their own at once."""
+    w = res["workers"]
+    runs = [("1", w["1"])] + [(n, r) for n, r in w.items() if n.startswith("2 pinned")]
+    lines = ["## Where the wall clock goes", "",
+             "Timeline points (DNSPROBE_TIMELINE), ms from the command's start, medians of the rounds:", ""]
+    for name, r in runs:
+        lines.append(f"- {name}: " + ", ".join(f"{p} {t:.0f}" for p, t in r["phases"].items()))
+    h = res.get("halves")
+    if h:
+        two = next((r for n, r in runs if n != "1"), w["2"])
+        cpu = " and ".join(f"{c:.2f}" for c in h["cpu_seconds"])
+        lines += ["", f"The two workers' shares written as files of their own, read by two one-worker reads at once "
+                  f"(pinned): {h['wall_seconds']:.2f} s (CPU {cpu} s, each with its own start-up), against "
+                  f"{two['wall_seconds']:.2f} s for two workers: what a worker's "
+                  "reading and hashing of the frames it skips, and the parent, cost beyond a split done before."]
+    return [*lines, ""]
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -371,10 +461,12 @@ def main(argv=None):
     samples = {name: [] for name, _, _ in contenders}
     startup = {"1": [], "2": []}
     ceilings = []
+    halves = []
     same = True
     with tempfile.TemporaryDirectory(prefix="dnsprobe-parallel-") as tmp:
         head = Path(tmp) / "head.pcap"
         offline.head_pcap(pcap, head, 100)
+        shares = share_files(pcap, 2, tmp) if len(cores) >= 2 else None
         reference = None
         for r in range(repeat):
             for name in startup:
@@ -393,7 +485,9 @@ def main(argv=None):
                 shutil.rmtree(out, ignore_errors=True)
             if len(cores) >= 2:
                 ceilings.append(ceiling(pcap, tmp))
-                print(f"round {r + 1}: ceiling {ceilings[-1]['speedup_ceiling']:.2f}x", flush=True)
+                halves.append(at_once(shares, tmp))
+                print(f"round {r + 1}: ceiling {ceilings[-1]['speedup_ceiling']:.2f}x, the two shares as files at once "
+                      f"{halves[-1]['wall_seconds']:.2f} s", flush=True)
         n_records = reference.num_rows
         reference = None
         inputs = {}
@@ -444,6 +538,9 @@ def main(argv=None):
         "speedup_2_three_files": round(workers["1, the file 3 times"]["wall_seconds"]
                                        / workers["2, the file 3 times"]["wall_seconds"], 3),
         "ceiling": ceiling_summary,
+        "halves": {"wall_seconds": median(halves, "wall_seconds"),
+                   "cpu_seconds": [round(statistics.median(h["cpu_seconds"][k] for h in halves), 3) for k in range(2)],
+                   "startup_wall_seconds": start["1"]} if halves else None,
         "splitter": split,
         "inputs": inputs,
         "balance": bal,

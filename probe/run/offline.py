@@ -25,7 +25,6 @@ import resource
 import signal
 import socket
 import struct
-import sys
 import time
 import zlib
 from pathlib import Path
@@ -39,6 +38,7 @@ from probe.compressed import compression, open_stream
 from probe.errors import CaptureFileError, ConfigError, DnsprobeError
 from probe.run import tee
 from probe.run.checks import read_workers
+from probe.run.forked import Forked
 from probe.run.onclose import OnCloseCommands
 from probe.run.pipeline import Pipeline
 from probe.stats import COUNTER_NAMES, Stats
@@ -182,22 +182,27 @@ def _opens_itself(path):
         return True  # every worker meets the same problem and says so
 
 
-def _start_workers(ctx, cfg, files, out_dir, workers, cores, copied, progress):
-    """The read worker processes: (processes, the pipes of their results, the sockets of their inputs' pipes)."""
-    procs, conns, commands = [], [], []
+def _start_workers(cfg, files, out_dir, workers, cores, copied, progress):
+    """The read worker processes: (their Forked, the sockets of their inputs' pipes). A worker does not keep what
+    the parent holds of the workers forked before it."""
+    procs, commands = [], []
     for k in range(workers):
-        receive, send = ctx.Pipe(duplex=False)
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         core = cores[k] if cores else None
-        proc = ctx.Process(target=_worker, args=(cfg, files, out_dir, k, workers, core, send, theirs, copied,
-                                                 commands, progress if k == 0 else None), daemon=True)
-        proc.start()
-        send.close()
+        args = (cfg, files, out_dir, k, workers, core, theirs, copied, progress if k == 0 else None)
+        procs.append(Forked(_worker, args, close=[ours, *commands, *(p.results for p in procs)]))
         theirs.close()
-        procs.append(proc)
-        conns.append(receive)
         commands.append(ours)
-    return procs, conns, commands
+    return procs, commands
+
+
+def _results(k, proc):
+    """Read worker k's results (_worker), or the error of a worker that ended without them."""
+    results = proc.receive()
+    if results is None:
+        proc.ended(wait=True)
+        raise DnsprobeError(f"read worker {k} ended without its results (exit status {proc.exitcode})")
+    return results
 
 
 def _merged_errors(files, results, copy_errors):
@@ -216,13 +221,10 @@ def _merged_errors(files, results, copy_errors):
 
 def _read_parallel(cfg, files, out_dir, workers, cores, progress, on_close):
     """read_files with `workers` processes (see the module docstring); on_close: the OnCloseCommands of the run."""
-    import multiprocessing  # here: a one-worker run starts without it
-
     copied = [i for i, f in enumerate(files) if not _opens_itself(f)]
     preload(cfg)
     mark("forking the read workers")
-    procs, conns, commands = _start_workers(multiprocessing.get_context("fork"), cfg, files, out_dir, workers, cores,
-                                            copied, progress)
+    procs, commands = _start_workers(cfg, files, out_dir, workers, cores, copied, progress)
     on_close.start_thread()
     interrupts = []
 
@@ -237,7 +239,6 @@ def _read_parallel(cfg, files, out_dir, workers, cores, progress, on_close):
     previous = signal.signal(signal.SIGINT, on_interrupt)
     previous_term = signal.signal(signal.SIGTERM, on_interrupt)
     copy_errors = []
-    results = []
     try:
         try:
             for i in copied:
@@ -248,36 +249,20 @@ def _read_parallel(cfg, files, out_dir, workers, cores, progress, on_close):
             pass
         for sock in commands:
             sock.close()
-        for k, conn in enumerate(conns):
-            while True:
-                try:
-                    results.append(conn.recv())
-                    break
-                except KeyboardInterrupt:  # the workers stop reading and write what they have
-                    pass
-                except EOFError:
-                    procs[k].join()
-                    raise DnsprobeError(
-                        f"read worker {k} ended without its results (exit status {procs[k].exitcode})"
-                    ) from None
+        results = [_results(k, proc) for k, proc in enumerate(procs)]
         for proc in procs:
-            proc.join()
+            proc.ended(wait=True)
+        mark("read workers joined")
     finally:
         signal.signal(signal.SIGINT, previous)
         signal.signal(signal.SIGTERM, previous_term)
-    interrupted = bool(interrupts)
+        _stop(procs)
     for result in results:
         if "fatal" in result:
             raise result["fatal"]
-    stats = Stats()
-    for result in results:
-        part = Stats()
-        for name, value in result["counters"].items():
-            setattr(part, name, value)
-        stats.add(part)
-    stats.files_written = sorted(name for r in results for name in r["summary"]["files_written"])
+    stats = _merged_stats(results)
     errors = _merged_errors(files, results, copy_errors)
-    interrupted = _finish_commands(on_close, stats) or interrupted or any(r["interrupted"] for r in results)
+    interrupted = _finish_commands(on_close, stats) or bool(interrupts) or any(r["interrupted"] for r in results)
     if cfg.run.stats_json:
         summary = dict(results[0]["summary"])
         summary["files_written"] = stats.files_written
@@ -291,6 +276,30 @@ def _read_parallel(cfg, files, out_dir, workers, cores, progress, on_close):
         _write_stats(cfg, out_dir, stats, started, summary, files, errors,
                      {"coremask": cfg.run.coremask or None, "workers": parts})
     return stats, errors, interrupted
+
+
+def _stop(procs):
+    """The workers still running when the parent gives up on them (a worker's failure, an error here): stopped as an
+    interrupt stops them (they write what they read), and waited for."""
+    for proc in procs:
+        if not proc.ended():
+            try:
+                os.kill(proc.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+            proc.ended(wait=True)
+
+
+def _merged_stats(results):
+    """The run's counters: the workers' added up; the files they wrote, by name."""
+    stats = Stats()
+    for result in results:
+        part = Stats()
+        for name, value in result["counters"].items():
+            setattr(part, name, value)
+        stats.add(part)
+    stats.files_written = sorted(name for r in results for name in r["summary"]["files_written"])
+    return stats
 
 
 def _copy_input(path, index, commands):
@@ -342,7 +351,7 @@ def _interrupt(procs):
     """Pass an interrupt on to the workers (a terminal's ^C reached them too, a SIGINT to this process alone did
     not)."""
     for proc in procs:
-        if proc.is_alive():
+        if not proc.ended():
             try:
                 os.kill(proc.pid, signal.SIGINT)
             except ProcessLookupError:
@@ -356,13 +365,11 @@ def _add_counters(stats, counters):
             setattr(stats, name, getattr(stats, name) + value)
 
 
-def _worker(cfg, files, out_dir, k, n, core, conn, commands, copied, others, progress):
-    """One read worker (a forked process): its share of every file through its own pipeline; its results, as
-    plain data, to the parent. The inputs whose indexes are in `copied` it reads from the pipes the parent gives it
-    on the socket `commands` (others: the parent's ends of the workers' sockets made before this one, closed here).
-    progress: worker 0's display of its reading (read_files)."""
-    for sock in others:
-        sock.close()
+def _worker(cfg, files, out_dir, k, n, core, commands, copied, progress):
+    """One read worker (a forked process, probe.run.forked): its share of every file through its own pipeline;
+    returns (its results as plain data, for the parent; its exit status). The inputs whose indexes are in `copied`
+    it reads from the pipes the parent gives it on the socket `commands`. progress: worker 0's display of its
+    reading (read_files)."""
     # A terminal's ^C reaches every process, and the parent passes it on too. It stops the reading between two
     # batches, not wherever the worker is (a KeyboardInterrupt in the exporter could leave its file half done).
     stop = []
@@ -393,8 +400,9 @@ def _worker(cfg, files, out_dir, k, n, core, conn, commands, copied, others, pro
                 progress.close()
         commands.close()
         stats = pipeline.finish()
+        mark(f"read worker {k} finished")
         usage = resource.getrusage(resource.RUSAGE_SELF)
-        conn.send({
+        return {
             "counters": stats.as_dict(),
             "errors": [(e.path, e.problem) for e in errors],
             "summary": pipeline.summary(),
@@ -402,8 +410,6 @@ def _worker(cfg, files, out_dir, k, n, core, conn, commands, copied, others, pro
             "started": pipeline.started,
             "cpu_seconds": round(usage.ru_utime + usage.ru_stime, 3),  # (the fork's, not the parent's before it)
             "seconds": round(time.monotonic() - began, 3),
-        })
+        }, 0
     except Exception as exc:  # noqa: BLE001 - everything goes back to the parent, which raises it
-        conn.send({"fatal": exc})
-        sys.exit(1)
-    conn.close()
+        return {"fatal": exc}, 1

@@ -115,14 +115,17 @@ def test_the_timeline_gives_the_points_of_a_read_in_order(tmp_path):
     times = [t for t, _, _ in marks]
     assert times == sorted(times)
     assert len({pid for _, pid, _ in marks}) == 1
-    # Two read workers: each its own pipeline and first frame, after the parent forked them.
+    # Two read workers: each its own pipeline and first frame, after the parent forked them; the parent joins them
+    # once both have finished.
     marks = _timeline(tmp_path / "b", "--workers", "2")
     points = [point for _, _, point in marks]
     assert points.index("forking the read workers") < points.index("read worker 0 started")
     for k in (0, 1):
         pid = next(p for _, p, point in marks if point == f"read worker {k} started")
         assert [point for _, p, point in marks if p == pid][1:] == ["pipeline made", "first batch read",
-                                                                     "first frame decoded", "exporter made"]
+                                                                     "first frame decoded", "exporter made",
+                                                                     f"read worker {k} finished"]
+        assert points.index(f"read worker {k} finished") < points.index("read workers joined")
     assert _timeline(tmp_path / "c", timeline="") == []
     assert read_output(tmp_path / "c").num_rows > 0
 
