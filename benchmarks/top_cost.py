@@ -1,14 +1,15 @@
-"""What `capture.top` costs: the worker's pipeline CPU per packet without and with the counting of `dnsprobe top`.
+"""What `capture.top` costs: the worker's pipeline CPU per packet with capture.top false (nothing counted), on-demand
+while no `dnsprobe top` asks (the counter attached, not counting), and true (counting).
 
     python benchmarks/top_cost.py                       # 1,000,000 packets of the standard mix, 16 rounds
     python benchmarks/top_cost.py --packets 100000 --rounds 3
 
 The pipeline a live worker runs (probe.run.pipeline.Pipeline, live, Parquet, no rotation) fed by the file in this
-process, as `dnsprobe read` feeds it; with top, an export.live_top.TopCounts counts what it writes (made before the
-clock starts, as a worker makes it at its start) and is taken at the end. CPU time of the process (all threads)
-over the packets. Rounds interleave the two, in alternating order, after a warm-up run (the imports); the machine
-may be shared, so what counts is the median of each round's ratio, beside the medians of each. docs/usage.md gives
-the last figures.
+process, as `dnsprobe read` feeds it; on-demand and true attach an export.live_top.TopCounts as a worker does (made
+before the clock starts, as at a worker's start; true's counts taken at the end). CPU time of the process (all
+threads) over the packets. Rounds interleave the three, in an order rotating each round, after a warm-up run (the
+imports); the machine may be shared, so what counts is the median of each round's ratio to false, beside the
+medians of each. docs/usage.md gives the last figures.
 """
 
 import argparse
@@ -30,12 +31,14 @@ from probe.config import load_config  # noqa: E402
 from probe.run.offline import _feed_files  # noqa: E402
 from probe.run.pipeline import Pipeline  # noqa: E402
 
+MODES = ("false", "on-demand", "true")
 
-def run(pcap, top):
-    """CPU seconds of the pipeline over the file, with top counting or without."""
+
+def run(pcap, mode):
+    """CPU seconds of the pipeline over the file with capture.top `mode` (on-demand: nobody asks)."""
     cfg = load_config()
     cfg = dataclasses.replace(cfg, export=dataclasses.replace(cfg.export, rotate_seconds=0))
-    counts = TopCounts() if top else None
+    counts = None if mode == "false" else TopCounts(counting=mode == "true")
     with tempfile.TemporaryDirectory() as out:
         start = time.process_time()
         pipeline = Pipeline(cfg, out, 0, live=True)
@@ -54,15 +57,21 @@ def main(argv=None):
     parser.add_argument("--rounds", type=int, default=16)
     args = parser.parse_args(argv)
     pcap = traffic.generate("standard", args.packets, 1)
-    run(pcap, False)  # (warm-up)
-    cpu = {False: [], True: []}
+    run(pcap, "false")  # (warm-up)
+    cpu = {mode: [] for mode in MODES}
     for r in range(args.rounds):
-        for top in (False, True) if r % 2 == 0 else (True, False):
-            cpu[top].append(run(pcap, top))
-    without, with_top = (statistics.median(cpu[top]) / args.packets * 1e6 for top in (False, True))
-    ratio = statistics.median(t / n for t, n in zip(cpu[True], cpu[False]))
-    print(f"without top {without:.3f} µs/packet, with {with_top:.3f} ({(with_top / without - 1) * 100:+.1f} %); "
-          f"median of the rounds' ratios {(ratio - 1) * 100:+.1f} % ({args.rounds} rounds)")
+        for mode in MODES[r % 3:] + MODES[:r % 3]:
+            cpu[mode].append(run(pcap, mode))
+    base = statistics.median(cpu["false"]) / args.packets * 1e6
+    line = [f"false {base:.3f} µs/packet"]
+    for mode in MODES[1:]:
+        each = statistics.median(cpu[mode]) / args.packets * 1e6
+        ratio = statistics.median(t / n for t, n in zip(cpu[mode], cpu["false"]))
+        spread = sorted(t / n for t, n in zip(cpu[mode], cpu["false"]))
+        line.append(f"{mode} {each:.3f} ({(each / base - 1) * 100:+.1f} %; median of the rounds' ratios "
+                    f"{(ratio - 1) * 100:+.1f} %, quartiles {(spread[len(spread) // 4] - 1) * 100:+.1f} to "
+                    f"{(spread[3 * len(spread) // 4] - 1) * 100:+.1f} %)")
+    print("; ".join(line) + f" ({args.rounds} rounds)")
 
 
 if __name__ == "__main__":

@@ -64,19 +64,38 @@ def _buffers(column):
 class TopCounts:
     """One worker's counts by second of capture time, since its last take()."""
 
-    def __init__(self, native=True):
+    def __init__(self, native=True, counting=True):
         """native: count in C (export._topk.count_table) when it is built; False: with Arrow and Python, the
-        reference (tests/export/test_live_top.py holds the two to the same seconds)."""
+        reference (tests/export/test_live_top.py holds the two to the same seconds); counting: count from now
+        (else from start(): capture.top on-demand, until a `dnsprobe top` asks)."""
         import threading
 
         self.seconds = {}
         self.lock = threading.Lock()  # (DPDK's threads: a pipeline's thread counts, the worker's takes)
-        from export.enrich.psl import PublicSuffixes
+        self.want_native = native
+        self.suffixes = None  # the Public Suffix List, for the tables without registered domains: read by start()
+        self.native = False
+        self.counting = False  # what is written is counted (else each table costs one test)
+        if counting:
+            self.start()
 
-        # For the tables without registered domains. Read at the worker's start (about 0.03 CPU s), not within the
-        # counting of its first packets.
-        self.suffixes = PublicSuffixes()
-        self.native = native and _topk is not None and self.suffixes.native is not None
+    def start(self):
+        """Count what is written from now on. The first start reads the Public Suffix List (about 0.03 CPU s and
+        3 MB: docs/usage.md), before counting, not within the counting of the first tables."""
+        if self.suffixes is None:
+            from export.enrich.psl import PublicSuffixes
+
+            self.suffixes = PublicSuffixes()
+            self.native = self.want_native and _topk is not None and self.suffixes.native is not None
+        with self.lock:
+            self.seconds = {}
+        self.counting = True
+
+    def stop(self):
+        """Count nothing more; what was counted is dropped."""
+        self.counting = False
+        with self.lock:
+            self.seconds = {}
 
     def second(self, s):
         if s not in self.seconds:
@@ -85,16 +104,16 @@ class TopCounts:
 
     def add_packets(self, n, now_ns):
         """n packets read, counted in the second of the newest capture time (the pipeline's clock)."""
-        if n and now_ns:
+        if n and now_ns and self.counting:
             with self.lock:
                 self.second(now_ns // 1_000_000_000).packets += n
 
     def add_table(self, table):
         """The rows of an Arrow table of the Parquet schema (as written)."""
+        if not self.counting or not table.num_rows:
+            return
         import pyarrow.compute as pc
 
-        if not table.num_rows:
-            return
         if self.native:
             self._count_native(table)
             return
@@ -119,6 +138,8 @@ class TopCounts:
 
     def add_records(self, txs):
         """A probe._records.TxBatch (C-DNS in the production pipeline)."""
+        if not self.counting:
+            return
         from export.parquet.rows import columns_from_records
 
         self.add_table(columns_from_records(txs, list(TOP_COLUMNS)))

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 from probe.capture.pcapfilter import check_expression
 from probe.config_values import (
+    TOP_MODES,
     Options,
     Text,
     check_value,
@@ -29,6 +30,7 @@ from probe.config_values import (
     octal_mode,
     read_yaml,
     server_name,
+    top_mode,
     unknown_key,
     value_from_text,
     yaml_module,
@@ -40,15 +42,16 @@ from probe.decode.parsers import CHOICES as PARSER_CHOICES
 from probe.decode.parsers import check_choice as check_parser
 
 
-def opt(default, help, *, min=None, max=None, choices=None, check=None, allow_empty=False, from_int=None,
+def opt(default, help, *, min=None, max=None, choices=None, check=None, allow_empty=False, convert=None,
         only=None, split=None):
     """check: a function of each value returning it (or raising ValueError with the problem);
-    allow_empty: a list option may be empty; from_int: a text option takes an integer through this;
+    allow_empty: a list option may be empty; convert: a text option takes a value of another type (an integer, a
+    boolean) through this, before its checks;
     only: the export.format the option is for (another value than its default with the other format is refused:
     probe.run.checks.check_config); split: a list option given as one text is split into its items by this (else
     it is a list of one)."""
     meta = {"help": help, "min": min, "max": max, "choices": choices, "check": check, "allow_empty": allow_empty,
-            "from_int": from_int, "only": only, "split": split}
+            "convert": convert, "only": only, "split": split}
     if isinstance(default, (list, tuple)):
         return field(default=tuple(default), metadata=meta)
     return field(default=default, metadata=meta)
@@ -217,7 +220,7 @@ class CaptureConfig(Options):
     )
     coremask: str = opt(
         "0x1", "CPU cores to run capture workers on, one worker process per core: a hex mask (0x3, or 3)",
-        from_int=hex_mask,
+        convert=hex_mask,
     )
     promiscuous: bool = opt(False, "put the interfaces in promiscuous mode (PACKET_ADD_MEMBERSHIP)")
     block_size: int = opt(
@@ -252,9 +255,15 @@ class CaptureConfig(Options):
     )
     prometheus_port: int = opt(0, "local TCP port of the Prometheus metrics endpoint (0: off)", min=0, max=65535)
     prometheus_address: str = opt("127.0.0.1", "address the Prometheus endpoint listens on")
-    top: bool = opt(
-        False, "count the figures of `dnsprobe top` (per second of capture time: rates, mixes, delays, top lists) and"
-        " serve them on capture.top_socket (about 8 % more worker CPU per packet: docs/usage.md)"
+    top: str = opt(
+        "on-demand", "count the figures of `dnsprobe top` (per second of capture time: rates, mixes, delays, top"
+        " lists), served on capture.top_socket: on-demand (while a `top` asks for them, from its first request to"
+        " capture.top_idle_seconds after its last), true (always; about 8 % more worker CPU per packet:"
+        " docs/usage.md) or false (never)", choices=TOP_MODES, convert=top_mode,
+    )
+    top_idle_seconds: float = opt(
+        60.0, "capture.top on-demand: the workers stop counting this many seconds (monotonic clock) after the last"
+        " request of a `dnsprobe top`", min=1,
     )
     top_socket: typing.Optional[str] = opt(  # noqa: UP045
         None, "the Unix socket `dnsprobe top` reads (mode 0660, owned by capture.user; null: _dnsprobe.top.sock in"
@@ -464,6 +473,10 @@ def render_yaml(cfg):
         default = list(default) if isinstance(default, tuple) else default
         value = yaml_module().safe_dump(default, default_flow_style=True).strip()
         value = value.split("\n")[0] if value.endswith("...") else value  # (a scalar's document end)
+        if isinstance(default, str) and f.metadata["convert"] and value != default:
+            plain = yaml_module().safe_load(default)  # capture.top's true and false: as the boolean they were
+            if isinstance(plain, bool) and f.metadata["convert"](plain) == default:
+                value = default
         lines.append(f"  # {f.metadata['help']}")
         lines.append(f"  {name}: {value}")
     return "\n".join(lines) + "\n"

@@ -70,8 +70,8 @@ def _check_scalar(key, value, typ, meta):
         if not math.isfinite(value):
             raise ConfigError(f"config key '{key}': expected a finite number, got {value}")
     elif typ is str:
-        if meta.get("from_int"):
-            value = meta["from_int"](value)
+        if meta.get("convert"):
+            value = meta["convert"](value)
         if not isinstance(value, str):
             raise ConfigError(f"config key '{key}': expected a string, got {value!r}")
     if meta.get("choices") and value not in meta["choices"]:
@@ -256,6 +256,22 @@ def server_name(value):
 def hex_mask(value):
     """A coremask as text: an integer given where the text was expected (a program's override) is written in hex."""
     return hex(value) if isinstance(value, int) and not isinstance(value, bool) else value
+
+
+TOP_MODES = ("on-demand", "true", "false")
+# YAML 1.1's booleans (PyYAML's), which a text option takes as written: capture.top's true and false
+YAML_BOOLEANS = {word: word.lower() in ("yes", "true", "on")
+                 for w in ("yes", "no", "true", "false", "on", "off") for word in (w, w.title(), w.upper())}
+
+
+def top_mode(value):
+    """capture.top as one of TOP_MODES: a boolean (True, or a YAML boolean as written: yes, on, ...) says what it
+    said when the option was one."""
+    if isinstance(value, str) and value in YAML_BOOLEANS:
+        value = YAML_BOOLEANS[value]
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return value
 
 
 def octal_mode(value):

@@ -19,7 +19,9 @@ def add_parser(sub):
         "packets and transactions per second (capture time), RCODE and QTYPE mix, response-delay percentiles\n"
         "and the most frequent QNAMEs, registered domains and clients (heavy-hitter summaries: each count may\n"
         "over-estimate by its error). The capture serves them on capture.top_socket (default\n"
-        "_dnsprobe.top.sock in its output directory).",
+        "_dnsprobe.top.sock in its output directory). With capture.top on-demand (the default) its workers count\n"
+        "from the first request on (which waits up to 3 s for a complete second) until none came for\n"
+        "capture.top_idle_seconds.",
     )
     top.add_argument("--socket", metavar="PATH", help="the capture's socket (default: _dnsprobe.top.sock in -o DIR)")
     top.add_argument("-o", "--output", metavar="DIR", default=".", help="the capture's output directory (default .)")
@@ -40,11 +42,14 @@ def _fetch(path, seconds):
     from probe.run.top import fetch
 
     try:
-        return fetch(path, seconds)
+        snapshot = fetch(path, seconds)
     except (OSError, ValueError) as exc:
         why = getattr(exc, "strerror", None) or exc
         raise ConfigError(f"no running capture serves `dnsprobe top` on {path} ({why}); start one with `dnsprobe"
                           " capture`, or name its socket with --socket") from None
+    if "error" in snapshot:  # capture.top false
+        raise ConfigError(f"the capture serving {path}: {snapshot['error']}")
+    return snapshot
 
 
 def run(args):
@@ -77,9 +82,14 @@ def render(s, path):
     from rich.console import Group
     from rich.table import Table
 
-    newest = s["last_second"]
+    newest, since = s["last_second"], s["counting_since"]
     when = time.strftime("%H:%M:%S", time.gmtime(newest)) if newest is not None else "no traffic yet"
-    head = (f"dnsprobe top: {path}  last {s['seconds']} s to {when} UTC (capture time)  "
+    span = f"last {s['seconds']} s to {when} UTC"
+    if since is not None and newest is not None and since > newest - s["seconds"] + 1:  # not yet N seconds
+        span = f"counting since {time.strftime('%H:%M:%S', time.gmtime(since))}, to {when} UTC"
+    elif since is None and newest is None and s["counting"]:
+        span = "counting started: no traffic counted yet"
+    head = (f"dnsprobe top: {path}  {span} (capture time)  "
             f"{s['packets_per_second']:,.1f} packets/s  {s['transactions_per_second']:,.1f} transactions/s")
     delay = s["delay"]
     delays = "  ".join(f"{k} {v / 1000:,.2f} ms" for k, v in delay.items() if k != "count") or "none"

@@ -90,7 +90,7 @@ class Supervisor:
         self.recoveries = Recoveries(self.ctx, cfg.export)
         self.on_close = OnCloseCommands(cfg.export, cfg.capture.user)  # (before any fork: see probe.run.onclose)
         self.dns_metrics = bool(cfg.capture.prometheus_port)
-        self.top = TopWindow() if cfg.capture.top else None  # `dnsprobe top` (probe.run.top)
+        self.top = TopWindow(cfg.capture.top, cfg.capture.top_idle_seconds)  # `dnsprobe top` (probe.run.top)
         self.leads = bool(getattr(worker_class, "LEADER", False))
         self.generation = 0  # starts of a led group's leader
         self.ended = set()  # groups whose end was reported (group_ended)
@@ -106,8 +106,8 @@ class Supervisor:
         slot.group = self.group()
         spec = WorkerSpec(slot.worker_id, slot.core, self.cfg, self.out_dir, self.interfaces, self.fanout_ids,
                           kernel_ip_filter=self.ip_filter_where == "kernel", dnstap_listeners=self.dnstap_listeners,
-                          dns_metrics=self.dns_metrics, top=self.top is not None, group=slot.group,
-                          origin=self.origin)
+                          dns_metrics=self.dns_metrics, top=self.top.mode != "false",
+                          top_counting=self.top.counting, group=slot.group, origin=self.origin)
         inherited = [s.conn for s in self.slots if s.conn is not None and s is not slot]
         proc = self.ctx.Process(target=worker_main, args=(spec, child, inherited, self.worker_class),
                                 name=f"dnsprobe-w{slot.worker_id}")
@@ -153,8 +153,8 @@ class Supervisor:
                 if kind == "ready":
                     slot.ready = True
                 elif kind in ("stats", "final"):
-                    if self.top is not None and "top" in rest[0]:
-                        self.top.add(rest[0].pop("top"))
+                    if "top" in rest[0]:
+                        self.top.add(rest[0].pop("top"), slot.worker_id)
                     with self.lock:
                         slot.snapshot = rest[0]
                         slot.files.extend(Path(f).name for f in rest[0].get("new_files", ()))
@@ -378,7 +378,7 @@ class Supervisor:
         except ConfigError:
             self._stop_all()
             raise
-        top_server = serve_top(self) if self.top is not None else None
+        top_server = serve_top(self)
         cores = ",".join(map(str, self.cores))
         log(
             f"capturing on {', '.join([*self.interfaces, *self.dnstap])} with {len(self.slots)} worker(s) on core(s)"
@@ -394,6 +394,9 @@ class Supervisor:
         began = time.monotonic()
         while self.stop_requested is None:
             self._wait(0.25)
+            command = self.top.command(time.monotonic())  # capture.top on-demand: start or stop the counting
+            if command:
+                self._broadcast(command)
             reason = self._limit_reached(began)
             if reason and self.stop_requested is None:
                 self.stop_requested = reason

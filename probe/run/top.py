@@ -2,13 +2,19 @@
 added from the "top" part of each snapshot, export.live_top.TopCounts.take), merged into one snapshot on request,
 served as JSON on a local Unix socket (capture.top_socket; mode 0660, owned by the capture's user and group).
 
+With capture.top on-demand (the default) the workers count only while a client asks: the supervisor tells them to
+start ("top-on", TopWindow.command) at a client's first request, and to stop ("top-off") once none has asked for
+capture.top_idle_seconds of the monotonic clock; the request that started the counting waits for its first complete
+second (at most FIRST_WAIT_S). With true they always count; with false never, and a request is refused.
+
 The protocol: a client connects, sends the number of seconds it wants (a decimal line, at most WINDOW_S), and reads
-one JSON document until the server closes the connection (probe.cli.top)."""
+one JSON document until the server closes the connection (probe.cli.top); a refusal is {"error": why}."""
 
 import json
 import os
 import socket
 import threading
+import time
 from pathlib import Path
 
 from probe.run.log import log
@@ -17,6 +23,8 @@ WINDOW_S = 60  # seconds of capture time the supervisor keeps (each: up to 3 x T
 SOCKET_NAME = "_dnsprobe.top.sock"  # in the output directory, unless capture.top_socket says where
 PERCENTILES = (50, 90, 95, 99, 99.9)
 LISTED = 100  # entries of each top list in a snapshot
+FIRST_WAIT_S = 3.0  # the request that started the counting waits at most this long for a complete second
+OFF = "capture.top is false in this capture's configuration: it counts nothing for `dnsprobe top`"
 
 
 def socket_path(cfg):
@@ -27,14 +35,70 @@ def socket_path(cfg):
 class TopWindow:
     """The seconds of capture time of all workers, each second's figures summed and its summaries merged."""
 
-    def __init__(self):
+    def __init__(self, mode="true", idle_s=60.0):
+        """mode: capture.top (on-demand, true, false); idle_s: capture.top_idle_seconds."""
         self.lock = threading.Lock()
+        self.filled = threading.Condition(self.lock)  # a second handed over (for the first request's wait)
         self.seconds = {}  # second → its figures, as export.live_top.Second.as_dict gives them
+        self.mode, self.idle_s = mode, idle_s
+        self.counting = mode == "true"  # the workers count (were told so)
+        self.asked = None  # monotonic time of a client's last request answered
+        self.waiting = 0  # requests being answered (no idle stop meanwhile)
+        self.started = None  # monotonic time of the request that started the counting (on-demand)
+        self.since = None  # the first second of capture time counted since the counting started
+        self.reporting = set()  # the workers that handed their counts over since it started
 
-    def add(self, taken):
+    def ask(self, now):
+        """A client's request at monotonic time now: on-demand, the counting is to start if it does not run. Then
+        wait_first(), which ends it."""
+        with self.lock:
+            self.asked = now
+            self.waiting += 1
+            if self.mode == "on-demand" and not self.counting and self.started is None:
+                self.started = now
+
+    def command(self, now):
+        """What the supervisor tells the workers now: "top-on" once a client asked and they do not count, "top-off"
+        once none asked for idle_s (the figures counted are then dropped), else None."""
+        with self.lock:
+            if self.mode != "on-demand" or self.started is None:
+                return None
+            if not self.counting:
+                self.counting = True
+                return "top-on"
+            if self.waiting or now - self.asked < self.idle_s:
+                return None
+            self.counting, self.started, self.since = False, None, None
+            self.seconds, self.reporting = {}, set()
+            return "top-off"
+
+    def wait_first(self):
+        """The request that started the counting: wait (at most FIRST_WAIT_S from its start) until a complete second
+        is handed over: one after the first second counted, which started within it. The idle time counts from the
+        end of the wait."""
+        with self.filled:
+            deadline = self.started + FIRST_WAIT_S if self.started is not None else 0
+            while not (self.since is not None and max(self.seconds, default=self.since) >= self.since + 2):
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                self.filled.wait(remaining)
+            self.asked = time.monotonic()
+            self.waiting -= 1
+
+    def add(self, taken, worker=None):
+        """The seconds a worker handed over (with its snapshot; worker: its id)."""
         from export.topk import merged
 
         with self.lock:
+            if not self.counting:
+                return  # counted before the worker was told to stop
+            if worker is not None:
+                self.reporting.add(worker)
+            if taken:
+                first = min(doc["second"] for doc in taken)
+                self.since = first if self.since is None else min(self.since, first)
+                self.filled.notify_all()
             for doc in taken:
                 s = doc["second"]
                 have = self.seconds.get(s)
@@ -61,10 +125,14 @@ class TopWindow:
             newest = max(self.seconds, default=None)
             picked = [] if newest is None else [self.seconds[s] for s in range(newest - n + 1, newest + 1)
                                                 if s in self.seconds]
-        doc = {"seconds": n, "last_second": newest,
+            since, counting, reporting = self.since, self.counting, len(self.reporting)
+        # the rates: over the seconds counted, fewer than n while the counting has just started
+        counted = n if since is None or newest is None else max(1, min(n, newest - since + 1))
+        doc = {"seconds": n, "last_second": newest, "counting": counting, "counting_since": since,
+               "counting_workers": reporting,
                "packets": sum(p["packets"] for p in picked), "transactions": sum(p["transactions"] for p in picked)}
-        doc["packets_per_second"] = doc["packets"] / n
-        doc["transactions_per_second"] = doc["transactions"] / n
+        doc["packets_per_second"] = doc["packets"] / counted
+        doc["transactions_per_second"] = doc["transactions"] / counted
         for key in ("rcode", "qtype"):
             doc[key] = _mix(picked, key)
         doc["delay"] = _percentiles(picked)
@@ -141,6 +209,11 @@ def _answer(server, window):
                 conn.settimeout(2.0)
                 request = conn.recv(64).decode("ascii", "replace").strip()
                 n = min(max(int(request or 10), 1), WINDOW_S)
+                if window.mode == "false":
+                    conn.sendall(json.dumps({"error": OFF}).encode())
+                    continue
+                window.ask(time.monotonic())
+                window.wait_first()
                 conn.sendall(json.dumps(window.snapshot(n)).encode())
             except (OSError, ValueError):
                 continue  # a client gone, or not speaking the protocol

@@ -4,8 +4,9 @@ their sources: probe.run.live_worker (AF_PACKET rings, dnstap sockets) and probe
 process per core or one thread per queue).
 
 The protocol, over the worker's pipe to the supervisor (probe.run.supervisor):
-  supervisor -> worker: "rotate" (close the files now), "stop" (read what the sources hold, finish, exit), and to
-    a led group's leader "close" (the others are gone: release the shared sources);
+  supervisor -> worker: "rotate" (close the files now), "stop" (read what the sources hold, finish, exit), to
+    a led group's leader "close" (the others are gone: release the shared sources), and "top-on" and "top-off"
+    (capture.top on-demand: count the figures of `dnsprobe top` from now on, or no longer);
   worker -> supervisor: ("ready", pid) once its sources are open, ("stats", snapshot) every STATS_PUSH_S and soon
     after its traffic pauses, ("drained",) from a leader that read its source and finished its pipeline,
     ("final", snapshot) before it exits, ("error", exit status, message) when it cannot start.
@@ -40,7 +41,8 @@ class WorkerSpec:
     kernel_ip_filter: bool = False  # the filter.* IP lists are in the kernel filter, not applied by the worker
     dnstap_listeners: tuple = ()  # the dnstap listening sockets (probe.capture.dnstap_listen), shared by all workers
     dns_metrics: bool = False  # count what is written by RCODE, QTYPE, transport and delay (export.metrics)
-    top: bool = False  # count the figures of `dnsprobe top` (export.live_top)
+    top: bool = False  # may count the figures of `dnsprobe top` (export.live_top): capture.top is not false
+    top_counting: bool = False  # counts them from the start (else from a "top-on")
     group: str = ""  # the name the workers of one start of a led group share (DPDK: the EAL's file prefix)
     origin: object = None  # what the files record of the run: an export.filemeta.FileOrigin (the supervisor's)
 
@@ -98,6 +100,7 @@ class WorkerShell:
         self.dns = []  # their export.metrics.DnsMetrics, with spec.dns_metrics
         self.top = []  # their export.live_top.TopCounts, with spec.top
         self.top_packets = []  # each pipeline's packets counted in self.top so far
+        self.top_counting = spec.top_counting  # they count (capture.top true, or a `dnsprobe top` asks)
         self.files = None  # FileReport, from the start of run()
         self.pushed = None  # the progress of the last snapshot sent
 
@@ -115,7 +118,7 @@ class WorkerShell:
         if self.spec.top:
             from export.live_top import TopCounts
 
-            self.top.append(TopCounts())
+            self.top.append(TopCounts(counting=self.top_counting))
             self.top_packets.append(0)
             counters.append(self.top[-1])
         if len(counters) > 1:
@@ -163,6 +166,8 @@ class WorkerShell:
                     self.stop.set()
                 elif cmd == "close":
                     return True
+                elif cmd in ("top-on", "top-off"):
+                    self.count_top(cmd == "top-on")
         except (EOFError, OSError):
             self.stop.set()
             return True
@@ -171,6 +176,18 @@ class WorkerShell:
     def rotate(self):
         for pipeline in self.pipelines:
             pipeline.rotate()
+
+    def count_top(self, on):
+        """Start counting the figures of `dnsprobe top` (the packets from those read now on), or stop."""
+        if on == self.top_counting or not self.top:
+            return
+        for i, (pipeline, top) in enumerate(zip(self.pipelines, self.top)):
+            self.top_packets[i] = pipeline.stats.packets + pipeline.stats.dnstap_frames
+            if on:
+                top.start()
+            else:
+                top.stop()
+        self.top_counting = on
 
     def stopped(self):
         """The pipelines are finished: the sources' last counters, read before they are released, then the final
@@ -210,7 +227,7 @@ class WorkerShell:
             for metrics in self.dns:
                 dns.add_dict(metrics.as_dict())
             snapshot["dns"] = dns.as_dict()
-        if self.top:
+        if self.top_counting:  # (while it counts, even nothing: the supervisor knows it does)
             snapshot["top"] = self.top_seconds()
         return snapshot
 

@@ -32,6 +32,22 @@ def test_config_file_and_flags_override_defaults(tmp_path):
     assert cfg.decode.dns_ports == (53,)
 
 
+@pytest.mark.parametrize(("written", "mode"), [("on-demand", "on-demand"), ("true", "true"), ("yes", "true"),
+                                             ("On", "true"), ("false", "false"), ("off", "false"), ("NO", "false")])
+def test_capture_top_booleans_mean_what_they_meant(tmp_path, written, mode):
+    """capture.top was a boolean: YAML's booleans still say always or never; on-demand is the default."""
+    assert load_config().capture.top == "on-demand"
+    conf = tmp_path / "c.yml"
+    conf.write_text(f"capture:\n  top: {written}\n")
+    assert load_config(conf).capture.top == mode
+    assert load_config(overrides={"capture.top": mode == "true"}).capture.top == ("true" if mode == "true" else "false")
+    shown = run_dnsprobe("config", "-c", conf).stdout
+    assert f"\n  top: {mode}\n" in shown  # (true and false unquoted: read back as the same)
+    again = tmp_path / "again.yml"
+    again.write_text(shown)
+    assert load_config(again).capture.top == mode
+
+
 @pytest.mark.parametrize(
     "text, key",
     [
@@ -47,6 +63,8 @@ def test_config_file_and_flags_override_defaults(tmp_path):
         ("decode:\n  tcp_idle_timeout: .inf\n", "decode.tcp_idle_timeout': expected a finite number, got inf"),
         ("match:\n  max_pending: 18446744073709551616\n", "match.max_pending': 18446744073709551616 does not fit"),
         ("export:\n  file_prefix: sub/dnsprobe.\n", "export.file_prefix': 'sub/dnsprobe.' is not a file name prefix"),
+        ("capture:\n  top: sometimes\n", "capture.top': 'sometimes' is not one of on-demand, true, false"),
+        ("capture:\n  top: 1\n", "capture.top': '1' is not one of on-demand, true, false"),
     ],
 )
 def test_bad_config_names_the_key_and_exits_2(tmp_path, out_dir, text, key):

@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter
 
@@ -138,3 +139,78 @@ def test_no_capture_is_one_line_exit_2(tmp_path):
     proc = run_dnsprobe("top", "-o", tmp_path, "--json", check=False)
     assert proc.returncode == 2
     assert proc.stderr.count("\n") == 1 and "no running capture" in proc.stderr
+
+
+def screen_text(snapshot):
+    import io
+
+    from rich.console import Console
+
+    from probe.cli.top import render
+
+    console = Console(width=200, record=True, file=io.StringIO())
+    console.print(render(snapshot, "top.sock"))
+    return console.export_text()
+
+
+def top_json(out):
+    return json.loads(run_dnsprobe("top", "-o", out, "--json", "-n", "60").stdout)
+
+
+def test_on_demand_counts_from_attach_until_idle(traffic, tmp_path):
+    """The default capture.top (on-demand): nothing counted before a `top` asks; from its first request on, the
+    traffic sent exactly; once none asked for capture.top_idle_seconds, nothing again (what was counted dropped);
+    a first request while traffic flows waits for a complete second of it (a `top --json` run once)."""
+    pcap, expected = traffic
+    total = sum(expected["qnames"].values())
+    with VethBed() as bed:
+        probe = Probe(bed, tmp_path, "--set", "capture.top_idle_seconds=2", "--set", "export.flush_seconds=0.3")
+        try:
+            probe.wait_ready()
+            bed.send(pcap, pps=4000)
+            probe.wait_counter("records", total)  # written before any client: counted by none
+            first = top_json(tmp_path)  # the counting starts; no traffic now: it waits its 3 s
+            assert first["counting"] and first["counting_since"] is None, first
+            assert (first["transactions"], first["packets"]) == (0, 0), "counted before a client asked"
+            deadline = time.monotonic() + 10
+            while first["counting_workers"] < 1 and time.monotonic() < deadline:
+                first = top_json(tmp_path)
+            assert first["counting_workers"] == 1
+            bed.send(pcap, pps=4000)
+            deadline = time.monotonic() + 30
+            while (snapshot := top_json(tmp_path))["transactions"] < total and time.monotonic() < deadline:
+                time.sleep(0.3)
+            assert snapshot["transactions"] == total and snapshot["packets"] == 2 * total
+            assert snapshot["delay"]["count"] == total and snapshot["counting_since"] is not None
+            for key, counts in expected.items():
+                assert {e["value"]: e["count"] for e in snapshot[key]} == dict(counts), key
+            assert "counting since" in screen_text(snapshot)  # fewer than its 60 s counted yet
+            time.sleep(3.5)  # no request for longer than capture.top_idle_seconds: the workers stop counting
+            bed.send(pcap, pps=4000)
+            probe.wait_counter("records", 3 * total)
+            again = top_json(tmp_path)  # (starts the counting again, after that traffic)
+            assert (again["transactions"], again["packets"], again["counting_since"]) == (0, 0, None), again
+            # once more idle, then one request while traffic flows: it waits for a complete second of it
+            time.sleep(3.5)
+            sender = threading.Thread(target=bed.send, args=(pcap,), kwargs={"pps": 200})
+            sender.start()
+            time.sleep(0.3)
+            once = top_json(tmp_path)
+            sender.join()
+            assert once["transactions"] > 0 and once["last_second"] >= once["counting_since"] + 1, once
+        finally:
+            assert probe.stop() == 0, probe.stderr
+            probe.kill()
+
+
+def test_top_false_is_one_line_exit_2(tmp_path):
+    with VethBed() as bed:
+        probe = Probe(bed, tmp_path, "--set", "capture.top=false")
+        try:
+            probe.wait_ready()
+            proc = run_dnsprobe("top", "-o", tmp_path, "--json", check=False)
+        finally:
+            assert probe.stop() == 0, probe.stderr
+            probe.kill()
+    assert proc.returncode == 2, proc.stdout
+    assert proc.stderr.count("\n") == 1 and "capture.top is false" in proc.stderr
