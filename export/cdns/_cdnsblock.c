@@ -274,15 +274,9 @@ static PyMethodDef cache_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static PyTypeObject CacheType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "export.cdns._cdnsblock.Cache",
-    .tp_basicsize = sizeof(Cache),
-    .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "Cache(): lookups by content in front of one block's name, class/type and signature dicts (add).",
-    .tp_new = PyType_GenericNew,
-    .tp_dealloc = cache_dealloc,
-    .tp_methods = cache_methods,
-};
+static PyTypeObject CacheType = EXT_TYPE(Cache, "export.cdns._cdnsblock.Cache", 0,
+    "Cache(): lookups by content in front of one block's name, class/type and signature dicts (add).",
+    .tp_new = PyType_GenericNew, .tp_dealloc = cache_dealloc, .tp_methods = cache_methods);
 
 /* The index of key p[0..n) in dict d (added when new), through t when there is one. New reference. */
 static PyObject *bytes_index(Table *t, PyObject *d, const void *p, Py_ssize_t n)
@@ -380,22 +374,19 @@ typedef struct {
 typedef struct {
     PyObject_HEAD
     Item *a;
-    Py_ssize_t n, cap;
+    Py_ssize_t n;
+    size_t cap;
 } Items;
 
 static PyTypeObject ItemsType;
 
 static int items_push(Items *s, const Item *it)
 {
-    if (s->n == s->cap) {
-        Py_ssize_t cap = s->cap ? 2 * s->cap : 1024;
-        Item *a = PyMem_Realloc(s->a, cap * sizeof(Item));
-        if (a == NULL) {
-            PyErr_NoMemory();
+    if ((size_t)s->n == s->cap) {
+        Item *a = ext_grow(s->a, &s->cap, s->cap + 1, sizeof(Item), 1024);
+        if (a == NULL)
             return -1;
-        }
         s->a = a;
-        s->cap = cap;
     }
     s->a[s->n++] = *it;
     return 0;
@@ -429,13 +420,8 @@ static PyObject *item_field(const Item *it, int k)
 static PyObject *item_tuple(const Item *it)
 {
     PyObject *t = PyTuple_New(12);
-    for (int k = 0; t != NULL && k < 12; k++) {
-        PyObject *v = item_field(it, k);
-        if (v == NULL)
-            Py_CLEAR(t);
-        else
-            PyTuple_SET_ITEM(t, k, v);
-    }
+    for (int k = 0; t != NULL && k < 12; k++)
+        ext_set_item(&t, k, item_field(it, k));
     return t;
 }
 
@@ -467,13 +453,8 @@ static PyObject *items_list(PyObject *self)
 {
     Items *s = (Items *)self;
     PyObject *out = PyList_New(s->n);
-    for (Py_ssize_t i = 0; out != NULL && i < s->n; i++) {
-        PyObject *t = item_tuple(&s->a[i]);
-        if (t == NULL)
-            Py_CLEAR(out);
-        else
-            PyList_SET_ITEM(out, i, t);
-    }
+    for (Py_ssize_t i = 0; out != NULL && i < s->n; i++)
+        ext_set_item(&out, i, item_tuple(&s->a[i]));
     return out;
 }
 
@@ -496,25 +477,16 @@ static void items_dealloc(PyObject *self)
     Py_TYPE(self)->tp_free(self);
 }
 
-static PySequenceMethods items_as_sequence = {.sq_length = items_len, .sq_item = items_getitem};
-
 static PyMethodDef items_methods[] = {
     {"append", items_append, METH_O, "append(item tuple): as list.append (10 ints or None, then two None)."},
     {NULL, NULL, 0, NULL},
 };
 
-static PyTypeObject ItemsType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "export.cdns._cdnsblock.Items",
-    .tp_basicsize = sizeof(Items),
-    .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "Items(): a block's Q/R items as C structs, read as the list of 12-tuples they replace.",
-    .tp_new = PyType_GenericNew,
-    .tp_dealloc = items_dealloc,
-    .tp_as_sequence = &items_as_sequence,
-    .tp_richcompare = items_richcompare,
-    .tp_hash = PyObject_HashNotImplemented,
-    .tp_methods = items_methods,
-};
+static PyTypeObject ItemsType = EXT_TYPE(Items, "export.cdns._cdnsblock.Items", 0,
+    "Items(): a block's Q/R items as C structs, read as the list of 12-tuples they replace.",
+    .tp_new = PyType_GenericNew, .tp_dealloc = items_dealloc,
+    .tp_as_sequence = &(PySequenceMethods){.sq_length = items_len, .sq_item = items_getitem},
+    .tp_richcompare = items_richcompare, .tp_hash = PyObject_HashNotImplemented, .tp_methods = items_methods);
 
 typedef struct {
     PyObject *ip, *names, *classtype, *sigs, *qr_type;
@@ -922,20 +894,17 @@ static PyObject *add_records(PyObject *Py_UNUSED(self), PyObject *args)
 /* CBOR (RFC 8949) heads and ints, shortest form, as cbor2 writes them. */
 typedef struct {
     unsigned char *p;
-    Py_ssize_t len, cap;
+    Py_ssize_t len;
+    size_t cap;
 } Out;
 
 static int out_head(Out *o, int major, unsigned long long v)
 {
-    if (o->len + 9 > o->cap) {
-        Py_ssize_t cap = o->cap * 2 + 64;
-        unsigned char *p = PyMem_Realloc(o->p, cap);
-        if (p == NULL) {
-            PyErr_NoMemory();
+    if ((size_t)o->len + 9 > o->cap) {
+        unsigned char *p = ext_grow(o->p, &o->cap, (size_t)o->len + 9, 1, 64);
+        if (p == NULL)
             return -1;
-        }
         o->p = p;
-        o->cap = cap;
     }
     unsigned char *w = o->p + o->len;
     int n = v < 24 ? 0 : v < 0x100 ? 1 : v < 0x10000 ? 2 : v < 0x100000000ULL ? 4 : 8;
@@ -1120,13 +1089,8 @@ static PyObject *count_uses(PyObject *Py_UNUSED(self), PyObject *args)
         counts[k]++;
     }
     uses = PyList_New(n);
-    for (Py_ssize_t k = 0; uses != NULL && k < n; k++) {
-        PyObject *c = PyLong_FromSsize_t(counts[k]);
-        if (c == NULL)
-            Py_CLEAR(uses);
-        else
-            PyList_SET_ITEM(uses, k, c);
-    }
+    for (Py_ssize_t k = 0; uses != NULL && k < n; k++)
+        ext_set_item(&uses, k, PyLong_FromSsize_t(counts[k]));
 done:
     PyMem_Free(counts);
     return uses;
@@ -1206,34 +1170,19 @@ static PyMethodDef methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef module = {
-    .m_base = PyModuleDef_HEAD_INIT, .m_name = "export.cdns._cdnsblock", .m_size = -1, .m_methods = methods,
-};
-
 PyMODINIT_FUNC PyInit__cdnsblock(void)
 {
-    if (PyType_Ready(&CacheType) < 0 || PyType_Ready(&ItemsType) < 0)
-        return NULL;
     /* Message records (add_records) where probe._records is built; the encoder works without it (the reference
      * pipeline's blocks). */
     if (records_import() < 0)
         PyErr_Clear();
-    PyObject *mod = PyModule_Create(&module);
+    PyObject *mod = ext_module("export.cdns._cdnsblock", NULL, methods,
+                               (PyTypeObject *[]){&CacheType, &ItemsType, NULL}, NULL, NULL);
     if (mod == NULL)
         return NULL;
-    if (PyModule_AddObjectRef(mod, "Cache", (PyObject *)&CacheType) < 0
-        || PyModule_AddObjectRef(mod, "Items", (PyObject *)&ItemsType) < 0) {
-        Py_DECREF(mod);
-        return NULL;
-    }
     PyObject *transports = PyTuple_New(N_TRANSPORTS);
-    for (Py_ssize_t k = 0; transports != NULL && k < N_TRANSPORTS; k++) {
-        PyObject *v = PyLong_FromLong(CDNS_TRANSPORT[k]);
-        if (v == NULL)
-            Py_CLEAR(transports);
-        else
-            PyTuple_SET_ITEM(transports, k, v);
-    }
+    for (Py_ssize_t k = 0; transports != NULL && k < N_TRANSPORTS; k++)
+        ext_set_item(&transports, k, PyLong_FromLong(CDNS_TRANSPORT[k]));
     PyObject *constants = transports == NULL ? NULL : Py_BuildValue(
         "{sisNsisisisisisisisi}", "NS_PER_TICK", NS_PER_TICK, "CDNS_TRANSPORT", transports, "TRANSPORT_QUERY_TRAILINGDATA",
         TRANSPORT_QUERY_TRAILINGDATA, "QR_HAS_QUERY", QR_HAS_QUERY, "QR_HAS_RESPONSE", QR_HAS_RESPONSE,

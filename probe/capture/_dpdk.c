@@ -774,13 +774,8 @@ mbufhold_dealloc(PyObject *self)
 	Py_TYPE(self)->tp_free(self);
 }
 
-static PyTypeObject MbufHold_Type = {
-	PyVarObject_HEAD_INIT(NULL, 0).tp_name = "probe.capture._dpdk.MbufHold",
-	.tp_basicsize = sizeof(MbufHold),
-	.tp_flags = Py_TPFLAGS_DEFAULT,
-	.tp_doc = "mbufs a probe._records.Frames points into, freed with it",
-	.tp_dealloc = mbufhold_dealloc,
-};
+static PyTypeObject MbufHold_Type = EXT_TYPE(MbufHold, "probe.capture._dpdk.MbufHold", 0,
+	"mbufs a probe._records.Frames points into, freed with it", .tp_dealloc = mbufhold_dealloc);
 
 /* p->mbufs[0..got) into frames (add_frames), which hold the mbufs (an MbufHold) until they let go of them. Every
  * mbuf is taken over (freed) also on failure. -1 with an exception. */
@@ -907,14 +902,10 @@ poller_dealloc(PyObject *self)
 static Poller *
 poller_new(unsigned int capacity)
 {
-	Poller *p = PyObject_New(Poller, &Poller_Type);
+	/* zeroed: no queue, ring, frame or buffer yet */
+	Poller *p = (Poller *)PyType_GenericAlloc(&Poller_Type, 0);
 	if (p == NULL)
 		return NULL;
-	p->port = 0;
-	p->nq = 0;
-	p->ring = NULL;
-	p->worker = 0;
-	p->distribute = 0;
 	p->capacity = capacity ? capacity : 1;
 	p->sleep_ns = MIN_SLEEP_NS;
 	p->max_sleep_ns = p->capacity * 1000000000ULL / 2 / ASSUMED_PPS;
@@ -923,13 +914,6 @@ poller_new(unsigned int capacity)
 	if (p->max_sleep_ns < MIN_SLEEP_NS)
 		p->max_sleep_ns = MIN_SLEEP_NS;
 	p->hold_us = HOLD_US;
-	p->frames = 0;
-	p->reading = 0;
-	p->mbufs = NULL;
-	p->ns = NULL;
-	p->room = 0;
-	p->stage = NULL;
-	p->staged = NULL;
 	return p;
 }
 
@@ -1001,15 +985,9 @@ static PyGetSetDef poller_getset[] = {
 	{NULL, NULL, NULL, NULL, NULL},
 };
 
-static PyTypeObject Poller_Type = {
-	PyVarObject_HEAD_INIT(NULL, 0).tp_name = "probe.capture._dpdk.Poller",
-	.tp_basicsize = sizeof(Poller),
-	.tp_flags = Py_TPFLAGS_DEFAULT,
-	.tp_doc = "a source of frames: RX queues of a port (port_poller) or a worker's ring (ring_poller)",
-	.tp_dealloc = poller_dealloc,
-	.tp_methods = poller_methods,
-	.tp_getset = poller_getset,
-};
+static PyTypeObject Poller_Type = EXT_TYPE(Poller, "probe.capture._dpdk.Poller", 0,
+	"a source of frames: RX queues of a port (port_poller) or a worker's ring (ring_poller)",
+	.tp_dealloc = poller_dealloc, .tp_methods = poller_methods, .tp_getset = poller_getset);
 
 /* port_poller(port, queues, capacity, distribute) -> Poller */
 static PyObject *
@@ -1412,19 +1390,14 @@ static PyMethodDef methods[] = {
 	{NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef module = {
-	PyModuleDef_HEAD_INIT, "_dpdk", "DPDK capture for dnsprobe (see probe/capture/dpdk.py)", -1, methods, NULL, NULL, NULL, NULL,
-};
-
 PyMODINIT_FUNC
 PyInit__dpdk(void)
 {
 	/* Poller.read needs probe._records; rx_burst does not. */
 	if (records_import() < 0)
 		PyErr_Clear();
-	if (PyType_Ready(&Poller_Type) < 0 || PyType_Ready(&MbufHold_Type) < 0)
-		return NULL;
-	PyObject *m = PyModule_Create(&module);
+	PyObject *m = ext_module("probe.capture._dpdk", "DPDK capture for dnsprobe (see probe/capture/dpdk.py)",
+				 methods, (PyTypeObject *[]){&Poller_Type, &MbufHold_Type, NULL}, NULL, NULL);
 	if (m == NULL)
 		return NULL;
 	DpdkError = PyErr_NewException("probe.capture._dpdk.DpdkError", PyExc_RuntimeError, NULL);

@@ -47,7 +47,7 @@ static int check_frame_args(Py_ssize_t portmap_len, PyObject *counts, PyObject *
     }
     if (PyTuple_Check(tcp)) {
         if (tcp_api == NULL) {
-            TcpstreamAPI *api = (TcpstreamAPI *)PyCapsule_Import(TCPSTREAM_CAPSULE, 0);
+            TcpstreamAPI *api = ext_import_capsule("probe.decode._tcpstream", TCPSTREAM_CAPSULE);
             if (api == NULL)
                 return -1;
             if (api->version != TCPSTREAM_API_VERSION) {
@@ -630,22 +630,11 @@ static PyMethodDef methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef module = {
-    .m_base = PyModuleDef_HEAD_INIT, .m_name = "probe.decode._decoderec", .m_size = -1, .m_methods = methods,
-};
-
 static const DecoderecApi api = {DECODEREC_API_VERSION, put_record};
 
 PyMODINIT_FUNC PyInit__decoderec(void)
 {
     if (records_import() < 0)
         return NULL;
-    PyObject *m = PyModule_Create(&module);
-    PyObject *capsule = m ? PyCapsule_New((void *)&api, DECODEREC_CAPSULE, NULL) : NULL;
-    if (capsule == NULL || PyModule_AddObject(m, "_C_API", capsule) < 0) {
-        Py_XDECREF(capsule);
-        Py_XDECREF(m);
-        return NULL;
-    }
-    return m;
+    return ext_module("probe.decode._decoderec", NULL, methods, NULL, DECODEREC_CAPSULE, (void *)&api);
 }
