@@ -122,14 +122,22 @@ raise_dpdk(const char *what, int err)
 	return NULL;
 }
 
-/* A port number as Python gave it (not yet cut to DPDK's 16 bits, which would make 65536 port 0). */
 static int
-check_port(unsigned int port)
+need_eal(void)
 {
 	if (!eal_ready) {
 		PyErr_SetString(DpdkError, "the DPDK EAL is not initialised");
 		return -1;
 	}
+	return 0;
+}
+
+/* A port number as Python gave it (not yet cut to DPDK's 16 bits, which would make 65536 port 0). */
+static int
+check_port(unsigned int port)
+{
+	if (need_eal() < 0)
+		return -1;
 	if (port >= RTE_MAX_ETHPORTS || !rte_eth_dev_is_valid_port((uint16_t)port)) {
 		PyErr_Format(DpdkError, "DPDK port %u does not exist (%u port(s) found)", port, rte_eth_dev_count_avail());
 		return -1;
@@ -193,10 +201,8 @@ out:
 static PyObject *
 py_port_count(PyObject *Py_UNUSED(self), PyObject *Py_UNUSED(noargs))
 {
-	if (!eal_ready) {
-		PyErr_SetString(DpdkError, "the DPDK EAL is not initialised");
+	if (need_eal() < 0)
 		return NULL;
-	}
 	return PyLong_FromUnsignedLong(rte_eth_dev_count_avail());
 }
 
@@ -1043,16 +1049,6 @@ py_port_poller(PyObject *Py_UNUSED(self), PyObject *args)
 		}
 	}
 	return (PyObject *)p;
-}
-
-static int
-need_eal(void)
-{
-	if (!eal_ready) {
-		PyErr_SetString(DpdkError, "the DPDK EAL is not initialised");
-		return -1;
-	}
-	return 0;
 }
 
 static void
