@@ -549,7 +549,7 @@ static PyObject *batch_new(PyTypeObject *type, PyObject *args, PyObject *kw)
         PyErr_Format(PyExc_TypeError, "%s() takes no arguments", type->tp_name);
         return NULL;
     }
-    return type->tp_alloc(type, 0); /* zeroed: an empty RecBuf */
+    return type->tp_alloc(type, 0); /* zeroed: an empty RecBuf (a batch), no frames (Frames) */
 }
 
 static void batch_dealloc(PyObject *self)
@@ -789,11 +789,7 @@ static int frames_own(Frames *f, PyObject *obj)
 
 static PyObject *frames_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 {
-    if (PyTuple_GET_SIZE(args) || (kw != NULL && PyDict_GET_SIZE(kw))) {
-        PyErr_Format(PyExc_TypeError, "%s() takes no arguments", type->tp_name);
-        return NULL;
-    }
-    Frames *f = (Frames *)type->tp_alloc(type, 0);
+    Frames *f = (Frames *)batch_new(type, args, kw);
     if (f != NULL && (f->owners = PyList_New(0)) == NULL)
         Py_CLEAR(f);
     return (PyObject *)f;
@@ -838,25 +834,15 @@ static PyObject *frames_lists(PyObject *self, PyObject *args)
     start = start < 0 ? 0 : Py_MIN(start, f->n);
     stop = Py_MAX(start, Py_MIN(stop, f->n));
     PyObject *ts = PyList_New(stop - start), *wl = PyList_New(stop - start), *data = PyList_New(stop - start);
-    if (ts == NULL || wl == NULL || data == NULL)
-        goto fail;
-    for (Py_ssize_t i = start; i < stop; i++) {
+    for (Py_ssize_t i = start; ts != NULL && wl != NULL && data != NULL && i < stop; i++) {
         int tagged = f->tag[i] != 0 && f->caplen[i] >= 12;
         /* (the 4 bytes of a tag put back added in 64 bits: a wire length near 2^32 must not wrap) */
-        PyObject *t = PyLong_FromLongLong(f->ts[i]);
-        PyObject *w = PyLong_FromUnsignedLongLong((unsigned long long)f->wirelen[i] + (tagged ? 4 : 0));
-        PyObject *d = frame_bytes(f, i);
-        if (t != NULL)
-            PyList_SET_ITEM(ts, i - start, t);
-        if (w != NULL)
-            PyList_SET_ITEM(wl, i - start, w);
-        if (d != NULL)
-            PyList_SET_ITEM(data, i - start, d);
-        if (t == NULL || w == NULL || d == NULL)
-            goto fail;
+        ext_set_item(&ts, i - start, PyLong_FromLongLong(f->ts[i]));
+        ext_set_item(&wl, i - start, PyLong_FromUnsignedLongLong((unsigned long long)f->wirelen[i] + (tagged ? 4 : 0)));
+        ext_set_item(&data, i - start, frame_bytes(f, i));
     }
-    return Py_BuildValue("(NNN)", ts, wl, data);
-fail:
+    if (ts != NULL && wl != NULL && data != NULL)
+        return Py_BuildValue("(NNN)", ts, wl, data);
     Py_XDECREF(ts);
     Py_XDECREF(wl);
     Py_XDECREF(data);
