@@ -167,7 +167,7 @@ typedef struct {
                       uint32_t tag);
     /* keep obj alive as long as the frames (once: when it is not already the last owner) */
     int (*frames_own)(Frames *f, PyObject *obj);
-    /* room for `bytes` more at b->buf + b->len (-1 with an exception) */
+    /* room for an item of `bytes` more at b->buf + b->len (-1 with an exception; OverflowError past 4 GiB) */
     int (*reserve)(RecBuf *b, size_t bytes);
     /* an item (record or transaction) that starts at `start` */
     int (*push)(RecBuf *b, size_t start);

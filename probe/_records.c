@@ -29,8 +29,14 @@
 /* ---------------------------------------------------------------------------------------------
  * Buffers */
 
+/* Room for an item (a record, a transaction) of `bytes`; past 4 GiB an OverflowError: their sizes and offsets are
+ * 32-bit. */
 static int recbuf_reserve(RecBuf *b, size_t bytes)
 {
+    if (bytes > UINT32_MAX) {
+        PyErr_SetString(PyExc_OverflowError, "message record or transaction over 4 GiB");
+        return -1;
+    }
     if (b->len + bytes <= b->cap)
         return 0;
     char *p = ext_grow(b->buf, &b->cap, b->len + bytes, 1, 1 << 16);
@@ -490,10 +496,6 @@ static int append_tuple(MsgBatch *b, PyObject *t, PyObject **hold)
             tail += k == S_EDE ? 2 * (size_t)len[k] : len[k];
     }
     size_t size = align8(sizeof(Rec) + tail);
-    if (size > UINT32_MAX) {
-        PyErr_SetString(PyExc_OverflowError, "message record over 4 GiB");
-        return -1;
-    }
     RecBuf *rb = &b->recs;
     if (recbuf_reserve(rb, size) < 0)
         return -1;
@@ -629,10 +631,6 @@ static int txbatch_add(TxBatch *b, const Rec *q, const Rec *r, int32_t messages)
         return -1;
     }
     size_t size = sizeof(TxHead) + (q ? q->size : 0) + (r ? r->size : 0);
-    if (size > UINT32_MAX) {
-        PyErr_SetString(PyExc_OverflowError, "transaction over 4 GiB");
-        return -1;
-    }
     RecBuf *tb = &b->txs;
     if (recbuf_reserve(tb, size) < 0)
         return -1;

@@ -287,10 +287,6 @@ static int put_record(MsgBatch *out, const MsgNet *net, const unsigned char *p, 
      * texts. */
     size_t bound = align8(sizeof(Rec) + 4 * (size_t)w.jlen + 8 * opt_len + 128 + (keep_raw ? (size_t)n : 0)
                           + (net->identity ? net->identity_len : 0) + (net->family ? net->scope_name_len : 0));
-    if (bound > UINT32_MAX) {
-        PyErr_SetString(PyExc_OverflowError, "message record over 4 GiB");
-        return -1;
-    }
     RecBuf *rb = &out->recs;
     if (records->reserve(rb, bound) < 0)
         return -1;
