@@ -17,27 +17,29 @@ INCLUDE = "include"  # C headers shared by several extensions, and the units som
 UNITS = {"valuetext.h": "valuetext.c", "wire.h": "wire.c"}  # a header -> the compilation unit of what it declares, built into each includer
 # (module, source, shared headers it includes: a change to one rebuilds it)
 CORE = (
-    ("probe.capture._pcaprecords", "probe/capture/_pcaprecords.c", ("model.h", "records.h", "wire.h")),
-    ("probe.capture._ring", "probe/capture/_ring.c", ("model.h", "records.h")),
+    ("probe.capture._pcaprecords", "probe/capture/_pcaprecords.c", ("extmodule.h", "model.h", "records.h", "wire.h")),
+    ("probe.capture._ring", "probe/capture/_ring.c", ("extmodule.h", "model.h", "records.h")),
     ("probe.capture._dnstaprecv", "probe/capture/_dnstaprecv.c", ()),
-    ("probe.decode._fastwire", "probe/decode/_fastwire.c", ("model.h", "valuetext.h", "wire.h")),
-    ("probe.decode._dnstap", "probe/decode/_dnstap.c", ("decoderec_api.h", "model.h", "records.h")),
-    ("probe.decode._tcpstream", "probe/decode/_tcpstream.c", ("tcpstream_api.h",)),
-    ("export.cdns._cdnsblock", "export/cdns/_cdnsblock.c", ("fastint.h", "model.h", "records.h", "wire.h")),
+    ("probe.decode._fastwire", "probe/decode/_fastwire.c", ("extmodule.h", "model.h", "valuetext.h", "wire.h")),
+    ("probe.decode._dnstap", "probe/decode/_dnstap.c", ("decoderec_api.h", "extmodule.h", "model.h", "records.h")),
+    ("probe.decode._tcpstream", "probe/decode/_tcpstream.c", ("extmodule.h", "tcpstream_api.h")),
+    ("export.cdns._cdnsblock", "export/cdns/_cdnsblock.c",
+     ("extmodule.h", "fastint.h", "model.h", "records.h", "wire.h")),
     # Lookups over a record table's string columns: enrichment and client privacy.
-    ("export._lookup", "export/_lookup.c", ("strcolumn.h",)),
-    ("export.enrich._psl", "export/enrich/_psl.c", ("psl_api.h", "strcolumn.h")),
-    ("export._topk", "export/_topk.c", ("psl_api.h", "strcolumn.h")),
-    ("export.enrich._resolvers", "export/enrich/_resolvers.c", ("valuetext.h",)),
-    ("export.parquet._answers", "export/parquet/_answers.c", ("valuetext.h", "strcolumn.h", "wire.h")),
+    ("export._lookup", "export/_lookup.c", ("extmodule.h", "strcolumn.h")),
+    ("export.enrich._psl", "export/enrich/_psl.c", ("extmodule.h", "psl_api.h", "strcolumn.h")),
+    ("export._topk", "export/_topk.c", ("extmodule.h", "psl_api.h", "strcolumn.h")),
+    ("export.enrich._resolvers", "export/enrich/_resolvers.c", ("extmodule.h", "valuetext.h")),
+    ("export.parquet._answers", "export/parquet/_answers.c", ("extmodule.h", "strcolumn.h", "valuetext.h", "wire.h")),
     # The columnar pipeline: message records (probe._records) decoded, matched and written to Parquet in C.
-    ("probe._records", "probe/_records.c", ("model.h", "records.h", "valuetext.h")),
+    ("probe._records", "probe/_records.c", ("extmodule.h", "model.h", "records.h", "valuetext.h")),
     ("probe.decode._decoderec", "probe/decode/_decoderec.c",
-     ("decoderec_api.h", "model.h", "records.h", "tcpstream_api.h", "valuetext.h", "wire.h")),
-    ("probe.match._matchrec", "probe/match/_matchrec.c", ("model.h", "records.h")),
-    ("export.parquet._parquetrec", "export/parquet/_parquetrec.c", ("model.h", "records.h", "valuetext.h")),
+     ("decoderec_api.h", "extmodule.h", "model.h", "records.h", "tcpstream_api.h", "valuetext.h", "wire.h")),
+    ("probe.match._matchrec", "probe/match/_matchrec.c", ("extmodule.h", "model.h", "records.h")),
+    ("export.parquet._parquetrec", "export/parquet/_parquetrec.c",
+     ("extmodule.h", "model.h", "records.h", "valuetext.h")),
 )
-DPDK = ("probe.capture._dpdk", "probe/capture/_dpdk.c", ("model.h", "records.h", "wire.h"))
+DPDK = ("probe.capture._dpdk", "probe/capture/_dpdk.c", ("extmodule.h", "model.h", "records.h", "wire.h"))
 # The extensions build without a warning at these (tests/run/test_native_build.py fails on a new one)
 WARNINGS = ("-Wall", "-Wextra")
 

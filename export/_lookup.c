@@ -24,12 +24,15 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <stddef.h>
+#include <structmember.h>
 #include <stdint.h>
 #include <string.h>
 #include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "extmodule.h"
 #include "strcolumn.h"
 
 #define MAX_PROBE 32
@@ -192,7 +195,7 @@ static size_t make(TextCache *c, const char *s, size_t n, uint64_t h)
             goto done;
     }
     if (c->arena_len + need > c->arena_cap) {
-        char *arena = text_grow(c->arena, &c->arena_cap, c->arena_len + need, 1, 1 << 16);
+        char *arena = ext_grow(c->arena, &c->arena_cap, c->arena_len + need, 1, 1 << 16);
         if (arena == NULL)
             goto done;
         c->arena = arena;
@@ -309,13 +312,8 @@ static PyObject *cache_columns(TextCache *c, PyObject *args)
             goto done;
     }
     result = PyList_New(c->width);
-    for (int k = 0; result != NULL && k < c->width; k++) {
-        PyObject *item = textout_finish(&outs[k]);
-        if (item == NULL)
-            Py_CLEAR(result);
-        else
-            PyList_SET_ITEM(result, k, item);
-    }
+    for (int k = 0; result != NULL && k < c->width; k++)
+        ext_set_item(&result, k, textout_finish(&outs[k]));
 done:
     c->busy = 0;
     for (int k = 0; k < made; k++)
@@ -385,34 +383,14 @@ static int cache_init(TextCache *c, PyObject *args, PyObject *kwds)
     return 0;
 }
 
-static int cache_traverse(TextCache *c, visitproc visit, void *arg)
-{
-    Py_VISIT(c->function);
-    return 0;
-}
-
-static int cache_clear_refs(TextCache *c)
-{
-    Py_CLEAR(c->function);
-    return 0;
-}
+EXT_GC_ONE_REF(cache_refs, TextCache, function)
 
 static void cache_dealloc(TextCache *c)
 {
     PyObject_GC_UnTrack(c);
-    cache_clear_refs(c);
+    cache_refs_clear((PyObject *)c);
     drop_entries(c);
     Py_TYPE(c)->tp_free((PyObject *)c);
-}
-
-static PyObject *cache_size(TextCache *c, void *Py_UNUSED(closure))
-{
-    return PyLong_FromSsize_t(c->size);
-}
-
-static PyObject *cache_width(TextCache *c, void *Py_UNUSED(closure))
-{
-    return PyLong_FromLong(c->width);
 }
 
 static PyMethodDef cache_methods[] = {
@@ -423,38 +401,19 @@ static PyMethodDef cache_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static PyGetSetDef cache_getset[] = {
-    {"size", (getter)cache_size, NULL, "entries kept before the cache starts again", NULL},
-    {"width", (getter)cache_width, NULL, "results per text", NULL},
-    {NULL, NULL, NULL, NULL, NULL},
+static PyMemberDef cache_members[] = {
+    {"size", T_PYSSIZET, offsetof(TextCache, size), READONLY, "entries kept before the cache starts again"},
+    {"width", T_INT, offsetof(TextCache, width), READONLY, "results per text"},
+    {NULL, 0, 0, 0, NULL},
 };
 
-static PySequenceMethods cache_sequence = {.sq_length = (lenfunc)cache_len};
-
-static PyTypeObject TextCacheType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "export._lookup.TextCache",
-    .tp_basicsize = sizeof(TextCache),
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
-    .tp_doc = "TextCache(function, width=1, size=200000, seed=None): function(text) cached, applied to string columns.",
-    .tp_new = PyType_GenericNew,
-    .tp_init = (initproc)cache_init,
-    .tp_dealloc = (destructor)cache_dealloc,
-    .tp_traverse = (traverseproc)cache_traverse,
-    .tp_clear = (inquiry)cache_clear_refs,
-    .tp_methods = cache_methods,
-    .tp_getset = cache_getset,
-    .tp_as_sequence = &cache_sequence,
-};
-
-static struct PyModuleDef module = {
-    .m_base = PyModuleDef_HEAD_INIT, .m_name = "export._lookup", .m_size = -1,
-};
+static PyTypeObject TextCacheType = EXT_TYPE(TextCache, "export._lookup.TextCache", Py_TPFLAGS_HAVE_GC,
+    "TextCache(function, width=1, size=200000, seed=None): function(text) cached, applied to string columns.",
+    .tp_new = PyType_GenericNew, .tp_init = (initproc)cache_init, .tp_dealloc = (destructor)cache_dealloc,
+    .tp_traverse = cache_refs_traverse, .tp_clear = cache_refs_clear, .tp_methods = cache_methods,
+    .tp_members = cache_members, .tp_as_sequence = &(PySequenceMethods){.sq_length = (lenfunc)cache_len});
 
 PyMODINIT_FUNC PyInit__lookup(void)
 {
-    /* (PyModule_AddType readies the type and adds it under its name after the module's) */
-    PyObject *m = PyModule_Create(&module);
-    if (m != NULL && PyModule_AddType(m, &TextCacheType) < 0)
-        Py_CLEAR(m);
-    return m;
+    return ext_module("export._lookup", NULL, NULL, (PyTypeObject *[]){&TextCacheType, NULL}, NULL, NULL);
 }

@@ -21,6 +21,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "extmodule.h"
 #include "model.h"
 
 #define SPAN_NONE 0xFFFFFFFFu
@@ -91,7 +92,8 @@ typedef struct {
     char *buf;
     size_t len, cap;
     size_t *at;
-    Py_ssize_t n, n_cap;
+    Py_ssize_t n;
+    size_t n_cap;
 } RecBuf;
 
 /* MsgBatch: the messages of a batch of frames, in capture order. */
@@ -165,7 +167,7 @@ typedef struct {
                       uint32_t tag);
     /* keep obj alive as long as the frames (once: when it is not already the last owner) */
     int (*frames_own)(Frames *f, PyObject *obj);
-    /* room for `bytes` more at b->buf + b->len (-1 with an exception) */
+    /* room for an item of `bytes` more at b->buf + b->len (-1 with an exception; OverflowError past 4 GiB) */
     int (*reserve)(RecBuf *b, size_t bytes);
     /* an item (record or transaction) that starts at `start` */
     int (*push)(RecBuf *b, size_t start);
@@ -183,12 +185,7 @@ static const RecordsApi *records;
 
 static int records_import(void)
 {
-    /* (PyCapsule_Import only imports the first part of the name before Python 3.12: import the module first) */
-    PyObject *mod = PyImport_ImportModule("probe._records");
-    if (mod == NULL)
-        return -1;
-    Py_DECREF(mod);
-    records = PyCapsule_Import(RECORDS_CAPSULE, 0);
+    records = ext_import_capsule("probe._records", RECORDS_CAPSULE);
     return records == NULL ? -1 : 0;
 }
 #endif

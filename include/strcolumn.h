@@ -12,6 +12,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "extmodule.h"
+
 typedef struct {
     Py_ssize_t n, offset;
     const uint8_t *validity; /* NULL: no nulls */
@@ -119,22 +121,6 @@ static inline void textout_free(TextOut *out)
     out->data = NULL;
 }
 
-/* p reallocated for `need` units of `unit` bytes, its capacity (*cap, in units) doubled from `first`; NULL (a
- * MemoryError set, p still valid and *cap unchanged) when there is no memory. */
-static inline void *text_grow(void *p, size_t *cap, size_t need, size_t unit, size_t first)
-{
-    size_t n = *cap ? *cap : first;
-    while (n < need)
-        n *= 2;
-    void *q = PyMem_Realloc(p, n * unit);
-    if (q == NULL) {
-        PyErr_NoMemory();
-        return NULL;
-    }
-    *cap = n;
-    return q;
-}
-
 static inline int textout_room(TextOut *out, size_t more)
 {
     if (out->len + more <= out->cap)
@@ -143,7 +129,7 @@ static inline int textout_room(TextOut *out, size_t more)
         PyErr_SetString(PyExc_OverflowError, "column data over 2 GiB");
         return -1;
     }
-    char *p = text_grow(out->data, &out->cap, out->len + more, 1, 1 << 12);
+    char *p = ext_grow(out->data, &out->cap, out->len + more, 1, 1 << 12);
     if (p == NULL)
         return -1;
     out->data = p;

@@ -19,6 +19,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <stddef.h>
 #include <string.h>
 
 #define RECORDS_MODULE
@@ -28,50 +29,33 @@
 /* ---------------------------------------------------------------------------------------------
  * Buffers */
 
+/* Room for an item (a record, a transaction) of `bytes`; past 4 GiB an OverflowError: their sizes and offsets are
+ * 32-bit. */
 static int recbuf_reserve(RecBuf *b, size_t bytes)
 {
-    if (b->len + bytes <= b->cap)
-        return 0;
-    size_t cap = b->cap ? b->cap : 1 << 16;
-    while (cap < b->len + bytes)
-        cap *= 2;
-    char *p = PyMem_Realloc(b->buf, cap);
-    if (p == NULL) {
-        PyErr_NoMemory();
+    if (bytes > UINT32_MAX) {
+        PyErr_SetString(PyExc_OverflowError, "message record or transaction over 4 GiB");
         return -1;
     }
+    if (b->len + bytes <= b->cap)
+        return 0;
+    char *p = ext_grow(b->buf, &b->cap, b->len + bytes, 1, 1 << 16);
+    if (p == NULL)
+        return -1;
     b->buf = p;
-    b->cap = cap;
     return 0;
 }
 
 static int recbuf_push(RecBuf *b, size_t start)
 {
-    if (b->n == b->n_cap) {
-        Py_ssize_t cap = b->n_cap ? b->n_cap * 2 : 1024;
-        size_t *at = PyMem_Realloc(b->at, cap * sizeof *at);
-        if (at == NULL) {
-            PyErr_NoMemory();
+    if ((size_t)b->n == b->n_cap) {
+        size_t *at = ext_grow(b->at, &b->n_cap, b->n_cap + 1, sizeof *at, 1024);
+        if (at == NULL)
             return -1;
-        }
         b->at = at;
-        b->n_cap = cap;
     }
     b->at[b->n++] = start;
     return 0;
-}
-
-static void recbuf_clear(RecBuf *b)
-{
-    b->len = 0;
-    b->n = 0;
-}
-
-static void recbuf_free(RecBuf *b)
-{
-    PyMem_Free(b->buf);
-    PyMem_Free(b->at);
-    memset(b, 0, sizeof *b);
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -179,19 +163,14 @@ static PyObject *span_bytes(const Rec *r, Span s)
 static PyObject *edns_tuple(const Rec *r)
 {
     PyObject *ede = PyTuple_New(r->e_ede.len);
-    if (ede == NULL)
-        return NULL;
     const unsigned char *codes = (const unsigned char *)rec_at(r, r->e_ede);
-    for (uint32_t k = 0; k < r->e_ede.len; k++) {
+    for (uint32_t k = 0; ede != NULL && k < r->e_ede.len; k++) {
         uint16_t code;
         memcpy(&code, codes + 2 * k, 2);
-        PyObject *v = PyLong_FromLong(code);
-        if (v == NULL) {
-            Py_DECREF(ede);
-            return NULL;
-        }
-        PyTuple_SET_ITEM(ede, k, v);
+        ext_set_item(&ede, k, PyLong_FromLong(code));
     }
+    if (ede == NULL)
+        return NULL;
     PyObject *v[N_EDNS_FIELDS] = {
         [E_UDP_SIZE] = PyLong_FromLong(r->e_udp), [E_VERSION] = PyLong_FromLong(r->e_version),
         [E_DO] = PyBool_FromLong(r->e_do), [E_EXT_RCODE] = PyLong_FromLong(r->e_ext_rcode),
@@ -517,10 +496,6 @@ static int append_tuple(MsgBatch *b, PyObject *t, PyObject **hold)
             tail += k == S_EDE ? 2 * (size_t)len[k] : len[k];
     }
     size_t size = align8(sizeof(Rec) + tail);
-    if (size > UINT32_MAX) {
-        PyErr_SetString(PyExc_OverflowError, "message record over 4 GiB");
-        return -1;
-    }
     RecBuf *rb = &b->recs;
     if (recbuf_reserve(rb, size) < 0)
         return -1;
@@ -565,7 +540,10 @@ static int msgbatch_append_tuple(MsgBatch *b, PyObject *t)
 }
 
 /* ---------------------------------------------------------------------------------------------
- * MsgBatch */
+ * MsgBatch and TxBatch alike: an object and the one RecBuf after its head (its messages, its transactions) */
+
+_Static_assert(offsetof(MsgBatch, recs) == offsetof(TxBatch, txs), "a batch's RecBuf at one place");
+#define BATCH_BUF(self) ((RecBuf *)((char *)(self) + offsetof(MsgBatch, recs)))
 
 static PyObject *batch_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 {
@@ -573,40 +551,39 @@ static PyObject *batch_new(PyTypeObject *type, PyObject *args, PyObject *kw)
         PyErr_Format(PyExc_TypeError, "%s() takes no arguments", type->tp_name);
         return NULL;
     }
-    return type->tp_alloc(type, 0); /* zeroed: an empty RecBuf */
+    return type->tp_alloc(type, 0); /* zeroed: an empty RecBuf (a batch), no frames (Frames) */
 }
 
-static void msgbatch_dealloc(PyObject *self)
+static void batch_dealloc(PyObject *self)
 {
-    recbuf_free(&((MsgBatch *)self)->recs);
+    PyMem_Free(BATCH_BUF(self)->buf);
+    PyMem_Free(BATCH_BUF(self)->at);
     Py_TYPE(self)->tp_free(self);
 }
 
-static Py_ssize_t msgbatch_len(PyObject *self)
+static Py_ssize_t batch_len(PyObject *self)
 {
-    return ((MsgBatch *)self)->recs.n;
+    return BATCH_BUF(self)->n;
 }
 
-static PyObject *msgbatch_clear(PyObject *self, PyObject *Py_UNUSED(unused))
+static PyObject *batch_clear(PyObject *self, PyObject *Py_UNUSED(unused))
 {
-    recbuf_clear(&((MsgBatch *)self)->recs);
+    BATCH_BUF(self)->len = 0;
+    BATCH_BUF(self)->n = 0;
     Py_RETURN_NONE;
 }
+
+static PySequenceMethods batch_sequence = {.sq_length = batch_len};
+
+/* ---------------------------------------------------------------------------------------------
+ * MsgBatch */
 
 static PyObject *msgbatch_to_tuples(PyObject *self, PyObject *Py_UNUSED(unused))
 {
     MsgBatch *b = (MsgBatch *)self;
     PyObject *list = PyList_New(b->recs.n);
-    if (list == NULL)
-        return NULL;
-    for (Py_ssize_t i = 0; i < b->recs.n; i++) {
-        PyObject *t = rec_to_tuple(msgbatch_get(b, i));
-        if (t == NULL) {
-            Py_DECREF(list);
-            return NULL;
-        }
-        PyList_SET_ITEM(list, i, t);
-    }
+    for (Py_ssize_t i = 0; list != NULL && i < b->recs.n; i++)
+        ext_set_item(&list, i, rec_to_tuple(msgbatch_get(b, i)));
     return list;
 }
 
@@ -633,25 +610,16 @@ static PyObject *msgbatch_extend(PyObject *self, PyObject *seq)
 }
 
 static PyMethodDef msgbatch_methods[] = {
-    {"clear", msgbatch_clear, METH_NOARGS, "Remove every message."},
+    {"clear", batch_clear, METH_NOARGS, "Remove every message."},
     {"to_tuples", msgbatch_to_tuples, METH_NOARGS, "The messages as probe.model message tuples."},
     {"append", msgbatch_append, METH_O, "Add a message tuple."},
     {"extend", msgbatch_extend, METH_O, "Add message tuples."},
     {NULL, NULL, 0, NULL},
 };
 
-static PySequenceMethods msgbatch_sequence = {.sq_length = msgbatch_len};
-
-static PyTypeObject MsgBatch_Type = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "probe._records.MsgBatch",
-    .tp_basicsize = sizeof(MsgBatch),
-    .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "Decoded DNS messages as records, in capture order.",
-    .tp_new = batch_new,
-    .tp_dealloc = msgbatch_dealloc,
-    .tp_as_sequence = &msgbatch_sequence,
-    .tp_methods = msgbatch_methods,
-};
+static PyTypeObject MsgBatch_Type = EXT_TYPE(MsgBatch, "probe._records.MsgBatch", 0,
+    "Decoded DNS messages as records, in capture order.", .tp_new = batch_new, .tp_dealloc = batch_dealloc,
+    .tp_as_sequence = &batch_sequence, .tp_methods = msgbatch_methods);
 
 /* ---------------------------------------------------------------------------------------------
  * TxBatch */
@@ -663,10 +631,6 @@ static int txbatch_add(TxBatch *b, const Rec *q, const Rec *r, int32_t messages)
         return -1;
     }
     size_t size = sizeof(TxHead) + (q ? q->size : 0) + (r ? r->size : 0);
-    if (size > UINT32_MAX) {
-        PyErr_SetString(PyExc_OverflowError, "transaction over 4 GiB");
-        return -1;
-    }
     RecBuf *tb = &b->txs;
     if (recbuf_reserve(tb, size) < 0)
         return -1;
@@ -690,23 +654,6 @@ static int txbatch_add(TxBatch *b, const Rec *q, const Rec *r, int32_t messages)
     return recbuf_push(tb, start);
 }
 
-static void txbatch_dealloc(PyObject *self)
-{
-    recbuf_free(&((TxBatch *)self)->txs);
-    Py_TYPE(self)->tp_free(self);
-}
-
-static Py_ssize_t txbatch_len(PyObject *self)
-{
-    return ((TxBatch *)self)->txs.n;
-}
-
-static PyObject *txbatch_clear(PyObject *self, PyObject *Py_UNUSED(unused))
-{
-    recbuf_clear(&((TxBatch *)self)->txs);
-    Py_RETURN_NONE;
-}
-
 static PyObject *tx_tuple(const TxHead *t)
 {
     const Rec *q = tx_query(t), *r = tx_response(t);
@@ -724,16 +671,8 @@ static PyObject *txbatch_to_tuples(PyObject *self, PyObject *args)
     start = start < 0 ? 0 : Py_MIN(start, b->txs.n);
     stop = Py_MAX(start, Py_MIN(stop, b->txs.n));
     PyObject *list = PyList_New(stop - start);
-    if (list == NULL)
-        return NULL;
-    for (Py_ssize_t i = start; i < stop; i++) {
-        PyObject *t = tx_tuple(txbatch_get(b, i));
-        if (t == NULL) {
-            Py_DECREF(list);
-            return NULL;
-        }
-        PyList_SET_ITEM(list, i - start, t);
-    }
+    for (Py_ssize_t i = start; list != NULL && i < stop; i++)
+        ext_set_item(&list, i - start, tx_tuple(txbatch_get(b, i)));
     return list;
 }
 
@@ -789,7 +728,7 @@ static PyObject *txbatch_time_ns(PyObject *self, PyObject *arg)
 }
 
 static PyMethodDef txbatch_methods[] = {
-    {"clear", txbatch_clear, METH_NOARGS, "Remove every transaction."},
+    {"clear", batch_clear, METH_NOARGS, "Remove every transaction."},
     {"to_tuples", txbatch_to_tuples, METH_VARARGS,
      "to_tuples(start=0, stop=len) -> [(query tuple or None, response tuple or None, messages), ...]."},
     {"append", txbatch_append, METH_O, "Add a (query, response, messages) transaction of message tuples."},
@@ -797,18 +736,9 @@ static PyMethodDef txbatch_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static PySequenceMethods txbatch_sequence = {.sq_length = txbatch_len};
-
-static PyTypeObject TxBatch_Type = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "probe._records.TxBatch",
-    .tp_basicsize = sizeof(TxBatch),
-    .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "Completed transactions of message records, in completion order.",
-    .tp_new = batch_new,
-    .tp_dealloc = txbatch_dealloc,
-    .tp_as_sequence = &txbatch_sequence,
-    .tp_methods = txbatch_methods,
-};
+static PyTypeObject TxBatch_Type = EXT_TYPE(TxBatch, "probe._records.TxBatch", 0,
+    "Completed transactions of message records, in completion order.", .tp_new = batch_new,
+    .tp_dealloc = batch_dealloc, .tp_as_sequence = &batch_sequence, .tp_methods = txbatch_methods);
 
 /* ---------------------------------------------------------------------------------------------
  * Frames */
@@ -857,11 +787,7 @@ static int frames_own(Frames *f, PyObject *obj)
 
 static PyObject *frames_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 {
-    if (PyTuple_GET_SIZE(args) || (kw != NULL && PyDict_GET_SIZE(kw))) {
-        PyErr_Format(PyExc_TypeError, "%s() takes no arguments", type->tp_name);
-        return NULL;
-    }
-    Frames *f = (Frames *)type->tp_alloc(type, 0);
+    Frames *f = (Frames *)batch_new(type, args, kw);
     if (f != NULL && (f->owners = PyList_New(0)) == NULL)
         Py_CLEAR(f);
     return (PyObject *)f;
@@ -906,25 +832,15 @@ static PyObject *frames_lists(PyObject *self, PyObject *args)
     start = start < 0 ? 0 : Py_MIN(start, f->n);
     stop = Py_MAX(start, Py_MIN(stop, f->n));
     PyObject *ts = PyList_New(stop - start), *wl = PyList_New(stop - start), *data = PyList_New(stop - start);
-    if (ts == NULL || wl == NULL || data == NULL)
-        goto fail;
-    for (Py_ssize_t i = start; i < stop; i++) {
+    for (Py_ssize_t i = start; ts != NULL && wl != NULL && data != NULL && i < stop; i++) {
         int tagged = f->tag[i] != 0 && f->caplen[i] >= 12;
         /* (the 4 bytes of a tag put back added in 64 bits: a wire length near 2^32 must not wrap) */
-        PyObject *t = PyLong_FromLongLong(f->ts[i]);
-        PyObject *w = PyLong_FromUnsignedLongLong((unsigned long long)f->wirelen[i] + (tagged ? 4 : 0));
-        PyObject *d = frame_bytes(f, i);
-        if (t != NULL)
-            PyList_SET_ITEM(ts, i - start, t);
-        if (w != NULL)
-            PyList_SET_ITEM(wl, i - start, w);
-        if (d != NULL)
-            PyList_SET_ITEM(data, i - start, d);
-        if (t == NULL || w == NULL || d == NULL)
-            goto fail;
+        ext_set_item(&ts, i - start, PyLong_FromLongLong(f->ts[i]));
+        ext_set_item(&wl, i - start, PyLong_FromUnsignedLongLong((unsigned long long)f->wirelen[i] + (tagged ? 4 : 0)));
+        ext_set_item(&data, i - start, frame_bytes(f, i));
     }
-    return Py_BuildValue("(NNN)", ts, wl, data);
-fail:
+    if (ts != NULL && wl != NULL && data != NULL)
+        return Py_BuildValue("(NNN)", ts, wl, data);
     Py_XDECREF(ts);
     Py_XDECREF(wl);
     Py_XDECREF(data);
@@ -1010,18 +926,10 @@ static PyMethodDef frames_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static PySequenceMethods frames_sequence = {.sq_length = frames_len};
-
-static PyTypeObject Frames_Type = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "probe._records.Frames",
-    .tp_basicsize = sizeof(Frames),
-    .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "Frames(): a batch's frames packed (probe.model.FrameBatch.packed), pointing into their buffers.",
-    .tp_new = frames_new,
-    .tp_dealloc = frames_dealloc,
-    .tp_as_sequence = &frames_sequence,
-    .tp_methods = frames_methods,
-};
+static PyTypeObject Frames_Type = EXT_TYPE(Frames, "probe._records.Frames", 0,
+    "Frames(): a batch's frames packed (probe.model.FrameBatch.packed), pointing into their buffers.",
+    .tp_new = frames_new, .tp_dealloc = frames_dealloc, .tp_as_sequence = &(PySequenceMethods){.sq_length = frames_len},
+    .tp_methods = frames_methods);
 
 /* ---------------------------------------------------------------------------------------------
  * The module */
@@ -1037,14 +945,8 @@ static const RecordsApi api = {
     recbuf_reserve, recbuf_push, txbatch_add, utf8_backslashreplace,
 };
 
-static struct PyModuleDef module = {
-    .m_base = PyModuleDef_HEAD_INIT, .m_name = "probe._records", .m_size = -1, .m_methods = methods,
-};
-
 PyMODINIT_FUNC PyInit__records(void)
 {
-    if (PyType_Ready(&MsgBatch_Type) < 0 || PyType_Ready(&TxBatch_Type) < 0 || PyType_Ready(&Frames_Type) < 0)
-        return NULL;
     PyObject *model = PyImport_ImportModule("probe.model");
     query_copy_type = model ? PyObject_GetAttrString(model, "QueryCopy") : NULL;
     Py_XDECREF(model);
@@ -1060,27 +962,12 @@ PyMODINIT_FUNC PyInit__records(void)
         }
         PyTuple_SET_ITEM(families, k - 1, Py_NewRef(family_str[k]));
     }
-    PyObject *mod = PyModule_Create(&module);
-    if (mod == NULL) {
-        Py_DECREF(families);
-        return NULL;
-    }
-    PyObject *capsule = PyCapsule_New((void *)&api, RECORDS_CAPSULE, NULL);
-    if (capsule == NULL || PyModule_AddObject(mod, "api", capsule) < 0) {
-        Py_XDECREF(capsule);
-        Py_DECREF(families);
-        Py_DECREF(mod);
-        return NULL;
-    }
-    if (PyModule_AddObjectRef(mod, "MsgBatch", (PyObject *)&MsgBatch_Type) < 0
-        || PyModule_AddObjectRef(mod, "TxBatch", (PyObject *)&TxBatch_Type) < 0
-        || PyModule_AddObjectRef(mod, "Frames", (PyObject *)&Frames_Type) < 0
-        || PyModule_AddIntConstant(mod, "RECORD_SIZE", sizeof(Rec)) < 0
-        || PyModule_AddObjectRef(mod, "FAMILIES", families) < 0) {
-        Py_DECREF(families);
-        Py_DECREF(mod);
-        return NULL;
-    }
+    PyObject *mod = ext_module("probe._records", NULL, methods,
+                               (PyTypeObject *[]){&MsgBatch_Type, &TxBatch_Type, &Frames_Type, NULL},
+                               RECORDS_CAPSULE, (void *)&api);
+    if (mod != NULL && (PyModule_AddIntConstant(mod, "RECORD_SIZE", sizeof(Rec)) < 0
+                        || PyModule_AddObjectRef(mod, "FAMILIES", families) < 0))
+        Py_CLEAR(mod);
     Py_DECREF(families);
     return mod;
 }

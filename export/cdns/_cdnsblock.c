@@ -315,15 +315,9 @@ static PyMethodDef cache_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static PyTypeObject CacheType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "export.cdns._cdnsblock.Cache",
-    .tp_basicsize = sizeof(Cache),
-    .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "Cache(): lookups by content in front of one block's name, class/type and signature dicts (add).",
-    .tp_new = PyType_GenericNew,
-    .tp_dealloc = cache_dealloc,
-    .tp_methods = cache_methods,
-};
+static PyTypeObject CacheType = EXT_TYPE(Cache, "export.cdns._cdnsblock.Cache", 0,
+    "Cache(): lookups by content in front of one block's name, class/type and signature dicts (add).",
+    .tp_new = PyType_GenericNew, .tp_dealloc = cache_dealloc, .tp_methods = cache_methods);
 
 /* table_index of a key that t was just asked for and does not hold. When t holds as many keys as d (then its keys
  * are all of d's: it remembers only keys d gave an index, each once), the key is not in d either: it is added
@@ -459,22 +453,19 @@ typedef struct {
 typedef struct {
     PyObject_HEAD
     Item *a;
-    Py_ssize_t n, cap;
+    Py_ssize_t n;
+    size_t cap;
 } Items;
 
 static PyTypeObject ItemsType;
 
 static int items_push(Items *s, const Item *it)
 {
-    if (s->n == s->cap) {
-        Py_ssize_t cap = s->cap ? 2 * s->cap : 1024;
-        Item *a = PyMem_Realloc(s->a, cap * sizeof(Item));
-        if (a == NULL) {
-            PyErr_NoMemory();
+    if ((size_t)s->n == s->cap) {
+        Item *a = ext_grow(s->a, &s->cap, s->cap + 1, sizeof(Item), 1024);
+        if (a == NULL)
             return -1;
-        }
         s->a = a;
-        s->cap = cap;
     }
     s->a[s->n++] = *it;
     return 0;
@@ -508,13 +499,8 @@ static PyObject *item_field(const Item *it, int k)
 static PyObject *item_tuple(const Item *it)
 {
     PyObject *t = PyTuple_New(12);
-    for (int k = 0; t != NULL && k < 12; k++) {
-        PyObject *v = item_field(it, k);
-        if (v == NULL)
-            Py_CLEAR(t);
-        else
-            PyTuple_SET_ITEM(t, k, v);
-    }
+    for (int k = 0; t != NULL && k < 12; k++)
+        ext_set_item(&t, k, item_field(it, k));
     return t;
 }
 
@@ -546,13 +532,8 @@ static PyObject *items_list(PyObject *self)
 {
     Items *s = (Items *)self;
     PyObject *out = PyList_New(s->n);
-    for (Py_ssize_t i = 0; out != NULL && i < s->n; i++) {
-        PyObject *t = item_tuple(&s->a[i]);
-        if (t == NULL)
-            Py_CLEAR(out);
-        else
-            PyList_SET_ITEM(out, i, t);
-    }
+    for (Py_ssize_t i = 0; out != NULL && i < s->n; i++)
+        ext_set_item(&out, i, item_tuple(&s->a[i]));
     return out;
 }
 
@@ -575,25 +556,16 @@ static void items_dealloc(PyObject *self)
     Py_TYPE(self)->tp_free(self);
 }
 
-static PySequenceMethods items_as_sequence = {.sq_length = items_len, .sq_item = items_getitem};
-
 static PyMethodDef items_methods[] = {
     {"append", items_append, METH_O, "append(item tuple): as list.append (10 ints or None, then two None)."},
     {NULL, NULL, 0, NULL},
 };
 
-static PyTypeObject ItemsType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "export.cdns._cdnsblock.Items",
-    .tp_basicsize = sizeof(Items),
-    .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "Items(): a block's Q/R items as C structs, read as the list of 12-tuples they replace.",
-    .tp_new = PyType_GenericNew,
-    .tp_dealloc = items_dealloc,
-    .tp_as_sequence = &items_as_sequence,
-    .tp_richcompare = items_richcompare,
-    .tp_hash = PyObject_HashNotImplemented,
-    .tp_methods = items_methods,
-};
+static PyTypeObject ItemsType = EXT_TYPE(Items, "export.cdns._cdnsblock.Items", 0,
+    "Items(): a block's Q/R items as C structs, read as the list of 12-tuples they replace.",
+    .tp_new = PyType_GenericNew, .tp_dealloc = items_dealloc,
+    .tp_as_sequence = &(PySequenceMethods){.sq_length = items_len, .sq_item = items_getitem},
+    .tp_richcompare = items_richcompare, .tp_hash = PyObject_HashNotImplemented, .tp_methods = items_methods);
 
 typedef struct {
     PyObject *ip, *names, *classtype, *sigs, *qr_type;
@@ -1022,22 +994,19 @@ static PyObject *add_records(PyObject *Py_UNUSED(self), PyObject *args)
 /* CBOR (RFC 8949) heads and ints, shortest form, as cbor2 writes them. */
 typedef struct {
     unsigned char *p;
-    Py_ssize_t len, cap;
+    Py_ssize_t len;
+    size_t cap;
 } Out;
 
 /* Room for `more` bytes after o->len: 0, or -1 (no memory). */
 static int out_reserve(Out *o, Py_ssize_t more)
 {
-    if (o->len + more <= o->cap)
+    if ((size_t)(o->len + more) <= o->cap)
         return 0;
-    Py_ssize_t cap = Py_MAX(o->cap * 2, o->len + more) + 64;
-    unsigned char *p = PyMem_Realloc(o->p, cap);
-    if (p == NULL) {
-        PyErr_NoMemory();
+    unsigned char *p = ext_grow(o->p, &o->cap, (size_t)(o->len + more), 1, 64);
+    if (p == NULL)
         return -1;
-    }
     o->p = p;
-    o->cap = cap;
     return 0;
 }
 
@@ -1509,34 +1478,19 @@ static PyMethodDef methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef module = {
-    .m_base = PyModuleDef_HEAD_INIT, .m_name = "export.cdns._cdnsblock", .m_size = -1, .m_methods = methods,
-};
-
 PyMODINIT_FUNC PyInit__cdnsblock(void)
 {
-    if (PyType_Ready(&CacheType) < 0 || PyType_Ready(&ItemsType) < 0)
-        return NULL;
     /* Message records (add_records) where probe._records is built; the encoder works without it (the reference
      * pipeline's blocks). */
     if (records_import() < 0)
         PyErr_Clear();
-    PyObject *mod = PyModule_Create(&module);
+    PyObject *mod = ext_module("export.cdns._cdnsblock", NULL, methods,
+                               (PyTypeObject *[]){&CacheType, &ItemsType, NULL}, NULL, NULL);
     if (mod == NULL)
         return NULL;
-    if (PyModule_AddObjectRef(mod, "Cache", (PyObject *)&CacheType) < 0
-        || PyModule_AddObjectRef(mod, "Items", (PyObject *)&ItemsType) < 0) {
-        Py_DECREF(mod);
-        return NULL;
-    }
     PyObject *transports = PyTuple_New(N_TRANSPORTS);
-    for (Py_ssize_t k = 0; transports != NULL && k < N_TRANSPORTS; k++) {
-        PyObject *v = PyLong_FromLong(CDNS_TRANSPORT[k]);
-        if (v == NULL)
-            Py_CLEAR(transports);
-        else
-            PyTuple_SET_ITEM(transports, k, v);
-    }
+    for (Py_ssize_t k = 0; transports != NULL && k < N_TRANSPORTS; k++)
+        ext_set_item(&transports, k, PyLong_FromLong(CDNS_TRANSPORT[k]));
     PyObject *constants = transports == NULL ? NULL : Py_BuildValue(
         "{sisNsisisisisisisisi}", "NS_PER_TICK", NS_PER_TICK, "CDNS_TRANSPORT", transports, "TRANSPORT_QUERY_TRAILINGDATA",
         TRANSPORT_QUERY_TRAILINGDATA, "QR_HAS_QUERY", QR_HAS_QUERY, "QR_HAS_RESPONSE", QR_HAS_RESPONSE,

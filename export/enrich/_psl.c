@@ -28,6 +28,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "extmodule.h"
 #include "psl_api.h"
 #include "strcolumn.h"
 
@@ -123,11 +124,11 @@ static int work_room(SuffixRules *r, size_t n)
     if (n <= r->work_cap)
         return 0;
     size_t cap = r->work_cap, dots_cap = r->work_cap;
-    char *w = text_grow(r->work, &cap, n, 1, 256);
+    char *w = ext_grow(r->work, &cap, n, 1, 256);
     if (w == NULL)
         return -1;
     r->work = w;
-    Py_ssize_t *d = text_grow(r->dots, &dots_cap, cap, sizeof(Py_ssize_t), 256);
+    Py_ssize_t *d = ext_grow(r->dots, &dots_cap, cap, sizeof(Py_ssize_t), 256);
     if (d == NULL)
         return -1; /* (work_cap unchanged: the dots are grown again next time) */
     r->dots = d;
@@ -406,36 +407,14 @@ static PyGetSetDef rules_getset[] = {
     {NULL, NULL, NULL, NULL, NULL},
 };
 
-static PyTypeObject SuffixRulesType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "export.enrich._psl.SuffixRules",
-    .tp_basicsize = sizeof(SuffixRules),
-    .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "SuffixRules(rules, maxlabel): the Public Suffix List's rules, applied to QNAME columns.",
-    .tp_new = PyType_GenericNew,
-    .tp_init = (initproc)rules_init,
-    .tp_dealloc = (destructor)rules_dealloc,
-    .tp_methods = rules_methods,
-    .tp_getset = rules_getset,
-};
+static PyTypeObject SuffixRulesType = EXT_TYPE(SuffixRules, "export.enrich._psl.SuffixRules", 0,
+    "SuffixRules(rules, maxlabel): the Public Suffix List's rules, applied to QNAME columns.",
+    .tp_new = PyType_GenericNew, .tp_init = (initproc)rules_init, .tp_dealloc = (destructor)rules_dealloc,
+    .tp_methods = rules_methods, .tp_getset = rules_getset);
 
 static PslApi api = {&SuffixRulesType, registered_domain};
 
-static struct PyModuleDef module = {
-    .m_base = PyModuleDef_HEAD_INIT, .m_name = "export.enrich._psl", .m_size = -1,
-};
-
 PyMODINIT_FUNC PyInit__psl(void)
 {
-    /* (PyModule_AddType readies the type and adds it under its name after the module's) */
-    PyObject *m = PyModule_Create(&module);
-    if (m == NULL || PyModule_AddType(m, &SuffixRulesType) < 0) {
-        Py_XDECREF(m);
-        return NULL;
-    }
-    PyObject *capsule = PyCapsule_New(&api, PSL_CAPSULE, NULL);
-    if (capsule == NULL || PyModule_AddObject(m, "api", capsule) < 0) {
-        Py_XDECREF(capsule);
-        Py_CLEAR(m);
-    }
-    return m;
+    return ext_module("export.enrich._psl", NULL, NULL, (PyTypeObject *[]){&SuffixRulesType, NULL}, PSL_CAPSULE, &api);
 }

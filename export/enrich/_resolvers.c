@@ -18,6 +18,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "extmodule.h"
 #include "valuetext.h"
 
 typedef struct {
@@ -176,50 +177,24 @@ static int table_init(PrefixTable *t, PyObject *args, PyObject *kwds)
     return 0;
 }
 
-static int table_traverse(PrefixTable *t, visitproc visit, void *arg)
-{
-    Py_VISIT(t->fallback);
-    return 0;
-}
-
-static int table_clear(PrefixTable *t)
-{
-    Py_CLEAR(t->fallback);
-    return 0;
-}
+EXT_GC_ONE_REF(table, PrefixTable, fallback)
 
 static void table_dealloc(PrefixTable *t)
 {
     PyObject_GC_UnTrack(t);
-    table_clear(t);
+    table_clear((PyObject *)t);
     family_free(&t->v4);
     family_free(&t->v6);
     Py_CLEAR(t->empty);
     Py_TYPE(t)->tp_free((PyObject *)t);
 }
 
-static PyTypeObject PrefixTableType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "export.enrich._resolvers.PrefixTable",
-    .tp_basicsize = sizeof(PrefixTable),
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
-    .tp_doc = "PrefixTable(v4, v6, fallback): address text -> the name of the range holding it, or \"\".",
-    .tp_new = PyType_GenericNew,
-    .tp_init = (initproc)table_init,
-    .tp_dealloc = (destructor)table_dealloc,
-    .tp_traverse = (traverseproc)table_traverse,
-    .tp_clear = (inquiry)table_clear,
-    .tp_call = (ternaryfunc)table_call,
-};
-
-static struct PyModuleDef module = {
-    .m_base = PyModuleDef_HEAD_INIT, .m_name = "export.enrich._resolvers", .m_size = -1,
-};
+static PyTypeObject PrefixTableType = EXT_TYPE(PrefixTable, "export.enrich._resolvers.PrefixTable", Py_TPFLAGS_HAVE_GC,
+    "PrefixTable(v4, v6, fallback): address text -> the name of the range holding it, or \"\".",
+    .tp_new = PyType_GenericNew, .tp_init = (initproc)table_init, .tp_dealloc = (destructor)table_dealloc,
+    .tp_traverse = table_traverse, .tp_clear = table_clear, .tp_call = (ternaryfunc)table_call);
 
 PyMODINIT_FUNC PyInit__resolvers(void)
 {
-    /* (PyModule_AddType readies the type and adds it under its name after the module's) */
-    PyObject *m = PyModule_Create(&module);
-    if (m != NULL && PyModule_AddType(m, &PrefixTableType) < 0)
-        Py_CLEAR(m);
-    return m;
+    return ext_module("export.enrich._resolvers", NULL, NULL, (PyTypeObject *[]){&PrefixTableType, NULL}, NULL, NULL);
 }

@@ -23,6 +23,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "extmodule.h"
 #include "valuetext.h"
 #include "strcolumn.h"
 #include "wire.h"
@@ -60,7 +61,7 @@ typedef struct {
 static inline int put(Buf *b, const void *s, size_t n)
 {
     if (b->len + n > b->cap) {
-        char *p = text_grow(b->p, &b->cap, b->len + n, 1, 256);
+        char *p = ext_grow(b->p, &b->cap, b->len + n, 1, 256);
         if (p == NULL)
             return -1;
         b->p = p;
@@ -742,26 +743,12 @@ static PyMethodDef walker_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static PyTypeObject WalkerType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "export.parquet._answers.Walker",
-    .tp_basicsize = sizeof(Walker),
-    .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "Walker(layouts, type_names, sections, caps): responses' records in presentation format.",
-    .tp_new = PyType_GenericNew,
-    .tp_init = (initproc)walker_init,
-    .tp_dealloc = (destructor)walker_dealloc,
-    .tp_methods = walker_methods,
-};
-
-static struct PyModuleDef module = {
-    .m_base = PyModuleDef_HEAD_INIT, .m_name = "export.parquet._answers", .m_size = -1,
-};
+static PyTypeObject WalkerType = EXT_TYPE(Walker, "export.parquet._answers.Walker", 0,
+    "Walker(layouts, type_names, sections, caps): responses' records in presentation format.",
+    .tp_new = PyType_GenericNew, .tp_init = (initproc)walker_init, .tp_dealloc = (destructor)walker_dealloc,
+    .tp_methods = walker_methods);
 
 PyMODINIT_FUNC PyInit__answers(void)
 {
-    /* (PyModule_AddType readies the type and adds it under its name after the module's) */
-    PyObject *m = PyModule_Create(&module);
-    if (m != NULL && PyModule_AddType(m, &WalkerType) < 0)
-        Py_CLEAR(m);
-    return m;
+    return ext_module("export.parquet._answers", NULL, NULL, (PyTypeObject *[]){&WalkerType, NULL}, NULL, NULL);
 }

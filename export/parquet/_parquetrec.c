@@ -89,16 +89,10 @@ static int var_room(Col *c, size_t n)
 {
     if (c->var_len + n <= c->var_cap)
         return 0;
-    size_t cap = c->var_cap ? c->var_cap : 1 << 14;
-    while (cap < c->var_len + n)
-        cap *= 2;
-    char *p = PyMem_Realloc(c->var, cap);
-    if (p == NULL) {
-        PyErr_NoMemory();
+    char *p = ext_grow(c->var, &c->var_cap, c->var_len + n, 1, 1 << 14);
+    if (p == NULL)
         return -1;
-    }
     c->var = p;
-    c->var_cap = cap;
     return 0;
 }
 
@@ -528,13 +522,7 @@ static PyMethodDef methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef module = {
-    .m_base = PyModuleDef_HEAD_INIT, .m_name = "export.parquet._parquetrec", .m_size = -1, .m_methods = methods,
-};
-
 PyMODINIT_FUNC PyInit__parquetrec(void)
 {
-    if (records_import() < 0)
-        return NULL;
-    return PyModule_Create(&module);
+    return records_import() < 0 ? NULL : ext_module("export.parquet._parquetrec", NULL, methods, NULL, NULL, NULL);
 }

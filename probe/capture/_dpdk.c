@@ -122,14 +122,22 @@ raise_dpdk(const char *what, int err)
 	return NULL;
 }
 
-/* A port number as Python gave it (not yet cut to DPDK's 16 bits, which would make 65536 port 0). */
 static int
-check_port(unsigned int port)
+need_eal(void)
 {
 	if (!eal_ready) {
 		PyErr_SetString(DpdkError, "the DPDK EAL is not initialised");
 		return -1;
 	}
+	return 0;
+}
+
+/* A port number as Python gave it (not yet cut to DPDK's 16 bits, which would make 65536 port 0). */
+static int
+check_port(unsigned int port)
+{
+	if (need_eal() < 0)
+		return -1;
 	if (port >= RTE_MAX_ETHPORTS || !rte_eth_dev_is_valid_port((uint16_t)port)) {
 		PyErr_Format(DpdkError, "DPDK port %u does not exist (%u port(s) found)", port, rte_eth_dev_count_avail());
 		return -1;
@@ -193,10 +201,8 @@ out:
 static PyObject *
 py_port_count(PyObject *Py_UNUSED(self), PyObject *Py_UNUSED(noargs))
 {
-	if (!eal_ready) {
-		PyErr_SetString(DpdkError, "the DPDK EAL is not initialised");
+	if (need_eal() < 0)
 		return NULL;
-	}
 	return PyLong_FromUnsignedLong(rte_eth_dev_count_avail());
 }
 
@@ -774,13 +780,8 @@ mbufhold_dealloc(PyObject *self)
 	Py_TYPE(self)->tp_free(self);
 }
 
-static PyTypeObject MbufHold_Type = {
-	PyVarObject_HEAD_INIT(NULL, 0).tp_name = "probe.capture._dpdk.MbufHold",
-	.tp_basicsize = sizeof(MbufHold),
-	.tp_flags = Py_TPFLAGS_DEFAULT,
-	.tp_doc = "mbufs a probe._records.Frames points into, freed with it",
-	.tp_dealloc = mbufhold_dealloc,
-};
+static PyTypeObject MbufHold_Type = EXT_TYPE(MbufHold, "probe.capture._dpdk.MbufHold", 0,
+	"mbufs a probe._records.Frames points into, freed with it", .tp_dealloc = mbufhold_dealloc);
 
 /* p->mbufs[0..got) into frames (add_frames), which hold the mbufs (an MbufHold) until they let go of them. Every
  * mbuf is taken over (freed) also on failure. -1 with an exception. */
@@ -907,14 +908,10 @@ poller_dealloc(PyObject *self)
 static Poller *
 poller_new(unsigned int capacity)
 {
-	Poller *p = PyObject_New(Poller, &Poller_Type);
+	/* zeroed: no queue, ring, frame or buffer yet */
+	Poller *p = (Poller *)PyType_GenericAlloc(&Poller_Type, 0);
 	if (p == NULL)
 		return NULL;
-	p->port = 0;
-	p->nq = 0;
-	p->ring = NULL;
-	p->worker = 0;
-	p->distribute = 0;
 	p->capacity = capacity ? capacity : 1;
 	p->sleep_ns = MIN_SLEEP_NS;
 	p->max_sleep_ns = p->capacity * 1000000000ULL / 2 / ASSUMED_PPS;
@@ -923,13 +920,6 @@ poller_new(unsigned int capacity)
 	if (p->max_sleep_ns < MIN_SLEEP_NS)
 		p->max_sleep_ns = MIN_SLEEP_NS;
 	p->hold_us = HOLD_US;
-	p->frames = 0;
-	p->reading = 0;
-	p->mbufs = NULL;
-	p->ns = NULL;
-	p->room = 0;
-	p->stage = NULL;
-	p->staged = NULL;
 	return p;
 }
 
@@ -1001,15 +991,9 @@ static PyGetSetDef poller_getset[] = {
 	{NULL, NULL, NULL, NULL, NULL},
 };
 
-static PyTypeObject Poller_Type = {
-	PyVarObject_HEAD_INIT(NULL, 0).tp_name = "probe.capture._dpdk.Poller",
-	.tp_basicsize = sizeof(Poller),
-	.tp_flags = Py_TPFLAGS_DEFAULT,
-	.tp_doc = "a source of frames: RX queues of a port (port_poller) or a worker's ring (ring_poller)",
-	.tp_dealloc = poller_dealloc,
-	.tp_methods = poller_methods,
-	.tp_getset = poller_getset,
-};
+static PyTypeObject Poller_Type = EXT_TYPE(Poller, "probe.capture._dpdk.Poller", 0,
+	"a source of frames: RX queues of a port (port_poller) or a worker's ring (ring_poller)",
+	.tp_dealloc = poller_dealloc, .tp_methods = poller_methods, .tp_getset = poller_getset);
 
 /* port_poller(port, queues, capacity, distribute) -> Poller */
 static PyObject *
@@ -1065,16 +1049,6 @@ py_port_poller(PyObject *Py_UNUSED(self), PyObject *args)
 		}
 	}
 	return (PyObject *)p;
-}
-
-static int
-need_eal(void)
-{
-	if (!eal_ready) {
-		PyErr_SetString(DpdkError, "the DPDK EAL is not initialised");
-		return -1;
-	}
-	return 0;
 }
 
 static void
@@ -1412,19 +1386,14 @@ static PyMethodDef methods[] = {
 	{NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef module = {
-	PyModuleDef_HEAD_INIT, "_dpdk", "DPDK capture for dnsprobe (see probe/capture/dpdk.py)", -1, methods, NULL, NULL, NULL, NULL,
-};
-
 PyMODINIT_FUNC
 PyInit__dpdk(void)
 {
 	/* Poller.read needs probe._records; rx_burst does not. */
 	if (records_import() < 0)
 		PyErr_Clear();
-	if (PyType_Ready(&Poller_Type) < 0 || PyType_Ready(&MbufHold_Type) < 0)
-		return NULL;
-	PyObject *m = PyModule_Create(&module);
+	PyObject *m = ext_module("probe.capture._dpdk", "DPDK capture for dnsprobe (see probe/capture/dpdk.py)",
+				 methods, (PyTypeObject *[]){&Poller_Type, &MbufHold_Type, NULL}, NULL, NULL);
 	if (m == NULL)
 		return NULL;
 	DpdkError = PyErr_NewException("probe.capture._dpdk.DpdkError", PyExc_RuntimeError, NULL);

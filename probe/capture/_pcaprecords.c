@@ -139,14 +139,10 @@ static PyMethodDef methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef module = {
-    .m_base = PyModuleDef_HEAD_INIT, .m_name = "probe.capture._pcaprecords", .m_size = -1, .m_methods = methods,
-};
-
 PyMODINIT_FUNC PyInit__pcaprecords(void)
 {
     /* split_packed needs probe._records; data_frames does not. */
     if (records_import() < 0)
         PyErr_Clear();
-    return PyModule_Create(&module);
+    return ext_module("probe.capture._pcaprecords", NULL, methods, NULL, NULL, NULL);
 }

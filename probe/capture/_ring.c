@@ -141,13 +141,7 @@ static PyMethodDef methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef module = {
-    .m_base = PyModuleDef_HEAD_INIT, .m_name = "probe.capture._ring", .m_size = -1, .m_methods = methods,
-};
-
 PyMODINIT_FUNC PyInit__ring(void)
 {
-    if (records_import() < 0)
-        return NULL;
-    return PyModule_Create(&module);
+    return records_import() < 0 ? NULL : ext_module("probe.capture._ring", NULL, methods, NULL, NULL, NULL);
 }

@@ -47,7 +47,7 @@ static int check_frame_args(Py_ssize_t portmap_len, PyObject *counts, PyObject *
     }
     if (PyTuple_Check(tcp)) {
         if (tcp_api == NULL) {
-            TcpstreamAPI *api = (TcpstreamAPI *)PyCapsule_Import(TCPSTREAM_CAPSULE, 0);
+            TcpstreamAPI *api = ext_import_capsule("probe.decode._tcpstream", TCPSTREAM_CAPSULE);
             if (api == NULL)
                 return -1;
             if (api->version != TCPSTREAM_API_VERSION) {
@@ -287,10 +287,6 @@ static int put_record(MsgBatch *out, const MsgNet *net, const unsigned char *p, 
      * texts. */
     size_t bound = align8(sizeof(Rec) + 4 * (size_t)w.jlen + 8 * opt_len + 128 + (keep_raw ? (size_t)n : 0)
                           + (net->identity ? net->identity_len : 0) + (net->family ? net->scope_name_len : 0));
-    if (bound > UINT32_MAX) {
-        PyErr_SetString(PyExc_OverflowError, "message record over 4 GiB");
-        return -1;
-    }
     RecBuf *rb = &out->recs;
     if (records->reserve(rb, bound) < 0)
         return -1;
@@ -630,22 +626,11 @@ static PyMethodDef methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef module = {
-    .m_base = PyModuleDef_HEAD_INIT, .m_name = "probe.decode._decoderec", .m_size = -1, .m_methods = methods,
-};
-
 static const DecoderecApi api = {DECODEREC_API_VERSION, put_record};
 
 PyMODINIT_FUNC PyInit__decoderec(void)
 {
     if (records_import() < 0)
         return NULL;
-    PyObject *m = PyModule_Create(&module);
-    PyObject *capsule = m ? PyCapsule_New((void *)&api, DECODEREC_CAPSULE, NULL) : NULL;
-    if (capsule == NULL || PyModule_AddObject(m, "_C_API", capsule) < 0) {
-        Py_XDECREF(capsule);
-        Py_XDECREF(m);
-        return NULL;
-    }
-    return m;
+    return ext_module("probe.decode._decoderec", NULL, methods, NULL, DECODEREC_CAPSULE, (void *)&api);
 }

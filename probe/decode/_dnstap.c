@@ -605,34 +605,25 @@ static PyMethodDef methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef module = {
-    .m_base = PyModuleDef_HEAD_INIT, .m_name = "_dnstap", .m_doc = "The dnstap decoder's loop, in C.", .m_size = -1,
-    .m_methods = methods,
-};
-
 PyMODINIT_FUNC PyInit__dnstap(void)
 {
     if (records_import() < 0)
         return NULL;
-    PyObject *decoderec = PyImport_ImportModule("probe.decode._decoderec"); /* (see records_import) */
-    if (decoderec == NULL)
-        return NULL;
-    Py_DECREF(decoderec);
-    writer = (const DecoderecApi *)PyCapsule_Import(DECODEREC_CAPSULE, 0);
+    writer = ext_import_capsule("probe.decode._decoderec", DECODEREC_CAPSULE);
     if (writer == NULL)
         return NULL;
     if (writer->version != DECODEREC_API_VERSION) {
         PyErr_SetString(PyExc_ImportError, "probe.decode._decoderec has another C API version: rebuild both");
         return NULL;
     }
-    PyObject *mod = PyModule_Create(&module);
+    PyObject *mod = ext_module("probe.decode._dnstap", "The dnstap decoder's loop, in C.", methods, NULL, NULL, NULL);
     if (mod == NULL)
         return NULL;
     PyObject *names = PyTuple_New(N_COUNTS), *protos = PyTuple_New(8);
     for (int k = 0; names != NULL && k < N_COUNTS; k++)
-        PyTuple_SET_ITEM(names, k, PyUnicode_FromString(COUNT_NAMES[k]));
+        ext_set_item(&names, k, PyUnicode_FromString(COUNT_NAMES[k]));
     for (int k = 0; protos != NULL && k < 8; k++)
-        PyTuple_SET_ITEM(protos, k, PyLong_FromLong(PROTO_OF[k]));
+        ext_set_item(&protos, k, PyLong_FromLong(PROTO_OF[k]));
     if (names == NULL || protos == NULL || PyModule_AddObject(mod, "COUNT_NAMES", names) < 0) {
         Py_XDECREF(names);
         Py_XDECREF(protos);

@@ -19,6 +19,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "extmodule.h"
 #include "model.h"
 #include "valuetext.h"
 #include "wire.h"
@@ -311,18 +312,10 @@ static PyMethodDef methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef module = {
-    .m_base = PyModuleDef_HEAD_INIT,
-    .m_name = "_fastwire",
-    .m_doc = "The DNS wire walker, in C.",
-    .m_size = -1,
-    .m_methods = methods,
-};
-
 PyMODINIT_FUNC PyInit__fastwire(void)
 {
     empty_str = PyUnicode_FromStringAndSize("", 0);
     if (empty_str == NULL)
         return NULL;
-    return PyModule_Create(&module);
+    return ext_module("probe.decode._fastwire", "The DNS wire walker, in C.", methods, NULL, NULL, NULL);
 }

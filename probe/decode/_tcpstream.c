@@ -22,9 +22,12 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <stddef.h>
+#include <structmember.h>
 #include <stdint.h>
 #include <string.h>
 
+#include "extmodule.h"
 #include "tcpstream_api.h"
 
 #define SEQ_MOD ((uint64_t)1 << 32)
@@ -383,19 +386,14 @@ static int append(Reassembler *r, Flow *f, long long ts, long long wirelen, long
     /* Keep bytes [i, total): fewer than 2, or less than one message (at most 65,536). */
     size_t rest = total - i;
     if (rest > f->buf_cap) {
-        size_t cap = f->buf_cap ? f->buf_cap : 256;
-        while (cap < rest)
-            cap *= 2;
-        unsigned char *buf = PyMem_Realloc(f->buf, cap);
+        unsigned char *buf = ext_grow(f->buf, &f->buf_cap, rest, 1, 256);
         if (buf == NULL) {
             /* (Unreachable in practice: at most 128 KiB.) The bytes are lost, as counted. */
             r->counts[C_DROPPED_BYTES] += (long long)rest;
             f->buf_len = 0;
-            PyErr_NoMemory();
             return -1;
         }
         f->buf = buf;
-        f->buf_cap = cap;
     }
     if (rest) {
         if (i < f->buf_len) {
@@ -836,17 +834,7 @@ static PyObject *Reassembler_new(PyTypeObject *type, PyObject *args, PyObject *k
     return (PyObject *)r;
 }
 
-static int Reassembler_traverse(Reassembler *r, visitproc visit, void *arg)
-{
-    Py_VISIT(r->stats);
-    return 0;
-}
-
-static int Reassembler_clear(Reassembler *r)
-{
-    Py_CLEAR(r->stats);
-    return 0;
-}
+EXT_GC_ONE_REF(Reassembler, Reassembler, stats)
 
 static void Reassembler_dealloc(Reassembler *r)
 {
@@ -860,32 +848,22 @@ static void Reassembler_dealloc(Reassembler *r)
     Py_TYPE(r)->tp_free((PyObject *)r);
 }
 
-static PyObject *get_held(Reassembler *r, void *Py_UNUSED(c))
-{
-    return PyLong_FromLongLong(r->held);
-}
-
-static PyObject *get_flow_count(Reassembler *r, void *Py_UNUSED(c))
-{
-    return PyLong_FromSsize_t(r->n_flows);
-}
-
-static PyObject *get_stats(Reassembler *r, void *Py_UNUSED(c))
-{
-    return Py_NewRef(r->stats ? r->stats : Py_None);
-}
-
 static PyObject *get_max_bytes(Reassembler *r, void *Py_UNUSED(c))
 {
     return opt_ll(r->has_max_bytes, r->max_bytes);
 }
 
 static PyGetSetDef getset[] = {
-    {"held", (getter)get_held, NULL, "bytes held over all directions: messages in progress and segments ahead of a gap", NULL},
-    {"flow_count", (getter)get_flow_count, NULL, "directions held", NULL},
-    {"stats", (getter)get_stats, NULL, "the stats object counted in", NULL},
     {"max_bytes", (getter)get_max_bytes, NULL, "the bound over all directions, or None", NULL},
     {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyMemberDef members[] = {
+    {"held", T_LONGLONG, offsetof(Reassembler, held), READONLY,
+     "bytes held over all directions: messages in progress and segments ahead of a gap"},
+    {"flow_count", T_PYSSIZET, offsetof(Reassembler, n_flows), READONLY, "directions held"},
+    {"stats", T_OBJECT, offsetof(Reassembler, stats), READONLY, "the stats object counted in"},
+    {NULL, 0, 0, 0, NULL},
 };
 
 static PyMethodDef methods[] = {
@@ -899,23 +877,12 @@ static PyMethodDef methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static PyTypeObject Reassembler_Type = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "probe.decode._tcpstream.TcpReassembler",
-    .tp_basicsize = sizeof(Reassembler),
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
-    .tp_doc = "TcpReassembler(idle_timeout_ns, max_flows, max_ooo_bytes, max_ooo_segments, stats, max_bytes=None):"
-              " the C twin of probe.decode.tcpstream.TcpReassembler",
-    .tp_new = Reassembler_new,
-    .tp_dealloc = (destructor)Reassembler_dealloc,
-    .tp_traverse = (traverseproc)Reassembler_traverse,
-    .tp_clear = (inquiry)Reassembler_clear,
-    .tp_methods = methods,
-    .tp_getset = getset,
-};
-
-static struct PyModuleDef module = {
-    .m_base = PyModuleDef_HEAD_INIT, .m_name = "probe.decode._tcpstream", .m_size = -1,
-};
+static PyTypeObject Reassembler_Type = EXT_TYPE(Reassembler, "probe.decode._tcpstream.TcpReassembler",
+    Py_TPFLAGS_HAVE_GC, "TcpReassembler(idle_timeout_ns, max_flows, max_ooo_bytes, max_ooo_segments, stats, "
+                        "max_bytes=None): the C twin of probe.decode.tcpstream.TcpReassembler",
+    .tp_new = Reassembler_new, .tp_dealloc = (destructor)Reassembler_dealloc,
+    .tp_traverse = Reassembler_traverse, .tp_clear = Reassembler_clear, .tp_methods = methods,
+    .tp_members = members, .tp_getset = getset);
 
 PyMODINIT_FUNC PyInit__tcpstream(void)
 {
@@ -935,18 +902,7 @@ PyMODINIT_FUNC PyInit__tcpstream(void)
     memcpy(&sip_k0, PyBytes_AS_STRING(rnd), 8);
     memcpy(&sip_k1, PyBytes_AS_STRING(rnd) + 8, 8);
     Py_DECREF(rnd);
-    if (PyType_Ready(&Reassembler_Type) < 0)
-        return NULL;
-    PyObject *m = PyModule_Create(&module);
-    if (m == NULL)
-        return NULL;
     static TcpstreamAPI api = {TCPSTREAM_API_VERSION, &Reassembler_Type, api_segment, api_write_stats};
-    PyObject *capsule = PyCapsule_New(&api, TCPSTREAM_CAPSULE, NULL);
-    if (PyModule_AddObjectRef(m, "TcpReassembler", (PyObject *)&Reassembler_Type) < 0 || capsule == NULL
-        || PyModule_AddObject(m, "_C_API", capsule) < 0) {
-        Py_XDECREF(capsule);
-        Py_DECREF(m);
-        return NULL;
-    }
-    return m;
+    return ext_module("probe.decode._tcpstream", NULL, NULL, (PyTypeObject *[]){&Reassembler_Type, NULL},
+                      TCPSTREAM_CAPSULE, &api);
 }

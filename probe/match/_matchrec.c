@@ -682,13 +682,8 @@ static PyObject *counts_since(Matcher *m, const long long *before)
 {
     long long now[N_COUNTERS] = SNAPSHOT(m);
     PyObject *t = PyTuple_New(N_COUNTERS);
-    for (int k = 0; t != NULL && k < N_COUNTERS; k++) {
-        PyObject *v = PyLong_FromLongLong(now[k] - before[k]);
-        if (v == NULL)
-            Py_CLEAR(t);
-        else
-            PyTuple_SET_ITEM(t, k, v);
-    }
+    for (int k = 0; t != NULL && k < N_COUNTERS; k++)
+        ext_set_item(&t, k, PyLong_FromLongLong(now[k] - before[k]));
     return t;
 }
 
@@ -843,29 +838,14 @@ static PyMethodDef matcher_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static PySequenceMethods matcher_sequence = {.sq_length = matcher_len};
-
-static PyTypeObject Matcher_Type = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "probe.match._matchrec.Matcher",
-    .tp_basicsize = sizeof(Matcher),
-    .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "Pending queries and open zone transfers of message records (probe.match.TransactionTable in C).",
-    .tp_new = matcher_new,
-    .tp_dealloc = matcher_dealloc,
-    .tp_as_sequence = &matcher_sequence,
-    .tp_methods = matcher_methods,
-};
-
-static struct PyModuleDef module = {
-    .m_base = PyModuleDef_HEAD_INIT, .m_name = "probe.match._matchrec", .m_size = -1,
-};
+static PyTypeObject Matcher_Type = EXT_TYPE(Matcher, "probe.match._matchrec.Matcher", 0,
+    "Pending queries and open zone transfers of message records (probe.match.TransactionTable in C).",
+    .tp_new = matcher_new, .tp_dealloc = matcher_dealloc,
+    .tp_as_sequence = &(PySequenceMethods){.sq_length = matcher_len}, .tp_methods = matcher_methods);
 
 PyMODINIT_FUNC PyInit__matchrec(void)
 {
-    if (records_import() < 0 || PyType_Ready(&Matcher_Type) < 0)
+    if (records_import() < 0)
         return NULL;
-    PyObject *mod = PyModule_Create(&module);
-    if (mod != NULL && PyModule_AddObjectRef(mod, "Matcher", (PyObject *)&Matcher_Type) < 0)
-        Py_CLEAR(mod);
-    return mod;
+    return ext_module("probe.match._matchrec", NULL, NULL, (PyTypeObject *[]){&Matcher_Type, NULL}, NULL, NULL);
 }
