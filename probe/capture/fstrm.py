@@ -97,31 +97,75 @@ data_frames = data_frames_python if _pcaprecords is None else _pcaprecords.data_
 class FrameReader:
     """Frames of a byte stream fed in pieces as they arrive (the pieces may split frames anywhere).
 
-    The buffer is bytes with a read offset: a piece fed is joined to the unread rest (less than a frame,
-    usually). Data frames are not cut out of it: each run of them becomes a span of the buffer
-    (probe.model.DataFrames), found by data_frames (in C when built), so a frame costs no Python work here.
+    The buffer is bytes with a read offset. Data frames are not cut out of it: each run of them becomes a span of
+    the buffer (probe.model.DataFrames), found by data_frames (in C when built), so a frame costs no Python work
+    here. A piece fed is not joined to the unread rest (a frame cut short by the piece before, usually): only
+    that frame is completed, from the piece's first bytes, into a buffer of its own, and the piece is read where
+    it arrived after it (`next`), so that a file's bytes are not copied once more (a 256 KiB piece each time).
     """
 
     def __init__(self, max_data_frame=DATA_FRAME_MAX):
         self.max_data_frame = max_data_frame
         self.buf = b""
         self.pos = 0
+        self.next = None  # the piece to read once buf is read to its end, from next_pos on
+        self.next_pos = 0
         self.bytes_in = 0
 
     def feed(self, data):
-        self.buf = self.buf[self.pos :] + data if self.pos < len(self.buf) else bytes(data)
-        self.pos = 0
         self.bytes_in += len(data)
+        rest = len(self.buf) - self.pos
+        if not rest and self.next is None:
+            self.buf, self.pos = bytes(data), 0
+            return
+        cut = self._cut_frame_rest(data) if self.next is None else None
+        if cut is None:  # (a piece fed before this one is read to its end, or the cut frame's end is not in data)
+            self.buf = b"".join((self.buf[self.pos :], b"" if self.next is None else self.next[self.next_pos :], data))
+            self.pos, self.next = 0, None
+            return
+        self.buf, self.pos = self.buf[self.pos :] + data[:cut], 0
+        self.next, self.next_pos = bytes(data), cut
+
+    def _cut_frame_rest(self, data):
+        """How many bytes of data complete the frame the unread rest of buf begins, when that rest is less than a
+        whole frame and data holds the frame's end; None otherwise."""
+        rest = len(self.buf) - self.pos
+        head = self.buf[self.pos : self.pos + 8]
+        if len(head) < 8:
+            head += data[: 8 - len(head)]
+        if len(head) < 4:
+            return None
+        (n,) = _U32.unpack_from(head, 0)
+        if n:
+            whole = 4 + n if n <= self.max_data_frame else None
+        else:
+            clen = _U32.unpack_from(head, 4)[0] if len(head) == 8 else CONTROL_LENGTH_MAX + 1
+            whole = 8 + clen if clen <= CONTROL_LENGTH_MAX else None
+        if whole is None or whole <= rest or whole - rest > len(data):
+            return None
+        return whole - rest
 
     def pending(self):
         """Bytes received but not yet part of a whole frame (at the end of the stream: a frame cut short)."""
-        return len(self.buf) - self.pos
+        return len(self.buf) - self.pos + (0 if self.next is None else len(self.next) - self.next_pos)
 
     def take(self, out, limit, data_allowed=True):
         """Add whole data frames to out (a probe.model.DataFrames), at most `limit` of them, up to the next
         control frame, which is returned decoded as (type, [content types]); None when the buffer holds no
         further whole frame or the limit was reached. FrameError for an impossible length, a malformed control
         frame, or a data frame when data_allowed is false (before the stream has started)."""
+        while True:
+            before = len(out)
+            control = self._take(out, limit, data_allowed)
+            if control is not None or self.next is None or self.pos < len(self.buf):
+                return control
+            self.buf, self.pos, self.next = self.next, self.next_pos, None  # the cut frame read: on to its piece
+            limit -= len(out) - before
+            if limit <= 0:
+                return None
+
+    def _take(self, out, limit, data_allowed):
+        """take() in buf alone."""
         buf, pos, end = self.buf, self.pos, len(self.buf)
         max_data = self.max_data_frame
         try:

@@ -67,11 +67,31 @@ def test_frames_do_not_depend_on_how_the_stream_is_cut():
     # an unknown control type in the middle (a later version's): ignored once data flows
     cut = len(fstrm_file(data_frames[:50], stop=False))
     stream = stream[:cut] + encode_control(9, [b"x"]) + stream[cut:]
-    for pieces in ([len(stream)], [1] * len(stream), [rng.randrange(1, 40) for _ in range(2000)]):
+    for pieces in ([len(stream)], [1] * len(stream), [rng.randrange(1, 40) for _ in range(2000)],
+                   [rng.randrange(1, 2000) for _ in range(200)]):
         session = Session(file=True)
         got, replies = all_frames(session, stream, list(pieces))
         assert got == data_frames and replies == b""
         assert session.state == "stopped" and session.end_problem() is None
+
+
+def test_a_piece_is_read_where_it_arrived():
+    """A piece that completes the frame the piece before cut short is not joined to the unread rest: that frame
+    alone is, and the frames after it are spans of the piece itself (no copy of a file's every byte)."""
+    frames = [bytes([i]) * 100 for i in range(20)]
+    stream = fstrm_file(frames)
+    cut = len(stream) // 2 + 7  # inside a frame
+    session, out = Session(file=True), DataFrames()
+    session.feed(stream[:cut])
+    session.read(out, 100)
+    cut_short = session.reader.pending()
+    assert 0 < cut_short < 104
+    piece = stream[cut:]
+    session.feed(piece)
+    assert session.reader.pending() == cut_short + len(piece)
+    session.read(out, 100)
+    assert list(out) == frames and session.state == "stopped" and session.reader.pending() == 0
+    assert out.spans[-1][0] is piece and len(out.spans[-2][0]) == 104  # the cut frame, joined alone
 
 
 @pytest.mark.parametrize("payload, problem", [
