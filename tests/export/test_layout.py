@@ -16,6 +16,8 @@ from scapy.utils import wrpcap
 from support.data import ROOT
 from support.dnsprobe import read_output, run_dnsprobe
 
+from export.parquet.schema import UNCOMPRESSED
+
 MIDNIGHT = datetime.datetime(2026, 12, 3, tzinfo=datetime.timezone.utc).timestamp()
 SAMPLE = ROOT / "samples" / "sample-mix.pcap.xz"
 
@@ -127,6 +129,12 @@ def test_statistics_page_index_and_encodings_of_an_unsorted_file(out_dir):
             assert "DELTA_BINARY_PACKED" in columns[name].encodings, (name, columns[name].encodings)
             assert "RLE_DICTIONARY" not in columns[name].encodings, name
         assert "RLE_DICTIONARY" in columns["qname"].encodings
+        # zstd everywhere (nested leaves too) but where it finds nothing: the delta-encoded times set on every row,
+        # the columns of one value (export.parquet.schema.UNCOMPRESSED).
+        for name, column in columns.items():
+            codec = "UNCOMPRESSED" if name in UNCOMPRESSED else "ZSTD"
+            assert column.compression == codec, (name, column.compression)
+        assert {"time", "frag", "server_location", "edns_ede.list.element", "answers.list.element.data"} <= set(columns)
 
 
 def test_rotation_by_size_page_index_and_sorting(out_dir):
