@@ -81,8 +81,7 @@ def open_parquet(path, export_cfg, memory_pool=None, key_values=None):
         writer = pq.ParquetWriter(
             sink,
             SCHEMA.with_metadata(key_values or {}),
-            compression=_compression(export_cfg.compression),
-            compression_level=export_cfg.compression_level,
+            **_compression(export_cfg.compression, export_cfg.compression_level),
             use_dictionary=[name for name in SCHEMA.names if name not in UNIQUE_VALUED],
             column_encoding=dict.fromkeys(DELTA_ENCODED, "DELTA_BINARY_PACKED"),
             write_statistics=[n for n in SCHEMA.names if n not in UNSORTED_WITHOUT_STATISTICS or n in sorted_by],
@@ -96,12 +95,16 @@ def open_parquet(path, export_cfg, memory_pool=None, key_values=None):
     return writer, sink
 
 
-def _compression(codec):
-    """pyarrow's compression setting for export.compression: the codec of every leaf column, none for UNCOMPRESSED's
-    (a per-column setting names leaves, and a leaf given none is not compressed)."""
+def _compression(codec, level):
+    """pyarrow's compression and compression_level for export.compression and its level: by leaf column (a
+    per-column setting names leaves), the codec but for UNCOMPRESSED's columns, and the level where there is a codec
+    (a leaf given none is not compressed, and takes no level)."""
     if codec == "none":
-        return None
-    return {leaf: "none" if field.name in UNCOMPRESSED else codec for field in SCHEMA for leaf in leaf_paths(field)}
+        return {"compression": None, "compression_level": level}
+    compressed = [leaf for field in SCHEMA if field.name not in UNCOMPRESSED for leaf in leaf_paths(field)]
+    by_leaf = {leaf: "none" for field in SCHEMA if field.name in UNCOMPRESSED for leaf in leaf_paths(field)}
+    by_leaf.update(dict.fromkeys(compressed, codec))
+    return {"compression": by_leaf, "compression_level": None if level is None else dict.fromkeys(compressed, level)}
 
 
 def write_row_groups(f, export_cfg, force, full=lambda f: False):

@@ -137,6 +137,26 @@ def test_statistics_page_index_and_encodings_of_an_unsorted_file(out_dir):
         assert {"time", "frag", "server_location", "edns_ede.list.element", "answers.list.element.data"} <= set(columns)
 
 
+def test_a_codec_level_reaches_every_compressed_column_and_no_other(tmp_path):
+    # (pyarrow refuses a level for a column without a codec: the level is set by column, as the codec)
+    tables, sizes = [], []
+    for level in (1, 9):
+        out = tmp_path / f"level{level}"
+        out.mkdir()
+        run_dnsprobe("read", SAMPLE, "-o", out, "-q", "--compression", "gzip", "--set",
+                     f"export.compression_level={level}")
+        (f,) = files_of(out)
+        meta = pq.ParquetFile(f).metadata
+        for j in range(meta.num_columns):
+            column = meta.row_group(0).column(j)
+            expected = "UNCOMPRESSED" if column.path_in_schema in UNCOMPRESSED else "GZIP"
+            assert column.compression == expected, (column.path_in_schema, column.compression)
+        tables.append(pq.read_table(f))
+        sizes.append(f.stat().st_size)
+    assert tables[0].equals(tables[1])
+    assert sizes[0] > sizes[1]  # gzip level 1 larger than level 9: the level was applied
+
+
 def test_rotation_by_size_page_index_and_sorting(out_dir):
     limit = 150_000
     run_dnsprobe("read", SAMPLE, "-o", out_dir, "-q", "--set", f"export.rotate_bytes={limit}",
