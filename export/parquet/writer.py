@@ -35,7 +35,15 @@ from pyarrow._compute import call_function as _f
 
 from export.base import FileExporter, OutputFile
 from export.filemeta import FileOrigin, file_meta, parquet_key_values
-from export.parquet.schema import DELTA_ENCODED, SCHEMA, SCHEMA_VERSION, UNIQUE_VALUED, UNSORTED_WITHOUT_STATISTICS
+from export.parquet.schema import (
+    DELTA_ENCODED,
+    SCHEMA,
+    SCHEMA_VERSION,
+    UNCOMPRESSED,
+    UNIQUE_VALUED,
+    UNSORTED_WITHOUT_STATISTICS,
+    leaf_paths,
+)
 
 DAY_US = 86_400_000_000
 HOUR_US = 3_600_000_000
@@ -61,11 +69,11 @@ def _first_time_ns(table):
 
 
 def open_parquet(path, export_cfg, memory_pool=None, key_values=None):
-    """(ParquetWriter, its file) of an output file: export.compression and its level, dictionaries but for the
-    columns whose values rarely repeat (the times delta-encoded), statistics and the page index but for the
-    unsorted names and client addresses, and the sorting columns of export.sort; memory_pool: the writer's Arrow pool
-    (default: pyarrow's); key_values: the file's key-value metadata (export.filemeta.parquet_key_values; every
-    exporter's file has it, None only for copies made by benchmarks)."""
+    """(ParquetWriter, its file) of an output file: export.compression and its level (none for the columns of
+    UNCOMPRESSED), dictionaries but for the columns whose values rarely repeat (the times delta-encoded), statistics
+    and the page index but for the unsorted names and client addresses, and the sorting columns of export.sort;
+    memory_pool: the writer's Arrow pool (default: pyarrow's); key_values: the file's key-value metadata
+    (export.filemeta.parquet_key_values; every exporter's file has it, None only for copies made by benchmarks)."""
     sort_keys = SORT_KEYS.get(export_cfg.sort)
     sorted_by = {name for name, _ in sort_keys or ()}
     sink = pa.OSFile(str(path), "wb")
@@ -73,8 +81,7 @@ def open_parquet(path, export_cfg, memory_pool=None, key_values=None):
         writer = pq.ParquetWriter(
             sink,
             SCHEMA.with_metadata(key_values or {}),
-            compression=None if export_cfg.compression == "none" else export_cfg.compression,
-            compression_level=export_cfg.compression_level,
+            **_compression(export_cfg.compression, export_cfg.compression_level),
             use_dictionary=[name for name in SCHEMA.names if name not in UNIQUE_VALUED],
             column_encoding=dict.fromkeys(DELTA_ENCODED, "DELTA_BINARY_PACKED"),
             write_statistics=[n for n in SCHEMA.names if n not in UNSORTED_WITHOUT_STATISTICS or n in sorted_by],
@@ -86,6 +93,18 @@ def open_parquet(path, export_cfg, memory_pool=None, key_values=None):
         sink.close()
         raise
     return writer, sink
+
+
+def _compression(codec, level):
+    """pyarrow's compression and compression_level for export.compression and its level: by leaf column (a
+    per-column setting names leaves), the codec but for UNCOMPRESSED's columns, and the level where there is a codec
+    (a leaf given none is not compressed, and takes no level)."""
+    if codec == "none":
+        return {"compression": None, "compression_level": level}
+    compressed = [leaf for field in SCHEMA if field.name not in UNCOMPRESSED for leaf in leaf_paths(field)]
+    by_leaf = {leaf: "none" for field in SCHEMA if field.name in UNCOMPRESSED for leaf in leaf_paths(field)}
+    by_leaf.update(dict.fromkeys(compressed, codec))
+    return {"compression": by_leaf, "compression_level": None if level is None else dict.fromkeys(compressed, level)}
 
 
 def write_row_groups(f, export_cfg, force, full=lambda f: False):

@@ -16,6 +16,8 @@ from scapy.utils import wrpcap
 from support.data import ROOT
 from support.dnsprobe import read_output, run_dnsprobe
 
+from export.parquet.schema import UNCOMPRESSED
+
 MIDNIGHT = datetime.datetime(2026, 12, 3, tzinfo=datetime.timezone.utc).timestamp()
 SAMPLE = ROOT / "samples" / "sample-mix.pcap.xz"
 
@@ -127,6 +129,32 @@ def test_statistics_page_index_and_encodings_of_an_unsorted_file(out_dir):
             assert "DELTA_BINARY_PACKED" in columns[name].encodings, (name, columns[name].encodings)
             assert "RLE_DICTIONARY" not in columns[name].encodings, name
         assert "RLE_DICTIONARY" in columns["qname"].encodings
+        # zstd everywhere (nested leaves too) but where it finds nothing: the delta-encoded times set on every row,
+        # the columns of one value (export.parquet.schema.UNCOMPRESSED).
+        for name, column in columns.items():
+            codec = "UNCOMPRESSED" if name in UNCOMPRESSED else "ZSTD"
+            assert column.compression == codec, (name, column.compression)
+        assert {"time", "frag", "server_location", "edns_ede.list.element", "answers.list.element.data"} <= set(columns)
+
+
+def test_a_codec_level_reaches_every_compressed_column_and_no_other(tmp_path):
+    # (pyarrow refuses a level for a column without a codec: the level is set by column, as the codec)
+    tables, sizes = [], []
+    for level in (1, 9):
+        out = tmp_path / f"level{level}"
+        out.mkdir()
+        run_dnsprobe("read", SAMPLE, "-o", out, "-q", "--compression", "gzip", "--set",
+                     f"export.compression_level={level}")
+        (f,) = files_of(out)
+        meta = pq.ParquetFile(f).metadata
+        for j in range(meta.num_columns):
+            column = meta.row_group(0).column(j)
+            expected = "UNCOMPRESSED" if column.path_in_schema in UNCOMPRESSED else "GZIP"
+            assert column.compression == expected, (column.path_in_schema, column.compression)
+        tables.append(pq.read_table(f))
+        sizes.append(f.stat().st_size)
+    assert tables[0].equals(tables[1])
+    assert sizes[0] > sizes[1]  # gzip level 1 larger than level 9: the level was applied
 
 
 def test_rotation_by_size_page_index_and_sorting(out_dir):
