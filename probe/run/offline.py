@@ -233,7 +233,7 @@ def _read_parallel(cfg, files, out_dir, workers, cores, progress, on_close):
         # it is (rather than at a cut input) and writes what it read.
         interrupts.append(signum)
         if len(interrupts) == 1:
-            _interrupt(procs)
+            _signal(procs, signal.SIGINT)
         raise KeyboardInterrupt
 
     previous = signal.signal(signal.SIGINT, on_interrupt)
@@ -256,7 +256,7 @@ def _read_parallel(cfg, files, out_dir, workers, cores, progress, on_close):
     finally:
         signal.signal(signal.SIGINT, previous)
         signal.signal(signal.SIGTERM, previous_term)
-        _stop(procs)
+        _signal(procs, signal.SIGTERM, wait=True)
     for result in results:
         if "fatal" in result:
             raise result["fatal"]
@@ -278,16 +278,18 @@ def _read_parallel(cfg, files, out_dir, workers, cores, progress, on_close):
     return stats, errors, interrupted
 
 
-def _stop(procs):
-    """The workers still running when the parent gives up on them (a worker's failure, an error here): stopped as an
-    interrupt stops them (they write what they read), and waited for."""
+def _signal(procs, signum, wait=False):
+    """signum to the workers still running. SIGTERM when the parent gives up on them (a worker's failure, an error
+    here: they write what they read; wait: and are waited for); SIGINT to pass an interrupt on (a terminal's ^C
+    reached them too, a SIGINT to this process alone did not)."""
     for proc in procs:
         if not proc.ended():
             try:
-                os.kill(proc.pid, signal.SIGTERM)
+                os.kill(proc.pid, signum)
             except ProcessLookupError:
                 pass
-            proc.ended(wait=True)
+            if wait:
+                proc.ended(wait=True)
 
 
 def _merged_stats(results):
@@ -345,17 +347,6 @@ def _receive_pipe(sock, index):
     if struct.unpack("=i", data)[0] != index:
         raise DnsprobeError(f"read worker expected input {index}, got {struct.unpack('=i', data)[0]}")
     return os.fdopen(fds[0], "rb", buffering=tee.CHUNK) if fds else False
-
-
-def _interrupt(procs):
-    """Pass an interrupt on to the workers (a terminal's ^C reached them too, a SIGINT to this process alone did
-    not)."""
-    for proc in procs:
-        if not proc.ended():
-            try:
-                os.kill(proc.pid, signal.SIGINT)
-            except ProcessLookupError:
-                pass
 
 
 def _add_counters(stats, counters):
