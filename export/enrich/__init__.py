@@ -13,8 +13,6 @@ The steps read only the record table, so they work on whatever builds it. They r
 (export.parquet.privacy), so a lookup is of the real address, and only the written address is anonymised.
 """
 
-import pyarrow as pa
-
 
 def lookup_address(text):
     """The address to look up for a client address or a client subnet 'address/prefix' (None: nothing); an
@@ -34,6 +32,8 @@ class ServerLocation:
         self.name = name
 
     def __call__(self, table):
+        import pyarrow as pa  # (here: this package is imported by the C-DNS workers' `top` counting, without Arrow)
+
         i = table.schema.get_field_index("server_location")
         return table.set_column(i, "server_location", pa.repeat(pa.scalar(self.name, pa.string()), table.num_rows))
 

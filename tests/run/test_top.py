@@ -214,3 +214,23 @@ def test_top_false_is_one_line_exit_2(tmp_path):
             probe.kill()
     assert proc.returncode == 2, proc.stdout
     assert proc.stderr.count("\n") == 1 and "capture.top is false" in proc.stderr
+
+
+def test_on_demand_costs_a_cdns_worker_no_arrow(traffic, tmp_path):
+    """A C-DNS worker writes without Arrow: capture.top on-demand, while nobody asks, must not load it either (its
+    import of the counting once took 27 MB of every C-DNS worker's memory through the enrichment package)."""
+    pcap, expected = traffic
+    with VethBed() as bed:
+        probe = Probe(bed, tmp_path, "--set", "export.format=cdns", "--set", "export.flush_seconds=0.3")
+        try:
+            probe.wait_ready()
+            bed.send(pcap, pps=4000)
+            probe.wait_counter("records", sum(expected["qnames"].values()))
+            pids = {w["pid"] for w in probe.stats()["workers"].values()}
+            assert pids
+            for pid in pids:
+                maps = open(f"/proc/{pid}/maps").read()
+                assert "libarrow" not in maps, f"worker {pid} loaded Arrow while nobody asked for top"
+        finally:
+            assert probe.stop() == 0, probe.stderr
+            probe.kill()
