@@ -259,16 +259,19 @@ def hex_mask(value):
 
 
 TOP_MODES = ("on-demand", "true", "false")
-# YAML 1.1's booleans (PyYAML's), which a text option takes as written: capture.top's true and false
-YAML_BOOLEANS = {word: word.lower() in ("yes", "true", "on")
-                 for w in ("yes", "no", "true", "false", "on", "off") for word in (w, w.title(), w.upper())}
 
 
 def top_mode(value):
-    """capture.top as one of TOP_MODES: a boolean (True, or a YAML boolean as written: yes, on, ...) says what it
-    said when the option was one."""
-    if isinstance(value, str) and value in YAML_BOOLEANS:
-        value = YAML_BOOLEANS[value]
+    """capture.top as one of TOP_MODES: a boolean, or a text YAML reads as one (`--set capture.top=yes`), says what
+    it said when the option was one."""
+    if isinstance(value, str) and value not in TOP_MODES:
+        import yaml  # (here only: a plain read's start-up does without it)
+
+        try:
+            read = yaml.safe_load(value)
+        except yaml.YAMLError:
+            read = None
+        value = read if isinstance(read, bool) else value
     if isinstance(value, bool):
         return "true" if value else "false"
     return value
