@@ -136,6 +136,10 @@ static PyObject *table_index(PyObject *d, PyObject *key)
  * (table_index, so the dict stays the one truth: keys the Python loop added are found there) and
  * remembers the answer. Keys are compared by content, as the dicts compare them (exact ints, bytes).
  *
+ * A slot is 16 bytes (hash, where its key is, the index as a C int) and the keys are copied one after the other
+ * into the table's own buffer: a hit reads the slot and the key's bytes, no Python object (a slot holding the key
+ * and the index as objects cost a cache miss on each, the slots being 24 bytes, the index's refcount written).
+ *
  * The hash is fixed and the keys come from the traffic, so keys can be made to collide: a key is looked
  * for and placed only within MAX_PROBE slots of its home. A key that finds no room there is not
  * remembered (its lookups go to the dict, whose hash is seeded per process), so colliding keys cost at
@@ -145,14 +149,16 @@ static PyObject *table_index(PyObject *d, PyObject *key)
 
 typedef struct {
     uint64_t hash; /* 0: an empty slot */
-    PyObject *key; /* the packed key (bytes), strong reference */
-    PyObject *index; /* the dict's value for the key, strong reference */
+    uint32_t at;   /* the key in Table.keys: its length (4 bytes), then its bytes */
+    int32_t index; /* the dict's value for the key */
 } Slot;
 
 typedef struct {
     Slot *slots;
     size_t mask; /* capacity - 1; capacity a power of two */
     size_t used;
+    unsigned char *keys; /* the keys remembered, in the order they came */
+    size_t keys_len, keys_cap;
     unsigned long long probes; /* slots looked at, for the tests: the work is bounded per key */
 } Table;
 
@@ -161,7 +167,7 @@ typedef struct {
 #define MEMO_MAX 32
 
 typedef struct {
-    PyObject *index; /* NULL: empty; else strong reference */
+    Py_ssize_t index1; /* 1 + the index; 0: empty */
     Py_ssize_t len;
     unsigned char key[MEMO_MAX];
 } Memo;
@@ -173,7 +179,7 @@ typedef struct {
     PyObject_HEAD
     Table names, classtype, sigs, ips;
     Memo server, opt;
-    PyObject *class_in[CT_DIRECT]; /* class/type index of (type, 1), or NULL; strong references */
+    Py_ssize_t class_in[CT_DIRECT]; /* 1 + the class/type index of (type, 1), or 0 */
 } Cache;
 
 static uint64_t hash_bytes(const unsigned char *p, size_t n)
@@ -194,21 +200,28 @@ static uint64_t hash_bytes(const unsigned char *p, size_t n)
     return h ? h : 1;
 }
 
-/* The index stored for key p[0..n) with hash h, or NULL (borrowed). */
-static PyObject *table_find(Table *t, uint64_t h, const void *p, Py_ssize_t n)
+static inline int key_equals(const Table *t, uint32_t at, const void *p, Py_ssize_t n)
+{
+    uint32_t len;
+    memcpy(&len, t->keys + at, sizeof len);
+    return len == (size_t)n && memcmp(t->keys + at + sizeof len, p, n) == 0;
+}
+
+/* The index stored for key p[0..n) with hash h, or -1. */
+static Py_ssize_t table_find(Table *t, uint64_t h, const void *p, Py_ssize_t n)
 {
     if (t->slots == NULL)
-        return NULL;
+        return -1;
     size_t i = h & t->mask;
     for (int k = 0; k < MAX_PROBE; k++, i = (i + 1) & t->mask) {
         const Slot *s = &t->slots[i];
         t->probes++;
         if (s->hash == 0)
-            return NULL;
-        if (s->hash == h && PyBytes_GET_SIZE(s->key) == n && memcmp(PyBytes_AS_STRING(s->key), p, n) == 0)
+            return -1;
+        if (s->hash == h && key_equals(t, s->at, p, n))
             return s->index;
     }
-    return NULL;
+    return -1;
 }
 
 /* Put s in the first free slot within MAX_PROBE of its home; 0 when there is none. */
@@ -235,12 +248,8 @@ static int table_grow(Table *t)
         return -1;
     }
     for (size_t i = 0; t->slots != NULL && i <= t->mask; i++) {
-        if (t->slots[i].hash != 0 && !table_place(slots, cap - 1, t->slots[i], &t->probes)) {
-            /* (Rarely: the new capacity's homes crowd it out. The dict still has it.) */
-            Py_DECREF(t->slots[i].key);
-            Py_DECREF(t->slots[i].index);
-            t->used--;
-        }
+        if (t->slots[i].hash != 0 && !table_place(slots, cap - 1, t->slots[i], &t->probes))
+            t->used--; /* (Rarely: the new capacity's homes crowd it out. The dict still has it.) */
     }
     PyMem_Free(t->slots);
     t->slots = slots;
@@ -248,23 +257,36 @@ static int table_grow(Table *t)
     return 0;
 }
 
-/* Remember key (bytes with hash h, not in t) -> index; -1 on no memory. A key with no room within MAX_PROBE of its
+/* Remember key p[0..n) (hash h, not in t) -> index; -1 on no memory. A key with no room within MAX_PROBE of its
  * home (a run of linear probing: a few keys in a block's thousands) makes the table grow once, when it is at least
  * an eighth full, rather than be left out: a table missing a key of its dict no longer answers "new" on a miss
- * (table_miss_index). Keys made to share a hash are still left out, and the table stays within 16 slots a key. */
-static int table_put(Table *t, uint64_t h, PyObject *key, PyObject *index)
+ * (table_miss_index). Keys made to share a hash are still left out, and the table stays within 16 slots a key;
+ * so are the keys past 4 GiB of keys or 2^31 indexes (their lookups go to the dict). */
+static int table_put(Table *t, uint64_t h, const void *p, Py_ssize_t n, Py_ssize_t index)
 {
+    size_t room = sizeof(uint32_t) + (size_t)n;
+    if (index < 0 || index > INT32_MAX || t->keys_len + room > UINT32_MAX)
+        return 0;
     if ((t->slots == NULL || 2 * (t->used + 1) > t->mask + 1) && table_grow(t) < 0)
         return -1;
-    int placed = table_place(t->slots, t->mask, (Slot){h, key, index}, &t->probes);
+    if (t->keys_len + room > t->keys_cap) {
+        unsigned char *keys = ext_grow(t->keys, &t->keys_cap, t->keys_len + room, 1, 1 << 14);
+        if (keys == NULL)
+            return -1;
+        t->keys = keys;
+    }
+    Slot s = {h, (uint32_t)t->keys_len, (int32_t)index};
+    int placed = table_place(t->slots, t->mask, s, &t->probes);
     if (!placed && 8 * t->used >= t->mask + 1) {
         if (table_grow(t) < 0)
             return -1;
-        placed = table_place(t->slots, t->mask, (Slot){h, key, index}, &t->probes);
+        placed = table_place(t->slots, t->mask, s, &t->probes);
     }
     if (placed) {
-        Py_INCREF(key);
-        Py_INCREF(index);
+        uint32_t len = (uint32_t)n;
+        memcpy(t->keys + t->keys_len, &len, sizeof len);
+        memcpy(t->keys + t->keys_len + sizeof len, p, n);
+        t->keys_len += room;
         t->used++;
     }
     return 0;
@@ -272,15 +294,9 @@ static int table_put(Table *t, uint64_t h, PyObject *key, PyObject *index)
 
 static void table_clear(Table *t)
 {
-    for (size_t i = 0; t->slots != NULL && i <= t->mask; i++) {
-        if (t->slots[i].hash != 0) {
-            Py_DECREF(t->slots[i].key);
-            Py_DECREF(t->slots[i].index);
-        }
-    }
     PyMem_Free(t->slots);
-    t->slots = NULL;
-    t->mask = t->used = 0;
+    PyMem_Free(t->keys);
+    *t = (Table){NULL, 0, 0, NULL, 0, 0, t->probes};
 }
 
 static void cache_dealloc(PyObject *self)
@@ -290,10 +306,6 @@ static void cache_dealloc(PyObject *self)
     table_clear(&c->classtype);
     table_clear(&c->sigs);
     table_clear(&c->ips);
-    Py_CLEAR(c->server.index);
-    Py_CLEAR(c->opt.index);
-    for (int i = 0; i < CT_DIRECT; i++)
-        Py_CLEAR(c->class_in[i]);
     Py_TYPE(self)->tp_free(self);
 }
 
@@ -319,47 +331,65 @@ static PyTypeObject CacheType = EXT_TYPE(Cache, "export.cdns._cdnsblock.Cache", 
     "Cache(): lookups by content in front of one block's name, class/type and signature dicts (add).",
     .tp_new = PyType_GenericNew, .tp_dealloc = cache_dealloc, .tp_methods = cache_methods);
 
-/* table_index of a key that t was just asked for and does not hold. When t holds as many keys as d (then its keys
- * are all of d's: it remembers only keys d gave an index, each once), the key is not in d either: it is added
- * without looking it up first (for a signature, that lookup hashed its 17 values once more). New reference. */
-static PyObject *table_miss_index(const Table *t, PyObject *d, PyObject *key)
+/* A dict's value as the index it is: >= 0, or -1 (SystemError: the dict holds something else). */
+static Py_ssize_t index_value(PyObject *v)
 {
-    if (t == NULL || t->used != (size_t)PyDict_GET_SIZE(d))
-        return table_index(d, key);
-    PyObject *v = PyLong_FromSsize_t(PyDict_GET_SIZE(d));
-    if (v != NULL && PyDict_SetItem(d, key, v) < 0)
-        Py_CLEAR(v);
-    return v;
+    long long i;
+    if (v == NULL)
+        return -1;
+    int ok = as_ll(v, &i) && i >= 0 && i <= PY_SSIZE_T_MAX;
+    Py_DECREF(v);
+    if (!ok) {
+        PyErr_SetString(PyExc_SystemError, "_cdnsblock.add: a table index is not an int");
+        return -1;
+    }
+    return (Py_ssize_t)i;
 }
 
-/* The index of key p[0..n) in dict d (added when new), through t when there is one. New reference. */
-static PyObject *bytes_index(Table *t, PyObject *d, const void *p, Py_ssize_t n)
+/* table_index of a key that t was just asked for and does not hold. When t holds as many keys as d (then its keys
+ * are all of d's: it remembers only keys d gave an index, each once), the key is not in d either: it is added
+ * without looking it up first (for a signature, that lookup hashed its 17 values once more). The index, or -1. */
+static Py_ssize_t table_miss_index(const Table *t, PyObject *d, PyObject *key)
+{
+    if (t == NULL || t->used != (size_t)PyDict_GET_SIZE(d))
+        return index_value(table_index(d, key));
+    Py_ssize_t n = PyDict_GET_SIZE(d);
+    PyObject *v = PyLong_FromSsize_t(n);
+    if (v == NULL)
+        return -1;
+    int rc = PyDict_SetItem(d, key, v);
+    Py_DECREF(v);
+    return rc < 0 ? -1 : n;
+}
+
+/* The index of key p[0..n) in dict d (added when new), through t when there is one; -1 on an error. */
+static Py_ssize_t bytes_index(Table *t, PyObject *d, const void *p, Py_ssize_t n)
 {
     uint64_t h = 0;
     if (t != NULL) {
         h = hash_bytes(p, n);
-        PyObject *i = table_find(t, h, p, n);
-        if (i != NULL)
-            return Py_NewRef(i);
+        Py_ssize_t i = table_find(t, h, p, n);
+        if (i >= 0)
+            return i;
     }
     PyObject *key = PyBytes_FromStringAndSize((const char *)p, n);
     if (key == NULL)
-        return NULL;
-    PyObject *i = table_miss_index(t, d, key);
-    if (i != NULL && t != NULL && table_put(t, h, key, i) < 0)
-        Py_CLEAR(i);
+        return -1;
+    Py_ssize_t i = table_miss_index(t, d, key);
     Py_DECREF(key);
+    if (i >= 0 && t != NULL && table_put(t, h, p, n, i) < 0)
+        return -1;
     return i;
 }
 
-/* bytes_index through the memo m of the last key (NULL: none). New reference. */
-static PyObject *memo_index(Memo *m, Table *t, PyObject *d, const void *p, Py_ssize_t n)
+/* bytes_index through the memo m of the last key (NULL: none); -1 on an error. */
+static Py_ssize_t memo_index(Memo *m, Table *t, PyObject *d, const void *p, Py_ssize_t n)
 {
-    if (m != NULL && m->index != NULL && m->len == n && memcmp(m->key, p, n) == 0)
-        return Py_NewRef(m->index);
-    PyObject *i = bytes_index(t, d, p, n);
-    if (i != NULL && m != NULL && n <= MEMO_MAX) {
-        Py_XSETREF(m->index, Py_NewRef(i));
+    if (m != NULL && m->index1 > 0 && m->len == n && memcmp(m->key, p, n) == 0)
+        return m->index1 - 1;
+    Py_ssize_t i = bytes_index(t, d, p, n);
+    if (i >= 0 && m != NULL && n <= MEMO_MAX) {
+        m->index1 = i + 1;
         m->len = n;
         memcpy(m->key, p, n);
     }
@@ -415,22 +445,12 @@ static Py_ssize_t packed_bytes(const Packed *k, unsigned char *buf)
     return w + sizeof k->nones - buf;
 }
 
-/* The index stored for a packed key in t, or NULL (borrowed); *h and buf/len are set for packed_put. */
-static PyObject *packed_find(Table *t, const Packed *k, unsigned char *buf, Py_ssize_t *len, uint64_t *h)
+/* The index stored for a packed key in t, or -1; *h and buf/len are set for table_put. */
+static Py_ssize_t packed_find(Table *t, const Packed *k, unsigned char *buf, Py_ssize_t *len, uint64_t *h)
 {
     *len = packed_bytes(k, buf);
     *h = hash_bytes(buf, *len);
     return table_find(t, *h, buf, *len);
-}
-
-static int packed_put(Table *t, uint64_t h, const unsigned char *buf, Py_ssize_t len, PyObject *index)
-{
-    PyObject *key = PyBytes_FromStringAndSize((const char *)buf, len);
-    if (key == NULL)
-        return -1;
-    int r = table_put(t, h, key, index);
-    Py_DECREF(key);
-    return r;
 }
 
 
@@ -753,36 +773,144 @@ static PyObject *opt_obj(const Tx *t, unsigned bit, long long v)
     return t->nones & bit ? Py_NewRef(Py_None) : PyLong_FromLongLong(v);
 }
 
-/* The class/type index of the transaction's question (new reference). */
-static PyObject *classtype_index(Block *b, const Tx *t)
+/* The class/type index of the transaction's question, or -1 (an exception). */
+static Py_ssize_t classtype_index(Block *b, const Tx *t)
 {
     Cache *cache = b->cache;
     int direct = cache != NULL && t->qclass == 1 && t->qtype >= 0 && t->qtype < CT_DIRECT;
-    if (direct && cache->class_in[t->qtype] != NULL)
-        return Py_NewRef(cache->class_in[t->qtype]);
+    if (direct && cache->class_in[t->qtype] > 0)
+        return cache->class_in[t->qtype] - 1;
     unsigned char kbuf[PACKED_MAX];
     Py_ssize_t klen = 0;
     uint64_t kh = 0;
     Packed key = {.n = 0};
     pack_ll(&key, t->qtype);
     pack_ll(&key, t->qclass);
-    PyObject *cti = cache != NULL ? packed_find(&cache->classtype, &key, kbuf, &klen, &kh) : NULL;
-    if (cti != NULL) {
-        Py_INCREF(cti);
-    } else {
+    Py_ssize_t cti = cache != NULL ? packed_find(&cache->classtype, &key, kbuf, &klen, &kh) : -1;
+    if (cti < 0) {
         PyObject *ct = Py_BuildValue("(LL)", t->qtype, t->qclass);
         if (ct == NULL)
-            return NULL;
+            return -1;
         cti = table_miss_index(cache != NULL ? &cache->classtype : NULL, b->classtype, ct);
         Py_DECREF(ct);
-        if (cti == NULL || (cache != NULL && packed_put(&cache->classtype, kh, kbuf, klen, cti) < 0)) {
-            Py_XDECREF(cti);
-            return NULL;
-        }
+        if (cti < 0 || (cache != NULL && table_put(&cache->classtype, kh, kbuf, klen, cti) < 0))
+            return -1;
     }
     if (direct)
-        cache->class_in[t->qtype] = Py_NewRef(cti);
+        cache->class_in[t->qtype] = cti + 1;
     return cti;
+}
+
+/* An index (-1: None) as an object (new reference). */
+static PyObject *index_obj(Py_ssize_t i)
+{
+    return i < 0 ? Py_NewRef(Py_None) : PyLong_FromSsize_t(i);
+}
+
+/* A transaction's table indexes: client and server address, name, class/type, OPT RDATA (-1: none). */
+typedef struct {
+    Py_ssize_t ci, si, ni, cti, opt_i;
+} Indexes;
+
+/* The signature (si, sport, tflags, qr_type, sflags, opcode, dnsflags, qrcode, cti, qdcount, qan, qns, qar, ednsv,
+ * udp, opt_i, rrcode; None where absent) packed into k: 1, or 0 when it cannot be (qr_type not an int). */
+static int pack_signature(const Block *b, const Tx *t, const Indexes *x, Packed *k)
+{
+    pack_ll(k, x->si);
+    pack_ll(k, t->sport);
+    pack_ll(k, t->tflags);
+    if (!pack_obj(k, b->qr_type))
+        return 0;
+    pack_ll(k, t->sflags);
+    pack_ll(k, (t->mflags >> 11) & 0xF);
+    pack_ll(k, t->dnsflags);
+    if (t->q)
+        pack_ll(k, t->qrcode);
+    else
+        pack_none(k);
+    if (x->cti >= 0)
+        pack_ll(k, x->cti);
+    else
+        pack_none(k);
+    const long long vals[6] = {t->qdcount, t->qan, t->qns, t->qar, t->ednsv, t->udp};
+    const unsigned bits[6] = {N_QDCOUNT, N_QAN, N_QNS, N_QAR, N_EDNSV, N_UDP};
+    for (int j = 0; j < 6; j++) {
+        if (t->nones & bits[j])
+            pack_none(k);
+        else
+            pack_ll(k, vals[j]);
+    }
+    if (x->opt_i >= 0)
+        pack_ll(k, x->opt_i);
+    else
+        pack_none(k);
+    if (t->r)
+        pack_ll(k, t->rrcode);
+    else
+        pack_none(k);
+    return 1;
+}
+
+/* The signature's tuple, as add_python makes it (new reference). */
+static PyObject *signature_tuple(const Block *b, const Tx *t, const Indexes *x)
+{
+    PyObject *v[17] = {
+        PyLong_FromSsize_t(x->si), PyLong_FromLongLong(t->sport), PyLong_FromLong(t->tflags), Py_NewRef(b->qr_type),
+        PyLong_FromLong(t->sflags), PyLong_FromLongLong((t->mflags >> 11) & 0xF), PyLong_FromLong(t->dnsflags),
+        t->q ? PyLong_FromLongLong(t->qrcode) : Py_NewRef(Py_None), index_obj(x->cti),
+        opt_obj(t, N_QDCOUNT, t->qdcount), opt_obj(t, N_QAN, t->qan), opt_obj(t, N_QNS, t->qns),
+        opt_obj(t, N_QAR, t->qar), opt_obj(t, N_EDNSV, t->ednsv), opt_obj(t, N_UDP, t->udp), index_obj(x->opt_i),
+        t->r ? PyLong_FromLongLong(t->rrcode) : Py_NewRef(Py_None),
+    };
+    PyObject *sig = PyTuple_New(17);
+    for (int j = 0; j < 17; j++) {
+        if (v[j] == NULL)
+            Py_CLEAR(sig);
+        if (sig != NULL)
+            PyTuple_SET_ITEM(sig, j, v[j]);
+        else
+            Py_XDECREF(v[j]);
+    }
+    return sig;
+}
+
+/* The signature's index (added when new), through the cache's packed keys; -1 (an exception). */
+static Py_ssize_t signature_index(Block *b, const Tx *t, const Indexes *x)
+{
+    Cache *cache = b->cache;
+    unsigned char kbuf[PACKED_MAX];
+    Py_ssize_t klen = 0, sgi;
+    uint64_t kh = 0;
+    Packed k = {.n = 0};
+    int packed = cache != NULL && pack_signature(b, t, x, &k);
+    if (packed && (sgi = packed_find(&cache->sigs, &k, kbuf, &klen, &kh)) >= 0)
+        return sgi;
+    PyObject *sig = signature_tuple(b, t, x);
+    if (sig == NULL)
+        return -1;
+    sgi = table_miss_index(packed ? &cache->sigs : NULL, b->sigs, sig);
+    Py_DECREF(sig);
+    if (sgi >= 0 && packed && table_put(&cache->sigs, kh, kbuf, klen, sgi) < 0)
+        return -1;
+    return sgi;
+}
+
+/* The transaction's indexes into x (added to the tables when new), in the order of the Python loop: 0, or -1. */
+static int table_indexes(Block *b, const Tx *t, Indexes *x)
+{
+    Cache *cache = b->cache;
+    *x = (Indexes){-1, -1, -1, -1, -1};
+    if ((x->ci = bytes_index(cache ? &cache->ips : NULL, b->ip, t->client, t->client_len)) < 0
+        || (x->si = memo_index(cache ? &cache->server : NULL, cache ? &cache->ips : NULL, b->ip, t->server,
+                               t->server_len)) < 0)
+        return -1;
+    if (t->has_name && ((x->ni = bytes_index(cache ? &cache->names : NULL, b->names, t->name_p, t->name_len)) < 0
+                        || (x->cti = classtype_index(b, t)) < 0))
+        return -1;
+    if (t->rdata != NULL && (x->opt_i = memo_index(cache ? &cache->opt : NULL, cache ? &cache->names : NULL,
+                                                   b->names, t->rdata, t->rdata_len)) < 0)
+        return -1;
+    return 0;
 }
 
 /* Add a transaction to the block's tables and items, in the order of the Python loop: 1, or -1 (exception). */
@@ -798,110 +926,18 @@ static int add_tx(Block *b, const Tx *t)
         if (t->nones & none_bits[k])
             it.nones |= 1u << at[k];
     }
-
-    PyObject *ci = NULL, *si = NULL, *ni = NULL, *cti = NULL, *opt_i = NULL, *sig = NULL, *sgi = NULL;
-    PyObject *v[17] = {NULL};
-    int rc = -1;
-    Cache *cache = b->cache;
-    unsigned char kbuf[PACKED_MAX];
-    Py_ssize_t klen = 0;
-    uint64_t kh = 0;
-    if ((ci = bytes_index(cache ? &cache->ips : NULL, b->ip, t->client, t->client_len)) == NULL
-        || (si = memo_index(cache ? &cache->server : NULL, cache ? &cache->ips : NULL, b->ip, t->server,
-                            t->server_len)) == NULL)
-        goto done;
-    if (t->has_name) {
-        if ((ni = bytes_index(cache ? &cache->names : NULL, b->names, t->name_p, t->name_len)) == NULL)
-            goto done;
-        if ((cti = classtype_index(b, t)) == NULL)
-            goto done;
-    }
-    if (t->rdata != NULL && (opt_i = memo_index(cache ? &cache->opt : NULL, cache ? &cache->names : NULL, b->names,
-                                                t->rdata, t->rdata_len)) == NULL)
-        goto done;
-    long long op_v = (t->mflags >> 11) & 0xF;
-    /* The signature: (si, sport, tflags, qr_type, sflags, opcode, dnsflags, qrcode, cti, qdcount, qan, qns, qar,
-     * ednsv, udp, opt_i, rrcode), None where absent. */
-    Packed k = {.n = 0};
-    int packed = cache != NULL && pack_obj(&k, si);
-    if (packed) {
-        pack_ll(&k, t->sport);
-        pack_ll(&k, t->tflags);
-        packed = pack_obj(&k, b->qr_type);
-    }
-    if (packed) {
-        pack_ll(&k, t->sflags);
-        pack_ll(&k, op_v);
-        pack_ll(&k, t->dnsflags);
-        if (t->q)
-            pack_ll(&k, t->qrcode);
-        else
-            pack_none(&k);
-        packed = pack_obj(&k, cti ? cti : Py_None);
-    }
-    if (packed) {
-        const long long vals[6] = {t->qdcount, t->qan, t->qns, t->qar, t->ednsv, t->udp};
-        const unsigned bits[6] = {N_QDCOUNT, N_QAN, N_QNS, N_QAR, N_EDNSV, N_UDP};
-        for (int j = 0; j < 6; j++) {
-            if (t->nones & bits[j])
-                pack_none(&k);
-            else
-                pack_ll(&k, vals[j]);
-        }
-        packed = pack_obj(&k, opt_i ? opt_i : Py_None);
-    }
-    if (packed) {
-        if (t->r)
-            pack_ll(&k, t->rrcode);
-        else
-            pack_none(&k);
-    }
-    if (packed && (sgi = packed_find(&cache->sigs, &k, kbuf, &klen, &kh)) != NULL) {
-        Py_INCREF(sgi);
-    } else {
-        v[0] = Py_NewRef(si);
-        v[1] = PyLong_FromLongLong(t->sport);
-        v[2] = PyLong_FromLong(t->tflags);
-        v[3] = Py_NewRef(b->qr_type);
-        v[4] = PyLong_FromLong(t->sflags);
-        v[5] = PyLong_FromLongLong(op_v);
-        v[6] = PyLong_FromLong(t->dnsflags);
-        v[7] = t->q ? PyLong_FromLongLong(t->qrcode) : Py_NewRef(Py_None);
-        v[8] = Py_NewRef(cti ? cti : Py_None);
-        v[9] = opt_obj(t, N_QDCOUNT, t->qdcount);
-        v[10] = opt_obj(t, N_QAN, t->qan);
-        v[11] = opt_obj(t, N_QNS, t->qns);
-        v[12] = opt_obj(t, N_QAR, t->qar);
-        v[13] = opt_obj(t, N_EDNSV, t->ednsv);
-        v[14] = opt_obj(t, N_UDP, t->udp);
-        v[15] = Py_NewRef(opt_i ? opt_i : Py_None);
-        v[16] = t->r ? PyLong_FromLongLong(t->rrcode) : Py_NewRef(Py_None);
-        if ((sig = PyTuple_New(17)) == NULL)
-            goto done;
-        for (int j = 0; j < 17; j++) {
-            if (v[j] == NULL)
-                goto done;
-            PyTuple_SET_ITEM(sig, j, v[j]);
-            v[j] = NULL;
-        }
-        if ((sgi = table_miss_index(packed ? &cache->sigs : NULL, b->sigs, sig)) == NULL)
-            goto done;
-        if (packed && packed_put(&cache->sigs, kh, kbuf, klen, sgi) < 0)
-            goto done;
-    }
-    long long ci_v, sgi_v, ni_v = 0;
-    if (!as_ll(ci, &ci_v) || !as_ll(sgi, &sgi_v) || (ni != NULL && !as_ll(ni, &ni_v))) {
-        PyErr_SetString(PyExc_SystemError, "_cdnsblock.add: a table index is not an int");
-        goto done;
-    }
+    Indexes x;
+    Py_ssize_t sgi;
+    if (table_indexes(b, t, &x) < 0 || (sgi = signature_index(b, t, &x)) < 0)
+        return -1;
     it.v[0] = t->ticks;
-    it.v[1] = ci_v;
-    it.v[4] = sgi_v;
+    it.v[1] = x.ci;
+    it.v[4] = sgi;
     it.v[6] = t->delay;
-    it.v[7] = ni_v;
-    it.nones |= (t->q && t->r ? 0 : 1u << 6) | (ni != NULL ? 0 : 1u << 7);
+    it.v[7] = x.ni >= 0 ? x.ni : 0;
+    it.nones |= (t->q && t->r ? 0 : 1u << 6) | (x.ni >= 0 ? 0 : 1u << 7);
     if (items_push(b->store, &it) < 0)
-        goto done;
+        return -1;
     if (!b->has_earliest || t->ticks < b->earliest) {
         b->earliest = t->ticks;
         b->has_earliest = 1;
@@ -915,18 +951,7 @@ static int add_tx(Block *b, const Tx *t)
     } else {
         b->unmatched_q += 1;
     }
-    rc = 1;
-done:
-    Py_XDECREF(ci);
-    Py_XDECREF(si);
-    Py_XDECREF(ni);
-    Py_XDECREF(cti);
-    Py_XDECREF(opt_i);
-    Py_XDECREF(sig);
-    Py_XDECREF(sgi);
-    for (int j = 0; j < 17; j++)
-        Py_XDECREF(v[j]);
-    return rc;
+    return 1;
 }
 
 /* add_records' arguments, into b. */
@@ -963,6 +988,26 @@ static PyObject *block_result(Block *b, Py_ssize_t stop, PyObject *earliest, int
     return Py_BuildValue("nNLLL", stop, earliest, b->processed, b->unmatched_q, b->unmatched_r);
 }
 
+/* Why: the batch's records were written by the matcher a while before and are read here once, out of the
+ * cache; their first bytes read (the header, the records' raw span) stalled the loop on memory. The first
+ * 12 lines of the transaction PREFETCH_AHEAD on are asked for ahead (a transaction is a few hundred
+ * bytes, in one piece; a prefetch past the buffer's end is harmless). Inlined always: gcc finds a
+ * function of prefetches alone free of effects and deletes the call. */
+#define PREFETCH_AHEAD 2
+
+static inline __attribute__((always_inline)) void prefetch_tx(const TxBatch *txs, Py_ssize_t i, Py_ssize_t stop)
+{
+    if (i >= stop)
+        return;
+    const char *p = txs->txs.buf + txs->txs.at[i];
+#define LINES(k) __builtin_prefetch(p + 64 * (k)); __builtin_prefetch(p + 64 * (k) + 64); \
+    __builtin_prefetch(p + 64 * (k) + 128); __builtin_prefetch(p + 64 * (k) + 192);
+    LINES(0)
+    LINES(4)
+    LINES(8)
+#undef LINES
+}
+
 /* add_records: add over transactions start..stop-1 of a TxBatch of message records (probe._records): the
  * columnar pipeline's C-DNS. */
 static PyObject *add_records(PyObject *Py_UNUSED(self), PyObject *args)
@@ -982,6 +1027,7 @@ static PyObject *add_records(PyObject *Py_UNUSED(self), PyObject *args)
     Tx t;
     stop = Py_MIN(stop, txs->txs.n);
     for (; taken && i < stop; i++) {
+        prefetch_tx(txs, i + PREFETCH_AHEAD, stop);
         int rc = tx_of_record(txbatch_get(txs, i), &t) ? add_tx(&b, &t) : 0;
         if (rc < 0)
             return NULL;
