@@ -362,12 +362,13 @@ static Py_ssize_t table_miss_index(const Table *t, PyObject *d, PyObject *key)
     return rc < 0 ? -1 : n;
 }
 
-/* The index of key p[0..n) in dict d (added when new), through t when there is one; -1 on an error. */
-static Py_ssize_t bytes_index(Table *t, PyObject *d, const void *p, Py_ssize_t n)
+/* The index of key p[0..n) in dict d (added when new), through t when there is one; -1 on an error. h: the key's
+ * hash_bytes, or 0 (not known yet). */
+static Py_ssize_t bytes_index(Table *t, PyObject *d, const void *p, Py_ssize_t n, uint64_t h)
 {
-    uint64_t h = 0;
     if (t != NULL) {
-        h = hash_bytes(p, n);
+        if (h == 0)
+            h = hash_bytes(p, n);
         Py_ssize_t i = table_find(t, h, p, n);
         if (i >= 0)
             return i;
@@ -387,7 +388,7 @@ static Py_ssize_t memo_index(Memo *m, Table *t, PyObject *d, const void *p, Py_s
 {
     if (m != NULL && m->index1 > 0 && m->len == n && memcmp(m->key, p, n) == 0)
         return m->index1 - 1;
-    Py_ssize_t i = bytes_index(t, d, p, n);
+    Py_ssize_t i = bytes_index(t, d, p, n, 0);
     if (i >= 0 && m != NULL && n <= MEMO_MAX) {
         m->index1 = i + 1;
         m->len = n;
@@ -617,6 +618,7 @@ typedef struct {
     long long qtype, qclass;
     long long qan, qns, qar, ednsv, udp, hop, qsize, rsize;
     const unsigned char *rdata;      /* the query's OPT RDATA (NULL: no OPT) */
+    uint64_t client_h, name_h;       /* hash_bytes of the client address and of the name (0: not known yet) */
     Py_ssize_t rdata_len;
     unsigned char name_buf[MAX_NAME + 1]; /* (last: not cleared) a compressed name made whole */
 } Tx;
@@ -900,11 +902,12 @@ static int table_indexes(Block *b, const Tx *t, Indexes *x)
 {
     Cache *cache = b->cache;
     *x = (Indexes){-1, -1, -1, -1, -1};
-    if ((x->ci = bytes_index(cache ? &cache->ips : NULL, b->ip, t->client, t->client_len)) < 0
+    if ((x->ci = bytes_index(cache ? &cache->ips : NULL, b->ip, t->client, t->client_len, t->client_h)) < 0
         || (x->si = memo_index(cache ? &cache->server : NULL, cache ? &cache->ips : NULL, b->ip, t->server,
                                t->server_len)) < 0)
         return -1;
-    if (t->has_name && ((x->ni = bytes_index(cache ? &cache->names : NULL, b->names, t->name_p, t->name_len)) < 0
+    if (t->has_name && ((x->ni = bytes_index(cache ? &cache->names : NULL, b->names, t->name_p, t->name_len,
+                                             t->name_h)) < 0
                         || (x->cti = classtype_index(b, t)) < 0))
         return -1;
     if (t->rdata != NULL && (x->opt_i = memo_index(cache ? &cache->opt : NULL, cache ? &cache->names : NULL,
@@ -1008,6 +1011,27 @@ static inline __attribute__((always_inline)) void prefetch_tx(const TxBatch *txs
 #undef LINES
 }
 
+/* tx_of_record of transaction i, its client address and name hashed and the cache's slots for them asked for:
+ * they are looked up at the next add_tx, their slots out of the cache by then (the tables are far bigger than it).
+ * 1, or 0 (the transaction is left to Python). */
+static int read_tx(const Block *b, const TxBatch *txs, Py_ssize_t i, Tx *t)
+{
+    if (!tx_of_record(txbatch_get(txs, i), t))
+        return 0;
+    Cache *cache = b->cache;
+    if (cache == NULL)
+        return 1;
+    t->client_h = hash_bytes(t->client, t->client_len);
+    if (cache->ips.slots != NULL)
+        __builtin_prefetch(&cache->ips.slots[t->client_h & cache->ips.mask]);
+    if (t->has_name) {
+        t->name_h = hash_bytes(t->name_p, t->name_len);
+        if (cache->names.slots != NULL)
+            __builtin_prefetch(&cache->names.slots[t->name_h & cache->names.mask]);
+    }
+    return 1;
+}
+
 /* add_records: add over transactions start..stop-1 of a TxBatch of message records (probe._records): the
  * columnar pipeline's C-DNS. */
 static PyObject *add_records(PyObject *Py_UNUSED(self), PyObject *args)
@@ -1024,15 +1048,17 @@ static PyObject *add_records(PyObject *Py_UNUSED(self), PyObject *args)
     TxBatch *txs = (TxBatch *)txs_obj;
     int taken = !b.has_earliest || as_ll(earliest, &b.earliest);
     Py_ssize_t i = start;
-    Tx t;
+    Tx two[2], *t = &two[0], *next = &two[1];
     stop = Py_MIN(stop, txs->txs.n);
-    for (; taken && i < stop; i++) {
+    int ok = taken && i < stop && read_tx(&b, txs, i, t);
+    for (; ok; i++) {
         prefetch_tx(txs, i + PREFETCH_AHEAD, stop);
-        int rc = tx_of_record(txbatch_get(txs, i), &t) ? add_tx(&b, &t) : 0;
-        if (rc < 0)
+        int next_ok = i + 1 < stop && read_tx(&b, txs, i + 1, next);
+        if (add_tx(&b, t) < 0)
             return NULL;
-        if (rc == 0)
-            break;
+        Tx *done = t;
+        t = next, next = done;
+        ok = next_ok;
     }
     return block_result(&b, i, earliest, taken);
 }
