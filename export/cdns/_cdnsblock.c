@@ -204,17 +204,40 @@ typedef struct {
     Py_ssize_t class_in[CT_DIRECT]; /* 1 + the class/type index of (type, 1), or 0 */
 } Cache;
 
-static uint64_t hash_bytes(const unsigned char *p, size_t n)
+/* The last n % 8 bytes of p[0..n) as memcpy would put them in a zeroed uint64_t (little-endian), read whole: copied
+ * a byte at a time, then read as a word, they stalled the load on the stores. */
+static inline uint64_t tail_word(const unsigned char *p, size_t n)
+{
+    size_t r = n & 7;
+    uint64_t w = 0;
+#if !(defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__)
+    memcpy(&w, p + n - r, r);
+    return w;
+#endif
+    uint32_t lo, hi;
+    if (n >= 8) { /* the 8 bytes that end the key, the r last of them kept */
+        memcpy(&w, p + n - 8, 8);
+        return w >> (8 * (8 - r));
+    }
+    if (r >= 4) { /* two 4-byte words, overlapping */
+        memcpy(&lo, p, 4);
+        memcpy(&hi, p + r - 4, 4);
+        return lo | (uint64_t)hi << (8 * (r - 4));
+    }
+    return (uint64_t)p[0] | (uint64_t)p[r / 2] << (8 * (r / 2)) | (uint64_t)p[r - 1] << (8 * (r - 1));
+}
+
+static inline uint64_t hash_bytes(const unsigned char *p, size_t n)
 {
     uint64_t h = 0x9E3779B97F4A7C15ull ^ n, w;
-    for (; n >= 8; p += 8, n -= 8) {
-        memcpy(&w, p, 8);
+    const unsigned char *q = p;
+    for (size_t left = n; left >= 8; q += 8, left -= 8) {
+        memcpy(&w, q, 8);
         h = (h ^ w) * 0xff51afd7ed558ccdull;
         h ^= h >> 32;
     }
-    if (n) {
-        w = 0;
-        memcpy(&w, p, n);
+    if (n & 7) {
+        w = tail_word(p, n);
         h = (h ^ w) * 0xff51afd7ed558ccdull;
         h ^= h >> 32;
     }
