@@ -181,6 +181,7 @@ typedef struct {
     size_t used;
     unsigned char *keys; /* the keys remembered, in the order they came */
     size_t keys_len, keys_cap;
+    size_t first_cap, first_keys; /* the first allocations (Cache(like)), 0: the least */
     unsigned long long probes; /* slots looked at, for the tests: the work is bounded per key */
 } Table;
 
@@ -286,7 +287,7 @@ static int table_place(Slot *slots, size_t mask, Slot s, unsigned long long *pro
 /* Twice the capacity (256 slots at first), the keys placed again; 0, or -1 on no memory. */
 static int table_grow(Table *t)
 {
-    size_t cap = t->slots == NULL ? 256 : 2 * (t->mask + 1);
+    size_t cap = t->slots != NULL ? 2 * (t->mask + 1) : t->first_cap ? t->first_cap : 256;
     Slot *slots = PyMem_Calloc(cap, sizeof(Slot));
     if (slots == NULL) {
         PyErr_NoMemory();
@@ -315,7 +316,8 @@ static int table_put(Table *t, uint64_t h, const void *p, Py_ssize_t n, Py_ssize
     if ((t->slots == NULL || 2 * (t->used + 1) > t->mask + 1) && table_grow(t) < 0)
         return -1;
     if (t->keys_len + room > t->keys_cap) {
-        unsigned char *keys = ext_grow(t->keys, &t->keys_cap, t->keys_len + room, 1, 1 << 14);
+        unsigned char *keys = ext_grow(t->keys, &t->keys_cap, t->keys_len + room, 1,
+                                       t->first_keys ? t->first_keys : 1 << 14);
         if (keys == NULL)
             return -1;
         t->keys = keys;
@@ -341,7 +343,7 @@ static void table_clear(Table *t)
 {
     PyMem_Free(t->slots);
     PyMem_Free(t->keys);
-    *t = (Table){NULL, 0, 0, NULL, 0, 0, t->probes};
+    *t = (Table){.probes = t->probes};
 }
 
 static void cache_dealloc(PyObject *self)
@@ -366,6 +368,30 @@ static PyObject *cache_probes(PyObject *self, PyObject *Py_UNUSED(unused))
     return Py_BuildValue("KKK", c->names.probes, c->classtype.probes, c->sigs.probes);
 }
 
+/* Cache(like=None): like, the previous block's Cache, whose tables' sizes this one's start at (a block's tables are
+ * the size of the last one's, nearly: grown from the least, they were placed again five times a block). */
+static int cache_init(PyObject *self, PyObject *args, PyObject *kwds)
+{
+    PyObject *like = Py_None;
+    static char *kwlist[] = {"like", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|O:Cache", kwlist, &like))
+        return -1;
+    if (like == Py_None)
+        return 0;
+    if (!Py_IS_TYPE(like, Py_TYPE(self))) {
+        PyErr_SetString(PyExc_TypeError, "Cache(like): like must be a Cache or None");
+        return -1;
+    }
+    Cache *c = (Cache *)self, *l = (Cache *)like;
+    Table *mine[4] = {&c->names, &c->classtype, &c->sigs, &c->ips};
+    const Table *theirs[4] = {&l->names, &l->classtype, &l->sigs, &l->ips};
+    for (int k = 0; k < 4; k++) {
+        mine[k]->first_cap = theirs[k]->slots != NULL ? theirs[k]->mask + 1 : theirs[k]->first_cap;
+        mine[k]->first_keys = theirs[k]->keys_cap ? theirs[k]->keys_cap : theirs[k]->first_keys;
+    }
+    return 0;
+}
+
 static PyMethodDef cache_methods[] = {
     {"sizes", cache_len, METH_NOARGS, "sizes() -> (names, classtypes, signatures) remembered."},
     {"probes", cache_probes, METH_NOARGS, "probes() -> slots looked at in the (names, classtypes, signatures) tables."},
@@ -373,8 +399,9 @@ static PyMethodDef cache_methods[] = {
 };
 
 static PyTypeObject CacheType = EXT_TYPE(Cache, "export.cdns._cdnsblock.Cache", 0,
-    "Cache(): lookups by content in front of one block's name, class/type and signature dicts (add).",
-    .tp_new = PyType_GenericNew, .tp_dealloc = cache_dealloc, .tp_methods = cache_methods);
+    "Cache(like=None): lookups by content in front of one block's name, class/type and signature dicts (add); "
+    "like: the previous block's Cache, whose sizes its tables start at.",
+    .tp_new = PyType_GenericNew, .tp_init = cache_init, .tp_dealloc = cache_dealloc, .tp_methods = cache_methods);
 
 /* A dict's value as the index it is: >= 0, or -1 (SystemError: the dict holds something else). */
 static Py_ssize_t index_value(PyObject *v)
@@ -521,6 +548,8 @@ typedef struct {
     Item *a;
     Py_ssize_t n;
     size_t cap;
+    size_t first; /* the capacity of the first allocation: Items(expected) (the array grown by doubling was copied
+                   * four or five times a block) */
 } Items;
 
 static PyTypeObject ItemsType;
@@ -528,7 +557,7 @@ static PyTypeObject ItemsType;
 static int items_push(Items *s, const Item *it)
 {
     if ((size_t)s->n == s->cap) {
-        Item *a = ext_grow(s->a, &s->cap, s->cap + 1, sizeof(Item), 1024);
+        Item *a = ext_grow(s->a, &s->cap, s->cap + 1, sizeof(Item), s->first ? s->first : 1024);
         if (a == NULL)
             return -1;
         s->a = a;
@@ -616,6 +645,20 @@ static PyObject *items_richcompare(PyObject *self, PyObject *other, int op)
     return r;
 }
 
+/* Items(expected=0): expected, the items the block is to hold (room made for them at the first, up to
+ * ITEMS_FIRST_MAX). */
+#define ITEMS_FIRST_MAX (1 << 17)
+
+static int items_init(PyObject *self, PyObject *args, PyObject *kwds)
+{
+    Py_ssize_t expected = 0;
+    static char *kwlist[] = {"expected", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|n:Items", kwlist, &expected))
+        return -1;
+    ((Items *)self)->first = (size_t)Py_MAX(Py_MIN(expected, ITEMS_FIRST_MAX), 0);
+    return 0;
+}
+
 static void items_dealloc(PyObject *self)
 {
     PyMem_Free(((Items *)self)->a);
@@ -628,8 +671,9 @@ static PyMethodDef items_methods[] = {
 };
 
 static PyTypeObject ItemsType = EXT_TYPE(Items, "export.cdns._cdnsblock.Items", 0,
-    "Items(): a block's Q/R items as C structs, read as the list of 12-tuples they replace.",
-    .tp_new = PyType_GenericNew, .tp_dealloc = items_dealloc,
+    "Items(expected=0): a block's Q/R items as C structs, read as the list of 12-tuples they replace; room made for "
+    "`expected` of them at the first.",
+    .tp_new = PyType_GenericNew, .tp_init = items_init, .tp_dealloc = items_dealloc,
     .tp_as_sequence = &(PySequenceMethods){.sq_length = items_len, .sq_item = items_getitem},
     .tp_richcompare = items_richcompare, .tp_hash = PyObject_HashNotImplemented, .tp_methods = items_methods);
 

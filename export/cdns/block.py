@@ -219,7 +219,8 @@ class _Table(dict):
 class Block:
     """A block being filled: its tables, items and statistics; encode() gives its CBOR bytes."""
 
-    def __init__(self, writer):
+    def __init__(self, writer, previous=None):
+        """previous: the block before this one (its lookup cache's sizes are where this one's start), or None."""
         self.w = writer
         self.ip = _Table()
         self.classtype = _Table()
@@ -234,13 +235,14 @@ class Block:
         self._c_loop = writer.tx_records and writer.clients is None and not writer.full_sections
         # Item tuples, see add_python; maps are made at encode() once earliest-time is known. With the C loop
         # they are kept as C structs (_cdnsblock.Items reads as this list of tuples).
-        self.items = _cdnsblock.Items() if self._c_loop else []
+        self.items = _cdnsblock.Items(writer.max_items) if self._c_loop else []
         self.malformed = []  # (ticks, client index, client port, data index)
         self.events = {}  # (type, code, address index, transport flags) -> count
         self.earliest = None  # ticks
         self.fallback_ticks = None  # earliest-time of a block with address events only
         self.processed = self.unmatched_q = self.unmatched_r = 0
-        self.cache = _cdnsblock.Cache() if self._c_loop else None  # see _cdnsblock.add_records
+        like = previous.cache if previous is not None else None
+        self.cache = _cdnsblock.Cache(like) if self._c_loop else None  # see _cdnsblock.add_records
 
     def __len__(self):
         return len(self.items) + len(self.malformed)

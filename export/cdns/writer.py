@@ -392,7 +392,7 @@ class CdnsExporter(FileExporter):
 
     def _write_block(self, sink):
         sink.write(self.block.encode(), len(self.block))  # in stats.records once in the file (_reap)
-        self.block = Block(self)
+        self.block = Block(self, self.block)
         sink.blocks += 1
 
     def _reap(self):
