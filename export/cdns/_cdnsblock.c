@@ -14,8 +14,9 @@
  *   transactions as tuples, without client privacy and without full sections. It stops at the first transaction
  *   it does not take (a malformed message, a header the walk would trip on); that transaction is left untouched
  *   for the caller to add with the Python loop (stop returned == stop given when all were taken).
- *   cache: the block's Cache(), which answers most name, class/type and signature lookups without making
- *   their key objects (see "Lookups by content" below); the tables come out the same with or without it.
+ *   cache: the block's Cache(like=the previous block's), which answers most name, class/type and signature lookups
+ *   without making their key objects (see "Lookups by content" below); the tables come out the same with or
+ *   without it.
  *
  * encode_items(items, earliest, new_ip, new_sig, new_name) -> bytes or None
  *   cbor2.dumps of the QueryResponse maps of Block.encode (encode.item_maps_python: cdns._item, the indexes

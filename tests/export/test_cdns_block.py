@@ -104,6 +104,26 @@ def test_cache_answers_what_the_dicts_answer(tmp_path):
     assert len(fast.sigs) < len(fast.items) // 2  # most transactions repeat a signature: cache hits
 
 
+def test_block_started_at_the_previous_blocks_sizes_equals_python(tmp_path):
+    """Block(writer, previous): its cache's tables and its items start at the previous block's sizes (room made at
+    once, and again for more); filled, the block equals the reference, and so does one after a small one."""
+    txs = transactions(ROOT / "samples" / "sample-mix.pcap.xz")
+    writer = exporter(tmp_path)
+    first, _ = both(txs, writer)
+    small, _ = both(txs[:3], writer)
+    for previous in (first, small):
+        fast, slow = cdns.Block(writer, previous), cdns.Block(writer)
+        slow.items = []
+        for chunk in chunks(txs):
+            fast.add(records(chunk))
+            slow.add_python(chunk)
+        assert_same(fast, slow)
+        assert fast.cache.sizes() == first.cache.sizes()
+    assert cdns._cdnsblock.Items(expected=5) == [] and cdns._cdnsblock.Items(-1) == []
+    with pytest.raises(TypeError):
+        cdns._cdnsblock.Cache(like=[])
+
+
 def test_items_store_reads_as_its_tuples():
     """_cdnsblock.Items gives back every tuple put in it (ints of any sign and size up to 64 bits, None in
     any field), compares equal to the list of them, and refuses what it cannot hold."""
