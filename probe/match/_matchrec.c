@@ -237,9 +237,40 @@ typedef struct {
     Py_ssize_t max_pending, per_key, held; /* held: queries in pending */
     Py_ssize_t max_transfers;
     uint64_t seed;
+    Pending *spare; /* freed nodes kept for the next keys (a stack through node.chain) */
+    Py_ssize_t n_spare;
     long long matched, response_only, duplicates, query_only, evicted, xfr_messages, capped, embedded_used;
     long long xfr_evicted;
 } Matcher;
+
+enum { MAX_SPARE = 1024 };
+
+/* Why spares: a pending key is made and freed for nearly every transaction; a node of the stack is ready at once
+ * and was freed recently (in the cache). */
+static Pending *pending_new(Matcher *m)
+{
+    Pending *p = m->spare;
+    if (p != NULL) {
+        m->spare = (Pending *)p->node.chain;
+        m->n_spare--;
+        return p;
+    }
+    p = PyMem_Malloc(sizeof *p);
+    if (p == NULL)
+        PyErr_NoMemory();
+    return p;
+}
+
+static void pending_free(Matcher *m, Pending *p)
+{
+    if (m->n_spare >= MAX_SPARE) {
+        PyMem_Free(p);
+        return;
+    }
+    p->node.chain = (Node *)m->spare;
+    m->spare = p;
+    m->n_spare++;
+}
 
 static const Rec *pending_rec(const Node *n)
 {
@@ -486,7 +517,7 @@ static int response(Matcher *m, const Rec *r, TxBatch *out)
             m->held--;
             if (p->first == NULL) {
                 omap_unlink(&m->pending, &p->node);
-                PyMem_Free(p);
+                pending_free(m, p);
             }
             if ((q->rec.qtype == QTYPE_AXFR || q->rec.qtype == QTYPE_IXFR) && !closes_transfer(r))
                 return open_transfer(m, &k, h, q, r, out);
@@ -556,10 +587,9 @@ static int query(Matcher *m, const Rec *r, TxBatch *out)
         m->held++;
         return 0;
     }
-    p = PyMem_Malloc(sizeof *p);
+    p = pending_new(m);
     if (p == NULL) {
         free_chain(q);
-        PyErr_NoMemory();
         return -1;
     }
     p->node.key = k;
@@ -569,7 +599,7 @@ static int query(Matcher *m, const Rec *r, TxBatch *out)
     p->is_list = 0;
     if (omap_insert(&m->pending, &p->node) < 0) {
         free_chain(q);
-        PyMem_Free(p);
+        pending_free(m, p);
         return -1;
     }
     m->held++;
@@ -652,13 +682,13 @@ static int expire(Matcher *m, TxBatch *out)
             if (omap_insert(&m->pending, &p->node) < 0) {
                 free_chain(keep);
                 free_chain(old);
-                PyMem_Free(p);
+                pending_free(m, p);
                 return -1;
             }
             waiting = old;
         } else {
             m->held -= p->count;
-            PyMem_Free(p);
+            pending_free(m, p);
         }
         int rc = emit_queries(m, waiting, out, cutoff);
         free_chain(waiting);
@@ -815,7 +845,13 @@ static PyObject *matcher_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 
 static void matcher_dealloc(PyObject *self)
 {
-    clear_maps((Matcher *)self);
+    Matcher *m = (Matcher *)self;
+    clear_maps(m);
+    while (m->spare != NULL) {
+        Pending *p = m->spare;
+        m->spare = (Pending *)p->node.chain;
+        PyMem_Free(p);
+    }
     Py_TYPE(self)->tp_free(self);
 }
 
