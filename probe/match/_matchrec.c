@@ -71,10 +71,30 @@ typedef struct Held {
     Rec rec; /* followed by its tail */
 } Held;
 
-static Held *hold(const Rec *r)
+/* Freed copies of up to HELD_CLASSES * HELD_CLASS bytes kept for the next ones, a stack by size class (of
+ * HELD_CLASS bytes). Why: a query is copied and freed for nearly every transaction; a copy on a stack is ready at
+ * once and was freed recently (in the cache), where pymalloc's call pair cost as much as the copy. */
+enum { HELD_CLASS = 64, HELD_CLASSES = 8, MAX_SPARE_HELD = 256 };
+
+typedef struct {
+    Held *held[HELD_CLASSES];
+    int n_held[HELD_CLASSES];
+} Spares;
+
+/* The size class of a copy of `bytes` (HELD_CLASSES: none, its own allocation). */
+static inline size_t held_class(size_t bytes)
 {
-    Held *h = PyMem_Malloc(offsetof(Held, rec) + r->size);
-    if (h == NULL) {
+    return bytes <= HELD_CLASSES * HELD_CLASS ? (bytes - 1) / HELD_CLASS : HELD_CLASSES;
+}
+
+static Held *hold(Spares *s, const Rec *r)
+{
+    size_t bytes = offsetof(Held, rec) + r->size, c = held_class(bytes);
+    Held *h = c < HELD_CLASSES ? s->held[c] : NULL;
+    if (h != NULL) {
+        s->held[c] = h->next;
+        s->n_held[c]--;
+    } else if ((h = PyMem_Malloc(c < HELD_CLASSES ? (c + 1) * HELD_CLASS : bytes)) == NULL) {
         PyErr_NoMemory();
         return NULL;
     }
@@ -84,12 +104,31 @@ static Held *hold(const Rec *r)
     return h;
 }
 
-static void free_chain(Held *h)
+static void free_chain(Spares *s, Held *h)
 {
     while (h != NULL) {
         Held *next = h->next;
-        PyMem_Free(h);
+        size_t c = held_class(offsetof(Held, rec) + h->rec.size);
+        if (c < HELD_CLASSES && s->n_held[c] < MAX_SPARE_HELD) {
+            h->next = s->held[c];
+            s->held[c] = h;
+            s->n_held[c]++;
+        } else {
+            PyMem_Free(h);
+        }
         h = next;
+    }
+}
+
+static void free_spares(Spares *s)
+{
+    for (int c = 0; c < HELD_CLASSES; c++) {
+        for (Held *h = s->held[c], *next; h != NULL; h = next) {
+            next = h->next;
+            PyMem_Free(h);
+        }
+        s->held[c] = NULL;
+        s->n_held[c] = 0;
     }
 }
 
@@ -237,9 +276,41 @@ typedef struct {
     Py_ssize_t max_pending, per_key, held; /* held: queries in pending */
     Py_ssize_t max_transfers;
     uint64_t seed;
+    Pending *spare; /* freed nodes kept for the next keys (a stack through node.chain) */
+    Spares spares;
+    Py_ssize_t n_spare;
     long long matched, response_only, duplicates, query_only, evicted, xfr_messages, capped, embedded_used;
     long long xfr_evicted;
 } Matcher;
+
+enum { MAX_SPARE = 1024 };
+
+/* Why spares: a pending key is made and freed for nearly every transaction; a node of the stack is ready at once
+ * and was freed recently (in the cache). */
+static Pending *pending_new(Matcher *m)
+{
+    Pending *p = m->spare;
+    if (p != NULL) {
+        m->spare = (Pending *)p->node.chain;
+        m->n_spare--;
+        return p;
+    }
+    p = PyMem_Malloc(sizeof *p);
+    if (p == NULL)
+        PyErr_NoMemory();
+    return p;
+}
+
+static void pending_free(Matcher *m, Pending *p)
+{
+    if (m->n_spare >= MAX_SPARE) {
+        PyMem_Free(p);
+        return;
+    }
+    p->node.chain = (Node *)m->spare;
+    m->spare = p;
+    m->n_spare++;
+}
 
 static const Rec *pending_rec(const Node *n)
 {
@@ -251,10 +322,10 @@ static const Rec *transfer_rec(const Node *n)
     return &((const Transfer *)n)->query->rec;
 }
 
-static void free_transfer(Transfer *x)
+static void free_transfer(Matcher *m, Transfer *x)
 {
-    free_chain(x->query);
-    free_chain(x->first);
+    free_chain(&m->spares, x->query);
+    free_chain(&m->spares, x->first);
     PyMem_Free(x);
 }
 
@@ -262,13 +333,13 @@ static void clear_maps(Matcher *m)
 {
     for (Node *n = m->pending.oldest; n != NULL;) {
         Node *next = n->younger;
-        free_chain(((Pending *)n)->first);
+        free_chain(&m->spares, ((Pending *)n)->first);
         PyMem_Free(n);
         n = next;
     }
     for (Node *n = m->transfers.oldest; n != NULL;) {
         Node *next = n->younger;
-        free_transfer((Transfer *)n);
+        free_transfer(m, (Transfer *)n);
         n = next;
     }
     PyMem_Free(m->pending.buckets);
@@ -422,7 +493,7 @@ static int close_transfer(Matcher *m, Transfer *x, TxBatch *out)
 {
     omap_unlink(&m->transfers, &x->node);
     int rc = emit_transfer(m, x, out);
-    free_transfer(x);
+    free_transfer(m, x);
     return rc;
 }
 
@@ -435,13 +506,13 @@ static int open_transfer(Matcher *m, const Key *k, uint64_t h, Held *q, const Re
         old = (Transfer *)m->transfers.oldest;
         m->xfr_evicted++;
     }
-    Held *first = hold(r);
+    Held *first = hold(&m->spares, r);
     Transfer *x = first != NULL ? PyMem_Calloc(1, sizeof *x) : NULL;
     if (first != NULL && x == NULL)
         PyErr_NoMemory();
     if (x == NULL || (old != NULL && close_transfer(m, old, out) < 0)) {
-        free_chain(q);
-        free_chain(first);
+        free_chain(&m->spares, q);
+        free_chain(&m->spares, first);
         PyMem_Free(x);
         return -1;
     }
@@ -451,7 +522,7 @@ static int open_transfer(Matcher *m, const Key *k, uint64_t h, Held *q, const Re
     x->first = first;
     transfer_add(x, r);
     if (omap_insert(&m->transfers, &x->node) < 0) {
-        free_transfer(x);
+        free_transfer(m, x);
         return -1;
     }
     return 0;
@@ -486,13 +557,13 @@ static int response(Matcher *m, const Rec *r, TxBatch *out)
             m->held--;
             if (p->first == NULL) {
                 omap_unlink(&m->pending, &p->node);
-                PyMem_Free(p);
+                pending_free(m, p);
             }
             if ((q->rec.qtype == QTYPE_AXFR || q->rec.qtype == QTYPE_IXFR) && !closes_transfer(r))
                 return open_transfer(m, &k, h, q, r, out);
             m->matched++;
             int rc = records->txbatch_add(out, &q->rec, r, 1);
-            free_chain(q);
+            free_chain(&m->spares, q);
             return rc;
         }
     }
@@ -524,7 +595,7 @@ static int evict_oldest(Matcher *m, Pending *p, TxBatch *out)
     m->query_only++;
     m->evicted++;
     int rc = records->txbatch_add(out, &old->rec, NULL, 1);
-    free_chain(old);
+    free_chain(&m->spares, old);
     return rc;
 }
 
@@ -533,7 +604,7 @@ static int query(Matcher *m, const Rec *r, TxBatch *out)
     Key k;
     make_key(r, 0, &k);
     uint64_t h = hash_key(&k, m->seed);
-    Held *q = hold(r);
+    Held *q = hold(&m->spares, r);
     if (q == NULL)
         return -1;
     Pending *p = (Pending *)omap_find(&m->pending, &k, h, r);
@@ -541,7 +612,7 @@ static int query(Matcher *m, const Rec *r, TxBatch *out)
         m->duplicates++;
         if ((p->is_list && p->count >= m->per_key) || (!p->is_list && m->per_key <= 1)) {
             if (evict_oldest(m, p, out) < 0) {
-                free_chain(q);
+                free_chain(&m->spares, q);
                 return -1;
             }
         } else {
@@ -556,10 +627,9 @@ static int query(Matcher *m, const Rec *r, TxBatch *out)
         m->held++;
         return 0;
     }
-    p = PyMem_Malloc(sizeof *p);
+    p = pending_new(m);
     if (p == NULL) {
-        free_chain(q);
-        PyErr_NoMemory();
+        free_chain(&m->spares, q);
         return -1;
     }
     p->node.key = k;
@@ -568,8 +638,8 @@ static int query(Matcher *m, const Rec *r, TxBatch *out)
     p->count = 1;
     p->is_list = 0;
     if (omap_insert(&m->pending, &p->node) < 0) {
-        free_chain(q);
-        PyMem_Free(p);
+        free_chain(&m->spares, q);
+        pending_free(m, p);
         return -1;
     }
     m->held++;
@@ -650,18 +720,18 @@ static int expire(Matcher *m, TxBatch *out)
             p->count = kept;
             p->is_list = kept > 1;
             if (omap_insert(&m->pending, &p->node) < 0) {
-                free_chain(keep);
-                free_chain(old);
-                PyMem_Free(p);
+                free_chain(&m->spares, keep);
+                free_chain(&m->spares, old);
+                pending_free(m, p);
                 return -1;
             }
             waiting = old;
         } else {
             m->held -= p->count;
-            PyMem_Free(p);
+            pending_free(m, p);
         }
         int rc = emit_queries(m, waiting, out, cutoff);
-        free_chain(waiting);
+        free_chain(&m->spares, waiting);
         if (rc < 0)
             return -1;
     }
@@ -687,6 +757,11 @@ static PyObject *counts_since(Matcher *m, const long long *before)
     return t;
 }
 
+/* Why ahead: a message's first lines (its flags, then its addresses for the key) were most of make_key's and
+ * matcher_add's time, each waited for in turn; asked for a few messages ahead, they are there at their turn. */
+enum { AHEAD = 4 };
+_Static_assert(offsetof(Rec, dst) + sizeof ((Rec *)0)->dst <= 3 * 64, "the key's fields in a record's first 3 lines");
+
 static PyObject *matcher_add(PyObject *self, PyObject *args)
 {
     Matcher *m = (Matcher *)self;
@@ -701,6 +776,12 @@ static PyObject *matcher_add(PyObject *self, PyObject *args)
     long long before[N_COUNTERS] = SNAPSHOT(m);
     for (Py_ssize_t i = 0; i < msgs->recs.n; i++) {
         const Rec *r = msgbatch_get(msgs, i);
+        if (i + AHEAD < msgs->recs.n) { /* its first three lines: the header, the key's fields */
+            const char *ahead = (const char *)msgbatch_get(msgs, i + AHEAD);
+            __builtin_prefetch(ahead);
+            __builtin_prefetch(ahead + 64);
+            __builtin_prefetch(ahead + 128);
+        }
         int rc;
         if (r->query_copy)
             rc = query_copy(m, r, out);
@@ -815,7 +896,14 @@ static PyObject *matcher_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 
 static void matcher_dealloc(PyObject *self)
 {
-    clear_maps((Matcher *)self);
+    Matcher *m = (Matcher *)self;
+    clear_maps(m);
+    while (m->spare != NULL) {
+        Pending *p = m->spare;
+        m->spare = (Pending *)p->node.chain;
+        PyMem_Free(p);
+    }
+    free_spares(&m->spares);
     Py_TYPE(self)->tp_free(self);
 }
 
