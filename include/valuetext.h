@@ -1,7 +1,8 @@
 /* Text of the Parquet columns made in C: addresses as inet_ntop (and so socket.inet_ntop) writes them, without
- * its sprintf, DNS Probe's domain name and an EDNS client subnet; the tuples of values the extensions make. Shared by the column pass over message records
- * (export/parquet/_parquetrec.c), the record decoder, the DNS walker (_fastwire.c), the records module, the
- * answers column and the resolvers table; compiled into each of them (valuetext.c). */
+ * its sprintf, DNS Probe's domain name and an EDNS client subnet; the tuples of values the extensions make. Shared
+ * by the column pass over message records (export/parquet/_parquetrec.c), the record decoder, the DNS walker
+ * (_fastwire.c), the records module, the answers column and the resolvers table; compiled into each of them
+ * (valuetext.c). */
 #ifndef DNSPROBE_VALUETEXT_H
 #define DNSPROBE_VALUETEXT_H
 

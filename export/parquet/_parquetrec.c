@@ -16,6 +16,11 @@
  *   not malformed: made once the query timed out, match.query_timeout after its time); false, only the others.
  *   (Why here: export.time_order writes the late rows in row groups of their own; selecting them before the
  *   columns exist costs one look at each transaction, not a copy of every row of every column.)
+ *
+ * Its cost (issue 33): the transactions are read once, a chunk at a time, the late ones selected as the chunk is
+ * gathered, and prefetched (their sizes vary: the hardware's stride prefetch does not follow them); the buffers are
+ * made for every transaction of the batch and cut to the rows written at the end, and zeroed only where fill does
+ * not write every row; an address column keeps the text of 16 addresses (a few servers alternate row to row).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -88,7 +93,7 @@ typedef struct {
     int ipv; /* 4 or 6; 0: none yet */
 } AddressText;
 
-#define ADDRESS_MEMO 16 /* entries, by a hash of the address */
+#define ADDRESS_MEMO_BITS 4 /* 16 entries, by a hash of the address */
 
 typedef struct {
     Source source;
@@ -99,7 +104,7 @@ typedef struct {
     char *bits, *out, *var;
     size_t var_len, var_cap;
     Py_ssize_t nulls;
-    AddressText *memo; /* the address columns' (ADDRESS_MEMO entries) */
+    AddressText *memo; /* the address columns' (1 << ADDRESS_MEMO_BITS entries) */
 } Col;
 
 /* Room for n more bytes of var; its first size is room for `rows` rows of 16 bytes, enough for most columns of
@@ -173,7 +178,7 @@ static inline void put_bool(Col *c, Py_ssize_t i, int v, int present)
         c->out[i >> 3] |= (char)(1 << (i & 7));
 }
 
-/* Row i's end offset (the text's end; a list's, in values). Its range is checked once a chunk (chunk_done). */
+/* Row i's end offset (the text's end; a list's, in values). Its range is checked once a chunk, at fill's end. */
 static inline void close_value(Col *c, Py_ssize_t i)
 {
     ((int32_t *)c->out)[i + 1] = (int32_t)(c->kind == K_LIST ? c->var_len / 4 : c->var_len);
@@ -222,7 +227,7 @@ static inline void put_address_text(Col *c, Py_ssize_t i, const uint8_t *a, int 
             h ^= w;
         }
     }
-    AddressText *e = &c->memo[(h * 0x9E3779B1u) >> 28];
+    AddressText *e = &c->memo[(h * 0x9E3779B1u) >> (32 - ADDRESS_MEMO_BITS)]; /* (Fibonacci hashing) */
     if (ipv == 6 ? e->ipv != 6 || memcmp(a, e->addr, 16) != 0 : e->ipv != 4 || memcmp(a, e->addr, 4) != 0) {
         e->ipv = ipv == 6 ? 6 : 4;
         e->len = e->ipv == 6 ? ipv6_text(a, e->text) : ipv4_text(a, e->text);
@@ -446,7 +451,8 @@ static int fill(Col *c, const Rows *w)
         END_ROWS break;
     }
     /* (the offsets are int32: written unchecked above, found wrong here before they are used) */
-    if ((c->kind == K_STR || c->kind == K_LIST) && c->var_len > (c->kind == K_LIST ? 4 * (size_t)INT32_MAX : INT32_MAX)) {
+    size_t most_var = c->kind == K_LIST ? 4 * (size_t)INT32_MAX : INT32_MAX;
+    if ((c->kind == K_STR || c->kind == K_LIST) && c->var_len > most_var) {
         PyErr_SetString(PyExc_OverflowError, "column data over 2 GiB");
         return -1;
     }
@@ -530,7 +536,8 @@ static int start_column(Col *c, PyObject *name, Py_ssize_t most)
     c->bits = PyBytes_AS_STRING(c->validity);
     if (c->kind == K_STR || c->kind == K_LIST)
         memset(c->out, 0, 4);
-    if ((c->source == C_SRC || c->source == C_DST) && (c->memo = PyMem_Calloc(ADDRESS_MEMO, sizeof *c->memo)) == NULL) {
+    if ((c->source == C_SRC || c->source == C_DST)
+        && (c->memo = PyMem_Calloc(1 << ADDRESS_MEMO_BITS, sizeof *c->memo)) == NULL) {
         PyErr_NoMemory();
         return -1;
     }
