@@ -1,8 +1,8 @@
 /* Text of the Parquet columns made in C: addresses as inet_ntop (and so socket.inet_ntop) writes them, without
- * its sprintf, DNS Probe's domain name and an EDNS client subnet; the Arrow buffers of a column as the Python side
- * takes them; the tuples of values the extensions make. Shared by the column pass over message records
- * (export/parquet/_parquetrec.c), the record decoder, the DNS walker (_fastwire.c), the records module, the
- * answers column and the resolvers table; compiled into each of them (valuetext.c). */
+ * its sprintf, DNS Probe's domain name and an EDNS client subnet; the tuples of values the extensions make. Shared
+ * by the column pass over message records (export/parquet/_parquetrec.c), the record decoder, the DNS walker
+ * (_fastwire.c), the records module, the answers column and the resolvers table; compiled into each of them
+ * (valuetext.c). */
 #ifndef DNSPROBE_VALUETEXT_H
 #define DNSPROBE_VALUETEXT_H
 
@@ -12,9 +12,9 @@
 /* Defined in valuetext.c (setup.py UNITS): hidden, so that each extension calls its own copy directly. */
 #define VALUETEXT_API __attribute__((visibility("hidden")))
 
-/* Dotted-quad text of an IPv4 address, as inet_ntop writes it; returns its length. Written out because
- * glibc's inet_ntop formats through sprintf, which made it a large part of the column pass with four
- * address columns. */
+/* Dotted-quad text of an IPv4 address, as inet_ntop writes it, and a NUL (out: room for 16 bytes); returns its
+ * length. Written out because glibc's inet_ntop formats through sprintf, which made it a large part of the column
+ * pass with four address columns. */
 VALUETEXT_API Py_ssize_t ipv4_text(const unsigned char *a, char *out);
 
 /* IPv6 text exactly as glibc's inet_ntop (and so socket.inet_ntop) writes it: lower-case hex groups, the
@@ -40,17 +40,7 @@ VALUETEXT_API void untrack_if_acyclic(PyObject *t);
 /* domain_name (export/parquet/columns.py): the QNAME s[0..n) ASCII-lowercased into out, cut to its last two labels when
  * it has at least two dots and no newline before the second-to-last one; else the whole name. This is what the
  * regex replace ^.*\.([^.]*\.[^.]*)$ -> \1 gives (RE2's '.' stops at a newline), at a fraction of its cost.
- * Returns the length written (at most n). */
+ * Returns the length written (at most n; 8 bytes a step, so out has room for n). */
 VALUETEXT_API Py_ssize_t domain_name(const char *s, Py_ssize_t n, char *out);
-
-/* A column's buffers of n rows, written in place: *data of `size` bytes, zeroed (nulls read as zero, as Arrow
- * producers conventionally write them), and the validity bitmap *validity, all valid. -1 on no memory. */
-VALUETEXT_API int column_buffers(Py_ssize_t n, Py_ssize_t size, PyObject **data, PyObject **validity);
-
-/* Column k's item of the results list: (null count, validity or None, data[, var]), the buffers of Arrow's
- * layout that the Python side wraps with pa.Array.from_buffers; var_width: the column has a variable-width part
- * var[0..var_len) (strings' text, lists' values; var NULL when empty). -1 on no memory. */
-VALUETEXT_API int set_column_result(PyObject *results, Py_ssize_t k, Py_ssize_t nulls, PyObject *validity,
-                                    PyObject *data, int var_width, const char *var, Py_ssize_t var_len);
 
 #endif

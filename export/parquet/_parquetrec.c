@@ -16,6 +16,11 @@
  *   not malformed: made once the query timed out, match.query_timeout after its time); false, only the others.
  *   (Why here: export.time_order writes the late rows in row groups of their own; selecting them before the
  *   columns exist costs one look at each transaction, not a copy of every row of every column.)
+ *
+ * Its cost (issue 33): the transactions are read once, a chunk at a time, the late ones selected as the chunk is
+ * gathered, and prefetched (their sizes vary: the hardware's stride prefetch does not follow them); the buffers are
+ * made for every transaction of the batch and cut to the rows written at the end, and zeroed only where fill does
+ * not write every row; an address column keeps the text of 16 addresses (a few servers alternate row to row).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -75,25 +80,58 @@ static const char *const TRANSPORT_NAMES[] = {NULL, "udp", "tcp", "dot", "doh", 
 #define N_TRANSPORT_NAMES ((int)(sizeof TRANSPORT_NAMES / sizeof TRANSPORT_NAMES[0]))
 #define N_KNOWN ((int)(sizeof COLUMNS / sizeof COLUMNS[0]))
 
+/* The most bytes an address text takes in the column's text, with the NUL that ipv4_text and ipv6_text write
+ * after it (INET6_ADDRSTRLEN). */
+#define ADDRESS_ROOM 48
+
+/* An address and its text, remembered by an address column: a few servers' addresses (and often a few clients')
+ * alternate from row to row. */
+typedef struct {
+    char text[ADDRESS_ROOM];
+    uint8_t addr[16];
+    Py_ssize_t len;
+    int ipv; /* 4 or 6; 0: none yet */
+} AddressText;
+
+#define ADDRESS_MEMO_BITS 4 /* 16 entries, by a hash of the address */
+
 typedef struct {
     Source source;
     Kind kind;
-    PyObject *validity, *data; /* bytes objects of their final size, written in place */
-    char *bits, *out;          /* their contents */
-    char *var;                 /* strings: the text; lists: the int32 values */
+    /* bytes objects written in place: data and validity sized for every transaction of the batch (cut to the rows
+     * written at the end), var (strings: the text; lists: the int32 values) grown as it fills */
+    PyObject *validity, *data, *var_obj;
+    char *bits, *out, *var;
     size_t var_len, var_cap;
     Py_ssize_t nulls;
+    AddressText *memo; /* the address columns' (1 << ADDRESS_MEMO_BITS entries) */
 } Col;
 
-static int var_room(Col *c, size_t n)
+/* Room for n more bytes of var; its first size is room for `rows` rows of 16 bytes, enough for most columns of
+ * text (addresses, names) without growing. */
+static int var_grow(Col *c, size_t n, Py_ssize_t rows)
 {
-    if (c->var_len + n <= c->var_cap)
-        return 0;
-    char *p = ext_grow(c->var, &c->var_cap, c->var_len + n, 1, 1 << 14);
-    if (p == NULL)
+    size_t cap = c->var_cap ? c->var_cap : Py_MAX((size_t)1 << 12, 16 * (size_t)rows);
+    while (cap < c->var_len + n)
+        cap *= 2;
+    if (cap > (size_t)PY_SSIZE_T_MAX) {
+        PyErr_NoMemory();
         return -1;
-    c->var = p;
+    }
+    if (c->var_obj == NULL)
+        c->var_obj = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)cap);
+    else if (_PyBytes_Resize(&c->var_obj, (Py_ssize_t)cap) < 0)
+        return -1; /* (var_obj released and NULL) */
+    if (c->var_obj == NULL)
+        return -1;
+    c->var = PyBytes_AS_STRING(c->var_obj);
+    c->var_cap = cap;
     return 0;
+}
+
+static inline int var_room(Col *c, size_t n, Py_ssize_t rows)
+{
+    return c->var_len + n <= c->var_cap ? 0 : var_grow(c, n, rows);
 }
 
 static inline void set_null(Col *c, Py_ssize_t i)
@@ -140,90 +178,100 @@ static inline void put_bool(Col *c, Py_ssize_t i, int v, int present)
         c->out[i >> 3] |= (char)(1 << (i & 7));
 }
 
-static inline int close_value(Col *c, Py_ssize_t i)
+/* Row i's end offset (the text's end; a list's, in values). Its range is checked once a chunk, at fill's end. */
+static inline void close_value(Col *c, Py_ssize_t i)
 {
-    size_t end = c->kind == K_LIST ? c->var_len / 4 : c->var_len;
-    if (end > INT32_MAX) {
-        PyErr_SetString(PyExc_OverflowError, "column data over 2 GiB");
-        return -1;
+    ((int32_t *)c->out)[i + 1] = (int32_t)(c->kind == K_LIST ? c->var_len / 4 : c->var_len);
+}
+
+static inline int put_text(Col *c, Py_ssize_t i, const char *s, size_t n, Py_ssize_t rows)
+{
+    if (n != 0) { /* (c->var may still be NULL: no memcpy to it) */
+        if (var_room(c, n, rows) < 0)
+            return -1;
+        memcpy(c->var + c->var_len, s, n);
+        c->var_len += n;
     }
-    ((int32_t *)c->out)[i + 1] = (int32_t)end;
+    close_value(c, i);
     return 0;
 }
 
-static inline int put_text(Col *c, Py_ssize_t i, const char *s, size_t n)
-{
-    if (n == 0)
-        return close_value(c, i); /* (c->var may still be NULL: no memcpy to it) */
-    if (var_room(c, n) < 0)
-        return -1;
-    memcpy(c->var + c->var_len, s, n);
-    c->var_len += n;
-    return close_value(c, i);
-}
-
-static inline int put_null_var(Col *c, Py_ssize_t i)
+static inline void put_null_var(Col *c, Py_ssize_t i)
 {
     set_null(c, i);
-    return close_value(c, i);
+    close_value(c, i);
 }
 
 /* An EDNS text of message m (its field at byte offset `field` of the record), "" when m has no OPT record
  * (DNS Probe's fill), null without the message. */
-static inline int put_edns_text(Col *c, Py_ssize_t i, const Rec *m, size_t field)
+static inline int put_edns_text(Col *c, Py_ssize_t i, const Rec *m, size_t field, Py_ssize_t rows)
 {
-    if (m == NULL)
-        return put_null_var(c, i);
-    if (!m->has_edns)
-        return put_text(c, i, "", 0);
+    if (m == NULL || !m->has_edns) {
+        if (m == NULL)
+            set_null(c, i);
+        close_value(c, i);
+        return 0;
+    }
     const Span *s = (const Span *)((const char *)m + field);
-    return put_text(c, i, rec_at(m, *s), s->len);
+    return put_text(c, i, rec_at(m, *s), s->len, rows);
 }
 
-static inline int put_address_text(Col *c, Py_ssize_t i, const uint8_t *a, int ipv)
+/* The text of address a (ipv 6, else 4), written in room already made (ADDRESS_ROOM), through the memo. */
+static inline void put_address_text(Col *c, Py_ssize_t i, const uint8_t *a, int ipv)
 {
-    char text[64];
-    Py_ssize_t len = ipv == 6 ? ipv6_text(a, text) : ipv4_text(a, text);
-    return put_text(c, i, text, (size_t)len);
+    uint32_t h, w;
+    memcpy(&h, a, 4);
+    if (ipv == 6) {
+        for (int k = 4; k < 16; k += 4) {
+            memcpy(&w, a + k, 4);
+            h ^= w;
+        }
+    }
+    AddressText *e = &c->memo[(h * 0x9E3779B1u) >> (32 - ADDRESS_MEMO_BITS)]; /* (Fibonacci hashing) */
+    if (ipv == 6 ? e->ipv != 6 || memcmp(a, e->addr, 16) != 0 : e->ipv != 4 || memcmp(a, e->addr, 4) != 0) {
+        e->ipv = ipv == 6 ? 6 : 4;
+        e->len = e->ipv == 6 ? ipv6_text(a, e->text) : ipv4_text(a, e->text);
+        memcpy(e->addr, a, e->ipv == 6 ? 16 : 4);
+    }
+    memcpy(c->var + c->var_len, e->text, ADDRESS_ROOM); /* (a fixed size: a few vector moves) */
+    c->var_len += (size_t)e->len;
+    close_value(c, i);
 }
 
 /* The address text of the query's field (qa: src or dst, ABSENT_ bit qbit), else of the response's (ra, rbit);
  * null where both are None (dnstap). */
-static inline int put_address(Col *c, Py_ssize_t i, const Rec *q, const uint8_t *qa, int qbit, const Rec *r,
-                              const uint8_t *ra, int rbit)
+static inline void put_address(Col *c, Py_ssize_t i, const Rec *q, const uint8_t *qa, int qbit, const Rec *r,
+                               const uint8_t *ra, int rbit)
 {
     if (q != NULL && !(q->absent & qbit))
-        return put_address_text(c, i, qa, q->ipv);
-    if (r != NULL && !(r->absent & rbit))
-        return put_address_text(c, i, ra, r->ipv);
-    return put_null_var(c, i);
+        put_address_text(c, i, qa, q->ipv);
+    else if (r != NULL && !(r->absent & rbit))
+        put_address_text(c, i, ra, r->ipv);
+    else
+        put_null_var(c, i);
 }
 
 /* Text or null: a span of the query, else of the response (origin's items: the same in both, or one side). */
-static inline int put_span(Col *c, Py_ssize_t i, const Rec *q, const Rec *r, size_t field)
+static inline int put_span(Col *c, Py_ssize_t i, const Rec *q, const Rec *r, size_t field, Py_ssize_t rows)
 {
     const Span *qs = q ? (const Span *)((const char *)q + field) : NULL;
     const Span *rs = r ? (const Span *)((const char *)r + field) : NULL;
     if (qs != NULL && qs->len != SPAN_NONE)
-        return put_text(c, i, rec_at(q, *qs), qs->len);
+        return put_text(c, i, rec_at(q, *qs), qs->len, rows);
     if (rs != NULL && rs->len != SPAN_NONE)
-        return put_text(c, i, rec_at(r, *rs), rs->len);
-    return put_null_var(c, i);
+        return put_text(c, i, rec_at(r, *rs), rs->len, rows);
+    put_null_var(c, i);
+    return 0;
 }
 
-/* Arrow's integer division (truncating, as C). */
-static inline int64_t div_trunc(int64_t a, int64_t b)
-{
-    return a / b;
-}
-
-/* Rows per chunk: the pass goes column by column within a chunk, whose transactions stay in the cache. */
+/* Rows per chunk: the pass goes column by column within a chunk, whose transactions stay in the cache. A multiple
+ * of 8, so that a chunk's bits start a byte. */
 #define CHUNK 256
 
 /* The rows of a chunk: their transactions, queries and responses (NULL: none) and the message that gives the
- * identity columns (the query, else the response). */
+ * identity columns (the query, else the response); the rows of the batch at most (var_grow's first size). */
 typedef struct {
-    Py_ssize_t lo, n;
+    Py_ssize_t lo, n, most;
     const TxHead *t[CHUNK];
     const Rec *q[CHUNK], *r[CHUNK], *m[CHUNK];
 } Rows;
@@ -237,44 +285,60 @@ typedef struct {
     if ((x) < 0)                                                                                               \
         return -1;
 
-/* Column c for the rows of w. One loop per source, so that the choice is made once per column and chunk. */
+/* The chunk's part of column c's buffers that fill does not write row by row: validity all valid, bool bits and the
+ * constant columns zero. */
+static void start_chunk(Col *c, const Rows *w)
+{
+    Py_ssize_t bytes = (w->n + 7) / 8;
+    memset(c->bits + w->lo / 8, 0xff, bytes);
+    if (c->kind == K_BOOL)
+        memset(c->out + w->lo / 8, 0, bytes);
+    else if (c->source == C_ZERO)
+        memset(c->out + 4 * w->lo, 0, 4 * w->n);
+    else if (c->source == C_EMPTY)
+        memset(c->out + 4 * (w->lo + 1), 0, 4 * w->n);
+}
+
+/* Column c's rows of a chunk that vary. One loop per source, so that the choice is made once per column and chunk. */
 static int fill(Col *c, const Rows *w)
 {
+    Py_ssize_t most = w->most;
     switch (c->source) {
     case C_ID: ROWS int32_t v = COALESCE(q, r, id); put_i32(c, i, v, v >= 0); END_ROWS break;
     case C_QTYPE: ROWS int32_t v = COALESCE(q, r, qtype); put_i32(c, i, v, v >= 0); END_ROWS break;
     case C_QCLASS: ROWS int32_t v = COALESCE(q, r, qclass); put_i32(c, i, v, v >= 0); END_ROWS break;
     case C_LABELS: ROWS int32_t v = COALESCE(q, r, labels); put_i32(c, i, v, v >= 0); END_ROWS break;
     case C_VLAN: ROWS int32_t v = COALESCE(q, r, vlan); put_i32(c, i, v, v >= 0); END_ROWS break;
-    case C_UNIXTIME: ROWS put_i64(c, i, div_trunc(m->ts_ns, 1000000000), 1); END_ROWS break;
-    case C_TIME: ROWS put_i64(c, i, div_trunc(m->ts_ns, 1000), 1); END_ROWS break;
-    case C_TIME_MICRO:
-        ROWS int64_t us = div_trunc(m->ts_ns, 1000), sec = div_trunc(m->ts_ns, 1000000000);
+    case C_UNIXTIME: ROWS put_i64(c, i, m->ts_ns / 1000000000, 1); END_ROWS break;
+    case C_TIME: ROWS put_i64(c, i, m->ts_ns / 1000, 1); END_ROWS break;
+    case C_TIME_MICRO: /* (Arrow's integer division truncates, as C's) */
+        ROWS int64_t us = m->ts_ns / 1000, sec = m->ts_ns / 1000000000;
         put_i64(c, i, (int64_t)((uint64_t)us - (uint64_t)sec * 1000000u), 1);
         END_ROWS break;
     case C_QNAME:
         ROWS const Rec *n = q && q->qname.len != SPAN_NONE ? q : r && r->qname.len != SPAN_NONE ? r : NULL;
-        CHECK(n ? put_text(c, i, rec_at(n, n->qname), n->qname.len) : put_null_var(c, i));
+        if (n == NULL)
+            put_null_var(c, i);
+        else
+            CHECK(put_text(c, i, rec_at(n, n->qname), n->qname.len, most));
         END_ROWS break;
     case C_DOMAINNAME:
         ROWS const Rec *n = q && q->qname.len != SPAN_NONE ? q : r && r->qname.len != SPAN_NONE ? r : NULL;
         if (n == NULL) {
-            CHECK(put_null_var(c, i));
+            put_null_var(c, i);
             continue;
         }
-        if (n->qname.len == 0) {
-            CHECK(close_value(c, i));
-            continue;
+        if (n->qname.len != 0) {
+            CHECK(var_room(c, n->qname.len, most));
+            c->var_len += domain_name(rec_at(n, n->qname), n->qname.len, c->var + c->var_len);
         }
-        CHECK(var_room(c, n->qname.len));
-        c->var_len += domain_name(rec_at(n, n->qname), n->qname.len, c->var + c->var_len);
-        CHECK(close_value(c, i));
+        close_value(c, i);
         END_ROWS break;
     case C_LEN: ROWS CHECK(put_len(c, i, q ? q->wirelen : 0, q && q->wirelen >= 0)); END_ROWS break;
     case C_RES_LEN: ROWS CHECK(put_len(c, i, r ? r->wirelen : 0, r && r->wirelen >= 0)); END_ROWS break;
     case C_DNS_LEN: ROWS CHECK(put_len(c, i, q ? q->dns_len : 0, q != NULL)); END_ROWS break;
     case C_DNS_RES_LEN: ROWS CHECK(put_len(c, i, r ? r->dns_len : 0, r != NULL)); END_ROWS break;
-    case C_ZERO: break; /* zeros already, all valid */
+    case C_ZERO: break; /* zeros (start_chunk), all valid */
     case C_TTL: ROWS put_i32(c, i, q ? q->ttl : 0, q && q->ttl >= 0); END_ROWS break;
     case C_UDP_SUM: ROWS put_i32(c, i, q ? q->udp_sum : 0, q && q->udp_sum >= 0); END_ROWS break;
     case C_IPV: ROWS int v = COALESCE0(q, r, ipv); put_i32(c, i, v, v != 0); END_ROWS break;
@@ -284,10 +348,12 @@ static int fill(Col *c, const Rows *w)
     case C_DSTP:
         ROWS int32_t v = q && q->dport >= 0 ? q->dport : r ? r->sport : -1; put_i32(c, i, v, v >= 0); END_ROWS break;
     case C_SRC:
-        ROWS CHECK(put_address(c, i, q, q ? q->src : NULL, ABSENT_SRC, r, r ? r->dst : NULL, ABSENT_DST)); END_ROWS
+        CHECK(var_room(c, ADDRESS_ROOM * (size_t)w->n, most));
+        ROWS put_address(c, i, q, q ? q->src : NULL, ABSENT_SRC, r, r ? r->dst : NULL, ABSENT_DST); END_ROWS
         break;
     case C_DST:
-        ROWS CHECK(put_address(c, i, q, q ? q->dst : NULL, ABSENT_DST, r, r ? r->src : NULL, ABSENT_SRC)); END_ROWS
+        CHECK(var_room(c, ADDRESS_ROOM * (size_t)w->n, most));
+        ROWS put_address(c, i, q, q ? q->dst : NULL, ABSENT_DST, r, r ? r->src : NULL, ABSENT_SRC); END_ROWS
         break;
     case C_AA: ROWS int32_t f = r ? r->flags : -1; put_bool(c, i, f & FLAG_AA, f >= 0); END_ROWS break;
     case C_TC: ROWS int32_t f = r ? r->flags : -1; put_bool(c, i, f & FLAG_TC, f >= 0); END_ROWS break;
@@ -308,18 +374,18 @@ static int fill(Col *c, const Rows *w)
         ROWS int32_t f = r ? r->flags : -1, ext = r && r->has_edns ? r->e_ext_rcode : 0;
         put_i32(c, i, (f & 0xF) | (ext << 4), f >= 0);
         END_ROWS break;
-    case C_EMPTY: break; /* empty strings: offsets all 0, all valid */
-    case C_FALSE: break; /* false, all valid */
+    case C_EMPTY: break; /* empty strings: offsets all 0 (start_chunk), all valid */
+    case C_FALSE: break; /* false (start_chunk), all valid */
     case C_EDNS_UDP: ROWS put_i32(c, i, q && q->has_edns ? q->e_udp : 0, q != NULL); END_ROWS break;
     case C_EDNS_VERSION: ROWS put_i32(c, i, q && q->has_edns ? q->e_version : 0, q != NULL); END_ROWS break;
     case C_RES_EDNS_UDP: ROWS put_i32(c, i, r && r->has_edns ? r->e_udp : 0, r != NULL); END_ROWS break;
     case C_EDNS_DO: ROWS put_bool(c, i, q && q->has_edns && q->e_do, q != NULL); END_ROWS break;
-    case C_EDNS_NSID: ROWS CHECK(put_edns_text(c, i, r, offsetof(Rec, e_nsid))); END_ROWS break;
-    case C_DAU: ROWS CHECK(put_edns_text(c, i, q, offsetof(Rec, e_dau))); END_ROWS break;
-    case C_DHU: ROWS CHECK(put_edns_text(c, i, q, offsetof(Rec, e_dhu))); END_ROWS break;
-    case C_N3U: ROWS CHECK(put_edns_text(c, i, q, offsetof(Rec, e_n3u))); END_ROWS break;
-    case C_ECS: ROWS CHECK(put_edns_text(c, i, q, offsetof(Rec, e_ecs))); END_ROWS break;
-    case C_OTHER: ROWS CHECK(put_edns_text(c, i, q, offsetof(Rec, e_other))); END_ROWS break;
+    case C_EDNS_NSID: ROWS CHECK(put_edns_text(c, i, r, offsetof(Rec, e_nsid), most)); END_ROWS break;
+    case C_DAU: ROWS CHECK(put_edns_text(c, i, q, offsetof(Rec, e_dau), most)); END_ROWS break;
+    case C_DHU: ROWS CHECK(put_edns_text(c, i, q, offsetof(Rec, e_dhu), most)); END_ROWS break;
+    case C_N3U: ROWS CHECK(put_edns_text(c, i, q, offsetof(Rec, e_n3u), most)); END_ROWS break;
+    case C_ECS: ROWS CHECK(put_edns_text(c, i, q, offsetof(Rec, e_ecs), most)); END_ROWS break;
+    case C_OTHER: ROWS CHECK(put_edns_text(c, i, q, offsetof(Rec, e_other), most)); END_ROWS break;
     case C_RTT:
         ROWS const Rec *s = q && q->has_rtt ? q : r && r->has_rtt ? r : NULL;
         ((double *)c->out)[i] = s ? s->rtt_ms : 0.0;
@@ -329,21 +395,18 @@ static int fill(Col *c, const Rows *w)
     case C_Q_PRESENT: ROWS put_bool(c, i, q != NULL, 1); END_ROWS break;
     case C_R_PRESENT: ROWS put_bool(c, i, r != NULL, 1); END_ROWS break;
     case C_DELAY:
-        ROWS put_i64(c, i, q && r ? div_trunc((int64_t)((uint64_t)r->ts_ns - (uint64_t)q->ts_ns), 1000) : 0, q && r);
+        ROWS put_i64(c, i, q && r ? (int64_t)((uint64_t)r->ts_ns - (uint64_t)q->ts_ns) / 1000 : 0, q && r);
         END_ROWS break;
-    case C_Q_TIME: ROWS put_i64(c, i, q ? div_trunc(q->ts_ns, 1000) : 0, q != NULL); END_ROWS break; /* µs */
-    case C_R_TIME: ROWS put_i64(c, i, r ? div_trunc(r->ts_ns, 1000) : 0, r != NULL); END_ROWS break;
+    case C_Q_TIME: ROWS put_i64(c, i, q ? q->ts_ns / 1000 : 0, q != NULL); END_ROWS break; /* µs */
+    case C_R_TIME: ROWS put_i64(c, i, r ? r->ts_ns / 1000 : 0, r != NULL); END_ROWS break;
     case C_EDE:
         ROWS if (r == NULL) {
-            CHECK(put_null_var(c, i));
+            put_null_var(c, i);
             continue;
         }
         uint32_t n = r->has_edns ? r->e_ede.len : 0;
-        if (n == 0) {
-            CHECK(close_value(c, i));
-            continue;
-        }
-        CHECK(var_room(c, 4 * (size_t)n));
+        if (n != 0)
+            CHECK(var_room(c, 4 * (size_t)n, most));
         for (uint32_t j = 0; j < n; j++) {
             uint16_t code;
             memcpy(&code, rec_at(r, r->e_ede) + 2 * j, 2);
@@ -351,42 +414,47 @@ static int fill(Col *c, const Rows *w)
             memcpy(c->var + c->var_len, &v, 4);
             c->var_len += 4;
         }
-        CHECK(close_value(c, i));
+        close_value(c, i);
         END_ROWS break;
     case C_MALFORMED: ROWS put_bool(c, i, m->malformed, 1); END_ROWS break;
     case C_MESSAGES: ROWS put_i32(c, i, w->t[k]->messages, r != NULL); END_ROWS break;
     case C_TRANSPORT:
         ROWS int code = q && q->transport ? q->transport : r ? r->transport : 0;
         if (code == 0) {
-            CHECK(put_null_var(c, i));
+            put_null_var(c, i);
             continue;
         }
         if (code >= N_TRANSPORT_NAMES) {
             PyErr_Format(PyExc_ValueError, "transport code %d is not in probe.model TRANSPORTS", code);
             return -1;
         }
-        CHECK(put_text(c, i, TRANSPORT_NAMES[code], strlen(TRANSPORT_NAMES[code])));
+        CHECK(put_text(c, i, TRANSPORT_NAMES[code], strlen(TRANSPORT_NAMES[code]), most));
         END_ROWS break;
     case C_DNSTAP_TYPE:
         ROWS int f = q && q->family ? q->family : r ? r->family : 0;
         if (f == 0) {
-            CHECK(put_null_var(c, i));
+            put_null_var(c, i);
             continue;
         }
         if (f >= N_FAMILIES) {
             PyErr_Format(PyExc_ValueError, "dnstap family code %d is not in include/records.h FAMILY_NAMES", f);
             return -1;
         }
-        CHECK(put_text(c, i, FAMILY_NAMES[f], strlen(FAMILY_NAMES[f])));
+        CHECK(put_text(c, i, FAMILY_NAMES[f], strlen(FAMILY_NAMES[f]), most));
         END_ROWS break;
-    case C_SERVER_IDENTITY: ROWS CHECK(put_span(c, i, q, r, offsetof(Rec, identity))); END_ROWS break;
+    case C_SERVER_IDENTITY: ROWS CHECK(put_span(c, i, q, r, offsetof(Rec, identity), most)); END_ROWS break;
     case C_R_RAW:
-        ROWS if (r == NULL || r->raw.len == SPAN_NONE) {
-            CHECK(put_null_var(c, i));
-            continue;
-        }
-        CHECK(put_text(c, i, rec_at(r, r->raw), r->raw.len));
+        ROWS if (r == NULL || r->raw.len == SPAN_NONE)
+            put_null_var(c, i);
+        else
+            CHECK(put_text(c, i, rec_at(r, r->raw), r->raw.len, most));
         END_ROWS break;
+    }
+    /* (the offsets are int32: written unchecked above, found wrong here before they are used) */
+    size_t most_var = c->kind == K_LIST ? 4 * (size_t)INT32_MAX : INT32_MAX;
+    if ((c->kind == K_STR || c->kind == K_LIST) && c->var_len > most_var) {
+        PyErr_SetString(PyExc_OverflowError, "column data over 2 GiB");
+        return -1;
     }
     return 0;
 }
@@ -396,37 +464,101 @@ static void free_cols(Col *cols, Py_ssize_t n)
     for (Py_ssize_t k = 0; k < n; k++) {
         Py_XDECREF(cols[k].validity);
         Py_XDECREF(cols[k].data);
-        PyMem_Free(cols[k].var);
+        Py_XDECREF(cols[k].var_obj);
+        PyMem_Free(cols[k].memo);
     }
     PyMem_Free(cols);
 }
 
+/* The next chunk of rows, from transaction *next on: those that late selects (-1: every one; 1: the late ones, a
+ * query without response, not malformed, exported once the query timed out; 0: the others). Selected here, as the
+ * chunk is gathered, the transactions are read once, while the chunk's columns are written. */
+#define PREFETCH_AHEAD 8
 
-/* A late row's transaction: a query without response, not malformed (exported once the query timed out). */
-static inline int is_late(const TxHead *t)
+static void next_rows(Rows *w, const TxBatch *txs, Py_ssize_t *next, int late)
 {
-    const Rec *q = tx_query(t);
-    return q != NULL && tx_response(t) == NULL && !q->malformed;
+    Py_ssize_t k = 0, j = *next;
+    for (; k < CHUNK && j < txs->txs.n; j++) {
+        const TxHead *t = txbatch_get(txs, j);
+        /* Prefetched: the transactions' sizes vary, the hardware's stride prefetch misses them. The header of the
+         * transaction 2 * PREFETCH_AHEAD on, then, once it has come, the whole transaction. */
+        if (j + 2 * PREFETCH_AHEAD < txs->txs.n)
+            __builtin_prefetch(txbatch_get(txs, j + 2 * PREFETCH_AHEAD));
+        if (late != 1 && j + PREFETCH_AHEAD < txs->txs.n) { /* (the late ones are few: their headers only) */
+            const char *ahead = (const char *)txbatch_get(txs, j + PREFETCH_AHEAD);
+            for (uint32_t at = 64; at < ((const TxHead *)ahead)->size; at += 64)
+                __builtin_prefetch(ahead + at);
+        }
+        const Rec *q = tx_query(t), *r = tx_response(t);
+        if (late >= 0 && (q != NULL && r == NULL && !q->malformed) != late)
+            continue;
+        w->t[k] = t;
+        w->q[k] = q;
+        w->r[k] = r;
+        w->m[k] = q ? q : r;
+        k++;
+    }
+    *next = j;
+    w->n = k;
 }
 
-/* The positions of the transactions whose rows are written (late: -1 every one, 1 the late ones, 0 the others)
- * in *rows (NULL: every one, in order; else PyMem_Malloc'd); returns their count, -1 on error. */
-static Py_ssize_t select_rows(TxBatch *txs, int late, Py_ssize_t **rows)
+/* Bytes of column c's data for n rows. */
+static Py_ssize_t data_size(const Col *c, Py_ssize_t n)
 {
-    Py_ssize_t n = txs->txs.n, m = 0;
-    *rows = NULL;
-    if (late < 0)
-        return n;
-    *rows = PyMem_Malloc((n ? n : 1) * sizeof **rows);
-    if (*rows == NULL) {
+    return c->kind == K_I64 || c->kind == K_F64 ? 8 * n
+           : c->kind == K_I32                  ? 4 * n
+           : c->kind == K_BOOL                 ? (n + 7) / 8
+                                               : 4 * (n + 1);
+}
+
+/* Column k of `names`: its source and kind, and its buffers for `most` rows (data's first offset 0: the rest is
+ * written chunk by chunk). -1 with an exception. */
+static int start_column(Col *c, PyObject *name, Py_ssize_t most)
+{
+    const char *s = PyUnicode_Check(name) ? PyUnicode_AsUTF8(name) : NULL;
+    int found = -1;
+    for (int j = 0; s != NULL && j < N_KNOWN && found < 0; j++) {
+        if (strcmp(COLUMNS[j].name, s) == 0)
+            found = j;
+    }
+    if (found < 0) {
+        if (!PyErr_Occurred())
+            PyErr_Format(PyExc_ValueError, "no Parquet column %R in the record pass", name);
+        return -1;
+    }
+    c->source = COLUMNS[found].source;
+    c->kind = COLUMNS[found].kind;
+    c->data = PyBytes_FromStringAndSize(NULL, data_size(c, most));
+    c->validity = PyBytes_FromStringAndSize(NULL, (most + 7) / 8);
+    if (c->data == NULL || c->validity == NULL)
+        return -1;
+    c->out = PyBytes_AS_STRING(c->data);
+    c->bits = PyBytes_AS_STRING(c->validity);
+    if (c->kind == K_STR || c->kind == K_LIST)
+        memset(c->out, 0, 4);
+    if ((c->source == C_SRC || c->source == C_DST)
+        && (c->memo = PyMem_Calloc(1 << ADDRESS_MEMO_BITS, sizeof *c->memo)) == NULL) {
         PyErr_NoMemory();
         return -1;
     }
-    for (Py_ssize_t i = 0; i < n; i++) {
-        if (is_late(txbatch_get(txs, i)) == late)
-            (*rows)[m++] = i;
-    }
-    return m;
+    return 0;
+}
+
+/* Column c's item of the results: (null count, validity or None, data[, var]), its buffers cut to n rows. */
+static PyObject *column_result(Col *c, Py_ssize_t n, Py_ssize_t most)
+{
+    if (n < most && (_PyBytes_Resize(&c->data, data_size(c, n)) < 0
+                     || _PyBytes_Resize(&c->validity, (n + 7) / 8) < 0))
+        return NULL;
+    if (c->kind != K_STR && c->kind != K_LIST)
+        return Py_BuildValue("(nOO)", c->nulls, c->nulls ? c->validity : Py_None, c->data);
+    if (c->var_obj == NULL)
+        c->var_obj = PyBytes_FromStringAndSize(NULL, 0);
+    else if ((size_t)PyBytes_GET_SIZE(c->var_obj) != c->var_len)
+        (void)_PyBytes_Resize(&c->var_obj, (Py_ssize_t)c->var_len);
+    if (c->var_obj == NULL)
+        return NULL;
+    return Py_BuildValue("(nOOO)", c->nulls, c->nulls ? c->validity : Py_None, c->data, c->var_obj);
 }
 
 static PyObject *parquet_columns(PyObject *Py_UNUSED(self), PyObject *args, PyObject *kwargs)
@@ -443,73 +575,44 @@ static PyObject *parquet_columns(PyObject *Py_UNUSED(self), PyObject *args, PyOb
     PyObject *seq = PySequence_Fast(names, "names must be a sequence");
     if (seq == NULL)
         return NULL;
-    Py_ssize_t *selected;
-    Py_ssize_t ncols = PySequence_Fast_GET_SIZE(seq), n = select_rows(txs, late, &selected), bitmap = (n + 7) / 8;
+    /* The buffers are made for every transaction's row, and cut to the rows selected once they are known. */
+    Py_ssize_t ncols = PySequence_Fast_GET_SIZE(seq), most = txs->txs.n, n = 0, next = 0;
     PyObject *result = NULL;
-    Col *cols = n < 0 ? NULL : PyMem_Calloc(ncols ? ncols : 1, sizeof(Col));
-    if (cols == NULL) {
-        PyMem_Free(selected);
-        Py_DECREF(seq);
-        return n < 0 ? NULL : PyErr_NoMemory();
-    }
-    for (Py_ssize_t k = 0; k < ncols; k++) {
-        PyObject *name = PySequence_Fast_GET_ITEM(seq, k);
-        const char *s = PyUnicode_Check(name) ? PyUnicode_AsUTF8(name) : NULL;
-        int found = -1;
-        for (int j = 0; s != NULL && j < N_KNOWN; j++) {
-            if (strcmp(COLUMNS[j].name, s) == 0)
-                found = j;
-        }
-        if (found < 0) {
-            if (!PyErr_Occurred())
-                PyErr_Format(PyExc_ValueError, "no Parquet column %R in the record pass", name);
-            goto done;
-        }
-        Col *c = &cols[k];
-        c->source = COLUMNS[found].source;
-        c->kind = COLUMNS[found].kind;
-        Py_ssize_t size = c->kind == K_I64 || c->kind == K_F64 ? 8 * n
-                          : c->kind == K_I32                  ? 4 * n
-                          : c->kind == K_BOOL                 ? bitmap
-                                                              : 4 * (n + 1);
-        if (column_buffers(n, size, &c->data, &c->validity) < 0)
-            goto done;
-        c->out = PyBytes_AS_STRING(c->data);
-        c->bits = PyBytes_AS_STRING(c->validity);
-    }
+    Col *cols = PyMem_Calloc(ncols ? ncols : 1, sizeof(Col));
     Rows *w = PyMem_Malloc(sizeof *w);
-    if (w == NULL) {
+    if (cols == NULL || w == NULL) {
         PyErr_NoMemory();
         goto done;
     }
-    for (Py_ssize_t lo = 0; lo < n; lo += CHUNK) {
-        w->lo = lo;
-        w->n = Py_MIN(n - lo, CHUNK);
-        for (Py_ssize_t k = 0; k < w->n; k++) {
-            const TxHead *t = txbatch_get(txs, selected ? selected[lo + k] : lo + k);
-            w->t[k] = t;
-            w->q[k] = tx_query(t);
-            w->r[k] = tx_response(t);
-            w->m[k] = w->q[k] ? w->q[k] : w->r[k];
-        }
-        for (Py_ssize_t k = 0; k < ncols; k++) {
-            if (fill(&cols[k], w) < 0) {
-                PyMem_Free(w);
-                goto done;
-            }
-        }
+    for (Py_ssize_t k = 0; k < ncols; k++) {
+        if (start_column(&cols[k], PySequence_Fast_GET_ITEM(seq, k), most) < 0)
+            goto done;
     }
-    PyMem_Free(w);
+    w->most = most;
+    for (;;) {
+        next_rows(w, txs, &next, late);
+        if (w->n == 0)
+            break;
+        w->lo = n;
+        for (Py_ssize_t k = 0; k < ncols; k++) {
+            start_chunk(&cols[k], w);
+            if (fill(&cols[k], w) < 0)
+                goto done;
+        }
+        n += w->n;
+    }
     result = PyList_New(ncols);
     for (Py_ssize_t k = 0; result != NULL && k < ncols; k++) {
-        Col *c = &cols[k];
-        int var_width = c->kind == K_STR || c->kind == K_LIST;
-        if (set_column_result(result, k, c->nulls, c->validity, c->data, var_width, c->var, (Py_ssize_t)c->var_len) < 0)
+        PyObject *item = column_result(&cols[k], n, most);
+        if (item == NULL)
             Py_CLEAR(result);
+        else
+            PyList_SET_ITEM(result, k, item);
     }
 done:
-    free_cols(cols, ncols);
-    PyMem_Free(selected);
+    if (cols != NULL)
+        free_cols(cols, ncols);
+    PyMem_Free(w);
     Py_DECREF(seq);
     return result;
 }

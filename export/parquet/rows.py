@@ -124,17 +124,14 @@ class RowBuilder:
         until export.enrich fills them) and the answers, made here from the responses' bytes (which the pass
         gives as the r_raw column). late: None, every transaction's row; True, only the late ones (is_late); False,
         only the others. build() is its reference."""
-        names = _C_NAMES + (["r_raw"] if self._answers else [])
-        made = dict(zip(names, _parquetrec.parquet_columns(txs, names, late)))
-        n = _rows_made(made["id"])
-        arrays = []
-        for field in SCHEMA:
-            if field.name in made:
-                arrays.append(_wrap(field.type, n, made[field.name]))
-            elif field.name == "answers" and self._answers:
-                arrays.append(self._answers_column(_wrap(pa.binary(), n, made["r_raw"])))
+        made = _parquetrec.parquet_columns(txs, _C_NAMES_RAW if self._answers else _C_NAMES, late)
+        n = _rows_made(made[0])  # (the id column: the first, int32)
+        arrays = [_wrap(typ, n, result) for typ, result in zip(_C_TYPES, made)]
+        for k, typ in _OTHER_COLUMNS:  # (in schema order: each goes where it belongs)
+            if k == _ANSWERS_AT and self._answers:
+                arrays.insert(k, self._answers_column(_wrap(pa.binary(), n, made[-1])))
             else:
-                arrays.append(pa.nulls(n, field.type))
+                arrays.insert(k, pa.nulls(n, typ))
         return pa.Table.from_arrays(arrays, schema=SCHEMA)
 
     def build(self, txs, late=None):
@@ -261,9 +258,14 @@ def _dns_probe_columns(f, n):
     ]
 
 
-# The columns the C pass writes: all but the enrichment ones and the answers.
-_C_NAMES = [name for name in SCHEMA.names if name not in ("public_resolver", "registered_domain", "public_suffix",
-                                                          "answers")]
+# The columns the C pass writes: all but the enrichment ones and the answers, in schema order (their types), then
+# r_raw when the answers are made; the others by position in the schema.
+_NOT_MADE = ("public_resolver", "registered_domain", "public_suffix", "answers")
+_C_NAMES = [name for name in SCHEMA.names if name not in _NOT_MADE]
+_C_NAMES_RAW = _C_NAMES + ["r_raw"]
+_C_TYPES = [SCHEMA.field(name).type for name in _C_NAMES]
+_OTHER_COLUMNS = [(k, field.type) for k, field in enumerate(SCHEMA) if field.name in _NOT_MADE]
+_ANSWERS_AT = SCHEMA.get_field_index("answers")
 
 
 def columns_from_records(txs, names):
@@ -277,7 +279,10 @@ def _wrap(typ, n, result):
     """An Arrow array of type typ over the buffers of a C column pass: (nulls, validity or None, buffers...)."""
     nulls, validity, *buffers = result
     bufs = [None if validity is None else pa.py_buffer(validity)] + [pa.py_buffer(b) for b in buffers]
-    if pa.types.is_list(typ):
+    if typ.id == _LIST_ID:
         values = pa.Array.from_buffers(typ.value_type, len(buffers[1]) // 4, [None, bufs[2]])
         return pa.Array.from_buffers(typ, n, bufs[:2], nulls, children=[values])
     return pa.Array.from_buffers(typ, n, bufs, nulls)
+
+
+_LIST_ID = pa.list_(pa.int32()).id

@@ -95,6 +95,18 @@ def test_every_ipv6_zero_pattern_formats_as_inet_ntop():
     assert_addresses_format_as_inet_ntop(packed)
 
 
+def test_repeated_and_alternating_addresses_format_as_inet_ntop():
+    """The C pass remembers the text of the addresses it has written (a few servers alternate from row to row): an
+    address again, addresses that alternate, IPv4 and IPv6 addresses whose first bytes are the same, and addresses
+    that share a memo entry, over more rows than a chunk (256) holds, each with its own text."""
+    rng = random.Random(7)
+    v4 = [bytes((192, 0, 2, b)) for b in range(40)]
+    v6 = [a + bytes(12) for a in v4[:8]] + [bytes(12) + a for a in v4[:8]] + [rng.randbytes(16) for _ in range(24)]
+    packed = [rng.choice(v4 if rng.random() < 0.6 else v6) for _ in range(1500)]
+    packed += [v4[0], v4[0], v6[0], v6[0], v4[0], v6[8], v4[0]]
+    assert_addresses_format_as_inet_ntop(packed)
+
+
 def test_nulls_nested_paths_and_every_kind():
     rows = [
         (1, (2, "x", b"\x00\xff", (7, 8)), True, 1.5, 2**40),
