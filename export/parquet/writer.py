@@ -56,6 +56,14 @@ SORT_KEYS = {"domainname": [("domainname", "ascending"), ("qname", "ascending")]
 # than its rows and a time range reads only the row groups holding its rows; together, a row group holding a late
 # row reaches match.query_timeout back and a range reads it for nothing.
 ON_TIME, LATE = 0, 1
+# Rows of a data page at most (export.row_group_size's default 100,000: two pages a column chunk). Each page a codec
+# compresses costs pyarrow's zstd a fixed ~18 µs here whatever its size (a context made per page, its CPU feature
+# check a trap on a virtual machine; apache/arrow#48187); Arrow's default of 20,000 rows (five pages, and the
+# dictionary's) made that about a tenth of the writer's CPU. 50,000 keeps two pages per row group for the page index
+# (docs/performance.md). pyarrow without the setting (before 23) keeps its own default.
+PAGE_ROWS = 50_000
+PAGE_ROWS_OPTION = ({"max_rows_per_page": PAGE_ROWS}
+                    if "max_rows_per_page" in pq.ParquetWriter.__init__.__code__.co_varnames else {})
 
 
 def server_name(export_cfg):
@@ -71,9 +79,10 @@ def _first_time_ns(table):
 def open_parquet(path, export_cfg, memory_pool=None, key_values=None):
     """(ParquetWriter, its file) of an output file: export.compression and its level (none for the columns of
     UNCOMPRESSED), dictionaries but for the columns whose values rarely repeat (the times delta-encoded), statistics
-    and the page index but for the unsorted names and client addresses, and the sorting columns of export.sort;
-    memory_pool: the writer's Arrow pool (default: pyarrow's); key_values: the file's key-value metadata
-    (export.filemeta.parquet_key_values; every exporter's file has it, None only for copies made by benchmarks)."""
+    and the page index but for the unsorted names and client addresses, data pages of up to PAGE_ROWS rows, and the
+    sorting columns of export.sort; memory_pool: the writer's Arrow pool (default: pyarrow's); key_values: the file's
+    key-value metadata (export.filemeta.parquet_key_values; every exporter's file has it, None only for copies made
+    by benchmarks)."""
     sort_keys = SORT_KEYS.get(export_cfg.sort)
     sorted_by = {name for name, _ in sort_keys or ()}
     sink = pa.OSFile(str(path), "wb")
@@ -88,6 +97,7 @@ def open_parquet(path, export_cfg, memory_pool=None, key_values=None):
             write_page_index=True,  # column and offset indexes: engines skip pages by time, server, type, ...
             sorting_columns=pq.SortingColumn.from_ordering(SCHEMA, sort_keys) if sort_keys else None,
             memory_pool=memory_pool,
+            **PAGE_ROWS_OPTION,
         )
     except BaseException:
         sink.close()

@@ -4,6 +4,7 @@ as the flat layout, read back by DuckDB with hive partitioning; statistics besid
 
 import datetime
 import json
+import struct
 from collections import Counter
 from pathlib import Path
 
@@ -15,8 +16,11 @@ from scapy.layers.l2 import Ether
 from scapy.utils import wrpcap
 from support.data import ROOT
 from support.dnsprobe import read_output, run_dnsprobe
+from support.frames import udp_frame
+from support.messages import q_dns
 
 from export.parquet.schema import UNCOMPRESSED
+from export.parquet.writer import PAGE_ROWS, PAGE_ROWS_OPTION
 
 MIDNIGHT = datetime.datetime(2026, 12, 3, tzinfo=datetime.timezone.utc).timestamp()
 SAMPLE = ROOT / "samples" / "sample-mix.pcap.xz"
@@ -135,6 +139,31 @@ def test_statistics_page_index_and_encodings_of_an_unsorted_file(out_dir):
             codec = "UNCOMPRESSED" if name in UNCOMPRESSED else "ZSTD"
             assert column.compression == codec, (name, column.compression)
         assert {"time", "frag", "server_location", "edns_ede.list.element", "answers.list.element.data"} <= set(columns)
+
+
+def test_data_pages_of_page_rows(tmp_path):
+    """A row group of PAGE_ROWS + 1 rows: two data pages in every column, as DuckDB reads the page index (Arrow's
+    own default cuts pages at 20,000 rows)."""
+    duckdb = pytest.importorskip("duckdb", reason="pip install duckdb (in the test extras)")
+    if not PAGE_ROWS_OPTION:
+        pytest.skip("pyarrow before 23 has no max_rows_per_page: its pages end at 1 MiB only")
+    rows = PAGE_ROWS + 1
+    # The same query every 10 s: each one unanswered, timed out before the next (a pcap written here: scapy's writer
+    # takes seconds for this many frames).
+    frame = udp_frame(q_dns(1, "a.example.com"))
+    record = struct.pack("<I", len(frame)) * 2 + frame
+    pcap = tmp_path / "queries.pcap"
+    pcap.write_bytes(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 65535, 1)
+                     + b"".join(struct.pack("<II", int(MIDNIGHT) + 10 * i, 0) + record for i in range(rows)))
+    out = tmp_path / "out"
+    out.mkdir()
+    run_dnsprobe("read", pcap, "-o", out, "-q", "--rotate-seconds", "0", "--row-group-size", str(rows))
+    (f,) = files_of(out)
+    assert pq.ParquetFile(f).metadata.num_rows == rows
+    pages = duckdb.connect().execute(f"SELECT path_in_schema, list(num_rows ORDER BY page_id) FROM"
+                                     f" parquet_page_index('{f}') GROUP BY ALL").fetchall()
+    assert {"time", "qname", "rcode", "transport"} <= {name for name, _ in pages}
+    assert all(counts == [PAGE_ROWS, 1] for _, counts in pages), pages
 
 
 def test_a_codec_level_reaches_every_compressed_column_and_no_other(tmp_path):
