@@ -43,7 +43,8 @@ def build_parser(names=COMMANDS):
     """The parser of `dnsprobe` with the commands named; its `commands`: their parsers, by name."""
     parser = Parser(prog="dnsprobe", description=DESCRIPTION, epilog=EPILOG)
     parser.add_argument("--version", action="version", version=f"dnsprobe {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
+    # (prog given: argparse would format the usage of `dnsprobe` to find it, asking for the terminal's width)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser, prog=parser.prog)
     for name in names:
         command_module(name).add_parser(sub)
     parser.commands = sub.choices
