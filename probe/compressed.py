@@ -3,8 +3,7 @@
 Shared by the capture-file source (pcap, pcapng) and the C-DNS reader.
 """
 
-import gzip
-import lzma
+import sys
 from pathlib import Path
 
 from probe.errors import CaptureFileError
@@ -38,9 +37,14 @@ def open_stream(path, raw=None):
     # A decompressor reads its input in blocks of 32-128 KiB and, from a pipe, would wait for a whole block: what
     # has arrived would not be decompressed until more comes. From a pipe it gets what has arrived instead.
     source = raw if raw.seekable() else _WhatArrived(raw)
+    # (each decompressor's module imported here: a plain file's read does without them)
     if kind == "gzip":
+        import gzip
+
         return gzip.GzipFile(fileobj=source), raw
     if kind == "xz":
+        import lzma
+
         return lzma.LZMAFile(source), raw
     import zstandard
 
@@ -66,7 +70,8 @@ class _WhatArrived:
 
 def read_error(path, exc):
     """The CaptureFileError of an exception that reading the decompressed stream of path raised."""
-    if isinstance(exc, (OSError, EOFError, lzma.LZMAError)):
+    lzma = sys.modules.get("lzma")  # (imported by an xz input only)
+    if isinstance(exc, (OSError, EOFError)) or (lzma is not None and isinstance(exc, lzma.LZMAError)):
         return CaptureFileError(path, f"decompression failed: {exc}")
     return CaptureFileError(path, f"read failed: {exc}")  # (zstandard raises its own ZstdError type)
 

@@ -3,7 +3,6 @@ Streams (dnstap_file), each plain or compressed with gzip, xz or zstd (probe.com
 
 import os
 
-from probe.capture.dnstap_file import DnstapFileSource
 from probe.capture.pcapfile import MAGICS as PCAP_MAGICS
 from probe.capture.pcapfile import PcapFileSource
 from probe.compressed import open_stream
@@ -39,6 +38,8 @@ def open_file_source(path, batch_size=4096, on_progress=None, raw=None, share=No
     try:
         head = _head(stream, path)
         if is_dnstap(head):
+            from probe.capture.dnstap_file import DnstapFileSource  # (a pcap's read does without Frame Streams)
+
             return DnstapFileSource(path, stream, raw, head, batch_size, on_progress)
         if head[:4] in PCAP_MAGICS:
             return PcapFileSource(path, batch_size, on_progress, opened=(stream, raw, head), share=share)

@@ -9,12 +9,31 @@ from probe.decode.ipfilter import check_network
 from probe.errors import ConfigError
 
 
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Descriptions and examples as written, at the terminal's width, which is asked for when help or usage is
+    formatted: argparse makes a formatter for every argument a parser is given (to check its metavar), and the
+    width (shutil, which imports zlib, bz2 and lzma) would be every command line's start-up time."""
+
+    def __init__(self, prog, indent_increment=2, max_help_position=24, width=None):
+        super().__init__(prog, indent_increment, max_help_position, width=80 if width is None else width)
+        self._help_position_asked = max_help_position if width is None else None
+
+    def format_help(self):
+        if self._help_position_asked is not None:
+            import shutil
+
+            self._width = shutil.get_terminal_size().columns - 2  # (argparse's own width and help position)
+            self._max_help_position = min(self._help_position_asked, max(self._width - 20, self._indent_increment * 2))
+            self._help_position_asked = None
+        return super().format_help()
+
+
 class Parser(argparse.ArgumentParser):
     """Usage errors exit with status 2 and one line naming the command's --help (not argparse's usage block, which
     is 25 lines for `read`); descriptions and examples are printed as written."""
 
     def __init__(self, *args, **kwargs):
-        kwargs.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
+        kwargs.setdefault("formatter_class", HelpFormatter)
         super().__init__(*args, **kwargs)
 
     def error(self, message):

@@ -2,17 +2,13 @@
 status 2 with one line naming it, and `dnsprobe config` makes the same (check_config; capture_sources: what only a
 capture needs); and the privilege drop of a worker once its sockets are open."""
 
-import ctypes
 import os
-import socket
 from pathlib import Path
 
 from export.anonymise import client_privacy
 from export.base import check_output_dir
-from probe.capture.afpacket import NET_RAW_HINT, InterfaceUnavailable, interface_link_type
 from probe.config import options
 from probe.errors import ConfigError
-from probe.run.links import interface_state
 
 PR_SET_KEEPCAPS = 8
 CAP_NET_RAW = 13
@@ -78,6 +74,10 @@ def capture_sources(cfg):
     """What a capture checks of what it captures from, besides check_config: something to capture, dnstap not with
     DPDK, every interface there unless capture.wait_for_interface (the message names the interfaces there are, as
     tcpdump does). Returns why for each interface that will be waited for (absent, or down)."""
+    # (here, as the other checks of a capture only: `read` does without the packet sockets' modules)
+    from probe.capture.afpacket import InterfaceUnavailable, interface_link_type
+    from probe.run.links import interface_state
+
     dnstap = cfg.dnstap.socket or cfg.dnstap.listen
     if cfg.dpdk.enabled:
         if dnstap:
@@ -120,6 +120,10 @@ def parse_coremask(text, key="capture.coremask"):
 
 
 def check_capture_permission():
+    import socket
+
+    from probe.capture.afpacket import NET_RAW_HINT
+
     try:
         socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0).close()
     except PermissionError:
@@ -138,6 +142,8 @@ def lookup_user(name):
 def drop_privileges(name, out_dir):
     """Switch to the user, keeping CAP_NET_RAW alone (so that a worker can open a capture socket again when an
     interface comes back: probe.run.links)."""
+    import ctypes
+
     pw = lookup_user(name)
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(PR_SET_KEEPCAPS, 1, 0, 0, 0)
@@ -152,6 +158,7 @@ def drop_privileges(name, out_dir):
 
 def keep_only_net_raw(libc):
     """capset(2): CAP_NET_RAW permitted and effective, nothing else (nothing when it is not permitted)."""
+    import ctypes
 
     class Header(ctypes.Structure):
         _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]

@@ -21,24 +21,21 @@ workers read them.
 """
 
 import os
-import resource
 import signal
 import socket
 import struct
 import time
-import zlib
 from pathlib import Path
 
 from export import preload
 from export.base import check_output_dir, stats_json_path
-from probe.capture.dnstap_file import DnstapFileSource
 from probe.capture.files import input_kind, open_file_source
+from probe.capture.pcapfile import PcapFileSource
 from probe.capture.pcapfilter import FrameFilter
 from probe.compressed import compression, open_stream
 from probe.errors import CaptureFileError, ConfigError, DnsprobeError
 from probe.run import tee
 from probe.run.checks import read_workers
-from probe.run.forked import Forked
 from probe.run.onclose import OnCloseCommands
 from probe.run.pipeline import Pipeline
 from probe.stats import COUNTER_NAMES, Stats
@@ -122,7 +119,7 @@ def _feed_files(pipeline, cfg, files, progress=None, share=None, piped=None, sto
             source = None
             try:
                 source = open_file_source(f, cfg.run.batch_size, on_progress, raw, share)
-                if share is not None and type(source) is DnstapFileSource:
+                if share is not None and type(source) is not PcapFileSource:  # dnstap
                     if dnstap_worker(source.name, share[1]) != share[0]:
                         source.close()
                         source = None
@@ -159,6 +156,8 @@ def _filtered(frame_filter, batch, path):
 def dnstap_worker(name, n):
     """The read worker, of n, that reads the dnstap file `name` (its producer: its messages match among
     themselves only, probe.model NET_FIELDS scope)."""
+    import zlib
+
     return zlib.crc32(name.encode("utf-8", "surrogateescape")) % n
 
 
@@ -185,6 +184,8 @@ def _opens_itself(path):
 def _start_workers(cfg, files, out_dir, workers, cores, copied, progress):
     """The read worker processes: (their Forked, the sockets of their inputs' pipes). A worker does not keep what
     the parent holds of the workers forked before it."""
+    from probe.run.forked import Forked  # (and pickle: a parallel read's, imported before its forks)
+
     procs, commands = [], []
     for k in range(workers):
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -392,6 +393,8 @@ def _worker(cfg, files, out_dir, k, n, core, commands, copied, progress):
         commands.close()
         stats = pipeline.finish()
         mark(f"read worker {k} finished")
+        import resource
+
         usage = resource.getrusage(resource.RUSAGE_SELF)
         return {
             "counters": stats.as_dict(),

@@ -50,10 +50,15 @@ def test_bench_keeps_numpy_importable(tmp_path):
 
 
 # Modules a plain one-worker `read` to Parquet does without, imported by the options that need them:
-# pyarrow.compute (client privacy, the hive layout), multiprocessing (--workers), logging (a missing C extension's
-# warning), difflib (a suggestion in an error), subprocess, tempfile and shutil (export.on_close commands; ctypes.util,
-# which imports them, for --filter). Each is start-up time a short read pays for nothing.
-NOT_AT_START = ("pyarrow.compute", "multiprocessing", "logging", "difflib", "subprocess", "tempfile", "ctypes.util")
+# pyarrow.compute (client privacy, the hive layout), multiprocessing (live capture's supervisor), logging (a missing
+# C extension's warning), difflib (a suggestion in an error), subprocess and tempfile (export.on_close commands;
+# ctypes.util, which imports them, for --filter); the other commands' modules and live capture's (a command line that
+# starts with its command builds that command's parser only); Frame Streams (a dnstap input), gzip (a gzip input),
+# the forks (--workers); shutil (with zlib, bz2, lzma: the terminal's width, asked for when help is printed). Each is
+# start-up time a short read pays for nothing.
+NOT_AT_START = ("pyarrow.compute", "multiprocessing", "logging", "difflib", "subprocess", "tempfile", "ctypes.util",
+                "probe.cli.capture", "probe.cli.inspect", "probe.cli.report", "probe.cli.top", "probe.capture.afpacket",
+                "probe.run.links", "probe.capture.dnstap_file", "gzip", "probe.run.forked", "shutil")
 
 
 def test_a_plain_read_starts_without_the_modules_of_options_it_does_not_use(tmp_path):

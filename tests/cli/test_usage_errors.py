@@ -2,6 +2,7 @@
 not argparse's usage block; a mistyped command, option or column gets the closest there is; an option of another
 command names that command."""
 
+import os
 import subprocess
 import sys
 
@@ -88,3 +89,21 @@ def test_a_mistyped_column_gets_the_closest_and_the_list(outputs):
     line = usage_error("inspect", cdns, "--columns", "qname,udp_sum")
     assert "no column 'udp_sum' (a Parquet column, not recorded in C-DNS); the columns there are: " in line
     assert "udp_sum," not in line.partition("the columns there are")[2]
+
+
+@pytest.mark.parametrize("command", [["read"], ["capture"]])
+def test_help_is_as_wide_as_the_terminal(command):
+    # The width is asked for when help is printed (probe.cli.flags.HelpFormatter), not when the parser is made:
+    # COLUMNS, which the terminal's size follows, still decides where the lines wrap.
+    def helps(columns):
+        env = os.environ | {"COLUMNS": str(columns)}
+        proc = subprocess.run([sys.executable, "-m", "probe", *command, "--help"], cwd=ROOT, capture_output=True,
+                              text=True, timeout=60, env=env, check=True)
+        return proc.stdout.splitlines()
+
+    def options(lines):  # the options' lines, wrapped by argparse (descriptions and examples are printed as written)
+        start = lines.index("options:") + 1
+        return lines[start : lines.index("", start) if "" in lines[start:] else len(lines)]
+
+    narrow, wide = options(helps(60)), options(helps(200))
+    assert max(len(line) for line in narrow) <= 60 < max(len(line) for line in wide)
