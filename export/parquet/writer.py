@@ -60,10 +60,8 @@ ON_TIME, LATE = 0, 1
 # compresses costs pyarrow's zstd a fixed ~18 µs here whatever its size (a context made per page, its CPU feature
 # check a trap on a virtual machine; apache/arrow#48187); Arrow's default of 20,000 rows (five pages, and the
 # dictionary's) made that about a tenth of the writer's CPU. 50,000 keeps two pages per row group for the page index
-# (docs/performance.md). pyarrow without the setting (before 23) keeps its own default.
+# (docs/performance.md).
 PAGE_ROWS = 50_000
-PAGE_ROWS_OPTION = ({"max_rows_per_page": PAGE_ROWS}
-                    if "max_rows_per_page" in pq.ParquetWriter.__init__.__code__.co_varnames else {})
 
 
 def server_name(export_cfg):
@@ -97,7 +95,7 @@ def open_parquet(path, export_cfg, memory_pool=None, key_values=None):
             write_page_index=True,  # column and offset indexes: engines skip pages by time, server, type, ...
             sorting_columns=pq.SortingColumn.from_ordering(SCHEMA, sort_keys) if sort_keys else None,
             memory_pool=memory_pool,
-            **PAGE_ROWS_OPTION,
+            max_rows_per_page=PAGE_ROWS,
         )
     except BaseException:
         sink.close()

@@ -20,7 +20,7 @@ from support.frames import udp_frame
 from support.messages import q_dns
 
 from export.parquet.schema import UNCOMPRESSED
-from export.parquet.writer import PAGE_ROWS, PAGE_ROWS_OPTION
+from export.parquet.writer import PAGE_ROWS
 
 MIDNIGHT = datetime.datetime(2026, 12, 3, tzinfo=datetime.timezone.utc).timestamp()
 SAMPLE = ROOT / "samples" / "sample-mix.pcap.xz"
@@ -145,8 +145,6 @@ def test_data_pages_of_page_rows(tmp_path):
     """A row group of PAGE_ROWS + 1 rows: two data pages in every column, as DuckDB reads the page index (Arrow's
     own default cuts pages at 20,000 rows)."""
     duckdb = pytest.importorskip("duckdb", reason="pip install duckdb (in the test extras)")
-    if not PAGE_ROWS_OPTION:
-        pytest.skip("pyarrow before 23 has no max_rows_per_page: its pages end at 1 MiB only")
     rows = PAGE_ROWS + 1
     # The same query every 10 s: each one unanswered, timed out before the next (a pcap written here: scapy's writer
     # takes seconds for this many frames).
