@@ -188,6 +188,24 @@ static int records_import(void)
     records = ext_import_capsule("probe._records", RECORDS_CAPSULE);
     return records == NULL ? -1 : 0;
 }
+
+/* records->reserve and records->push with their usual case inline (the room is there): a call through the capsule
+ * for each record cost more than the test. */
+static inline int recbuf_room(RecBuf *b, size_t bytes)
+{
+    if (bytes <= UINT32_MAX && b->len + bytes <= b->cap)
+        return 0;
+    return records->reserve(b, bytes);
+}
+
+static inline int recbuf_add(RecBuf *b, size_t start)
+{
+    if ((size_t)b->n < b->n_cap) {
+        b->at[b->n++] = start;
+        return 0;
+    }
+    return records->push(b, start);
+}
 #endif
 
 #endif

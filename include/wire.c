@@ -239,12 +239,9 @@ int name_labels(const unsigned char *p, Py_ssize_t n, Py_ssize_t *poff, NameLabe
 static inline void join_label(char *joined, Py_ssize_t *jlen, long *count, const unsigned char *label)
 {
     size_t len = label[0];
-    /* The length hidden from the compiler: bounded (255), a memcpy of it was inlined as a `rep movsq`, whose
-     * start-up cost per label was a quarter of the DNS walk's own time; the C library's copies it faster. */
-    __asm__("" : "+r"(len));
     if ((*count)++)
         joined[(*jlen)++] = '.';
-    memcpy(joined + *jlen, label + 1, len);
+    copy_short(joined + *jlen, label + 1, len);
     *jlen += (Py_ssize_t)len;
 }
 
@@ -361,14 +358,22 @@ static int walk_body(const unsigned char *p, Py_ssize_t n, Walk *w)
     int r;
     if (w->qd) {
         unsigned c;
-        if (step_labels(p, n, &off, &c) != OK)
-            return MAL;
+        long labels = 0;
+        /* step_labels, counting the labels */
+        for (;; labels++) {
+            if (off >= n)
+                return MAL;
+            c = p[off];
+            if (c == 0 || c >= 64)
+                break;
+            off += c + 1;
+        }
         if (c == 0 && off - 12 < MAX_NAME) {
-            /* the usual first question: uncompressed, ending with its root label */
+            /* the usual first question: uncompressed, ending with its root label (its text is not joined here:
+             * the record's writer makes it from the wire, in place) */
             w->qwire = off + 1 - 12;
-            w->labels = 0;
-            for (Py_ssize_t k = 12; p[k]; k += p[k] + 1)
-                join_label(w->joined, &w->jlen, &w->labels, p + k);
+            w->labels = labels;
+            w->jlen = w->qwire > 1 ? w->qwire - 2 : 0;
             off += 1;
         } else {
             off = 12;
@@ -419,11 +424,29 @@ void walk_message(const unsigned char *p, Py_ssize_t n, Walk *w)
     w->malformed = walk_body(p, n, w) != OK;
 }
 
+/* The decimal digits of v (below 100000: an option code, an algorithm number) at out; their count. (sprintf's
+ * format parsing cost more than the rest of an OPT RR's texts.) */
+static inline Py_ssize_t decimal(char *out, unsigned v)
+{
+    char digits[5];
+    int k = 0;
+    do {
+        digits[k++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v && k < 5);
+    for (int i = 0; i < k; i++)
+        out[i] = digits[k - 1 - i];
+    return k;
+}
+
 Py_ssize_t algorithms_text(const unsigned char *v, size_t n, char *out)
 {
     Py_ssize_t len = 0;
-    for (size_t i = 0; i < n; i++)
-        len += sprintf(out + len, i ? ",%u" : "%u", v[i]);
+    for (size_t i = 0; i < n; i++) {
+        if (i)
+            out[len++] = ',';
+        len += decimal(out + len, v[i]);
+    }
     return len;
 }
 
@@ -432,8 +455,11 @@ Py_ssize_t other_codes_text(const unsigned char *p, const Walk *w, char *out)
     Py_ssize_t len = 0;
     for (Py_ssize_t pos = w->opt_start; pos < w->opt_end; pos += 4 + rd16(p + pos + 2)) {
         unsigned code = rd16(p + pos);
-        if (rd16(p + pos + 2) && code != OPT_NSID && code != OPT_DAU && code != OPT_DHU && code != OPT_N3U)
-            len += sprintf(out + len, len ? ",%u" : "%u", code);
+        if (rd16(p + pos + 2) && code != OPT_NSID && code != OPT_DAU && code != OPT_DHU && code != OPT_N3U) {
+            if (len)
+                out[len++] = ',';
+            len += decimal(out + len, code);
+        }
     }
     return len;
 }

@@ -48,6 +48,39 @@ static inline uint32_t rd32(const unsigned char *p)
     return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
 }
 
+/* n (at most a few hundred) bytes copied from s to d in 16-, 8-, 4-byte moves, the last of them overlapping the one
+ * before: the copies of a name's bytes are short, and a `rep movsb` (an inlined memcpy of a variable length), a
+ * call of the C library's memcpy and a loop of byte moves each cost more than the copy itself. */
+static inline void copy_short(char *d, const unsigned char *s, size_t n)
+{
+    if (n >= 16) {
+        for (size_t i = 0; i + 16 < n; i += 16)
+            memcpy(d + i, s + i, 16);
+        memcpy(d + n - 16, s + n - 16, 16);
+    } else if (n >= 8) {
+        memcpy(d, s, 8);
+        memcpy(d + n - 8, s + n - 8, 8);
+    } else if (n >= 4) {
+        memcpy(d, s, 4);
+        memcpy(d + n - 4, s + n - 4, 4);
+    } else {
+        for (size_t i = 0; i < n; i++)
+            d[i] = (char)s[i];
+    }
+}
+
+/* b".".join(labels) of an uncompressed name (qwire bytes at name, ending with its root label: Walk.qwire) into out
+ * (room for MAX_NAME bytes): its bytes after the first length byte, the other length bytes made dots. Its length. */
+static inline Py_ssize_t qname_from_wire(const unsigned char *name, Py_ssize_t qwire, char *out)
+{
+    if (qwire < 2)
+        return 0; /* the root */
+    copy_short(out, name + 1, (size_t)qwire - 2);
+    for (Py_ssize_t k = name[0] + 1; name[k]; k += name[k] + 1)
+        out[k - 1] = '.';
+    return qwire - 2;
+}
+
 /* Step over the ordinary labels (length 1 to 63) from *poff: *poff is left at the first other byte,
  * *c is that byte. MAL when the labels run past the end. */
 static inline int step_labels(const unsigned char *p, Py_ssize_t n, Py_ssize_t *poff, unsigned *c)
@@ -117,11 +150,12 @@ typedef struct {
  * Python walker would have assigned it before it stopped (-1 / 0: None). */
 typedef struct {
     long id, flags, qd, an, ns, ar; /* the header; -1: shorter than a header */
-    int has_qname;                  /* the first question's name was read: joined, jlen, labels */
-    Py_ssize_t qwire;               /* > 0: it is uncompressed, p[12..12 + qwire) with its root label */
+    int has_qname;                  /* the first question's name was read: jlen, labels, and the text */
+    Py_ssize_t qwire;               /* > 0: it is uncompressed, p[12..12 + qwire) with its root label (its text:
+                                       qname_from_wire; not joined by the walk) */
     long labels;
-    Py_ssize_t jlen;
-    char joined[2 * MAX_NAME + 2];
+    Py_ssize_t jlen;                /* the length of b".".join(labels) */
+    char joined[2 * MAX_NAME + 2];  /* qwire 0: b".".join(labels) */
     long qtype, qclass, last_an;    /* -1: None */
     int has_opt;                    /* the first OPT RR of the additional section, decoded */
     unsigned opt_class;

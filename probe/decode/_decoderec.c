@@ -198,6 +198,48 @@ static Span tail_text(Tail *t, const unsigned char *p, size_t n)
     return s;
 }
 
+/* No byte of s[0..n) has its high bit set (words, the last one overlapping the one before, as copy_short). */
+static inline int ascii(const unsigned char *s, size_t n)
+{
+    uint64_t any = 0, w;
+    uint32_t h;
+    if (n >= 8) {
+        for (size_t i = 0; i + 8 < n; i += 8) {
+            memcpy(&w, s + i, 8);
+            any |= w;
+        }
+        memcpy(&w, s + n - 8, 8);
+        any |= w;
+    } else if (n >= 4) {
+        memcpy(&h, s, 4);
+        any = h;
+        memcpy(&h, s + n - 4, 4);
+        any |= h;
+    } else {
+        for (size_t i = 0; i < n; i++)
+            any |= s[i];
+    }
+    return !(any & 0x8080808080808080ULL);
+}
+
+/* The QNAME text of an uncompressed first question (Walk.qwire bytes at name) made in the tail: the name joined
+ * in place (qname_from_wire), and, when it is not all ASCII (seldom), escaped behind itself and moved back (room:
+ * 5 bytes per byte). One pass over the name instead of a join and then a copy. (ASCII is judged on the wire,
+ * whose length bytes are below 64: words read back from the bytes just written stall the stores.) */
+static Span tail_qname(Tail *t, const unsigned char *name, Py_ssize_t qwire)
+{
+    char *out = t->base + t->off;
+    size_t n = (size_t)qname_from_wire(name, qwire, out);
+    if (!ascii(name + 1, n)) {
+        size_t escaped = records->utf8_backslashreplace((const unsigned char *)out, n, out + n);
+        memmove(out, out + n, escaped);
+        n = escaped;
+    }
+    Span s = {(uint32_t)t->off, (uint32_t)n};
+    t->off += n;
+    return s;
+}
+
 /* dnswire.parse_opt over the options of the walk's OPT RR (OptScan: the walk checked them). */
 static int tail_opt(Tail *t, Rec *r, const unsigned char *p, const Walk *w)
 {
@@ -241,11 +283,18 @@ static void set_net(Rec *r, Tail *t, const MsgNet *net)
     r->ipv = (uint8_t)net->ipv;
     r->proto = (uint8_t)net->proto;
     r->transport = (uint8_t)net->transport;
-    int alen = net->ipv == 6 ? 16 : 4;
-    if (net->src)
-        memcpy(r->src, net->src, alen);
-    if (net->dst)
-        memcpy(r->dst, net->dst, alen);
+    /* (copies of a constant length: moves, no call) */
+    if (net->ipv == 6) {
+        if (net->src)
+            memcpy(r->src, net->src, 16);
+        if (net->dst)
+            memcpy(r->dst, net->dst, 16);
+    } else {
+        if (net->src)
+            memcpy(r->src, net->src, 4);
+        if (net->dst)
+            memcpy(r->dst, net->dst, 4);
+    }
     r->absent = (net->src ? 0 : ABSENT_SRC) | (net->dst ? 0 : ABSENT_DST);
     r->sport = net->sport;
     r->dport = net->dport;
@@ -282,13 +331,13 @@ static int put_record(MsgBatch *out, const MsgNet *net, const unsigned char *p, 
     Walk w;
     walk_message(p, n, &w);
     size_t opt_len = w.has_opt ? (size_t)(w.opt_end - w.opt_start) : 0;
-    /* Bound of the tail: the QNAME escaped (4 bytes per byte), the EDNS texts (each option's bytes at most 4
+    /* Bound of the tail: the QNAME escaped (4 bytes per byte, and the joined text before it: tail_qname), the EDNS texts (each option's bytes at most 4
      * times over, the codes of `other` 1.5 times, an ECS text 64), the OPT RDATA, the raw message and the dnstap
      * texts. */
-    size_t bound = align8(sizeof(Rec) + 4 * (size_t)w.jlen + 8 * opt_len + 128 + (keep_raw ? (size_t)n : 0)
+    size_t bound = align8(sizeof(Rec) + 5 * (size_t)w.jlen + 8 * opt_len + 128 + (keep_raw ? (size_t)n : 0)
                           + (net->identity ? net->identity_len : 0) + (net->family ? net->scope_name_len : 0));
     RecBuf *rb = &out->recs;
-    if (records->reserve(rb, bound) < 0)
+    if (recbuf_room(rb, bound) < 0)
         return -1;
     size_t start = rb->len;
     Rec *r = (Rec *)(rb->buf + start);
@@ -309,7 +358,8 @@ static int put_record(MsgBatch *out, const MsgNet *net, const unsigned char *p, 
     r->qname.len = r->raw.len = SPAN_NONE;
     r->labels = -1;
     if (w.has_qname) {
-        r->qname = tail_text(&t, (const unsigned char *)w.joined, (size_t)w.jlen);
+        r->qname = w.qwire ? tail_qname(&t, p + 12, w.qwire)
+                           : tail_text(&t, (const unsigned char *)w.joined, (size_t)w.jlen);
         r->labels = (int32_t)w.labels;
     }
     if (keep_raw)
@@ -324,10 +374,13 @@ static int put_record(MsgBatch *out, const MsgNet *net, const unsigned char *p, 
             return -1;
     }
     size_t size = align8(t.off);
-    memset((char *)r + t.off, 0, size - t.off);
+    /* the padding zeroed by one 8-byte store (the bound leaves room past the tail); a memset of its variable
+     * length was a call */
+    static const uint64_t zero8 = 0;
+    memcpy((char *)r + t.off, &zero8, 8);
     r->size = (uint32_t)size;
     rb->len += size;
-    if (records->push(rb, start) < 0)
+    if (recbuf_add(rb, start) < 0)
         return -1;
     *flags = (int32_t)w.flags;
     *malformed = w.malformed;
@@ -468,14 +521,10 @@ static int fast_frame(long long ts_ns, long long wirelen, const unsigned char *f
 
 /* A frame of f as its reader sees it: its bytes, with a tag the kernel took off put back (into *scratch,
  * grown as needed), and its wire length then 4 bytes more. NULL on no memory. */
-static const unsigned char *frame_at(const Frames *f, Py_ssize_t i, unsigned char **scratch, size_t *scratch_len,
-                                     Py_ssize_t *len, long long *wirelen)
+static const unsigned char *frame_tagged(const Frames *f, Py_ssize_t i, unsigned char **scratch,
+                                         size_t *scratch_len, Py_ssize_t *len, long long *wirelen)
 {
-    uint32_t n = f->caplen[i], tag = f->tag[i];
-    *len = n;
-    *wirelen = f->wirelen[i];
-    if (tag == 0 || n < 12)
-        return f->ptr[i];
+    uint32_t n = f->caplen[i];
     if (*scratch == NULL || *scratch_len < (size_t)n + 4) {
         unsigned char *p = PyMem_Realloc(*scratch, (size_t)n + 4);
         if (p == NULL) {
@@ -489,6 +538,18 @@ static const unsigned char *frame_at(const Frames *f, Py_ssize_t i, unsigned cha
     *len = (Py_ssize_t)n + 4;
     *wirelen += 4;
     return *scratch;
+}
+
+/* (the untagged frame, the usual one, inline: frame_tagged the other) */
+static inline const unsigned char *frame_at(const Frames *f, Py_ssize_t i, unsigned char **scratch,
+                                            size_t *scratch_len, Py_ssize_t *len, long long *wirelen)
+{
+    uint32_t n = f->caplen[i];
+    *len = n;
+    *wirelen = f->wirelen[i];
+    if (f->tag[i] == 0 || n < 12)
+        return f->ptr[i];
+    return frame_tagged(f, i, scratch, scratch_len, len, wirelen);
 }
 
 /* Frames read straight from where a device put them (DPDK's mbufs, spread over its pool) are not in the cache

@@ -71,10 +71,11 @@ static PyObject *decode_text(const char *s, Py_ssize_t n)
 /* ---------------------------------------------------------------------------------------------
  * Names */
 
-/* (text, label count) of the first question's name, as the walk joined it. */
-static PyObject *name_tuple(const Walk *w)
+/* (text, label count) of the first question's name, uncompressed: wire[0..wlen) (Walk.qwire). */
+static PyObject *name_tuple(const unsigned char *wire, Py_ssize_t wlen, const Walk *w)
 {
-    PyObject *v[2] = {decode_text(w->joined, w->jlen), shared16(w->labels)};
+    char joined[MAX_NAME];
+    PyObject *v[2] = {decode_text(joined, qname_from_wire(wire, wlen, joined)), shared16(w->labels)};
     return tuple_of(v, 2);
 }
 
@@ -120,7 +121,7 @@ static int cached_name(const unsigned char *w, Py_ssize_t wlen, const Walk *walk
             Py_CLEAR(cached);
     }
     if (cached == NULL) {
-        cached = name_tuple(walk);
+        cached = name_tuple(w, wlen, walk);
         if (cached == NULL)
             goto done;
         if (key != NULL && PyObject_SetItem(names, key, cached) < 0)

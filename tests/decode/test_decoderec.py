@@ -172,6 +172,68 @@ def test_client_subnet_ipv6_text_equals_python(tmp_path):
     assert len(set(texts)) > 250
 
 
+def test_question_names_and_option_codes_equal_python(tmp_path):
+    # The C decoder makes an uncompressed first question's text from the wire in place (the bytes copied in moves
+    # of 16, 8 and 4 bytes, the length bytes made dots, ASCII judged a word at a time) and writes option codes and
+    # algorithm numbers as decimals itself: every name length from the root to 255 wire bytes, a byte that is not
+    # ASCII at every place of some, compressed first names, and numbers of every count of digits.
+    import struct
+
+    from scapy.layers.inet import IP, UDP
+    from scapy.layers.l2 import Ether
+    from scapy.packet import Raw
+
+    rng = random.Random(11)
+
+    def wire_name(text_len, odd_at=None):
+        labels, left = [], text_len
+        while left > 0:
+            n = min(left, rng.randint(1, 63))
+            if left - n == 1:  # (no room left for a label and its dot)
+                n = n - 1 if n > 1 else 2
+            labels.append(bytearray(rng.choice(b"abcxyz-019") for _ in range(n)))
+            left -= n + 1
+        name = bytearray(b"".join(bytes((len(x),)) + x for x in labels) + b"\0")
+        if odd_at is not None and len(name) > 1:
+            k = 1 + odd_at % (len(name) - 1)
+            if name[k] and k not in {sum(len(x) + 1 for x in labels[:j]) for j in range(len(labels))}:
+                name[k] = rng.choice([0x80, 0xC3, 0xE2, 0xFF])
+        return bytes(name)
+
+    codes = [1, 9, 10, 99, 100, 999, 1000, 9999, 10000, 65535]
+    options = b"".join(struct.pack("!HH", c, 1) + b"x" for c in codes)
+    options += struct.pack("!HH", 5, 6) + bytes([0, 9, 10, 99, 100, 255])
+    opt = b"\0" + struct.pack("!HHIH", 41, 1232, 0, len(options)) + options
+    names = [wire_name(n) for n in range(0, 254)]
+    names += [wire_name(n, odd_at=k) for n in (1, 7, 8, 9, 15, 16, 17, 33, 200) for k in range(n + 1)]
+    names += [b"\xc0\x04", b"\x03abc\xc0\x02", b"\x03abc\xc0\x0c"]  # compressed (the last one malformed)
+    frames = []
+    for i, name in enumerate(names):
+        dns = struct.pack("!HHHHHH", i, 0x0100, 1, 0, 0, i % 2) + name + b"\0\x01\0\x01" + (opt if i % 2 else b"")
+        ip = IP(src="192.0.2.1", dst="192.0.2.53") / UDP(sport=1024 + i, dport=53) / Raw(dns)
+        frames.append(Ether(src="02:00:00:00:00:01", dst="02:00:00:00:00:35") / ip)
+    pcap = tmp_path / "names.pcap"
+    wrpcap(str(pcap), frames)
+    cfg = load_config(overrides={"decode.parser": "fast"})
+    wire = load_config(overrides={"decode.parser": "wire"})
+    c = PacketDecoder(cfg.decode, cfg.decode.dns_ports, Stats(), IpFilter(cfg.filter))
+    py = PacketDecoder(wire.decode, wire.decode.dns_ports, Stats(), IpFilter(wire.filter))
+    batch = _records.MsgBatch()
+    got, want = [], []
+    for frames in read_capture(pcap):
+        batch.clear()
+        c.decode_into(frames, batch, "names")
+        got += batch.to_tuples()
+        want += py.decode(frames, "names")
+    assert len(got) == len(want) == len(names)
+    for a, b in zip(got, want, strict=True):
+        assert typed(a) == typed(b)
+    assert {len(m[M.QNAME]) for m in got if m[M.QNAME] is not None} >= set(range(0, 254))
+    assert sum("\\x" in m[M.QNAME] for m in got if m[M.QNAME]) > 100
+    assert got[1][M.EDNS][EDNS_FIELDS.index("other")] == ",".join(map(str, codes))
+    assert got[1][M.EDNS][EDNS_FIELDS.index("dau")] == "0,9,10,99,100,255"
+
+
 def test_tuples_survive_records(captures):
     cfg = load_config(overrides={"decode.parser": "wire"})
     for path in captures:
