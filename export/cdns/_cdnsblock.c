@@ -9,12 +9,12 @@
  *
  * add_records(txs, start, stop, ip, names, classtype, sigs, items, earliest, qr_type[, cache])
  *     -> (stop, earliest, processed, unmatched_queries, unmatched_responses)
- *   Adds transactions start..stop-1 of a probe._records.TxBatch (message records) to the tables (dicts: value ->
- *   index in insertion order) and to items (an Items), exactly as Block.add_python does with the same
- *   transactions as tuples, without client privacy and without full sections. It stops at the first transaction
+ *   Adds transactions start..stop-1 of a probe._records.TxBatch (message records) to the tables (value -> index in
+ *   insertion order: ip and names Keys, see below; classtype and sigs dicts) and to items (an Items), exactly as
+ *   Block.add_python does with the same transactions as tuples, without client privacy and without full sections. It stops at the first transaction
  *   it does not take (a malformed message, a header the walk would trip on); that transaction is left untouched
  *   for the caller to add with the Python loop (stop returned == stop given when all were taken).
- *   cache: the block's Cache(like=the previous block's), which answers most name, class/type and signature lookups
+ *   cache: the block's Cache(like=the previous block's), which answers most class/type and signature lookups
  *   without making their key objects (see "Lookups by content" below); the tables come out the same with or
  *   without it.
  *
@@ -28,8 +28,8 @@
  *   The same for the signature table: cbor2.dumps([cdns._signature(sig, new_ip, new_name) ...]).
  *
  * encode_table(table, order) -> bytes or None
- *   The same for the address and name tables: cbor2.dumps([list(table)[i] for i in order]) (cbor2 paid a call per
- *   key, and the two lists were made for it alone).
+ *   The same for the address and name tables (Keys, or dicts of bytes): cbor2.dumps([list(table)[i] for i in
+ *   order]), a Keys' written from its buffer.
  *
  * renumbering(items, sigs, n_ip, n_names, rr) -> ((order, new) of the signatures, addresses, names)
  *   encode._renumbering's Python: the uses of each index counted, the tables ordered most used first.
@@ -201,8 +201,8 @@ typedef struct {
 
 typedef struct {
     PyObject_HEAD
-    Table names, classtype, sigs, ips;
-    Memo server, opt;
+    Table classtype, sigs;
+    Memo server, opt; /* in front of the block's Keys of addresses, of names */
     Py_ssize_t class_in[CT_DIRECT]; /* 1 + the class/type index of (type, 1), or 0 */
 } Cache;
 
@@ -285,8 +285,11 @@ static int table_place(Slot *slots, size_t mask, Slot s, unsigned long long *pro
     return 0;
 }
 
-/* Twice the capacity (256 slots at first), the keys placed again; 0, or -1 on no memory. */
-static int table_grow(Table *t)
+static int overflow_put(PyObject **overflow, const Table *t, Slot s);
+
+/* Twice the capacity (256 slots at first), the keys placed again; 0, or -1 on no memory. overflow: where a key the
+ * new capacity's homes crowd out goes (a Keys table's overflow dict; NULL: a Cache's, whose dict still has it). */
+static int table_grow(Table *t, PyObject **overflow)
 {
     size_t cap = t->slots != NULL ? 2 * (t->mask + 1) : t->first_cap ? t->first_cap : 256;
     Slot *slots = PyMem_Calloc(cap, sizeof(Slot));
@@ -295,8 +298,13 @@ static int table_grow(Table *t)
         return -1;
     }
     for (size_t i = 0; t->slots != NULL && i <= t->mask; i++) {
-        if (t->slots[i].hash != 0 && !table_place(slots, cap - 1, t->slots[i], &t->probes))
-            t->used--; /* (Rarely: the new capacity's homes crowd it out. The dict still has it.) */
+        if (t->slots[i].hash != 0 && !table_place(slots, cap - 1, t->slots[i], &t->probes)) {
+            t->used--; /* (Rarely.) */
+            if (overflow != NULL && overflow_put(overflow, t, t->slots[i]) < 0) {
+                PyMem_Free(slots);
+                return -1;
+            }
+        }
     }
     PyMem_Free(t->slots);
     t->slots = slots;
@@ -314,7 +322,7 @@ static int table_put(Table *t, uint64_t h, const void *p, Py_ssize_t n, Py_ssize
     size_t room = sizeof(uint32_t) + (size_t)n;
     if (index < 0 || index > INT32_MAX || t->keys_len + room > UINT32_MAX)
         return 0;
-    if ((t->slots == NULL || 2 * (t->used + 1) > t->mask + 1) && table_grow(t) < 0)
+    if ((t->slots == NULL || 2 * (t->used + 1) > t->mask + 1) && table_grow(t, NULL) < 0)
         return -1;
     if (t->keys_len + room > t->keys_cap) {
         unsigned char *keys = ext_grow(t->keys, &t->keys_cap, t->keys_len + room, 1,
@@ -326,7 +334,7 @@ static int table_put(Table *t, uint64_t h, const void *p, Py_ssize_t n, Py_ssize
     Slot s = {h, (uint32_t)t->keys_len, (int32_t)index};
     int placed = table_place(t->slots, t->mask, s, &t->probes);
     if (!placed && 8 * t->used >= t->mask + 1) {
-        if (table_grow(t) < 0)
+        if (table_grow(t, NULL) < 0)
             return -1;
         placed = table_place(t->slots, t->mask, s, &t->probes);
     }
@@ -347,26 +355,259 @@ static void table_clear(Table *t)
     *t = (Table){.probes = t->probes};
 }
 
+/* ---------------------------------------------------------------------------------------------
+ * Keys: a block's address or name table (key -> index, in insertion order), held in C.
+ *
+ * Why: they were dicts of bytes, and a third of the address and name lookups are of new keys: a bytes object, a
+ * SipHash, an insertion and the dict's resizes each (a fifth of add_records), for tables that are then only
+ * counted and written out. Keys holds every key in its own buffer (Table.keys, in index order; at[i]: where key i
+ * is), found through the slots; add_records makes no object, encode_table writes the table's CBOR from the buffer,
+ * and Python (Block.add_python, the reference encoder, the tests) reads it as the dict it replaces: len, iteration
+ * in index order, items(), `in`, get(key), index(key) (_Table.index), each key's bytes made when asked for.
+ * A key that finds no slot within MAX_PROBE of its home (keys made to collide, see above) goes to an overflow dict,
+ * whose hash is seeded per process; it is asked only when it is not empty, so a lookup costs at most MAX_PROBE
+ * slots and a dict lookup. */
+typedef struct {
+    PyObject_HEAD
+    Table t;            /* t.used: the keys in a slot */
+    uint32_t *at;       /* at[i]: where key i is in t.keys */
+    size_t n, at_cap, first_at;
+    PyObject *overflow; /* bytes -> index of the keys in no slot, or NULL */
+} Keys;
+
+static PyTypeObject KeysType;
+
+static PyObject *key_bytes(const Table *t, uint32_t at)
+{
+    uint32_t len;
+    memcpy(&len, t->keys + at, sizeof len);
+    return PyBytes_FromStringAndSize((const char *)t->keys + at + sizeof len, len);
+}
+
+static int overflow_put(PyObject **overflow, const Table *t, Slot s)
+{
+    if (*overflow == NULL && (*overflow = PyDict_New()) == NULL)
+        return -1;
+    PyObject *key = key_bytes(t, s.at), *v = index_int(s.index);
+    int rc = key == NULL || v == NULL ? -1 : PyDict_SetItem(*overflow, key, v);
+    Py_XDECREF(key);
+    Py_XDECREF(v);
+    return rc;
+}
+
+/* The index of key p[0..n) (hash h), -1 when k does not hold it, or -2 (an exception). */
+static Py_ssize_t keys_find(Keys *k, uint64_t h, const void *p, Py_ssize_t n)
+{
+    Py_ssize_t i = table_find(&k->t, h, p, n);
+    if (i >= 0 || k->overflow == NULL)
+        return i;
+    PyObject *key = PyBytes_FromStringAndSize((const char *)p, n);
+    if (key == NULL)
+        return -2;
+    PyObject *v = PyDict_GetItemWithError(k->overflow, key);
+    Py_DECREF(key);
+    if (v == NULL)
+        return PyErr_Occurred() ? -2 : -1;
+    return PyLong_AsSsize_t(v);
+}
+
+/* Key p[0..n) (hash h), which k does not hold, added as index k->n: the index, or -1 (an exception; k unchanged). */
+static Py_ssize_t keys_add(Keys *k, uint64_t h, const void *p, Py_ssize_t n)
+{
+    Table *t = &k->t;
+    size_t room = sizeof(uint32_t) + (size_t)n;
+    if (k->n >= INT32_MAX || t->keys_len + room > UINT32_MAX) {
+        PyErr_SetString(PyExc_OverflowError, "a C-DNS block's address or name table is full");
+        return -1;
+    }
+    if (k->n == k->at_cap) {
+        uint32_t *at = ext_grow(k->at, &k->at_cap, k->n + 1, sizeof *at, k->first_at ? k->first_at : 1024);
+        if (at == NULL)
+            return -1;
+        k->at = at;
+    }
+    if (t->keys_len + room > t->keys_cap) {
+        unsigned char *keys = ext_grow(t->keys, &t->keys_cap, t->keys_len + room, 1,
+                                       t->first_keys ? t->first_keys : 1 << 14);
+        if (keys == NULL)
+            return -1;
+        t->keys = keys;
+    }
+    if ((t->slots == NULL || 2 * (t->used + 1) > t->mask + 1) && table_grow(t, &k->overflow) < 0)
+        return -1;
+    Slot s = {h, (uint32_t)t->keys_len, (int32_t)k->n};
+    uint32_t len = (uint32_t)n;
+    memcpy(t->keys + t->keys_len, &len, sizeof len);
+    memcpy(t->keys + t->keys_len + sizeof len, p, n);
+    int placed = table_place(t->slots, t->mask, s, &t->probes);
+    if (!placed && 8 * t->used >= t->mask + 1) { /* a run of linear probing: grown once, as table_put does */
+        if (table_grow(t, &k->overflow) < 0)
+            return -1;
+        placed = table_place(t->slots, t->mask, s, &t->probes);
+    }
+    if (!placed && overflow_put(&k->overflow, t, s) < 0)
+        return -1;
+    t->used += placed;
+    t->keys_len += room;
+    k->at[k->n] = s.at;
+    return (Py_ssize_t)k->n++;
+}
+
+/* The index of key p[0..n), added when new; -1 (an exception). h: its hash_bytes, or 0 (not known yet). */
+static Py_ssize_t keys_index(Keys *k, const void *p, Py_ssize_t n, uint64_t h)
+{
+    if (h == 0)
+        h = hash_bytes(p, n);
+    Py_ssize_t i = keys_find(k, h, p, n);
+    if (i >= 0)
+        return i;
+    return i == -2 ? -1 : keys_add(k, h, p, n);
+}
+
+/* Key i's bytes and length. */
+static inline const unsigned char *keys_at(const Keys *k, size_t i, Py_ssize_t *len)
+{
+    uint32_t n;
+    memcpy(&n, k->t.keys + k->at[i], sizeof n);
+    *len = n;
+    return k->t.keys + k->at[i] + sizeof n;
+}
+
+/* Keys(like=None): like, the previous block's Keys, whose sizes this one's start at (see Cache). */
+static int keys_init(PyObject *self, PyObject *args, PyObject *kwds)
+{
+    PyObject *like = Py_None;
+    static char *kwlist[] = {"like", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|O:Keys", kwlist, &like))
+        return -1;
+    if (like == Py_None)
+        return 0;
+    if (!Py_IS_TYPE(like, &KeysType)) {
+        PyErr_SetString(PyExc_TypeError, "Keys(like): like must be a Keys or None");
+        return -1;
+    }
+    Keys *k = (Keys *)self;
+    const Keys *l = (const Keys *)like;
+    k->t.first_cap = l->t.slots != NULL ? l->t.mask + 1 : l->t.first_cap;
+    k->t.first_keys = l->t.keys_cap ? l->t.keys_cap : l->t.first_keys;
+    k->first_at = l->at_cap ? l->at_cap : l->first_at;
+    return 0;
+}
+
+static void keys_dealloc(PyObject *self)
+{
+    Keys *k = (Keys *)self;
+    table_clear(&k->t);
+    PyMem_Free(k->at);
+    Py_XDECREF(k->overflow);
+    Py_TYPE(self)->tp_free(self);
+}
+
+/* The index of a bytes-like key (-1: not held; get), added when new (index); NULL on an error. */
+static PyObject *keys_lookup(Keys *k, PyObject *key, int add, PyObject *missing)
+{
+    Py_buffer view;
+    if (PyObject_GetBuffer(key, &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    uint64_t h = hash_bytes(view.buf, view.len);
+    Py_ssize_t i = add ? keys_index(k, view.buf, view.len, h) : keys_find(k, h, view.buf, view.len);
+    PyBuffer_Release(&view);
+    if (i >= 0)
+        return index_int(i);
+    return i == -1 && !add ? Py_NewRef(missing) : NULL;
+}
+
+static PyObject *keys_index_method(PyObject *self, PyObject *key)
+{
+    return keys_lookup((Keys *)self, key, 1, NULL);
+}
+
+static PyObject *keys_get(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs < 1 || nargs > 2) {
+        PyErr_SetString(PyExc_TypeError, "get(key, default=None)");
+        return NULL;
+    }
+    return keys_lookup((Keys *)self, args[0], 0, nargs == 2 ? args[1] : Py_None);
+}
+
+static int keys_contains(PyObject *self, PyObject *key)
+{
+    PyObject *i = keys_lookup((Keys *)self, key, 0, Py_None);
+    int rc = i == NULL ? -1 : i != Py_None;
+    Py_XDECREF(i);
+    return rc;
+}
+
+static Py_ssize_t keys_len(PyObject *self) { return (Py_ssize_t)((Keys *)self)->n; }
+
+/* [key, ...] (pairs: [(key, index), ...]) in index order. */
+static PyObject *keys_list(Keys *k, int pairs)
+{
+    PyObject *out = PyList_New((Py_ssize_t)k->n);
+    for (size_t i = 0; out != NULL && i < k->n; i++) {
+        Py_ssize_t len;
+        const unsigned char *p = keys_at(k, i, &len);
+        PyObject *key = PyBytes_FromStringAndSize((const char *)p, len);
+        ext_set_item(&out, (Py_ssize_t)i, pairs && key != NULL ? Py_BuildValue("NN", key, index_int(i)) : key);
+    }
+    return out;
+}
+
+static PyObject *keys_iter(PyObject *self)
+{
+    PyObject *list = keys_list((Keys *)self, 0);
+    PyObject *it = list != NULL ? PyObject_GetIter(list) : NULL;
+    Py_XDECREF(list);
+    return it;
+}
+
+static PyObject *keys_items(PyObject *self, PyObject *Py_UNUSED(unused)) { return keys_list((Keys *)self, 1); }
+
+static PyObject *keys_placed(PyObject *self, PyObject *Py_UNUSED(unused))
+{
+    return PyLong_FromSize_t(((Keys *)self)->t.used);
+}
+
+static PyObject *keys_probes(PyObject *self, PyObject *Py_UNUSED(unused))
+{
+    return PyLong_FromUnsignedLongLong(((Keys *)self)->t.probes);
+}
+
+static PyMethodDef keys_methods[] = {
+    {"index", keys_index_method, METH_O, "index(key) -> the key's index, the key added when new (_Table.index)."},
+    {"get", (PyCFunction)(void (*)(void))keys_get, METH_FASTCALL, "get(key, default=None) -> the key's index."},
+    {"items", keys_items, METH_NOARGS, "items() -> [(key, index), ...] in index order."},
+    {"placed", keys_placed, METH_NOARGS, "placed() -> the keys found through the slots (the others: a dict)."},
+    {"probes", keys_probes, METH_NOARGS, "probes() -> slots looked at (the work is bounded per key)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject KeysType = EXT_TYPE(Keys, "export.cdns._cdnsblock.Keys", 0,
+    "Keys(like=None): a block's table of bytes keys (addresses, names), key -> index in insertion order, held in C "
+    "and read as that dict; like: the previous block's Keys, whose sizes it starts at.",
+    .tp_new = PyType_GenericNew, .tp_init = keys_init, .tp_dealloc = keys_dealloc, .tp_methods = keys_methods,
+    .tp_iter = keys_iter, .tp_hash = PyObject_HashNotImplemented,
+    .tp_as_sequence = &(PySequenceMethods){.sq_length = keys_len, .sq_contains = keys_contains});
+
 static void cache_dealloc(PyObject *self)
 {
     Cache *c = (Cache *)self;
-    table_clear(&c->names);
     table_clear(&c->classtype);
     table_clear(&c->sigs);
-    table_clear(&c->ips);
     Py_TYPE(self)->tp_free(self);
 }
 
 static PyObject *cache_len(PyObject *self, PyObject *Py_UNUSED(unused))
 {
     Cache *c = (Cache *)self;
-    return Py_BuildValue("nnn", (Py_ssize_t)c->names.used, (Py_ssize_t)c->classtype.used, (Py_ssize_t)c->sigs.used);
+    return Py_BuildValue("nn", (Py_ssize_t)c->classtype.used, (Py_ssize_t)c->sigs.used);
 }
 
 static PyObject *cache_probes(PyObject *self, PyObject *Py_UNUSED(unused))
 {
     Cache *c = (Cache *)self;
-    return Py_BuildValue("KKK", c->names.probes, c->classtype.probes, c->sigs.probes);
+    return Py_BuildValue("KK", c->classtype.probes, c->sigs.probes);
 }
 
 /* Cache(like=None): like, the previous block's Cache, whose tables' sizes this one's start at (a block's tables are
@@ -384,9 +625,9 @@ static int cache_init(PyObject *self, PyObject *args, PyObject *kwds)
         return -1;
     }
     Cache *c = (Cache *)self, *l = (Cache *)like;
-    Table *mine[4] = {&c->names, &c->classtype, &c->sigs, &c->ips};
-    const Table *theirs[4] = {&l->names, &l->classtype, &l->sigs, &l->ips};
-    for (int k = 0; k < 4; k++) {
+    Table *mine[2] = {&c->classtype, &c->sigs};
+    const Table *theirs[2] = {&l->classtype, &l->sigs};
+    for (int k = 0; k < 2; k++) {
         mine[k]->first_cap = theirs[k]->slots != NULL ? theirs[k]->mask + 1 : theirs[k]->first_cap;
         mine[k]->first_keys = theirs[k]->keys_cap ? theirs[k]->keys_cap : theirs[k]->first_keys;
     }
@@ -394,13 +635,13 @@ static int cache_init(PyObject *self, PyObject *args, PyObject *kwds)
 }
 
 static PyMethodDef cache_methods[] = {
-    {"sizes", cache_len, METH_NOARGS, "sizes() -> (names, classtypes, signatures) remembered."},
-    {"probes", cache_probes, METH_NOARGS, "probes() -> slots looked at in the (names, classtypes, signatures) tables."},
+    {"sizes", cache_len, METH_NOARGS, "sizes() -> (classtypes, signatures) remembered."},
+    {"probes", cache_probes, METH_NOARGS, "probes() -> slots looked at in the (classtypes, signatures) tables."},
     {NULL, NULL, 0, NULL},
 };
 
 static PyTypeObject CacheType = EXT_TYPE(Cache, "export.cdns._cdnsblock.Cache", 0,
-    "Cache(like=None): lookups by content in front of one block's name, class/type and signature dicts (add); "
+    "Cache(like=None): lookups by content in front of one block's class/type and signature dicts (add); "
     "like: the previous block's Cache, whose sizes its tables start at.",
     .tp_new = PyType_GenericNew, .tp_init = cache_init, .tp_dealloc = cache_dealloc, .tp_methods = cache_methods);
 
@@ -435,33 +676,12 @@ static Py_ssize_t table_miss_index(const Table *t, PyObject *d, PyObject *key)
     return rc < 0 ? -1 : n;
 }
 
-/* The index of key p[0..n) in dict d (added when new), through t when there is one; -1 on an error. h: the key's
- * hash_bytes, or 0 (not known yet). */
-static Py_ssize_t bytes_index(Table *t, PyObject *d, const void *p, Py_ssize_t n, uint64_t h)
-{
-    if (t != NULL) {
-        if (h == 0)
-            h = hash_bytes(p, n);
-        Py_ssize_t i = table_find(t, h, p, n);
-        if (i >= 0)
-            return i;
-    }
-    PyObject *key = PyBytes_FromStringAndSize((const char *)p, n);
-    if (key == NULL)
-        return -1;
-    Py_ssize_t i = table_miss_index(t, d, key);
-    Py_DECREF(key);
-    if (i >= 0 && t != NULL && table_put(t, h, p, n, i) < 0)
-        return -1;
-    return i;
-}
-
-/* bytes_index through the memo m of the last key (NULL: none); -1 on an error. */
-static Py_ssize_t memo_index(Memo *m, Table *t, PyObject *d, const void *p, Py_ssize_t n)
+/* keys_index through the memo m of the last key (NULL: none); -1 on an error. */
+static Py_ssize_t memo_index(Memo *m, Keys *k, const void *p, Py_ssize_t n)
 {
     if (m != NULL && m->index1 > 0 && m->len == n && memcmp(m->key, p, n) == 0)
         return m->index1 - 1;
-    Py_ssize_t i = bytes_index(t, d, p, n, 0);
+    Py_ssize_t i = keys_index(k, p, n, 0);
     if (i >= 0 && m != NULL && n <= MEMO_MAX) {
         m->index1 = i + 1;
         m->len = n;
@@ -679,7 +899,8 @@ static PyTypeObject ItemsType = EXT_TYPE(Items, "export.cdns._cdnsblock.Items", 
     .tp_richcompare = items_richcompare, .tp_hash = PyObject_HashNotImplemented, .tp_methods = items_methods);
 
 typedef struct {
-    PyObject *ip, *names, *classtype, *sigs, *qr_type;
+    Keys *ip, *names;
+    PyObject *classtype, *sigs, *qr_type;
     Items *store; /* the items */
     Cache *cache; /* or NULL: the dicts alone */
     long long earliest;
@@ -992,16 +1213,13 @@ static int table_indexes(Block *b, const Tx *t, Indexes *x)
 {
     Cache *cache = b->cache;
     *x = (Indexes){-1, -1, -1, -1, -1};
-    if ((x->ci = bytes_index(cache ? &cache->ips : NULL, b->ip, t->client, t->client_len, t->client_h)) < 0
-        || (x->si = memo_index(cache ? &cache->server : NULL, cache ? &cache->ips : NULL, b->ip, t->server,
-                               t->server_len)) < 0)
+    if ((x->ci = keys_index(b->ip, t->client, t->client_len, t->client_h)) < 0
+        || (x->si = memo_index(cache ? &cache->server : NULL, b->ip, t->server, t->server_len)) < 0)
         return -1;
-    if (t->has_name && ((x->ni = bytes_index(cache ? &cache->names : NULL, b->names, t->name_p, t->name_len,
-                                             t->name_h)) < 0
+    if (t->has_name && ((x->ni = keys_index(b->names, t->name_p, t->name_len, t->name_h)) < 0
                         || (x->cti = classtype_index(b, t)) < 0))
         return -1;
-    if (t->rdata != NULL && (x->opt_i = memo_index(cache ? &cache->opt : NULL, cache ? &cache->names : NULL,
-                                                   b->names, t->rdata, t->rdata_len)) < 0)
+    if (t->rdata != NULL && (x->opt_i = memo_index(cache ? &cache->opt : NULL, b->names, t->rdata, t->rdata_len)) < 0)
         return -1;
     return 0;
 }
@@ -1052,8 +1270,8 @@ static int block_args(PyObject *args, Block *b, PyObject **txs, Py_ssize_t *star
                       PyObject **earliest)
 {
     b->cache = NULL;
-    if (!PyArg_ParseTuple(args, "OnnO!O!O!O!O!OO|O!:add_records", txs, start, stop, &PyDict_Type, &b->ip,
-                          &PyDict_Type, &b->names, &PyDict_Type, &b->classtype, &PyDict_Type, &b->sigs, &ItemsType,
+    if (!PyArg_ParseTuple(args, "OnnO!O!O!O!O!OO|O!:add_records", txs, start, stop, &KeysType, &b->ip,
+                          &KeysType, &b->names, &PyDict_Type, &b->classtype, &PyDict_Type, &b->sigs, &ItemsType,
                           &b->store, earliest, &b->qr_type, &CacheType, &b->cache))
         return -1;
     if (*start < 0) {
@@ -1108,16 +1326,14 @@ static int read_tx(const Block *b, const TxBatch *txs, Py_ssize_t i, Tx *t)
 {
     if (!tx_of_record(txbatch_get(txs, i), t))
         return 0;
-    Cache *cache = b->cache;
-    if (cache == NULL)
-        return 1;
+    const Table *ip = &b->ip->t, *names = &b->names->t;
     t->client_h = hash_bytes(t->client, t->client_len);
-    if (cache->ips.slots != NULL)
-        __builtin_prefetch(&cache->ips.slots[t->client_h & cache->ips.mask]);
+    if (ip->slots != NULL)
+        __builtin_prefetch(&ip->slots[t->client_h & ip->mask]);
     if (t->has_name) {
         t->name_h = hash_bytes(t->name_p, t->name_len);
-        if (cache->names.slots != NULL)
-            __builtin_prefetch(&cache->names.slots[t->name_h & cache->names.mask]);
+        if (names->slots != NULL)
+            __builtin_prefetch(&names->slots[t->name_h & names->mask]);
     }
     return 1;
 }
@@ -1406,18 +1622,38 @@ static PyObject *encode_signatures(PyObject *Py_UNUSED(self), PyObject *args)
     return out;
 }
 
-/* cbor2.dumps([list(table)[i] for i in order]) for a table of bytes (ip, names: key -> its index, in insertion
- * order), or None when a key is not bytes or an index is not one of the table's (then Python makes the list). */
-static PyObject *encode_table(PyObject *Py_UNUSED(self), PyObject *args)
+/* The CBOR array of the keys of k in `order`: 1, 0 when an index is not one of the table's (then Python makes the
+ * list), -1 (no memory). Written from the table's buffer: no key object is made. */
+static int keys_cbor(Out *o, const Keys *k, PyObject *order)
 {
-    PyObject *table, *order;
-    if (!PyArg_ParseTuple(args, "O!O!:encode_table", &PyDict_Type, &table, &PyList_Type, &order))
-        return NULL;
+    Py_ssize_t m = PyList_GET_SIZE(order);
+    if (out_reserve(o, (Py_ssize_t)(k->t.keys_len + 5 * (size_t)m) + 9) < 0 || out_head(o, 4, m) < 0)
+        return -1;
+    for (Py_ssize_t j = 0; j < m; j++) {
+        long long i;
+        Py_ssize_t len;
+        if (!as_ll(PyList_GET_ITEM(order, j), &i) || i < 0 || (unsigned long long)i >= k->n)
+            return 0;
+        const unsigned char *p = keys_at(k, (size_t)i, &len);
+        if (out_reserve(o, len + 9) < 0)
+            return -1;
+        unsigned char *w = put_head(o->p + o->len, 2, (uint64_t)len);
+        memcpy(w, p, len);
+        o->len = w + len - o->p;
+    }
+    return 1;
+}
+
+/* The same for a dict of bytes keys -> their indexes 0..len-1 (the reference blocks' tables): 1, 0 when a key is
+ * not bytes or an index is not one of the table's, -1 (no memory). */
+static int dict_cbor(Out *o, PyObject *table, PyObject *order)
+{
     Py_ssize_t n = PyDict_GET_SIZE(table), pos = 0, bytes = 0;
-    PyObject **keys = PyMem_Calloc(n ? n : 1, sizeof *keys), *key, *value, *out = NULL;
-    if (keys == NULL)
-        return PyErr_NoMemory();
-    Out o = {NULL, 0, 0};
+    PyObject **keys = PyMem_Calloc(n ? n : 1, sizeof *keys), *key, *value;
+    if (keys == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
     int rc = 1;
     while (rc == 1 && PyDict_Next(table, &pos, &key, &value)) {
         long long i;
@@ -1428,7 +1664,7 @@ static PyObject *encode_table(PyObject *Py_UNUSED(self), PyObject *args)
         }
     }
     if (rc == 1)
-        rc = out_reserve(&o, bytes + 9) < 0 ? -1 : out_head(&o, 4, PyList_GET_SIZE(order)) < 0 ? -1 : 1;
+        rc = out_reserve(o, bytes + 9) < 0 ? -1 : out_head(o, 4, PyList_GET_SIZE(order)) < 0 ? -1 : 1;
     for (Py_ssize_t j = 0; rc == 1 && j < PyList_GET_SIZE(order); j++) {
         long long i;
         if (!as_ll(PyList_GET_ITEM(order, j), &i) || i < 0 || i >= n) {
@@ -1436,17 +1672,33 @@ static PyObject *encode_table(PyObject *Py_UNUSED(self), PyObject *args)
             break;
         }
         Py_ssize_t len = PyBytes_GET_SIZE(keys[i]);
-        if (out_reserve(&o, len + 9) < 0) {
+        if (out_reserve(o, len + 9) < 0) {
             rc = -1;
             break;
         }
-        unsigned char *w = put_head(o.p + o.len, 2, (uint64_t)len);
+        unsigned char *w = put_head(o->p + o->len, 2, (uint64_t)len);
         memcpy(w, PyBytes_AS_STRING(keys[i]), len);
-        o.len = w + len - o.p;
+        o->len = w + len - o->p;
     }
-    out = rc == 1 ? PyBytes_FromStringAndSize((const char *)o.p, o.len) : rc == 0 ? Py_NewRef(Py_None) : NULL;
-    PyMem_Free(o.p);
     PyMem_Free(keys);
+    return rc;
+}
+
+/* cbor2.dumps([list(table)[i] for i in order]) for a table of bytes (a Keys, or a dict: key -> its index, in
+ * insertion order), or None when a key is not bytes or an index is not one of the table's. */
+static PyObject *encode_table(PyObject *Py_UNUSED(self), PyObject *args)
+{
+    PyObject *table, *order;
+    if (!PyArg_ParseTuple(args, "OO!:encode_table", &table, &PyList_Type, &order))
+        return NULL;
+    if (!Py_IS_TYPE(table, &KeysType) && !PyDict_Check(table)) {
+        PyErr_SetString(PyExc_TypeError, "encode_table: table must be a Keys or a dict");
+        return NULL;
+    }
+    Out o = {NULL, 0, 0};
+    int rc = Py_IS_TYPE(table, &KeysType) ? keys_cbor(&o, (Keys *)table, order) : dict_cbor(&o, table, order);
+    PyObject *out = rc == 1 ? PyBytes_FromStringAndSize((const char *)o.p, o.len) : rc == 0 ? Py_NewRef(Py_None) : NULL;
+    PyMem_Free(o.p);
     return out;
 }
 
@@ -1672,7 +1924,7 @@ PyMODINIT_FUNC PyInit__cdnsblock(void)
     if (records_import() < 0)
         PyErr_Clear();
     PyObject *mod = ext_module("export.cdns._cdnsblock", NULL, methods,
-                               (PyTypeObject *[]){&CacheType, &ItemsType, NULL}, NULL, NULL);
+                               (PyTypeObject *[]){&CacheType, &KeysType, &ItemsType, NULL}, NULL, NULL);
     if (mod == NULL)
         return NULL;
     PyObject *transports = PyTuple_New(N_TRANSPORTS);

@@ -219,20 +219,23 @@ class _Table(dict):
 class Block:
     """A block being filled: its tables, items and statistics; encode() gives its CBOR bytes."""
 
-    def __init__(self, writer, previous=None):
-        """previous: the block before this one (its lookup cache's sizes are where this one's start), or None."""
+    def __init__(self, writer, previous=None, python=False):
+        """previous: the block before this one (its C tables' sizes are where this one's start), or None.
+        python: the reference block (tests), every table a dict and the items a list, filled by add_python alone."""
         self.w = writer
-        self.ip = _Table()
+        # add_records takes the transactions: transaction records, neither client privacy nor full sections.
+        self._c_loop = writer.tx_records and writer.clients is None and not writer.full_sections and not python
+        # The address and name tables: with the C loop, held in C (_cdnsblock.Keys, read as the _Table it replaces).
+        like = previous if previous is not None and previous._c_loop else None
+        self.ip = _cdnsblock.Keys(getattr(like, "ip", None)) if self._c_loop else _Table()
+        self.names = _cdnsblock.Keys(getattr(like, "names", None)) if self._c_loop else _Table()
         self.classtype = _Table()
-        self.names = _Table()
         self.sigs = _Table()
         self.qrr = _Table()
         self.qlist = _Table()
         self.rr = _Table()
         self.rrlist = _Table()
         self.mm_data = _Table()
-        # add_records takes the transactions: transaction records, neither client privacy nor full sections.
-        self._c_loop = writer.tx_records and writer.clients is None and not writer.full_sections
         # Item tuples, see add_python; maps are made at encode() once earliest-time is known. With the C loop
         # they are kept as C structs (_cdnsblock.Items reads as this list of tuples).
         self.items = _cdnsblock.Items(writer.max_items) if self._c_loop else []
@@ -241,8 +244,8 @@ class Block:
         self.earliest = None  # ticks
         self.fallback_ticks = None  # earliest-time of a block with address events only
         self.processed = self.unmatched_q = self.unmatched_r = 0
-        like = previous.cache if previous is not None else None
-        self.cache = _cdnsblock.Cache(like) if self._c_loop else None  # see _cdnsblock.add_records
+        # Lookups by content in front of the class/type and signature dicts: see _cdnsblock.add_records.
+        self.cache = _cdnsblock.Cache(getattr(like, "cache", None)) if self._c_loop else None
 
     def __len__(self):
         return len(self.items) + len(self.malformed)
@@ -277,8 +280,7 @@ class Block:
 
     def add_python(self, txs):
         """add() in Python: the reference implementation, and the path of client privacy and full sections."""
-        ip = self.ip
-        ip_get = ip.get
+        ip_get, ip_index = self.ip.get, self.ip.index
         sigs = self.sigs
         sigs_get = sigs.get
         items_append = self.items.append
@@ -304,10 +306,10 @@ class Block:
                 client = clients.address(client)
             ci = ip_get(client)
             if ci is None:
-                ci = ip[client] = len(ip)
+                ci = ip_index(client)
             si = ip_get(server)
             if si is None:
-                si = ip[server] = len(ip)
+                si = ip_index(server)
             ni, cti, end = question(m)
             tflags = transport_flags(m)
             if q is not None:
@@ -369,7 +371,7 @@ class Block:
         names = self.names
         ni = names.get(name)
         if ni is None:
-            ni = names[name] = len(names)
+            ni = names.index(name)
         classtype = self.classtype
         ct = (m[_QTYPE], m[_QCLASS])
         cti = classtype.get(ct)
@@ -396,7 +398,7 @@ class Block:
         names = self.names
         opt_i = names.get(rdata)
         if opt_i is None:
-            opt_i = names[rdata] = len(names)
+            opt_i = names.index(rdata)
         return sflags, dnsflags, (qf & 0xF) | (qe[_E_EXT] << 4), qe[_E_VERSION], qe[_E_UDP], opt_i
 
     def _extended(self, m, is_query):
