@@ -10,7 +10,7 @@ common transactions, giving the others to add_python (tests/export/test_cdns_blo
 import struct
 
 from export.cdns import format as F
-from export.cdns.encode import TICKS_PER_SECOND, encode_block
+from export.cdns.encode import SIG_KEYS, TICKS_PER_SECOND, encode_block
 from probe.decode.dnswire import Malformed, read_name, read_rr, skip_name, walk_rrs
 from probe.model import CDNS_TRANSPORT_UNKNOWN, TRANSPORTS, E, M
 from probe.native import load
@@ -225,12 +225,13 @@ class Block:
         self.w = writer
         # add_records takes the transactions: transaction records, neither client privacy nor full sections.
         self._c_loop = writer.tx_records and writer.clients is None and not writer.full_sections and not python
-        # The address and name tables: with the C loop, held in C (_cdnsblock.Keys, read as the _Table it replaces).
+        # The address, name and signature tables: with the C loop, held in C (_cdnsblock.Keys, read as the _Table
+        # it replaces; a signature's key as its tuple).
         like = previous if previous is not None and previous._c_loop else None
         self.ip = _cdnsblock.Keys(getattr(like, "ip", None)) if self._c_loop else _Table()
         self.names = _cdnsblock.Keys(getattr(like, "names", None)) if self._c_loop else _Table()
+        self.sigs = _cdnsblock.Keys(getattr(like, "sigs", None), len(SIG_KEYS)) if self._c_loop else _Table()
         self.classtype = _Table()
-        self.sigs = _Table()
         self.qrr = _Table()
         self.qlist = _Table()
         self.rr = _Table()
@@ -244,7 +245,7 @@ class Block:
         self.earliest = None  # ticks
         self.fallback_ticks = None  # earliest-time of a block with address events only
         self.processed = self.unmatched_q = self.unmatched_r = 0
-        # Lookups by content in front of the class/type and signature dicts: see _cdnsblock.add_records.
+        # Lookups by content in front of the class/type dict: see _cdnsblock.add_records.
         self.cache = _cdnsblock.Cache(getattr(like, "cache", None)) if self._c_loop else None
 
     def __len__(self):
@@ -281,8 +282,7 @@ class Block:
     def add_python(self, txs):
         """add() in Python: the reference implementation, and the path of client privacy and full sections."""
         ip_get, ip_index = self.ip.get, self.ip.index
-        sigs = self.sigs
-        sigs_get = sigs.get
+        sigs_get, sigs_index = self.sigs.get, self.sigs.index
         items_append = self.items.append
         clients = self.w.clients
         full = self.w.full_sections
@@ -339,7 +339,7 @@ class Block:
             )
             sgi = sigs_get(sig)
             if sgi is None:
-                sgi = sigs[sig] = len(sigs)
+                sgi = sigs_index(sig)
             if full:
                 qext = self._extended(q, True) if q is not None else None
                 rext = self._extended(r, False) if r is not None else None

@@ -84,9 +84,9 @@ def check_capture(path, tmp_path):
 
 
 def test_cache_answers_what_the_dicts_answer(tmp_path):
-    """The Cache in front of the dicts and the C tables of addresses and names: keys the Python loop put in them
-    first are found there (not added twice); the keys the Cache remembers are those of the dicts (class/types and
-    signatures); a block filled through them equals the reference."""
+    """The Cache in front of the class/type dict and the C tables of addresses, names and signatures: keys the Python
+    loop put in them first are found there (not added twice); the keys the Cache remembers are those of the dict; a
+    block filled through them equals the reference."""
     txs = transactions(ROOT / "samples" / "sample-mix.pcap.xz")
     half = len(txs) // 2
     writer = exporter(tmp_path)
@@ -97,10 +97,10 @@ def test_cache_answers_what_the_dicts_answer(tmp_path):
         fast.add(records(chunk))
         slow.add_python(chunk)
     assert_same(fast, slow)
-    classtypes, sigs = fast.cache.sizes()
-    assert classtypes == len(fast.classtype) and sigs == len(fast.sigs)
-    assert fast.names.placed() == len(fast.names) and fast.ip.placed() == len(fast.ip)  # no overflow: all in slots
-    assert len(fast.sigs) < len(fast.items) // 2  # most transactions repeat a signature: cache hits
+    assert fast.cache.sizes() == len(fast.classtype)
+    for table in (fast.ip, fast.names, fast.sigs):
+        assert table.placed() == len(table)  # no overflow: all in slots
+    assert len(fast.sigs) < len(fast.items) // 2  # most transactions repeat a signature
 
 
 def test_block_started_at_the_previous_blocks_sizes_equals_python(tmp_path):
@@ -117,12 +117,15 @@ def test_block_started_at_the_previous_blocks_sizes_equals_python(tmp_path):
             slow.add_python(chunk)
         assert_same(fast, slow)
         assert fast.cache.sizes() == first.cache.sizes()
-        assert len(fast.ip) == len(first.ip) and len(fast.names) == len(first.names)
+        for name in ("ip", "names", "sigs"):
+            assert len(getattr(fast, name)) == len(getattr(first, name))
     assert cdns._cdnsblock.Items(expected=5) == [] and cdns._cdnsblock.Items(-1) == []
     with pytest.raises(TypeError):
         cdns._cdnsblock.Cache(like=[])
     with pytest.raises(TypeError):
         cdns._cdnsblock.Keys(like={})
+    with pytest.raises(ValueError):
+        cdns._cdnsblock.Keys(arity=18)
 
 
 def test_items_store_reads_as_its_tuples():
@@ -170,6 +173,9 @@ def test_renumbering_equals_python():
         for it in items:
             store.append(it)
         assert cdns._cdnsblock.renumbering(store, sigs, n_ip, n_names, rr) == want
+        held = cdns._cdnsblock.Keys(arity=17)  # the signatures as the C loop holds them
+        assert [held.index(sig) for sig in sigs] == list(range(n_sigs)) and list(held) == list(sigs)
+        assert cdns._cdnsblock.renumbering(store, held, n_ip, n_names, rr) == want
     with pytest.raises(IndexError):
         cdns._cdnsblock.renumbering([(0, 1, 0, 0, 0, None, None, None, None, None, None, None)], {}, 1, 0, {})
     with pytest.raises(TypeError):
