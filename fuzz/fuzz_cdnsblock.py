@@ -23,8 +23,7 @@ def one_input(data):
     txs = transactions(data)
     if not txs:
         return
-    fast, slow = cdns.Block(WRITER), cdns.Block(WRITER)
-    slow.items = []
+    fast, slow = cdns.Block(WRITER), cdns.Block(WRITER, python=True)
     step = len(data) % 7 + 1
     batch = _records.TxBatch()
     for t in txs:

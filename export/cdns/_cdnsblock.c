@@ -9,12 +9,12 @@
  *
  * add_records(txs, start, stop, ip, names, classtype, sigs, items, earliest, qr_type[, cache])
  *     -> (stop, earliest, processed, unmatched_queries, unmatched_responses)
- *   Adds transactions start..stop-1 of a probe._records.TxBatch (message records) to the tables (dicts: value ->
- *   index in insertion order) and to items (an Items), exactly as Block.add_python does with the same
- *   transactions as tuples, without client privacy and without full sections. It stops at the first transaction
+ *   Adds transactions start..stop-1 of a probe._records.TxBatch (message records) to the tables (value -> index in
+ *   insertion order: ip and names Keys, see below; classtype and sigs dicts) and to items (an Items), exactly as
+ *   Block.add_python does with the same transactions as tuples, without client privacy and without full sections. It stops at the first transaction
  *   it does not take (a malformed message, a header the walk would trip on); that transaction is left untouched
  *   for the caller to add with the Python loop (stop returned == stop given when all were taken).
- *   cache: the block's Cache(like=the previous block's), which answers most name, class/type and signature lookups
+ *   cache: the block's Cache(like=the previous block's), which answers most class/type and signature lookups
  *   without making their key objects (see "Lookups by content" below); the tables come out the same with or
  *   without it.
  *
@@ -24,12 +24,13 @@
  *   encoding them); None when an item holds anything but ints and None (the extended sections of
  *   cdns_full_sections, whose blocks are built in Python too), for the caller to encode item_maps_python's.
  *
- * encode_signatures(sigs, new_ip, new_name) -> bytes or None
- *   The same for the signature table: cbor2.dumps([cdns._signature(sig, new_ip, new_name) ...]).
+ * encode_signatures(sigs, order, new_ip, new_name) -> bytes or None
+ *   The same for the signature table (a Keys(arity=17), or a list of tuples):
+ *   cbor2.dumps([cdns._signature(list(sigs)[i], new_ip, new_name) for i in order]).
  *
  * encode_table(table, order) -> bytes or None
- *   The same for the address and name tables: cbor2.dumps([list(table)[i] for i in order]) (cbor2 paid a call per
- *   key, and the two lists were made for it alone).
+ *   The same for the address and name tables (Keys, or dicts of bytes): cbor2.dumps([list(table)[i] for i in
+ *   order]), a Keys' written from its buffer.
  *
  * renumbering(items, sigs, n_ip, n_names, rr) -> ((order, new) of the signatures, addresses, names)
  *   encode._renumbering's Python: the uses of each index counted, the tables ordered most used first.
@@ -149,15 +150,16 @@ static PyObject *table_index(PyObject *d, PyObject *key)
 
 
 /* ---------------------------------------------------------------------------------------------
- * Lookups by content in front of the block's dicts.
+ * Tables of keys by content: the block's address, name and signature tables (Keys, below), and a Cache in front of
+ * its class/type dict.
  *
- * Why: looking a transaction's signature up in the sigs dict needs its 17-field tuple, made of new int
- * objects, hashed field by field and compared on a hit, then freed; the QNAME and the class/type pair
- * need a new bytes object and a new tuple likewise. Most transactions repeat a signature, a name or a
- * class/type already in the block, so a Cache (one per block, passed to add) keeps, for every key seen,
- * its packed bytes and the index the dict gave it: a hit makes no object at all. A miss asks the dict
- * (table_index, so the dict stays the one truth: keys the Python loop added are found there) and
- * remembers the answer. Keys are compared by content, as the dicts compare them (exact ints, bytes).
+ * Why: looking a transaction's signature up in a dict needs its 17-field tuple, made of new int objects, hashed
+ * field by field and compared on a hit, then freed; the QNAME and the class/type pair need a new bytes object and
+ * a new tuple likewise. A Table keeps, for every key, its packed bytes (a signature's ints as varints, a name's
+ * wire bytes) and its index: a hit makes no object at all. The Cache (one per block, passed to add) answers in
+ * front of the class/type dict: a miss asks the dict (table_index, so the dict stays the one truth: keys the
+ * Python loop added are found there) and remembers the answer. Keys are compared by content, as the dicts compare
+ * them (exact ints, bytes).
  *
  * A slot is 16 bytes (hash, where its key is, the index as a C int) and the keys are copied one after the other
  * into the table's own buffer: a hit reads the slot and the key's bytes, no Python object (a slot holding the key
@@ -165,8 +167,8 @@ static PyObject *table_index(PyObject *d, PyObject *key)
  *
  * The hash is fixed and the keys come from the traffic, so keys can be made to collide: a key is looked
  * for and placed only within MAX_PROBE slots of its home. A key that finds no room there is not
- * remembered (its lookups go to the dict, whose hash is seeded per process), so colliding keys cost at
- * most MAX_PROBE comparisons each instead of a scan of all earlier ones. */
+ * remembered (its lookups go to the dict, whose hash is seeded per process: the Cache's, a Keys' overflow dict),
+ * so colliding keys cost at most MAX_PROBE comparisons each instead of a scan of all earlier ones. */
 
 #define MAX_PROBE 16
 
@@ -201,8 +203,8 @@ typedef struct {
 
 typedef struct {
     PyObject_HEAD
-    Table names, classtype, sigs, ips;
-    Memo server, opt;
+    Table classtype;
+    Memo server, opt; /* in front of the block's Keys of addresses, of names */
     Py_ssize_t class_in[CT_DIRECT]; /* 1 + the class/type index of (type, 1), or 0 */
 } Cache;
 
@@ -285,8 +287,11 @@ static int table_place(Slot *slots, size_t mask, Slot s, unsigned long long *pro
     return 0;
 }
 
-/* Twice the capacity (256 slots at first), the keys placed again; 0, or -1 on no memory. */
-static int table_grow(Table *t)
+static int overflow_put(PyObject **overflow, const Table *t, Slot s);
+
+/* Twice the capacity (256 slots at first), the keys placed again; 0, or -1 on no memory. overflow: where a key the
+ * new capacity's homes crowd out goes (a Keys table's overflow dict; NULL: a Cache's, whose dict still has it). */
+static int table_grow(Table *t, PyObject **overflow)
 {
     size_t cap = t->slots != NULL ? 2 * (t->mask + 1) : t->first_cap ? t->first_cap : 256;
     Slot *slots = PyMem_Calloc(cap, sizeof(Slot));
@@ -295,8 +300,13 @@ static int table_grow(Table *t)
         return -1;
     }
     for (size_t i = 0; t->slots != NULL && i <= t->mask; i++) {
-        if (t->slots[i].hash != 0 && !table_place(slots, cap - 1, t->slots[i], &t->probes))
-            t->used--; /* (Rarely: the new capacity's homes crowd it out. The dict still has it.) */
+        if (t->slots[i].hash != 0 && !table_place(slots, cap - 1, t->slots[i], &t->probes)) {
+            t->used--; /* (Rarely.) */
+            if (overflow != NULL && overflow_put(overflow, t, t->slots[i]) < 0) {
+                PyMem_Free(slots);
+                return -1;
+            }
+        }
     }
     PyMem_Free(t->slots);
     t->slots = slots;
@@ -314,7 +324,7 @@ static int table_put(Table *t, uint64_t h, const void *p, Py_ssize_t n, Py_ssize
     size_t room = sizeof(uint32_t) + (size_t)n;
     if (index < 0 || index > INT32_MAX || t->keys_len + room > UINT32_MAX)
         return 0;
-    if ((t->slots == NULL || 2 * (t->used + 1) > t->mask + 1) && table_grow(t) < 0)
+    if ((t->slots == NULL || 2 * (t->used + 1) > t->mask + 1) && table_grow(t, NULL) < 0)
         return -1;
     if (t->keys_len + room > t->keys_cap) {
         unsigned char *keys = ext_grow(t->keys, &t->keys_cap, t->keys_len + room, 1,
@@ -326,7 +336,7 @@ static int table_put(Table *t, uint64_t h, const void *p, Py_ssize_t n, Py_ssize
     Slot s = {h, (uint32_t)t->keys_len, (int32_t)index};
     int placed = table_place(t->slots, t->mask, s, &t->probes);
     if (!placed && 8 * t->used >= t->mask + 1) {
-        if (table_grow(t) < 0)
+        if (table_grow(t, NULL) < 0)
             return -1;
         placed = table_place(t->slots, t->mask, s, &t->probes);
     }
@@ -347,131 +357,9 @@ static void table_clear(Table *t)
     *t = (Table){.probes = t->probes};
 }
 
-static void cache_dealloc(PyObject *self)
-{
-    Cache *c = (Cache *)self;
-    table_clear(&c->names);
-    table_clear(&c->classtype);
-    table_clear(&c->sigs);
-    table_clear(&c->ips);
-    Py_TYPE(self)->tp_free(self);
-}
-
-static PyObject *cache_len(PyObject *self, PyObject *Py_UNUSED(unused))
-{
-    Cache *c = (Cache *)self;
-    return Py_BuildValue("nnn", (Py_ssize_t)c->names.used, (Py_ssize_t)c->classtype.used, (Py_ssize_t)c->sigs.used);
-}
-
-static PyObject *cache_probes(PyObject *self, PyObject *Py_UNUSED(unused))
-{
-    Cache *c = (Cache *)self;
-    return Py_BuildValue("KKK", c->names.probes, c->classtype.probes, c->sigs.probes);
-}
-
-/* Cache(like=None): like, the previous block's Cache, whose tables' sizes this one's start at (a block's tables are
- * the size of the last one's, nearly: grown from the least, they were placed again five times a block). */
-static int cache_init(PyObject *self, PyObject *args, PyObject *kwds)
-{
-    PyObject *like = Py_None;
-    static char *kwlist[] = {"like", NULL};
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|O:Cache", kwlist, &like))
-        return -1;
-    if (like == Py_None)
-        return 0;
-    if (!Py_IS_TYPE(like, Py_TYPE(self))) {
-        PyErr_SetString(PyExc_TypeError, "Cache(like): like must be a Cache or None");
-        return -1;
-    }
-    Cache *c = (Cache *)self, *l = (Cache *)like;
-    Table *mine[4] = {&c->names, &c->classtype, &c->sigs, &c->ips};
-    const Table *theirs[4] = {&l->names, &l->classtype, &l->sigs, &l->ips};
-    for (int k = 0; k < 4; k++) {
-        mine[k]->first_cap = theirs[k]->slots != NULL ? theirs[k]->mask + 1 : theirs[k]->first_cap;
-        mine[k]->first_keys = theirs[k]->keys_cap ? theirs[k]->keys_cap : theirs[k]->first_keys;
-    }
-    return 0;
-}
-
-static PyMethodDef cache_methods[] = {
-    {"sizes", cache_len, METH_NOARGS, "sizes() -> (names, classtypes, signatures) remembered."},
-    {"probes", cache_probes, METH_NOARGS, "probes() -> slots looked at in the (names, classtypes, signatures) tables."},
-    {NULL, NULL, 0, NULL},
-};
-
-static PyTypeObject CacheType = EXT_TYPE(Cache, "export.cdns._cdnsblock.Cache", 0,
-    "Cache(like=None): lookups by content in front of one block's name, class/type and signature dicts (add); "
-    "like: the previous block's Cache, whose sizes its tables start at.",
-    .tp_new = PyType_GenericNew, .tp_init = cache_init, .tp_dealloc = cache_dealloc, .tp_methods = cache_methods);
-
-/* A dict's value as the index it is: >= 0, or -1 (SystemError: the dict holds something else). */
-static Py_ssize_t index_value(PyObject *v)
-{
-    long long i;
-    if (v == NULL)
-        return -1;
-    int ok = as_ll(v, &i) && i >= 0 && i <= PY_SSIZE_T_MAX;
-    Py_DECREF(v);
-    if (!ok) {
-        PyErr_SetString(PyExc_SystemError, "_cdnsblock.add: a table index is not an int");
-        return -1;
-    }
-    return (Py_ssize_t)i;
-}
-
-/* table_index of a key that t was just asked for and does not hold. When t holds as many keys as d (then its keys
- * are all of d's: it remembers only keys d gave an index, each once), the key is not in d either: it is added
- * without looking it up first (for a signature, that lookup hashed its 17 values once more). The index, or -1. */
-static Py_ssize_t table_miss_index(const Table *t, PyObject *d, PyObject *key)
-{
-    if (t == NULL || t->used != (size_t)PyDict_GET_SIZE(d))
-        return index_value(table_index(d, key));
-    Py_ssize_t n = PyDict_GET_SIZE(d);
-    PyObject *v = index_int(n);
-    if (v == NULL)
-        return -1;
-    int rc = PyDict_SetItem(d, key, v);
-    Py_DECREF(v);
-    return rc < 0 ? -1 : n;
-}
-
-/* The index of key p[0..n) in dict d (added when new), through t when there is one; -1 on an error. h: the key's
- * hash_bytes, or 0 (not known yet). */
-static Py_ssize_t bytes_index(Table *t, PyObject *d, const void *p, Py_ssize_t n, uint64_t h)
-{
-    if (t != NULL) {
-        if (h == 0)
-            h = hash_bytes(p, n);
-        Py_ssize_t i = table_find(t, h, p, n);
-        if (i >= 0)
-            return i;
-    }
-    PyObject *key = PyBytes_FromStringAndSize((const char *)p, n);
-    if (key == NULL)
-        return -1;
-    Py_ssize_t i = table_miss_index(t, d, key);
-    Py_DECREF(key);
-    if (i >= 0 && t != NULL && table_put(t, h, p, n, i) < 0)
-        return -1;
-    return i;
-}
-
-/* bytes_index through the memo m of the last key (NULL: none); -1 on an error. */
-static Py_ssize_t memo_index(Memo *m, Table *t, PyObject *d, const void *p, Py_ssize_t n)
-{
-    if (m != NULL && m->index1 > 0 && m->len == n && memcmp(m->key, p, n) == 0)
-        return m->index1 - 1;
-    Py_ssize_t i = bytes_index(t, d, p, n, 0);
-    if (i >= 0 && m != NULL && n <= MEMO_MAX) {
-        m->index1 = i + 1;
-        m->len = n;
-        memcpy(m->key, p, n);
-    }
-    return i;
-}
-
 /* A packed key of ints and Nones: the values in order, then a bit per None. */
 #define MAX_KEY 17
+#define SIG_FIELDS 17 /* a Q/R signature's fields (Block.add_python's `sig`) */
 typedef struct {
     int64_t v[MAX_KEY];
     uint32_t nones;
@@ -519,6 +407,50 @@ static Py_ssize_t packed_bytes(const Packed *k, unsigned char *buf)
     return w + sizeof k->nones - buf;
 }
 
+/* The packed key of p[0..n) (packed_bytes of `arity` values): 1, or 0 when it is not one. */
+static int packed_of_bytes(const unsigned char *p, Py_ssize_t n, int arity, Packed *k)
+{
+    const unsigned char *end = p + n - sizeof k->nones;
+    k->n = 0;
+    for (int i = 0; i < arity; i++) {
+        uint64_t z = 0;
+        for (int shift = 0;; shift += 7) {
+            if (p >= end || shift > 63)
+                return 0;
+            z |= (uint64_t)(*p & 0x7F) << shift;
+            if (!(*p++ & 0x80))
+                break;
+        }
+        k->v[k->n++] = (int64_t)(z >> 1) ^ -(int64_t)(z & 1);
+    }
+    if (p != end)
+        return 0;
+    memcpy(&k->nones, p, sizeof k->nones);
+    return 1;
+}
+
+/* A tuple of `arity` exact ints (that fit 64 bits) or None, packed: 1, or 0 when it is not one. */
+static int packed_of_tuple(PyObject *t, int arity, Packed *k)
+{
+    *k = (Packed){.n = 0};
+    if (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) != arity)
+        return 0;
+    for (int i = 0; i < arity; i++) {
+        if (!pack_obj(k, F(t, i)))
+            return 0;
+    }
+    return 1;
+}
+
+/* The packed key's tuple (new reference). */
+static PyObject *tuple_of_packed(const Packed *k)
+{
+    PyObject *t = PyTuple_New(k->n);
+    for (int i = 0; t != NULL && i < k->n; i++)
+        ext_set_item(&t, i, k->nones >> i & 1 ? Py_NewRef(Py_None) : PyLong_FromLongLong(k->v[i]));
+    return t;
+}
+
 /* The index stored for a packed key in t, or -1; *h and buf/len are set for table_put. */
 static Py_ssize_t packed_find(Table *t, const Packed *k, unsigned char *buf, Py_ssize_t *len, uint64_t *h)
 {
@@ -527,6 +459,377 @@ static Py_ssize_t packed_find(Table *t, const Packed *k, unsigned char *buf, Py_
     return table_find(t, *h, buf, *len);
 }
 
+
+/* ---------------------------------------------------------------------------------------------
+ * Keys: a block's address, name or signature table (key -> index, in insertion order), held in C.
+ *
+ * Why: they were dicts of bytes, and a third of the address and name lookups are of new keys: a bytes object, a
+ * SipHash, an insertion and the dict's resizes each (a fifth of add_records), for tables that are then only
+ * counted and written out. Keys holds every key in its own buffer (Table.keys, in index order; at[i]: where key i
+ * is), found through the slots; add_records makes no object, encode_table writes the table's CBOR from the buffer,
+ * and Python (Block.add_python, the reference encoder, the tests) reads it as the dict it replaces: len, iteration
+ * in index order, items(), `in`, get(key), index(key) (_Table.index), each key's bytes made when asked for.
+ * A key that finds no slot within MAX_PROBE of its home (keys made to collide, see above) goes to an overflow dict,
+ * whose hash is seeded per process; it is asked only when it is not empty, so a lookup costs at most MAX_PROBE
+ * slots and a dict lookup.
+ * The signature table's keys are tuples of ints and None (Keys(arity=17)): held packed (packed_bytes), made
+ * tuples again when Python asks (a new signature was a tuple of 17 ints hashed into a dict). */
+typedef struct {
+    PyObject_HEAD
+    int arity;          /* 0: keys are bytes; else tuples of `arity` ints or None, packed */
+    Table t;            /* t.used: the keys in a slot */
+    uint32_t *at;       /* at[i]: where key i is in t.keys */
+    size_t n, at_cap, first_at;
+    PyObject *overflow; /* bytes -> index of the keys in no slot, or NULL */
+} Keys;
+
+static PyTypeObject KeysType;
+
+static PyObject *key_bytes(const Table *t, uint32_t at)
+{
+    uint32_t len;
+    memcpy(&len, t->keys + at, sizeof len);
+    return PyBytes_FromStringAndSize((const char *)t->keys + at + sizeof len, len);
+}
+
+static int overflow_put(PyObject **overflow, const Table *t, Slot s)
+{
+    if (*overflow == NULL && (*overflow = PyDict_New()) == NULL)
+        return -1;
+    PyObject *key = key_bytes(t, s.at), *v = index_int(s.index);
+    int rc = key == NULL || v == NULL ? -1 : PyDict_SetItem(*overflow, key, v);
+    Py_XDECREF(key);
+    Py_XDECREF(v);
+    return rc;
+}
+
+/* The index of key p[0..n) (hash h), -1 when k does not hold it, or -2 (an exception). */
+static Py_ssize_t keys_find(Keys *k, uint64_t h, const void *p, Py_ssize_t n)
+{
+    Py_ssize_t i = table_find(&k->t, h, p, n);
+    if (i >= 0 || k->overflow == NULL)
+        return i;
+    PyObject *key = PyBytes_FromStringAndSize((const char *)p, n);
+    if (key == NULL)
+        return -2;
+    PyObject *v = PyDict_GetItemWithError(k->overflow, key);
+    Py_DECREF(key);
+    if (v == NULL)
+        return PyErr_Occurred() ? -2 : -1;
+    return PyLong_AsSsize_t(v);
+}
+
+/* Key p[0..n) (hash h), which k does not hold, added as index k->n: the index, or -1 (an exception; k unchanged). */
+static Py_ssize_t keys_add(Keys *k, uint64_t h, const void *p, Py_ssize_t n)
+{
+    Table *t = &k->t;
+    size_t room = sizeof(uint32_t) + (size_t)n;
+    if (k->n >= INT32_MAX || t->keys_len + room > UINT32_MAX) {
+        PyErr_SetString(PyExc_OverflowError, "a C-DNS block's address or name table is full");
+        return -1;
+    }
+    if (k->n == k->at_cap) {
+        uint32_t *at = ext_grow(k->at, &k->at_cap, k->n + 1, sizeof *at, k->first_at ? k->first_at : 1024);
+        if (at == NULL)
+            return -1;
+        k->at = at;
+    }
+    if (t->keys_len + room > t->keys_cap) {
+        unsigned char *keys = ext_grow(t->keys, &t->keys_cap, t->keys_len + room, 1,
+                                       t->first_keys ? t->first_keys : 1 << 14);
+        if (keys == NULL)
+            return -1;
+        t->keys = keys;
+    }
+    if ((t->slots == NULL || 2 * (t->used + 1) > t->mask + 1) && table_grow(t, &k->overflow) < 0)
+        return -1;
+    Slot s = {h, (uint32_t)t->keys_len, (int32_t)k->n};
+    uint32_t len = (uint32_t)n;
+    memcpy(t->keys + t->keys_len, &len, sizeof len);
+    memcpy(t->keys + t->keys_len + sizeof len, p, n);
+    int placed = table_place(t->slots, t->mask, s, &t->probes);
+    if (!placed && 8 * t->used >= t->mask + 1) { /* a run of linear probing: grown once, as table_put does */
+        if (table_grow(t, &k->overflow) < 0)
+            return -1;
+        placed = table_place(t->slots, t->mask, s, &t->probes);
+    }
+    if (!placed && overflow_put(&k->overflow, t, s) < 0)
+        return -1;
+    t->used += placed;
+    t->keys_len += room;
+    k->at[k->n] = s.at;
+    return (Py_ssize_t)k->n++;
+}
+
+/* The index of key p[0..n), added when new; -1 (an exception). h: its hash_bytes, or 0 (not known yet). */
+static Py_ssize_t keys_index(Keys *k, const void *p, Py_ssize_t n, uint64_t h)
+{
+    if (h == 0)
+        h = hash_bytes(p, n);
+    Py_ssize_t i = keys_find(k, h, p, n);
+    if (i >= 0)
+        return i;
+    return i == -2 ? -1 : keys_add(k, h, p, n);
+}
+
+/* Key i's bytes and length. */
+static inline const unsigned char *keys_at(const Keys *k, size_t i, Py_ssize_t *len)
+{
+    uint32_t n;
+    memcpy(&n, k->t.keys + k->at[i], sizeof n);
+    *len = n;
+    return k->t.keys + k->at[i] + sizeof n;
+}
+
+/* Keys(like=None, arity=0): like, the previous block's Keys, whose sizes this one's start at (see Cache). */
+static int keys_init(PyObject *self, PyObject *args, PyObject *kwds)
+{
+    PyObject *like = Py_None;
+    int arity = 0;
+    static char *kwlist[] = {"like", "arity", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|Oi:Keys", kwlist, &like, &arity))
+        return -1;
+    if (arity < 0 || arity > MAX_KEY) {
+        PyErr_Format(PyExc_ValueError, "Keys(arity): 0 (bytes keys) to %d", MAX_KEY);
+        return -1;
+    }
+    ((Keys *)self)->arity = arity;
+    if (like == Py_None)
+        return 0;
+    if (!Py_IS_TYPE(like, &KeysType)) {
+        PyErr_SetString(PyExc_TypeError, "Keys(like): like must be a Keys or None");
+        return -1;
+    }
+    Keys *k = (Keys *)self;
+    const Keys *l = (const Keys *)like;
+    k->t.first_cap = l->t.slots != NULL ? l->t.mask + 1 : l->t.first_cap;
+    k->t.first_keys = l->t.keys_cap ? l->t.keys_cap : l->t.first_keys;
+    k->first_at = l->at_cap ? l->at_cap : l->first_at;
+    return 0;
+}
+
+static void keys_dealloc(PyObject *self)
+{
+    Keys *k = (Keys *)self;
+    table_clear(&k->t);
+    PyMem_Free(k->at);
+    Py_XDECREF(k->overflow);
+    Py_TYPE(self)->tp_free(self);
+}
+
+/* The index of a key (-1: not held; get), added when new (index); NULL on an error. A key of a Keys of bytes is
+ * bytes-like; of tuples, a tuple of `arity` ints or None (another one is not held, and cannot be added). */
+static PyObject *keys_lookup(Keys *k, PyObject *key, int add, PyObject *missing)
+{
+    Py_buffer view = {.buf = NULL};
+    unsigned char buf[PACKED_MAX];
+    const void *p = buf;
+    Py_ssize_t n;
+    if (k->arity) {
+        Packed packed;
+        if (!packed_of_tuple(key, k->arity, &packed)) {
+            if (!add)
+                return Py_NewRef(missing);
+            return PyErr_Format(PyExc_TypeError, "Keys(arity=%d) holds tuples of %d ints (64 bits) or None",
+                                k->arity, k->arity);
+        }
+        n = packed_bytes(&packed, buf);
+    } else {
+        if (PyObject_GetBuffer(key, &view, PyBUF_SIMPLE) < 0)
+            return NULL;
+        p = view.buf, n = view.len;
+    }
+    uint64_t h = hash_bytes(p, n);
+    Py_ssize_t i = add ? keys_index(k, p, n, h) : keys_find(k, h, p, n);
+    if (view.buf != NULL)
+        PyBuffer_Release(&view);
+    if (i >= 0)
+        return index_int(i);
+    return i == -1 && !add ? Py_NewRef(missing) : NULL;
+}
+
+/* Key i as Python has it: bytes, or its tuple (new reference). */
+static PyObject *keys_object(const Keys *k, size_t i)
+{
+    Py_ssize_t len;
+    const unsigned char *p = keys_at(k, i, &len);
+    if (!k->arity)
+        return PyBytes_FromStringAndSize((const char *)p, len);
+    Packed packed;
+    if (!packed_of_bytes(p, len, k->arity, &packed)) {
+        PyErr_SetString(PyExc_SystemError, "Keys: a packed key does not unpack");
+        return NULL;
+    }
+    return tuple_of_packed(&packed);
+}
+
+static PyObject *keys_index_method(PyObject *self, PyObject *key)
+{
+    return keys_lookup((Keys *)self, key, 1, NULL);
+}
+
+static PyObject *keys_get(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs < 1 || nargs > 2) {
+        PyErr_SetString(PyExc_TypeError, "get(key, default=None)");
+        return NULL;
+    }
+    return keys_lookup((Keys *)self, args[0], 0, nargs == 2 ? args[1] : Py_None);
+}
+
+static int keys_contains(PyObject *self, PyObject *key)
+{
+    PyObject *i = keys_lookup((Keys *)self, key, 0, Py_None);
+    int rc = i == NULL ? -1 : i != Py_None;
+    Py_XDECREF(i);
+    return rc;
+}
+
+static Py_ssize_t keys_len(PyObject *self) { return (Py_ssize_t)((Keys *)self)->n; }
+
+/* [key, ...] (pairs: [(key, index), ...]) in index order. */
+static PyObject *keys_list(Keys *k, int pairs)
+{
+    PyObject *out = PyList_New((Py_ssize_t)k->n);
+    for (size_t i = 0; out != NULL && i < k->n; i++) {
+        PyObject *key = keys_object(k, i);
+        ext_set_item(&out, (Py_ssize_t)i, pairs && key != NULL ? Py_BuildValue("NN", key, index_int(i)) : key);
+    }
+    return out;
+}
+
+static PyObject *keys_iter(PyObject *self)
+{
+    PyObject *list = keys_list((Keys *)self, 0);
+    PyObject *it = list != NULL ? PyObject_GetIter(list) : NULL;
+    Py_XDECREF(list);
+    return it;
+}
+
+static PyObject *keys_items(PyObject *self, PyObject *Py_UNUSED(unused)) { return keys_list((Keys *)self, 1); }
+
+static PyObject *keys_placed(PyObject *self, PyObject *Py_UNUSED(unused))
+{
+    return PyLong_FromSize_t(((Keys *)self)->t.used);
+}
+
+static PyObject *keys_probes(PyObject *self, PyObject *Py_UNUSED(unused))
+{
+    return PyLong_FromUnsignedLongLong(((Keys *)self)->t.probes);
+}
+
+static PyMethodDef keys_methods[] = {
+    {"index", keys_index_method, METH_O, "index(key) -> the key's index, the key added when new (_Table.index)."},
+    {"get", (PyCFunction)(void (*)(void))keys_get, METH_FASTCALL, "get(key, default=None) -> the key's index."},
+    {"items", keys_items, METH_NOARGS, "items() -> [(key, index), ...] in index order."},
+    {"placed", keys_placed, METH_NOARGS, "placed() -> the keys found through the slots (the others: a dict)."},
+    {"probes", keys_probes, METH_NOARGS, "probes() -> slots looked at (the work is bounded per key)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject KeysType = EXT_TYPE(Keys, "export.cdns._cdnsblock.Keys", 0,
+    "Keys(like=None, arity=0): a block's table of bytes keys (addresses, names), or of tuples of `arity` ints or None "
+    "(signatures), key -> index in insertion order, held in C and read as that dict; like: the previous block's Keys, "
+    "whose sizes it starts at.",
+    .tp_new = PyType_GenericNew, .tp_init = keys_init, .tp_dealloc = keys_dealloc, .tp_methods = keys_methods,
+    .tp_iter = keys_iter, .tp_hash = PyObject_HashNotImplemented,
+    .tp_as_sequence = &(PySequenceMethods){.sq_length = keys_len, .sq_contains = keys_contains});
+
+static void cache_dealloc(PyObject *self)
+{
+    Cache *c = (Cache *)self;
+    table_clear(&c->classtype);
+    Py_TYPE(self)->tp_free(self);
+}
+
+static PyObject *cache_len(PyObject *self, PyObject *Py_UNUSED(unused))
+{
+    Cache *c = (Cache *)self;
+    return PyLong_FromSize_t(c->classtype.used);
+}
+
+static PyObject *cache_probes(PyObject *self, PyObject *Py_UNUSED(unused))
+{
+    Cache *c = (Cache *)self;
+    return PyLong_FromUnsignedLongLong(c->classtype.probes);
+}
+
+/* Cache(like=None): like, the previous block's Cache, whose tables' sizes this one's start at (a block's tables are
+ * the size of the last one's, nearly: grown from the least, they were placed again five times a block). */
+static int cache_init(PyObject *self, PyObject *args, PyObject *kwds)
+{
+    PyObject *like = Py_None;
+    static char *kwlist[] = {"like", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|O:Cache", kwlist, &like))
+        return -1;
+    if (like == Py_None)
+        return 0;
+    if (!Py_IS_TYPE(like, Py_TYPE(self))) {
+        PyErr_SetString(PyExc_TypeError, "Cache(like): like must be a Cache or None");
+        return -1;
+    }
+    Cache *c = (Cache *)self, *l = (Cache *)like;
+    c->classtype.first_cap = l->classtype.slots != NULL ? l->classtype.mask + 1 : l->classtype.first_cap;
+    c->classtype.first_keys = l->classtype.keys_cap ? l->classtype.keys_cap : l->classtype.first_keys;
+    return 0;
+}
+
+static PyMethodDef cache_methods[] = {
+    {"sizes", cache_len, METH_NOARGS, "sizes() -> class/types remembered."},
+    {"probes", cache_probes, METH_NOARGS, "probes() -> slots looked at in the class/type table."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject CacheType = EXT_TYPE(Cache, "export.cdns._cdnsblock.Cache", 0,
+    "Cache(like=None): lookups by content in front of one block's class/type dict (add), and memos of the last "
+    "server address and OPT RDATA; "
+    "like: the previous block's Cache, whose sizes its tables start at.",
+    .tp_new = PyType_GenericNew, .tp_init = cache_init, .tp_dealloc = cache_dealloc, .tp_methods = cache_methods);
+
+/* A dict's value as the index it is: >= 0, or -1 (SystemError: the dict holds something else). */
+static Py_ssize_t index_value(PyObject *v)
+{
+    long long i;
+    if (v == NULL)
+        return -1;
+    int ok = as_ll(v, &i) && i >= 0 && i <= PY_SSIZE_T_MAX;
+    Py_DECREF(v);
+    if (!ok) {
+        PyErr_SetString(PyExc_SystemError, "_cdnsblock.add: a table index is not an int");
+        return -1;
+    }
+    return (Py_ssize_t)i;
+}
+
+/* table_index of a key that t was just asked for and does not hold. When t holds as many keys as d (then its keys
+ * are all of d's: it remembers only keys d gave an index, each once), the key is not in d either: it is added
+ * without looking it up first (for a signature, that lookup hashed its 17 values once more). The index, or -1. */
+static Py_ssize_t table_miss_index(const Table *t, PyObject *d, PyObject *key)
+{
+    if (t == NULL || t->used != (size_t)PyDict_GET_SIZE(d))
+        return index_value(table_index(d, key));
+    Py_ssize_t n = PyDict_GET_SIZE(d);
+    PyObject *v = index_int(n);
+    if (v == NULL)
+        return -1;
+    int rc = PyDict_SetItem(d, key, v);
+    Py_DECREF(v);
+    return rc < 0 ? -1 : n;
+}
+
+/* keys_index through the memo m of the last key (NULL: none); -1 on an error. */
+static Py_ssize_t memo_index(Memo *m, Keys *k, const void *p, Py_ssize_t n)
+{
+    if (m != NULL && m->index1 > 0 && m->len == n && memcmp(m->key, p, n) == 0)
+        return m->index1 - 1;
+    Py_ssize_t i = keys_index(k, p, n, 0);
+    if (i >= 0 && m != NULL && n <= MEMO_MAX) {
+        m->index1 = i + 1;
+        m->len = n;
+        memcpy(m->key, p, n);
+    }
+    return i;
+}
 
 /* ---------------------------------------------------------------------------------------------
  * Items: a block's Q/R items as C structs.
@@ -679,7 +982,8 @@ static PyTypeObject ItemsType = EXT_TYPE(Items, "export.cdns._cdnsblock.Items", 
     .tp_richcompare = items_richcompare, .tp_hash = PyObject_HashNotImplemented, .tp_methods = items_methods);
 
 typedef struct {
-    PyObject *ip, *names, *classtype, *sigs, *qr_type;
+    Keys *ip, *names, *sigs;
+    PyObject *classtype, *qr_type;
     Items *store; /* the items */
     Cache *cache; /* or NULL: the dicts alone */
     long long earliest;
@@ -859,12 +1163,6 @@ static int tx_of_record(const TxHead *h, Tx *t)
     return 1;
 }
 
-/* An optional value as an object (new reference). */
-static PyObject *opt_obj(const Tx *t, unsigned bit, long long v)
-{
-    return t->nones & bit ? Py_NewRef(Py_None) : PyLong_FromLongLong(v);
-}
-
 /* The class/type index of the transaction's question, or -1 (an exception). */
 static Py_ssize_t classtype_index(Block *b, const Tx *t)
 {
@@ -891,12 +1189,6 @@ static Py_ssize_t classtype_index(Block *b, const Tx *t)
     if (direct)
         cache->class_in[t->qtype] = cti + 1;
     return cti;
-}
-
-/* An index (-1: None) as an object (new reference). */
-static PyObject *index_obj(Py_ssize_t i)
-{
-    return i < 0 ? Py_NewRef(Py_None) : index_int(i);
 }
 
 /* A transaction's table indexes: client and server address, name, class/type, OPT RDATA (-1: none). */
@@ -943,48 +1235,16 @@ static int pack_signature(const Block *b, const Tx *t, const Indexes *x, Packed 
     return 1;
 }
 
-/* The signature's tuple, as add_python makes it (new reference). */
-static PyObject *signature_tuple(const Block *b, const Tx *t, const Indexes *x)
-{
-    PyObject *v[17] = {
-        index_int(x->si), PyLong_FromLongLong(t->sport), PyLong_FromLong(t->tflags), Py_NewRef(b->qr_type),
-        PyLong_FromLong(t->sflags), PyLong_FromLongLong((t->mflags >> 11) & 0xF), PyLong_FromLong(t->dnsflags),
-        t->q ? PyLong_FromLongLong(t->qrcode) : Py_NewRef(Py_None), index_obj(x->cti),
-        opt_obj(t, N_QDCOUNT, t->qdcount), opt_obj(t, N_QAN, t->qan), opt_obj(t, N_QNS, t->qns),
-        opt_obj(t, N_QAR, t->qar), opt_obj(t, N_EDNSV, t->ednsv), opt_obj(t, N_UDP, t->udp), index_obj(x->opt_i),
-        t->r ? PyLong_FromLongLong(t->rrcode) : Py_NewRef(Py_None),
-    };
-    PyObject *sig = PyTuple_New(17);
-    for (int j = 0; j < 17; j++) {
-        if (v[j] == NULL)
-            Py_CLEAR(sig);
-        if (sig != NULL)
-            PyTuple_SET_ITEM(sig, j, v[j]);
-        else
-            Py_XDECREF(v[j]);
-    }
-    return sig;
-}
-
-/* The signature's index (added when new), through the cache's packed keys; -1 (an exception). */
+/* The signature's index (added when new) in the block's Keys of signatures; -1 (an exception). */
 static Py_ssize_t signature_index(Block *b, const Tx *t, const Indexes *x)
 {
-    Cache *cache = b->cache;
-    unsigned char kbuf[PACKED_MAX];
-    Py_ssize_t klen = 0, sgi;
-    uint64_t kh = 0;
+    unsigned char buf[PACKED_MAX];
     Packed k = {.n = 0};
-    int packed = cache != NULL && pack_signature(b, t, x, &k);
-    if (packed && (sgi = packed_find(&cache->sigs, &k, kbuf, &klen, &kh)) >= 0)
-        return sgi;
-    PyObject *sig = signature_tuple(b, t, x);
-    if (sig == NULL)
+    if (!pack_signature(b, t, x, &k)) {
+        PyErr_SetString(PyExc_TypeError, "add_records: qr_type must be an int or None");
         return -1;
-    sgi = table_miss_index(packed ? &cache->sigs : NULL, b->sigs, sig);
-    Py_DECREF(sig);
-    if (sgi >= 0 && packed && table_put(&cache->sigs, kh, kbuf, klen, sgi) < 0)
-        return -1;
-    return sgi;
+    }
+    return keys_index(b->sigs, buf, packed_bytes(&k, buf), 0);
 }
 
 /* The transaction's indexes into x (added to the tables when new), in the order of the Python loop: 0, or -1. */
@@ -992,16 +1252,13 @@ static int table_indexes(Block *b, const Tx *t, Indexes *x)
 {
     Cache *cache = b->cache;
     *x = (Indexes){-1, -1, -1, -1, -1};
-    if ((x->ci = bytes_index(cache ? &cache->ips : NULL, b->ip, t->client, t->client_len, t->client_h)) < 0
-        || (x->si = memo_index(cache ? &cache->server : NULL, cache ? &cache->ips : NULL, b->ip, t->server,
-                               t->server_len)) < 0)
+    if ((x->ci = keys_index(b->ip, t->client, t->client_len, t->client_h)) < 0
+        || (x->si = memo_index(cache ? &cache->server : NULL, b->ip, t->server, t->server_len)) < 0)
         return -1;
-    if (t->has_name && ((x->ni = bytes_index(cache ? &cache->names : NULL, b->names, t->name_p, t->name_len,
-                                             t->name_h)) < 0
+    if (t->has_name && ((x->ni = keys_index(b->names, t->name_p, t->name_len, t->name_h)) < 0
                         || (x->cti = classtype_index(b, t)) < 0))
         return -1;
-    if (t->rdata != NULL && (x->opt_i = memo_index(cache ? &cache->opt : NULL, cache ? &cache->names : NULL,
-                                                   b->names, t->rdata, t->rdata_len)) < 0)
+    if (t->rdata != NULL && (x->opt_i = memo_index(cache ? &cache->opt : NULL, b->names, t->rdata, t->rdata_len)) < 0)
         return -1;
     return 0;
 }
@@ -1052,12 +1309,16 @@ static int block_args(PyObject *args, Block *b, PyObject **txs, Py_ssize_t *star
                       PyObject **earliest)
 {
     b->cache = NULL;
-    if (!PyArg_ParseTuple(args, "OnnO!O!O!O!O!OO|O!:add_records", txs, start, stop, &PyDict_Type, &b->ip,
-                          &PyDict_Type, &b->names, &PyDict_Type, &b->classtype, &PyDict_Type, &b->sigs, &ItemsType,
+    if (!PyArg_ParseTuple(args, "OnnO!O!O!O!O!OO|O!:add_records", txs, start, stop, &KeysType, &b->ip,
+                          &KeysType, &b->names, &PyDict_Type, &b->classtype, &KeysType, &b->sigs, &ItemsType,
                           &b->store, earliest, &b->qr_type, &CacheType, &b->cache))
         return -1;
     if (*start < 0) {
         PyErr_SetString(PyExc_ValueError, "add_records: start must not be negative");
+        return -1;
+    }
+    if (b->ip->arity || b->names->arity || b->sigs->arity != SIG_FIELDS) {
+        PyErr_SetString(PyExc_TypeError, "add_records: ip and names are Keys of bytes, sigs a Keys(arity=17)");
         return -1;
     }
     b->processed = b->unmatched_q = b->unmatched_r = 0;
@@ -1108,16 +1369,14 @@ static int read_tx(const Block *b, const TxBatch *txs, Py_ssize_t i, Tx *t)
 {
     if (!tx_of_record(txbatch_get(txs, i), t))
         return 0;
-    Cache *cache = b->cache;
-    if (cache == NULL)
-        return 1;
+    const Table *ip = &b->ip->t, *names = &b->names->t;
     t->client_h = hash_bytes(t->client, t->client_len);
-    if (cache->ips.slots != NULL)
-        __builtin_prefetch(&cache->ips.slots[t->client_h & cache->ips.mask]);
+    if (ip->slots != NULL)
+        __builtin_prefetch(&ip->slots[t->client_h & ip->mask]);
     if (t->has_name) {
         t->name_h = hash_bytes(t->name_p, t->name_len);
-        if (cache->names.slots != NULL)
-            __builtin_prefetch(&cache->names.slots[t->name_h & cache->names.mask]);
+        if (names->slots != NULL)
+            __builtin_prefetch(&names->slots[t->name_h & names->mask]);
     }
     return 1;
 }
@@ -1224,38 +1483,6 @@ static int out_head(Out *o, int major, unsigned long long v)
         return -1;
     o->len = put_head(o->p + o->len, major, v) - o->p;
     return 0;
-}
-
-/* map key k (0..23), then an int value: 1, or -1 (no memory). */
-static int out_pair(Out *o, int k, long long v)
-{
-    if (out_reserve(o, 10) < 0)
-        return -1;
-    unsigned char *w = o->p + o->len;
-    *w++ = (unsigned char)k;
-    o->len = put_int(w, v) - o->p;
-    return 1;
-}
-
-static int out_int(Out *o, int k, PyObject *v)
-{
-    long long x;
-    return as_ll(v, &x) ? out_pair(o, k, x) : 0;
-}
-
-/* new_list[i] as a long long: 1, 0 where Python would raise or see another type. */
-static int renumber_ll(PyObject *list, long long i, long long *v)
-{
-    if (i < 0)
-        i += PyList_GET_SIZE(list);
-    return i >= 0 && i < PyList_GET_SIZE(list) && as_ll(PyList_GET_ITEM(list, i), v);
-}
-
-/* new_list[index] as a long long: 1, 0 where Python would raise or see another type. */
-static int renumbered(PyObject *list, PyObject *index, long long *v)
-{
-    long long i;
-    return as_ll(index, &i) && renumber_ll(list, i, v);
 }
 
 /* A renumbering list (new index of each old one) as C ints, read once per block rather than once per item. */
@@ -1367,57 +1594,111 @@ static PyObject *encode_items(PyObject *Py_UNUSED(self), PyObject *args)
     return out;
 }
 
-/* cbor2.dumps([cdns._signature(sig, new_ip, new_name) for sig in sigs]), or None (a value not an int). */
+/* Signature i of a table (a Keys(arity=17), or the list of a dict's keys, its tuples), packed: 1, or 0 when it is
+ * not one (not a tuple of 17 ints or None, i not an index of the table). */
+static int signature_at(PyObject *table, long long i, Packed *k)
+{
+    if (Py_IS_TYPE(table, &KeysType)) {
+        const Keys *keys = (const Keys *)table;
+        Py_ssize_t len;
+        if (i < 0 || (unsigned long long)i >= keys->n)
+            return 0;
+        const unsigned char *p = keys_at(keys, (size_t)i, &len);
+        return packed_of_bytes(p, len, SIG_FIELDS, k);
+    }
+    return i >= 0 && i < PyList_GET_SIZE(table) && packed_of_tuple(PyList_GET_ITEM(table, i), SIG_FIELDS, k);
+}
+
+/* One signature map, its server address (0) and OPT RDATA (15) renumbered: 1, 0 (Python encodes), -1. */
+static int encode_signature(Out *o, const Packed *k, const Renum *new_ip, const Renum *new_name)
+{
+    int keys = 0;
+    for (int f = 0; f < SIG_FIELDS; f++)
+        keys += !(k->nones >> f & 1);
+    if (k->nones & 1)
+        return 0;
+    if (out_reserve(o, 1 + SIG_FIELDS * 10) < 0)
+        return -1;
+    unsigned char *w = put_head(o->p + o->len, 5, keys);
+    for (int f = 0; f < SIG_FIELDS; f++) {
+        long long v = k->v[f];
+        if (k->nones >> f & 1)
+            continue;
+        if ((f == 0 && !renum_at(new_ip, v, &v)) || (f == 15 && !renum_at(new_name, v, &v)))
+            return 0;
+        *w++ = (unsigned char)f;
+        w = put_int(w, v);
+    }
+    o->len = w - o->p;
+    return 1;
+}
+
+/* encode_signatures(sigs, order, new_ip, new_name): cbor2.dumps([cdns._signature(s, new_ip, new_name) for s in
+ * [list(sigs)[i] for i in order]]) for sigs a Keys(arity=17) or the list of a dict's keys, or None (a value not
+ * an int, an index not one of the table's). */
 static PyObject *encode_signatures(PyObject *Py_UNUSED(self), PyObject *args)
 {
-    PyObject *list, *new_ip, *new_name;
-    if (!PyArg_ParseTuple(args, "O!O!O!:encode_signatures", &PyList_Type, &list, &PyList_Type, &new_ip, &PyList_Type,
-                          &new_name))
+    PyObject *table, *order, *lists[2];
+    if (!PyArg_ParseTuple(args, "OO!O!O!:encode_signatures", &table, &PyList_Type, &order, &PyList_Type, &lists[0],
+                          &PyList_Type, &lists[1]))
         return NULL;
-    Py_ssize_t n = PyList_GET_SIZE(list);
+    if (!PyList_Check(table) && !(Py_IS_TYPE(table, &KeysType) && ((Keys *)table)->arity == SIG_FIELDS)) {
+        PyErr_SetString(PyExc_TypeError, "encode_signatures: sigs must be a Keys(arity=17) or a list");
+        return NULL;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(order);
+    Renum r[2] = {{NULL, 0}, {NULL, 0}};
     Out o = {NULL, 0, 0};
-    int rc = out_head(&o, 4, (unsigned long long)n) < 0 ? -1 : 1;
-    for (Py_ssize_t i = 0; rc == 1 && i < n; i++) {
-        PyObject *sig = PyList_GET_ITEM(list, i);
-        if (!PyTuple_Check(sig) || PyTuple_GET_SIZE(sig) != 17) {
-            rc = 0;
-            break;
-        }
-        int keys = 0;
-        for (int k = 0; k < 17; k++)
-            keys += F(sig, k) != Py_None;
-        if (F(sig, 0) == Py_None || out_head(&o, 5, keys) < 0) {
-            rc = F(sig, 0) == Py_None ? 0 : -1;
-            break;
-        }
-        for (int k = 0; rc == 1 && k < 17; k++) {
-            PyObject *v = F(sig, k);
-            long long x;
-            if (v == Py_None)
-                continue;
-            if (k == 0 || k == 15)
-                rc = renumbered(k == 0 ? new_ip : new_name, v, &x) ? out_pair(&o, k, x) : 0;
-            else
-                rc = out_int(&o, k, v);
-        }
+    int rc = 1;
+    for (int k = 0; rc == 1 && k < 2; k++)
+        rc = renum_of(lists[k], &r[k]);
+    if (rc == 1 && (out_reserve(&o, n * 24 + 9) < 0 || out_head(&o, 4, (unsigned long long)n) < 0))
+        rc = -1;
+    for (Py_ssize_t j = 0; rc == 1 && j < n; j++) {
+        long long i;
+        Packed k;
+        rc = as_ll(PyList_GET_ITEM(order, j), &i) && signature_at(table, i, &k) ? encode_signature(&o, &k, &r[0], &r[1])
+                                                                                : 0;
     }
     PyObject *out = rc == 1 ? PyBytes_FromStringAndSize((const char *)o.p, o.len) : rc == 0 ? Py_NewRef(Py_None) : NULL;
+    for (int k = 0; k < 2; k++)
+        PyMem_Free(r[k].v);
     PyMem_Free(o.p);
     return out;
 }
 
-/* cbor2.dumps([list(table)[i] for i in order]) for a table of bytes (ip, names: key -> its index, in insertion
- * order), or None when a key is not bytes or an index is not one of the table's (then Python makes the list). */
-static PyObject *encode_table(PyObject *Py_UNUSED(self), PyObject *args)
+/* The CBOR array of the keys of k in `order`: 1, 0 when an index is not one of the table's (then Python makes the
+ * list), -1 (no memory). Written from the table's buffer: no key object is made. */
+static int keys_cbor(Out *o, const Keys *k, PyObject *order)
 {
-    PyObject *table, *order;
-    if (!PyArg_ParseTuple(args, "O!O!:encode_table", &PyDict_Type, &table, &PyList_Type, &order))
-        return NULL;
+    Py_ssize_t m = PyList_GET_SIZE(order);
+    if (out_reserve(o, (Py_ssize_t)(k->t.keys_len + 5 * (size_t)m) + 9) < 0 || out_head(o, 4, m) < 0)
+        return -1;
+    for (Py_ssize_t j = 0; j < m; j++) {
+        long long i;
+        Py_ssize_t len;
+        if (!as_ll(PyList_GET_ITEM(order, j), &i) || i < 0 || (unsigned long long)i >= k->n)
+            return 0;
+        const unsigned char *p = keys_at(k, (size_t)i, &len);
+        if (out_reserve(o, len + 9) < 0)
+            return -1;
+        unsigned char *w = put_head(o->p + o->len, 2, (uint64_t)len);
+        memcpy(w, p, len);
+        o->len = w + len - o->p;
+    }
+    return 1;
+}
+
+/* The same for a dict of bytes keys -> their indexes 0..len-1 (the reference blocks' tables): 1, 0 when a key is
+ * not bytes or an index is not one of the table's, -1 (no memory). */
+static int dict_cbor(Out *o, PyObject *table, PyObject *order)
+{
     Py_ssize_t n = PyDict_GET_SIZE(table), pos = 0, bytes = 0;
-    PyObject **keys = PyMem_Calloc(n ? n : 1, sizeof *keys), *key, *value, *out = NULL;
-    if (keys == NULL)
-        return PyErr_NoMemory();
-    Out o = {NULL, 0, 0};
+    PyObject **keys = PyMem_Calloc(n ? n : 1, sizeof *keys), *key, *value;
+    if (keys == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
     int rc = 1;
     while (rc == 1 && PyDict_Next(table, &pos, &key, &value)) {
         long long i;
@@ -1428,7 +1709,7 @@ static PyObject *encode_table(PyObject *Py_UNUSED(self), PyObject *args)
         }
     }
     if (rc == 1)
-        rc = out_reserve(&o, bytes + 9) < 0 ? -1 : out_head(&o, 4, PyList_GET_SIZE(order)) < 0 ? -1 : 1;
+        rc = out_reserve(o, bytes + 9) < 0 ? -1 : out_head(o, 4, PyList_GET_SIZE(order)) < 0 ? -1 : 1;
     for (Py_ssize_t j = 0; rc == 1 && j < PyList_GET_SIZE(order); j++) {
         long long i;
         if (!as_ll(PyList_GET_ITEM(order, j), &i) || i < 0 || i >= n) {
@@ -1436,17 +1717,33 @@ static PyObject *encode_table(PyObject *Py_UNUSED(self), PyObject *args)
             break;
         }
         Py_ssize_t len = PyBytes_GET_SIZE(keys[i]);
-        if (out_reserve(&o, len + 9) < 0) {
+        if (out_reserve(o, len + 9) < 0) {
             rc = -1;
             break;
         }
-        unsigned char *w = put_head(o.p + o.len, 2, (uint64_t)len);
+        unsigned char *w = put_head(o->p + o->len, 2, (uint64_t)len);
         memcpy(w, PyBytes_AS_STRING(keys[i]), len);
-        o.len = w + len - o.p;
+        o->len = w + len - o->p;
     }
-    out = rc == 1 ? PyBytes_FromStringAndSize((const char *)o.p, o.len) : rc == 0 ? Py_NewRef(Py_None) : NULL;
-    PyMem_Free(o.p);
     PyMem_Free(keys);
+    return rc;
+}
+
+/* cbor2.dumps([list(table)[i] for i in order]) for a table of bytes (a Keys, or a dict: key -> its index, in
+ * insertion order), or None when a key is not bytes or an index is not one of the table's. */
+static PyObject *encode_table(PyObject *Py_UNUSED(self), PyObject *args)
+{
+    PyObject *table, *order;
+    if (!PyArg_ParseTuple(args, "OO!:encode_table", &table, &PyList_Type, &order))
+        return NULL;
+    if (!Py_IS_TYPE(table, &KeysType) && !PyDict_Check(table)) {
+        PyErr_SetString(PyExc_TypeError, "encode_table: table must be a Keys or a dict");
+        return NULL;
+    }
+    Out o = {NULL, 0, 0};
+    int rc = Py_IS_TYPE(table, &KeysType) ? keys_cbor(&o, (Keys *)table, order) : dict_cbor(&o, table, order);
+    PyObject *out = rc == 1 ? PyBytes_FromStringAndSize((const char *)o.p, o.len) : rc == 0 ? Py_NewRef(Py_None) : NULL;
+    PyMem_Free(o.p);
     return out;
 }
 
@@ -1512,7 +1809,17 @@ static int count_references(PyObject *sigs, PyObject *rr, Uses *ip, const Uses *
 {
     Py_ssize_t pos = 0;
     PyObject *key, *value;
-    while (PyDict_Next(sigs, &pos, &key, &value)) {
+    for (Py_ssize_t i = 0; Py_IS_TYPE(sigs, &KeysType) && i < sig->n; i++) {
+        Packed k;
+        if (!signature_at(sigs, i, &k)) {
+            PyErr_SetString(PyExc_SystemError, "renumbering: a packed signature does not unpack");
+            return -1;
+        }
+        if ((!(k.nones & 1) && use(ip, k.v[0], sig->v[i]) < 0)
+            || (!(k.nones >> 15 & 1) && use(name, k.v[15], sig->v[i]) < 0))
+            return -1;
+    }
+    while (PyDict_Check(sigs) && PyDict_Next(sigs, &pos, &key, &value)) {
         long long i;
         if (!PyTuple_Check(key) || PyTuple_GET_SIZE(key) != 17 || !as_ll(value, &i) || i < 0 || i >= sig->n) {
             PyErr_SetString(PyExc_TypeError, "renumbering: sigs must map 17-tuples to their indexes");
@@ -1625,13 +1932,18 @@ static PyObject *renumbering(PyObject *Py_UNUSED(self), PyObject *args)
 {
     PyObject *items, *sigs, *rr;
     Py_ssize_t n_ip, n_names;
-    if (!PyArg_ParseTuple(args, "OO!nnO!:renumbering", &items, &PyDict_Type, &sigs, &n_ip, &n_names, &PyDict_Type, &rr))
+    if (!PyArg_ParseTuple(args, "OOnnO!:renumbering", &items, &sigs, &n_ip, &n_names, &PyDict_Type, &rr))
         return NULL;
     if (n_ip < 0 || n_names < 0) {
         PyErr_SetString(PyExc_ValueError, "renumbering: table sizes must not be negative");
         return NULL;
     }
-    Uses sig = {PyMem_Calloc(PyDict_GET_SIZE(sigs) + 1, sizeof(long long)), PyDict_GET_SIZE(sigs)};
+    if (!PyDict_Check(sigs) && !(Py_IS_TYPE(sigs, &KeysType) && ((Keys *)sigs)->arity == SIG_FIELDS)) {
+        PyErr_SetString(PyExc_TypeError, "renumbering: sigs must be a dict or a Keys(arity=17)");
+        return NULL;
+    }
+    Py_ssize_t n_sigs = PyDict_Check(sigs) ? PyDict_GET_SIZE(sigs) : (Py_ssize_t)((Keys *)sigs)->n;
+    Uses sig = {PyMem_Calloc(n_sigs + 1, sizeof(long long)), n_sigs};
     Uses ip = {PyMem_Calloc(n_ip + 1, sizeof(long long)), n_ip};
     Uses name = {PyMem_Calloc(n_names + 1, sizeof(long long)), n_names};
     PyObject *result = NULL;
@@ -1652,8 +1964,8 @@ static PyMethodDef methods[] = {
     {"add_records", add_records, METH_VARARGS,
      "add_records(txs, start, stop, ip, names, classtype, sigs, items, earliest, qr_type[, cache]) -> (stop, "
      "earliest, processed, unmatched_queries, unmatched_responses): Block.add_python's loop over transactions "
-     "start..stop-1 of a probe._records.TxBatch, up to the first one it leaves to Python (a malformed one); items: "
-     "an Items; cache: the block's Cache (lookups by content in front of names, classtype and sigs)."},
+     "start..stop-1 of a probe._records.TxBatch, up to the first one it leaves to Python (a malformed one); ip, "
+     "names: Keys; sigs: a Keys(arity=17); items: an Items; cache: the block's Cache (classtype, memos)."},
     {"encode_items", encode_items, METH_VARARGS,
      "encode_items(items, earliest, new_ip, new_sig, new_name) -> bytes or None: cbor2.dumps of the item maps, "
      "or None where an item has a value other than an int or None (extended sections)."},
@@ -1661,7 +1973,8 @@ static PyMethodDef methods[] = {
      "encode_table(table, order) -> bytes or None: cbor2.dumps([list(table)[i] for i in order]) for a table of bytes "
      "keys (their values 0..len-1 in insertion order), or None for other keys or indexes."},
     {"encode_signatures", encode_signatures, METH_VARARGS,
-     "encode_signatures(sigs, new_ip, new_name) -> bytes or None: cbor2.dumps of cdns._signature over sigs."},
+     "encode_signatures(sigs, order, new_ip, new_name) -> bytes or None: cbor2.dumps of cdns._signature over the "
+     "signatures of sigs (a Keys(arity=17), or a list of tuples) in order, or None (a value not an int)."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -1672,7 +1985,7 @@ PyMODINIT_FUNC PyInit__cdnsblock(void)
     if (records_import() < 0)
         PyErr_Clear();
     PyObject *mod = ext_module("export.cdns._cdnsblock", NULL, methods,
-                               (PyTypeObject *[]){&CacheType, &ItemsType, NULL}, NULL, NULL);
+                               (PyTypeObject *[]){&CacheType, &KeysType, &ItemsType, NULL}, NULL, NULL);
     if (mod == NULL)
         return NULL;
     PyObject *transports = PyTuple_New(N_TRANSPORTS);

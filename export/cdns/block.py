@@ -10,7 +10,7 @@ common transactions, giving the others to add_python (tests/export/test_cdns_blo
 import struct
 
 from export.cdns import format as F
-from export.cdns.encode import TICKS_PER_SECOND, encode_block
+from export.cdns.encode import SIG_KEYS, TICKS_PER_SECOND, encode_block
 from probe.decode.dnswire import Malformed, read_name, read_rr, skip_name, walk_rrs
 from probe.model import CDNS_TRANSPORT_UNKNOWN, TRANSPORTS, E, M
 from probe.native import load
@@ -219,20 +219,24 @@ class _Table(dict):
 class Block:
     """A block being filled: its tables, items and statistics; encode() gives its CBOR bytes."""
 
-    def __init__(self, writer, previous=None):
-        """previous: the block before this one (its lookup cache's sizes are where this one's start), or None."""
+    def __init__(self, writer, previous=None, python=False):
+        """previous: the block before this one (its C tables' sizes are where this one's start), or None.
+        python: the reference block (tests), every table a dict and the items a list, filled by add_python alone."""
         self.w = writer
-        self.ip = _Table()
+        # add_records takes the transactions: transaction records, neither client privacy nor full sections.
+        self._c_loop = writer.tx_records and writer.clients is None and not writer.full_sections and not python
+        # The address, name and signature tables: with the C loop, held in C (_cdnsblock.Keys, read as the _Table
+        # it replaces; a signature's key as its tuple).
+        like = previous if previous is not None and previous._c_loop else None
+        self.ip = _cdnsblock.Keys(getattr(like, "ip", None)) if self._c_loop else _Table()
+        self.names = _cdnsblock.Keys(getattr(like, "names", None)) if self._c_loop else _Table()
+        self.sigs = _cdnsblock.Keys(getattr(like, "sigs", None), len(SIG_KEYS)) if self._c_loop else _Table()
         self.classtype = _Table()
-        self.names = _Table()
-        self.sigs = _Table()
         self.qrr = _Table()
         self.qlist = _Table()
         self.rr = _Table()
         self.rrlist = _Table()
         self.mm_data = _Table()
-        # add_records takes the transactions: transaction records, neither client privacy nor full sections.
-        self._c_loop = writer.tx_records and writer.clients is None and not writer.full_sections
         # Item tuples, see add_python; maps are made at encode() once earliest-time is known. With the C loop
         # they are kept as C structs (_cdnsblock.Items reads as this list of tuples).
         self.items = _cdnsblock.Items(writer.max_items) if self._c_loop else []
@@ -241,8 +245,8 @@ class Block:
         self.earliest = None  # ticks
         self.fallback_ticks = None  # earliest-time of a block with address events only
         self.processed = self.unmatched_q = self.unmatched_r = 0
-        like = previous.cache if previous is not None else None
-        self.cache = _cdnsblock.Cache(like) if self._c_loop else None  # see _cdnsblock.add_records
+        # Lookups by content in front of the class/type dict: see _cdnsblock.add_records.
+        self.cache = _cdnsblock.Cache(getattr(like, "cache", None)) if self._c_loop else None
 
     def __len__(self):
         return len(self.items) + len(self.malformed)
@@ -277,10 +281,8 @@ class Block:
 
     def add_python(self, txs):
         """add() in Python: the reference implementation, and the path of client privacy and full sections."""
-        ip = self.ip
-        ip_get = ip.get
-        sigs = self.sigs
-        sigs_get = sigs.get
+        ip_get, ip_index = self.ip.get, self.ip.index
+        sigs_get, sigs_index = self.sigs.get, self.sigs.index
         items_append = self.items.append
         clients = self.w.clients
         full = self.w.full_sections
@@ -304,10 +306,10 @@ class Block:
                 client = clients.address(client)
             ci = ip_get(client)
             if ci is None:
-                ci = ip[client] = len(ip)
+                ci = ip_index(client)
             si = ip_get(server)
             if si is None:
-                si = ip[server] = len(ip)
+                si = ip_index(server)
             ni, cti, end = question(m)
             tflags = transport_flags(m)
             if q is not None:
@@ -337,7 +339,7 @@ class Block:
             )
             sgi = sigs_get(sig)
             if sgi is None:
-                sgi = sigs[sig] = len(sigs)
+                sgi = sigs_index(sig)
             if full:
                 qext = self._extended(q, True) if q is not None else None
                 rext = self._extended(r, False) if r is not None else None
@@ -369,7 +371,7 @@ class Block:
         names = self.names
         ni = names.get(name)
         if ni is None:
-            ni = names[name] = len(names)
+            ni = names.index(name)
         classtype = self.classtype
         ct = (m[_QTYPE], m[_QCLASS])
         cti = classtype.get(ct)
@@ -396,7 +398,7 @@ class Block:
         names = self.names
         opt_i = names.get(rdata)
         if opt_i is None:
-            opt_i = names[rdata] = len(names)
+            opt_i = names.index(rdata)
         return sflags, dnsflags, (qf & 0xF) | (qe[_E_EXT] << 4), qe[_E_VERSION], qe[_E_UDP], opt_i
 
     def _extended(self, m, is_query):

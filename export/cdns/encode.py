@@ -89,10 +89,13 @@ def _tables(block, c, ip_order, name_order, sig_order, new_ip, new_name):
     if block.names:
         tables[F.NAME_RDATA] = _table(block.names, name_order, c)
     if block.sigs:
-        sigs = list(block.sigs)
-        sigs = [sigs[i] for i in sig_order]
-        data = c.encode_signatures(sigs, new_ip, new_name) if c else None
-        tables[F.QR_SIG] = _Encoded(data) if data is not None else [signature_python(s, new_ip, new_name) for s in sigs]
+        sigs = list(block.sigs) if isinstance(block.sigs, dict) else block.sigs  # (a _cdnsblock.Keys is read in C)
+        data = c.encode_signatures(sigs, sig_order, new_ip, new_name) if c else None
+        if data is not None:
+            tables[F.QR_SIG] = _Encoded(data)
+        else:
+            sigs = list(sigs)
+            tables[F.QR_SIG] = [signature_python(sigs[i], new_ip, new_name) for i in sig_order]
     if block.qlist:
         tables[F.QLIST] = [list(x) for x in block.qlist]
         tables[F.QRR] = [{F.NAME_INDEX: new_name[n], F.CLASSTYPE_INDEX: ct} for n, ct in block.qrr]

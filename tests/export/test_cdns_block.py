@@ -51,8 +51,7 @@ def chunks(txs):
 
 
 def both(txs, writer):
-    fast, slow = cdns.Block(writer), cdns.Block(writer)
-    slow.items = []  # the reference keeps plain tuples; fast's are C structs (_cdnsblock.Items)
+    fast, slow = cdns.Block(writer), cdns.Block(writer, python=True)  # the reference: dicts and tuples
     for chunk in chunks(txs):
         fast.add(records(chunk))
         slow.add_python(chunk)
@@ -85,43 +84,48 @@ def check_capture(path, tmp_path):
 
 
 def test_cache_answers_what_the_dicts_answer(tmp_path):
-    """The Cache in front of the dicts: keys the Python loop put in the dicts first are found there (not
-    added twice); the keys it remembers are those of the dicts (names and OPT RDATA, class/types and
-    signatures); a block filled through it equals the reference."""
+    """The Cache in front of the class/type dict and the C tables of addresses, names and signatures: keys the Python
+    loop put in them first are found there (not added twice); the keys the Cache remembers are those of the dict; a
+    block filled through them equals the reference."""
     txs = transactions(ROOT / "samples" / "sample-mix.pcap.xz")
     half = len(txs) // 2
     writer = exporter(tmp_path)
-    fast, slow = cdns.Block(writer), cdns.Block(writer)
-    slow.items = []
+    fast, slow = cdns.Block(writer), cdns.Block(writer, python=True)
     fast.add_python(txs[:half])  # the dicts get entries the cache never saw
     slow.add_python(txs[:half])
     for chunk in chunks(txs):  # again from the start: every key of the first half is a dict hit
         fast.add(records(chunk))
         slow.add_python(chunk)
     assert_same(fast, slow)
-    names, classtypes, sigs = fast.cache.sizes()
-    assert names == len(fast.names) and classtypes == len(fast.classtype) and sigs == len(fast.sigs)
-    assert len(fast.sigs) < len(fast.items) // 2  # most transactions repeat a signature: cache hits
+    assert fast.cache.sizes() == len(fast.classtype)
+    for table in (fast.ip, fast.names, fast.sigs):
+        assert table.placed() == len(table)  # no overflow: all in slots
+    assert len(fast.sigs) < len(fast.items) // 2  # most transactions repeat a signature
 
 
 def test_block_started_at_the_previous_blocks_sizes_equals_python(tmp_path):
-    """Block(writer, previous): its cache's tables and its items start at the previous block's sizes (room made at
+    """Block(writer, previous): its C tables and its items start at the previous block's sizes (room made at
     once, and again for more); filled, the block equals the reference, and so does one after a small one."""
     txs = transactions(ROOT / "samples" / "sample-mix.pcap.xz")
     writer = exporter(tmp_path)
     first, _ = both(txs, writer)
     small, _ = both(txs[:3], writer)
     for previous in (first, small):
-        fast, slow = cdns.Block(writer, previous), cdns.Block(writer)
-        slow.items = []
+        fast, slow = cdns.Block(writer, previous), cdns.Block(writer, python=True)
         for chunk in chunks(txs):
             fast.add(records(chunk))
             slow.add_python(chunk)
         assert_same(fast, slow)
         assert fast.cache.sizes() == first.cache.sizes()
+        for name in ("ip", "names", "sigs"):
+            assert len(getattr(fast, name)) == len(getattr(first, name))
     assert cdns._cdnsblock.Items(expected=5) == [] and cdns._cdnsblock.Items(-1) == []
     with pytest.raises(TypeError):
         cdns._cdnsblock.Cache(like=[])
+    with pytest.raises(TypeError):
+        cdns._cdnsblock.Keys(like={})
+    with pytest.raises(ValueError):
+        cdns._cdnsblock.Keys(arity=18)
 
 
 def test_items_store_reads_as_its_tuples():
@@ -169,6 +173,9 @@ def test_renumbering_equals_python():
         for it in items:
             store.append(it)
         assert cdns._cdnsblock.renumbering(store, sigs, n_ip, n_names, rr) == want
+        held = cdns._cdnsblock.Keys(arity=17)  # the signatures as the C loop holds them
+        assert [held.index(sig) for sig in sigs] == list(range(n_sigs)) and list(held) == list(sigs)
+        assert cdns._cdnsblock.renumbering(store, held, n_ip, n_names, rr) == want
     with pytest.raises(IndexError):
         cdns._cdnsblock.renumbering([(0, 1, 0, 0, 0, None, None, None, None, None, None, None)], {}, 1, 0, {})
     with pytest.raises(TypeError):
@@ -280,6 +287,15 @@ def test_encode_table_equals_cbor2():
     assert cdns._cdnsblock.encode_table(table, [len(table)]) is None
     for odd in ({"a": 0}, {b"a": 1}, {b"a": 0, b"b": 0}, {b"a": "0"}, {memoryview(b"a"): 0}):
         assert cdns._cdnsblock.encode_table(odd, [0]) is None
+    keys = cdns._cdnsblock.Keys()  # the C table of a block, written from its buffer, reads as the dict
+    assert [keys.index(key) for key in table] == list(range(len(table))) and keys.index(memoryview(b"\0" * 256)) == 5
+    assert list(keys) == list(table) and keys.items() == list(table.items()) and len(keys) == len(table)
+    assert keys.get(b"") == 0 and keys.get(b"?") is None and keys.get(b"?", -1) == -1 and b"\1" in keys
+    for order in orders[:3]:
+        assert cdns._cdnsblock.encode_table(keys, order) == cbor2.dumps([list(table)[i] for i in order])
+    assert cdns._cdnsblock.encode_table(keys, orders[3]) is None and cdns._cdnsblock.encode_table(keys, [8]) is None
+    with pytest.raises(TypeError):
+        keys.index("a")
 
 
 def test_block_map_with_encoded_parts_equals_cbor2():
@@ -364,7 +380,7 @@ def test_damaged_query_bytes_give_the_same_block(tmp_path):
     txs = damaged(transactions(ROOT / "samples" / "sample-mix.pcap.xz"))
     assert len(txs) > 1000
     writer = exporter(tmp_path)
-    fast, slow = cdns.Block(writer), cdns.Block(writer)
+    fast, slow = cdns.Block(writer), cdns.Block(writer, python=True)
     outcomes = [(outcome(lambda t: fast.add(records(t)), tx), outcome(slow.add_python, tx)) for tx in txs]
     assert [a for a, _ in outcomes] == [b for _, b in outcomes]
     assert {a for a, _ in outcomes} >= {None, IndexError}  # both the taken and the raising shapes occur
@@ -415,9 +431,10 @@ def write_queries(path, names):
 
 
 def test_colliding_names_cost_a_bounded_number_of_probes(tmp_path):
-    # The name cache hashes with a fixed function: names made to collide were all probed in one chain,
+    # The name table hashes with a fixed function: names made to collide were all probed in one chain,
     # each add scanning all earlier ones (10,000 names: Block.add 14x slower). Asserted on the slots looked
-    # at (Cache.probes()), a count that does not depend on the machine: at most MAX_PROBE (16) per lookup.
+    # at (Keys.probes()), a count that does not depend on the machine: at most MAX_PROBE (16) per lookup; the
+    # names that find no slot go to the table's overflow dict, and are found there.
     names = colliding_names(5000)
     assert len(set(names)) == len(names)
     write_queries(tmp_path / "collide.pcap", names)
@@ -426,10 +443,9 @@ def test_colliding_names_cost_a_bounded_number_of_probes(tmp_path):
     fast, slow = both(txs, exporter(tmp_path))
     assert_same(fast, slow)
     assert len(fast.names) == len(names)
-    remembered, _, _ = fast.cache.sizes()
-    assert remembered <= 16  # they did collide: only the first ones near their home slot are remembered
-    name_probes, _, _ = fast.cache.probes()
-    assert name_probes <= 2 * 16 * len(names), name_probes  # a lookup, then a place, per new name
+    assert fast.names.placed() <= 16  # they did collide: only the first ones near their home slot have a slot
+    assert fast.names.probes() <= 2 * 16 * len(names), fast.names.probes()  # a lookup, then a place, per new name
+    assert [fast.names.get(name) for name in names] == list(range(len(names)))
 
 
 def test_c_block_equals_python_block_for_dnstap(tmp_path):

@@ -29,8 +29,7 @@ def test_record_block_equals_python_block(path, tmp_path):
     for t in txs:
         batch.append(t)
     writer = exporter(tmp_path)
-    fast, slow = cdns.Block(writer), cdns.Block(writer)
-    slow.items = []
+    fast, slow = cdns.Block(writer), cdns.Block(writer, python=True)
     i = k = 0
     while i < len(txs):
         stop = min(len(txs), i + CHUNKS[k % len(CHUNKS)])
@@ -53,10 +52,16 @@ def test_record_block_equals_python_block(path, tmp_path):
 
 
 def test_add_records_takes_only_a_txbatch_and_items():
+    items, sigs = cdns._cdnsblock.Items(), cdns._cdnsblock.Keys(arity=17)
+    ip, names = cdns._cdnsblock.Keys(), cdns._cdnsblock.Keys()
     with pytest.raises(TypeError, match="TxBatch"):
-        cdns._cdnsblock.add_records([], 0, 0, {}, {}, {}, {}, cdns._cdnsblock.Items(), None, None)
+        cdns._cdnsblock.add_records([], 0, 0, ip, names, {}, sigs, items, None, None)
     with pytest.raises(TypeError, match="Items"):
-        cdns._cdnsblock.add_records(_records.TxBatch(), 0, 0, {}, {}, {}, {}, [], None, None)
+        cdns._cdnsblock.add_records(_records.TxBatch(), 0, 0, ip, names, {}, sigs, [], None, None)
+    with pytest.raises(TypeError, match="Keys"):  # the address, name and signature tables are held in C
+        cdns._cdnsblock.add_records(_records.TxBatch(), 0, 0, {}, {}, {}, {}, items, None, None)
+    with pytest.raises(TypeError, match="arity"):
+        cdns._cdnsblock.add_records(_records.TxBatch(), 0, 0, ip, names, {}, ip, items, None, None)
 
 
 def test_metrics_of_records_equal_those_of_tuples(tmp_path):

@@ -42,7 +42,9 @@ def assert_same(fast, slow):
     for table in (fast.ip, fast.names):  # likewise the address and name tables, in an order that moves them all
         order = list(reversed(range(len(table))))
         assert cdns._cdnsblock.encode_table(table, order) == cbor2.dumps([list(table)[i] for i in order])
-    if fast.sigs:  # likewise the signature table
-        sigs, new_ip, new_name = list(reversed(fast.sigs)), list(range(len(fast.ip))), list(range(len(fast.names)))
-        want = cbor2.dumps([encode.signature_python(sig, new_ip, new_name) for sig in sigs])
-        assert cdns._cdnsblock.encode_signatures(sigs, new_ip, new_name) == want
+    if fast.sigs:  # likewise the signature table, from the C table and from the list of the reference's tuples
+        order, new_ip = list(reversed(range(len(fast.sigs)))), list(range(len(fast.ip)))
+        new_name = list(range(len(fast.names)))
+        want = cbor2.dumps([encode.signature_python(sig, new_ip, new_name) for sig in reversed(list(fast.sigs))])
+        assert cdns._cdnsblock.encode_signatures(fast.sigs, order, new_ip, new_name) == want
+        assert cdns._cdnsblock.encode_signatures(list(fast.sigs), order, new_ip, new_name) == want
