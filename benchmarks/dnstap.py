@@ -366,7 +366,7 @@ def stages(path, messages):
     table, txs = RecordTable(cfg.match, Stats()), _records.TxBatch()
     timed("matching (message records)", lambda: (table.add(msgs, txs), table.flush(txs)))
     builder = RowBuilder()
-    table = timed("Parquet records (Arrow columns, before the writer)", lambda: builder.build_from_records(txs))
+    (table,) = timed("Parquet records (Arrow columns, before the writer)", lambda: builder.build_from_records(txs))
 
     def write():
         with tempfile.TemporaryDirectory(prefix="dnsprobe-dnstap-stage-") as tmp:

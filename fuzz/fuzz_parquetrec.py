@@ -3,8 +3,8 @@ TxBatch) and the Python reference (RowBuilder.build on the same transactions as 
 columns.extract_python): equal tables, column for column, types and nulls included. The first byte turns the
 answers column on (the responses' bytes through the pass, then the answers made of them) and picks how the
 transactions are made: from fuzz frames decoded and matched (fuzz/stages.py), or from crafted messages
-(fuzz/crafted.py) matched with small bounds, and which rows are made (late=None, False, True: every one, the
-others than the late ones, the late ones, as export.time_order makes them)."""
+(fuzz/crafted.py) matched with small bounds, and whether the late rows are made apart from the others (in the
+same pass, as export.time_order makes them)."""
 
 from crafted import messages
 from harness import check, run
@@ -21,7 +21,7 @@ def one_input(data):
     if not data:
         return
     answers = bool(data[0] & 1)
-    late = (None, False, True)[(data[0] >> 2) % 3]
+    apart = bool(data[0] & 4)
     if data[0] & 2:
         table = TransactionTable(MatchConfig(query_timeout=0.002, max_pending=4), Stats())
         txs = table.add(messages(data[1:])) + table.flush()
@@ -32,13 +32,16 @@ def one_input(data):
     batch = _records.TxBatch()
     for t in txs:
         batch.append(t)
-    got = RowBuilder(answers=answers).build_from_records(batch, late)
-    want = RowBuilder(answers=answers).build(txs, late)
-    got.validate(full=True)
-    check(got.schema == want.schema, "schema", data, got.schema, want.schema)
-    for name in want.column_names:
-        a, b = got.column(name), want.column(name)
-        check(a.equals(b), f"column {name}", data, a, b)
+    builder = RowBuilder(answers=answers)
+    made = builder.build_from_records(batch, apart)
+    wanted = builder.build_apart(txs) if apart else [builder.build(txs)]
+    check(len(made) == len(wanted), "tables", data, len(made), len(wanted))
+    for got, want in zip(made, wanted):
+        got.validate(full=True)
+        check(got.schema == want.schema, "schema", data, got.schema, want.schema)
+        for name in want.column_names:
+            a, b = got.column(name), want.column(name)
+            check(a.equals(b), f"column {name}", data, a, b)
 
 
 if __name__ == "__main__":

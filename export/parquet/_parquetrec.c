@@ -8,23 +8,25 @@
  * domain name, address text), is written here from them. RowBuilder.build over the transaction tuples stays
  * the reference; tests/export/test_parquetrec.py checks that both give equal tables.
  *
- * parquet_columns(txs, names, late=None) -> [(null_count, validity or None, buffers...), ...]
- *   One result per name in `names` (export/parquet/schema.py SCHEMA names but the enrichment ones and answers,
- *   and r_raw: the response's DNS bytes as binary, for the answers column; ValueError for another), with the
- *   buffers of Arrow's layout (fixed width and bool: (data,); strings and binary: (offsets, data); list<int32>:
- *   (offsets, values)). late: None, every transaction's row; true, only the late ones (a query without response,
- *   not malformed: made once the query timed out, match.query_timeout after its time); false, only the others.
- *   (Why here: export.time_order writes the late rows in row groups of their own; selecting them before the
- *   columns exist costs one look at each transaction, not a copy of every row of every column.)
+ * parquet_arrays(txs, names, apart=False) -> [(capsule, address), ...]
+ *   The columns `names` (export/parquet/schema.py SCHEMA names but answers, and r_raw: the response's DNS bytes as
+ *   binary, for the answers column; ValueError for another) of every transaction's row, as one struct array of the
+ *   Arrow C data interface, which pyarrow imports without a copy (RecordBatch._import_from_c(address, schema): the
+ *   schema, of the same names and types, is made once in export/parquet/rows.py); the capsule ("arrow_array") owns
+ *   it until then. apart: two, the rows on time, then the late ones (a query without response, not malformed: made
+ *   once the query timed out, match.query_timeout after its time), which export.time_order writes in row groups of
+ *   their own, both from the one pass: one look at each transaction sends it to its table's chunk.
+ *   (Why the C data interface: wrapping ~70 columns a table in pyarrow arrays from Python cost ~0.3 ms a table.)
  *
- * Its cost (issue 33): the transactions are read once, a chunk at a time, the late ones selected as the chunk is
- * gathered, and prefetched (their sizes vary: the hardware's stride prefetch does not follow them); the buffers are
- * made for every transaction of the batch and cut to the rows written at the end, and zeroed only where fill does
- * not write every row; an address column keeps the text of 16 addresses (a few servers alternate row to row).
+ * Its cost (issue 33): the transactions are read once, a chunk at a time, the late ones sent to their own chunks as
+ * they are gathered, and prefetched (their sizes vary: the hardware's stride prefetch does not follow them); the
+ * buffers are made for every transaction of the batch (the late ones' for a chunk, grown), and zeroed only where
+ * fill does not write every row; an address column keeps the text of 16 addresses (a few servers alternate row to row).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stddef.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "valuetext.h"
@@ -42,7 +44,7 @@ typedef enum {
     C_QDCOUNT, C_OPCODE, C_RCODE, C_QTYPE, C_QCLASS, C_EMPTY, C_EDNS_UDP, C_EDNS_VERSION, C_EDNS_DO, C_FALSE,
     C_EDNS_NSID, C_DAU, C_DHU, C_N3U, C_ECS, C_OTHER, C_LABELS, C_RES_LEN, C_TIME_MICRO, C_DNS_RES_LEN, C_RTT,
     C_Q_PRESENT, C_R_PRESENT, C_DELAY, C_Q_TIME, C_R_TIME, C_VLAN, C_EDE, C_MALFORMED, C_MESSAGES, C_RES_EDNS_UDP,
-    C_TRANSPORT, C_DNSTAP_TYPE, C_SERVER_IDENTITY, C_R_RAW,
+    C_TRANSPORT, C_DNSTAP_TYPE, C_SERVER_IDENTITY, C_NULL, C_R_RAW,
 } Source;
 
 static const struct {
@@ -71,7 +73,8 @@ static const struct {
     {"query_time", C_Q_TIME, K_I64}, {"response_time", C_R_TIME, K_I64}, {"vlan", C_VLAN, K_I32},
     {"edns_ede", C_EDE, K_LIST}, {"malformed", C_MALFORMED, K_BOOL}, {"response_messages", C_MESSAGES, K_I32},
     {"res_edns_udp", C_RES_EDNS_UDP, K_I32}, {"transport", C_TRANSPORT, K_STR}, {"dnstap_type", C_DNSTAP_TYPE, K_STR},
-    {"server_identity", C_SERVER_IDENTITY, K_STR},
+    {"server_identity", C_SERVER_IDENTITY, K_STR}, {"public_resolver", C_NULL, K_STR} /* (export.enrich's) */,
+    {"registered_domain", C_NULL, K_STR}, {"public_suffix", C_NULL, K_STR},
     {"r_raw", C_R_RAW, K_STR},          /* (binary: not a column, what the answers column is made of) */
 };
 
@@ -98,10 +101,11 @@ typedef struct {
 typedef struct {
     Source source;
     Kind kind;
-    /* bytes objects written in place: data and validity sized for every transaction of the batch (cut to the rows
-     * written at the end), var (strings: the text; lists: the int32 values) grown as it fills */
-    PyObject *validity, *data, *var_obj;
+    /* malloc'd, written in place, then handed to Arrow (to_arrow): data and validity for `rows` rows (a stream's
+     * first size: every transaction of the batch for the rows on time, a chunk for the late ones; grown by
+     * room_for_rows), var (strings: the text; lists: the int32 values) grown as it fills */
     char *bits, *out, *var;
+    Py_ssize_t rows;
     size_t var_len, var_cap;
     Py_ssize_t nulls;
     AddressText *memo; /* the address columns' (1 << ADDRESS_MEMO_BITS entries) */
@@ -114,17 +118,12 @@ static int var_grow(Col *c, size_t n, Py_ssize_t rows)
     size_t cap = c->var_cap ? c->var_cap : Py_MAX((size_t)1 << 12, 16 * (size_t)rows);
     while (cap < c->var_len + n)
         cap *= 2;
-    if (cap > (size_t)PY_SSIZE_T_MAX) {
+    char *var = cap > (size_t)PY_SSIZE_T_MAX ? NULL : realloc(c->var, cap);
+    if (var == NULL) {
         PyErr_NoMemory();
         return -1;
     }
-    if (c->var_obj == NULL)
-        c->var_obj = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)cap);
-    else if (_PyBytes_Resize(&c->var_obj, (Py_ssize_t)cap) < 0)
-        return -1; /* (var_obj released and NULL) */
-    if (c->var_obj == NULL)
-        return -1;
-    c->var = PyBytes_AS_STRING(c->var_obj);
+    c->var = var;
     c->var_cap = cap;
     return 0;
 }
@@ -269,7 +268,7 @@ static inline int put_span(Col *c, Py_ssize_t i, const Rec *q, const Rec *r, siz
 #define CHUNK 256
 
 /* The rows of a chunk: their transactions, queries and responses (NULL: none) and the message that gives the
- * identity columns (the query, else the response); the rows of the batch at most (var_grow's first size). */
+ * identity columns (the query, else the response); the stream's first size in rows (var_grow's first size). */
 typedef struct {
     Py_ssize_t lo, n, most;
     const TxHead *t[CHUNK];
@@ -443,6 +442,7 @@ static int fill(Col *c, const Rows *w)
         CHECK(put_text(c, i, FAMILY_NAMES[f], strlen(FAMILY_NAMES[f]), most));
         END_ROWS break;
     case C_SERVER_IDENTITY: ROWS CHECK(put_span(c, i, q, r, offsetof(Rec, identity), most)); END_ROWS break;
+    case C_NULL: ROWS put_null_var(c, i); END_ROWS break;
     case C_R_RAW:
         ROWS if (r == NULL || r->raw.len == SPAN_NONE)
             put_null_var(c, i);
@@ -459,61 +459,97 @@ static int fill(Col *c, const Rows *w)
     return 0;
 }
 
+/* The Arrow C data interface's array (Arrow's specification, "The Arrow C data interface"): what pyarrow imports
+ * (RecordBatch._import_from_c), without a copy, the schema given apart (export/parquet/rows.py). */
+#ifndef ARROW_C_DATA_INTERFACE
+#define ARROW_C_DATA_INTERFACE
+struct ArrowArray {
+    int64_t length, null_count, offset, n_buffers, n_children;
+    const void **buffers;
+    struct ArrowArray **children;
+    struct ArrowArray *dictionary;
+    void (*release)(struct ArrowArray *);
+    void *private_data;
+};
+#endif
+
+/* What an array owns: its buffers (malloc'd) and its children. Each array owns its own, so that Arrow may move a
+ * child out and release it alone; release only calls free, so that it is right in whichever thread drops the last
+ * reference to the data, without the GIL. */
+typedef struct {
+    const void *buffers[3];
+    struct ArrowArray **children;
+    struct ArrowArray *child;
+} Owned;
+
+static void release_array(struct ArrowArray *a)
+{
+    Owned *owned = a->private_data;
+    for (int64_t k = 0; k < a->n_children; k++) {
+        if (owned->child[k].release != NULL) /* (NULL: moved out by the consumer, or never made) */
+            owned->child[k].release(&owned->child[k]);
+    }
+    for (int64_t k = 0; k < a->n_buffers; k++)
+        free((void *)owned->buffers[k]);
+    free(owned->children);
+    free(owned->child);
+    free(owned);
+    a->release = NULL;
+}
+
+/* Array a, with its buffers (NULL: set by the caller, which hands them over) and its children (released: filled by
+ * the caller). -1 with an exception. */
+static int start_array(struct ArrowArray *a, int64_t length, int64_t nulls, int n_buffers, int n_children)
+{
+    Owned *owned = calloc(1, sizeof *owned);
+    struct ArrowArray **children = calloc(n_children ? n_children : 1, sizeof *children);
+    struct ArrowArray *child = calloc(n_children ? n_children : 1, sizeof *child);
+    if (owned == NULL || children == NULL || child == NULL) {
+        free(owned);
+        free(children);
+        free(child);
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (int k = 0; k < n_children; k++)
+        children[k] = &child[k];
+    owned->children = children;
+    owned->child = child;
+    *a = (struct ArrowArray){.length = length, .null_count = nulls, .n_buffers = n_buffers, .n_children = n_children,
+                             .buffers = owned->buffers, .children = children, .release = release_array,
+                             .private_data = owned};
+    return 0;
+}
+
+/* malloc of at least a byte (a buffer of no rows is still a pointer Arrow reads nothing through). */
+static void *alloc(size_t n)
+{
+    return malloc(n ? n : 1);
+}
+
 static void free_cols(Col *cols, Py_ssize_t n)
 {
-    for (Py_ssize_t k = 0; k < n; k++) {
-        Py_XDECREF(cols[k].validity);
-        Py_XDECREF(cols[k].data);
-        Py_XDECREF(cols[k].var_obj);
+    for (Py_ssize_t k = 0; cols != NULL && k < n; k++) {
+        free(cols[k].bits);
+        free(cols[k].out);
+        free(cols[k].var);
         PyMem_Free(cols[k].memo);
     }
     PyMem_Free(cols);
 }
 
-/* The next chunk of rows, from transaction *next on: those that late selects (-1: every one; 1: the late ones, a
- * query without response, not malformed, exported once the query timed out; 0: the others). Selected here, as the
- * chunk is gathered, the transactions are read once, while the chunk's columns are written. */
-#define PREFETCH_AHEAD 8
-
-static void next_rows(Rows *w, const TxBatch *txs, Py_ssize_t *next, int late)
-{
-    Py_ssize_t k = 0, j = *next;
-    for (; k < CHUNK && j < txs->txs.n; j++) {
-        const TxHead *t = txbatch_get(txs, j);
-        /* Prefetched: the transactions' sizes vary, the hardware's stride prefetch misses them. The header of the
-         * transaction 2 * PREFETCH_AHEAD on, then, once it has come, the whole transaction. */
-        if (j + 2 * PREFETCH_AHEAD < txs->txs.n)
-            __builtin_prefetch(txbatch_get(txs, j + 2 * PREFETCH_AHEAD));
-        if (late != 1 && j + PREFETCH_AHEAD < txs->txs.n) { /* (the late ones are few: their headers only) */
-            const char *ahead = (const char *)txbatch_get(txs, j + PREFETCH_AHEAD);
-            for (uint32_t at = 64; at < ((const TxHead *)ahead)->size; at += 64)
-                __builtin_prefetch(ahead + at);
-        }
-        const Rec *q = tx_query(t), *r = tx_response(t);
-        if (late >= 0 && (q != NULL && r == NULL && !q->malformed) != late)
-            continue;
-        w->t[k] = t;
-        w->q[k] = q;
-        w->r[k] = r;
-        w->m[k] = q ? q : r;
-        k++;
-    }
-    *next = j;
-    w->n = k;
-}
-
 /* Bytes of column c's data for n rows. */
-static Py_ssize_t data_size(const Col *c, Py_ssize_t n)
+static size_t data_size(const Col *c, Py_ssize_t n)
 {
-    return c->kind == K_I64 || c->kind == K_F64 ? 8 * n
-           : c->kind == K_I32                  ? 4 * n
-           : c->kind == K_BOOL                 ? (n + 7) / 8
-                                               : 4 * (n + 1);
+    return c->kind == K_I64 || c->kind == K_F64 ? 8 * (size_t)n
+           : c->kind == K_I32                  ? 4 * (size_t)n
+           : c->kind == K_BOOL                 ? ((size_t)n + 7) / 8
+                                               : 4 * ((size_t)n + 1);
 }
 
-/* Column k of `names`: its source and kind, and its buffers for `most` rows (data's first offset 0: the rest is
+/* Column c (`name`): its source and kind, and its buffers for `rows` rows (data's first offset 0: the rest is
  * written chunk by chunk). -1 with an exception. */
-static int start_column(Col *c, PyObject *name, Py_ssize_t most)
+static int start_column(Col *c, PyObject *name, Py_ssize_t rows)
 {
     const char *s = PyUnicode_Check(name) ? PyUnicode_AsUTF8(name) : NULL;
     int found = -1;
@@ -528,12 +564,13 @@ static int start_column(Col *c, PyObject *name, Py_ssize_t most)
     }
     c->source = COLUMNS[found].source;
     c->kind = COLUMNS[found].kind;
-    c->data = PyBytes_FromStringAndSize(NULL, data_size(c, most));
-    c->validity = PyBytes_FromStringAndSize(NULL, (most + 7) / 8);
-    if (c->data == NULL || c->validity == NULL)
+    c->rows = rows;
+    c->out = alloc(data_size(c, rows));
+    c->bits = alloc(((size_t)rows + 7) / 8);
+    if (c->out == NULL || c->bits == NULL) {
+        PyErr_NoMemory();
         return -1;
-    c->out = PyBytes_AS_STRING(c->data);
-    c->bits = PyBytes_AS_STRING(c->validity);
+    }
     if (c->kind == K_STR || c->kind == K_LIST)
         memset(c->out, 0, 4);
     if ((c->source == C_SRC || c->source == C_DST)
@@ -544,84 +581,230 @@ static int start_column(Col *c, PyObject *name, Py_ssize_t most)
     return 0;
 }
 
-/* Column c's item of the results: (null count, validity or None, data[, var]), its buffers cut to n rows. */
-static PyObject *column_result(Col *c, Py_ssize_t n, Py_ssize_t most)
+/* Room in column c's data and validity for `rows` rows (the late rows' stream grows as they come). */
+static int room_for_rows(Col *c, Py_ssize_t rows)
 {
-    if (n < most && (_PyBytes_Resize(&c->data, data_size(c, n)) < 0
-                     || _PyBytes_Resize(&c->validity, (n + 7) / 8) < 0))
-        return NULL;
-    if (c->kind != K_STR && c->kind != K_LIST)
-        return Py_BuildValue("(nOO)", c->nulls, c->nulls ? c->validity : Py_None, c->data);
-    if (c->var_obj == NULL)
-        c->var_obj = PyBytes_FromStringAndSize(NULL, 0);
-    else if ((size_t)PyBytes_GET_SIZE(c->var_obj) != c->var_len)
-        (void)_PyBytes_Resize(&c->var_obj, (Py_ssize_t)c->var_len);
-    if (c->var_obj == NULL)
-        return NULL;
-    return Py_BuildValue("(nOOO)", c->nulls, c->nulls ? c->validity : Py_None, c->data, c->var_obj);
+    if (rows <= c->rows)
+        return 0;
+    Py_ssize_t cap = Py_MAX(rows, 2 * c->rows);
+    char *out = realloc(c->out, data_size(c, cap));
+    if (out != NULL)
+        c->out = out;
+    char *bits = out == NULL ? NULL : realloc(c->bits, ((size_t)cap + 7) / 8);
+    if (bits == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    c->bits = bits;
+    c->rows = cap;
+    return 0;
 }
 
-static PyObject *parquet_columns(PyObject *Py_UNUSED(self), PyObject *args, PyObject *kwargs)
+/* Column c's n rows as Arrow's array a (empty, released), its buffers handed over. -1 with an exception. */
+static int to_arrow(Col *c, Py_ssize_t n, struct ArrowArray *a)
 {
-    static char *keywords[] = {"txs", "names", "late", NULL};
-    TxBatch *txs;
-    PyObject *names, *late_arg = Py_None;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!O|O:parquet_columns", keywords, records->txbatch_type, &txs,
-                                     &names, &late_arg))
+    if ((c->kind == K_STR || c->kind == K_LIST) && c->var == NULL && var_grow(c, 1, 0) < 0)
+        return -1;
+    /* Room made for more rows than written given back (the rows on time of a batch of mostly late ones: a table
+     * waits for its row group's other rows, a flood of unanswered queries would hold that room long). */
+    if (c->var_cap > c->var_len + ((size_t)1 << 16)) {
+        char *var = realloc(c->var, c->var_len ? c->var_len : 1);
+        if (var != NULL)
+            c->var = var;
+    }
+    if (c->rows > n + n / 4 + CHUNK) {
+        char *out = realloc(c->out, data_size(c, n) ? data_size(c, n) : 1);
+        char *bits = out == NULL ? NULL : realloc(c->bits, n ? ((size_t)n + 7) / 8 : 1);
+        if (out != NULL)
+            c->out = out;
+        if (bits != NULL)
+            c->bits = bits;
+    }
+    if (start_array(a, n, c->nulls, c->kind == K_STR ? 3 : 2, c->kind == K_LIST) < 0)
+        return -1;
+    Owned *owned = a->private_data;
+    if (c->kind == K_LIST) {
+        if (start_array(&owned->child[0], (int64_t)(c->var_len / 4), 0, 2, 0) < 0)
+            return -1;
+        ((Owned *)owned->child[0].private_data)->buffers[1] = c->var;
+        c->var = NULL;
+    }
+    if (c->nulls == 0) /* (no validity: every row valid) */
+        free(c->bits);
+    owned->buffers[0] = c->nulls ? c->bits : NULL;
+    owned->buffers[1] = c->out;
+    if (c->kind == K_STR)
+        owned->buffers[2] = c->var;
+    c->bits = c->out = NULL;
+    if (c->kind == K_STR)
+        c->var = NULL;
+    return 0;
+}
+
+/* The rows of one table: its columns, the chunk being gathered, the rows written. */
+typedef struct {
+    Col *cols;
+    Rows w;
+    Py_ssize_t n;
+} Stream;
+
+static int start_stream(Stream *s, PyObject *seq, Py_ssize_t ncols, Py_ssize_t rows)
+{
+    s->w.most = rows;
+    if ((s->cols = PyMem_Calloc(ncols ? ncols : 1, sizeof(Col))) == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t k = 0; k < ncols; k++) {
+        if (start_column(&s->cols[k], PySequence_Fast_GET_ITEM(seq, k), rows) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* The stream's gathered chunk, written to its columns. */
+static int write_chunk(Stream *s, Py_ssize_t ncols)
+{
+    Rows *w = &s->w;
+    w->lo = s->n;
+    for (Py_ssize_t k = 0; k < ncols && w->n; k++) {
+        if (room_for_rows(&s->cols[k], s->n + w->n) < 0)
+            return -1;
+        start_chunk(&s->cols[k], w);
+        if (fill(&s->cols[k], w) < 0)
+            return -1;
+    }
+    s->n += w->n;
+    w->n = 0;
+    return 0;
+}
+
+#define PREFETCH_AHEAD 8
+
+/* Transactions from *next on, each to its stream's chunk (apart: the late ones, a query without response, not
+ * malformed, exported once the query timed out, to streams[1]; the others to streams[0]), until a chunk is full or
+ * the batch ends. One look at each transaction selects its stream, as its chunk is gathered. */
+static void gather(Stream *streams, int apart, const TxBatch *txs, Py_ssize_t *next)
+{
+    Py_ssize_t j = *next;
+    for (int full = 0; !full && j < txs->txs.n; j++) {
+        const TxHead *t = txbatch_get(txs, j);
+        /* Prefetched: the transactions' sizes vary, the hardware's stride prefetch misses them. The header of the
+         * transaction 2 * PREFETCH_AHEAD on, then, once it has come, the whole transaction. */
+        if (j + 2 * PREFETCH_AHEAD < txs->txs.n)
+            __builtin_prefetch(txbatch_get(txs, j + 2 * PREFETCH_AHEAD));
+        if (j + PREFETCH_AHEAD < txs->txs.n) {
+            const char *ahead = (const char *)txbatch_get(txs, j + PREFETCH_AHEAD);
+            for (uint32_t at = 64; at < ((const TxHead *)ahead)->size; at += 64)
+                __builtin_prefetch(ahead + at);
+        }
+        const Rec *q = tx_query(t), *r = tx_response(t);
+        Rows *w = &streams[apart && q != NULL && r == NULL && !q->malformed].w;
+        w->t[w->n] = t;
+        w->q[w->n] = q;
+        w->r[w->n] = r;
+        w->m[w->n] = q ? q : r;
+        full = ++w->n == CHUNK;
+    }
+    *next = j;
+}
+
+static void free_array_capsule(PyObject *capsule)
+{
+    struct ArrowArray *a = PyCapsule_GetPointer(capsule, "arrow_array");
+    if (a != NULL && a->release != NULL) /* (released: imported, moved to Arrow) */
+        a->release(a);
+    free(a);
+}
+
+/* The stream's rows as (capsule, address) of a struct array of its columns, the capsule owning it until it is
+ * imported (then only the struct's memory). */
+static PyObject *stream_result(Stream *s, Py_ssize_t ncols)
+{
+    struct ArrowArray *a = calloc(1, sizeof *a);
+    if (a == NULL)
+        return PyErr_NoMemory();
+    PyObject *capsule = PyCapsule_New(a, "arrow_array", free_array_capsule), *address = NULL, *result = NULL;
+    if (capsule == NULL) {
+        free(a);
         return NULL;
-    int late = late_arg == Py_None ? -1 : PyObject_IsTrue(late_arg);
-    if (late_arg != Py_None && late < 0)
+    }
+    if (start_array(a, s->n, 0, 1, (int)ncols) < 0)
+        goto done;
+    for (Py_ssize_t k = 0; k < ncols; k++) {
+        if (to_arrow(&s->cols[k], s->n, &((Owned *)a->private_data)->child[k]) < 0)
+            goto done;
+    }
+    if ((address = PyLong_FromVoidPtr(a)) != NULL)
+        result = PyTuple_Pack(2, capsule, address);
+done:
+    Py_XDECREF(address);
+    Py_DECREF(capsule);
+    return result;
+}
+
+static PyObject *parquet_arrays(PyObject *Py_UNUSED(self), PyObject *args, PyObject *kwargs)
+{
+    static char *keywords[] = {"txs", "names", "apart", NULL};
+    TxBatch *txs;
+    PyObject *names;
+    int apart = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!O|p:parquet_arrays", keywords, records->txbatch_type, &txs,
+                                     &names, &apart))
         return NULL;
     PyObject *seq = PySequence_Fast(names, "names must be a sequence");
     if (seq == NULL)
         return NULL;
-    /* The buffers are made for every transaction's row, and cut to the rows selected once they are known. */
-    Py_ssize_t ncols = PySequence_Fast_GET_SIZE(seq), most = txs->txs.n, n = 0, next = 0;
+    if (PySequence_Fast_GET_SIZE(seq) > INT32_MAX) {
+        Py_DECREF(seq);
+        return PyErr_Format(PyExc_ValueError, "too many columns");
+    }
+    /* The rows on time: buffers for every transaction's row; the late ones (few): a chunk's, grown as they come. */
+    Py_ssize_t ncols = PySequence_Fast_GET_SIZE(seq), next = 0;
+    int nstreams = apart ? 2 : 1;
     PyObject *result = NULL;
-    Col *cols = PyMem_Calloc(ncols ? ncols : 1, sizeof(Col));
-    Rows *w = PyMem_Malloc(sizeof *w);
-    if (cols == NULL || w == NULL) {
+    Stream *streams = PyMem_Calloc(2, sizeof *streams);
+    if (streams == NULL) {
         PyErr_NoMemory();
         goto done;
     }
-    for (Py_ssize_t k = 0; k < ncols; k++) {
-        if (start_column(&cols[k], PySequence_Fast_GET_ITEM(seq, k), most) < 0)
+    for (int k = 0; k < nstreams; k++) {
+        if (start_stream(&streams[k], seq, ncols, k ? CHUNK : txs->txs.n) < 0)
             goto done;
     }
-    w->most = most;
-    for (;;) {
-        next_rows(w, txs, &next, late);
-        if (w->n == 0)
-            break;
-        w->lo = n;
-        for (Py_ssize_t k = 0; k < ncols; k++) {
-            start_chunk(&cols[k], w);
-            if (fill(&cols[k], w) < 0)
+    while (next < txs->txs.n) {
+        gather(streams, apart, txs, &next);
+        for (int k = 0; k < nstreams; k++) {
+            if (streams[k].w.n == CHUNK && write_chunk(&streams[k], ncols) < 0)
                 goto done;
         }
-        n += w->n;
     }
-    result = PyList_New(ncols);
-    for (Py_ssize_t k = 0; result != NULL && k < ncols; k++) {
-        PyObject *item = column_result(&cols[k], n, most);
+    for (int k = 0; k < nstreams; k++) {
+        if (write_chunk(&streams[k], ncols) < 0)
+            goto done;
+    }
+    result = PyList_New(nstreams);
+    for (int k = 0; result != NULL && k < nstreams; k++) {
+        PyObject *item = stream_result(&streams[k], ncols);
         if (item == NULL)
             Py_CLEAR(result);
         else
             PyList_SET_ITEM(result, k, item);
     }
 done:
-    if (cols != NULL)
-        free_cols(cols, ncols);
-    PyMem_Free(w);
+    for (int k = 0; streams != NULL && k < 2; k++)
+        free_cols(streams[k].cols, ncols);
+    PyMem_Free(streams);
     Py_DECREF(seq);
     return result;
 }
 
 static PyMethodDef methods[] = {
-    {"parquet_columns", (PyCFunction)(void (*)(void))parquet_columns, METH_VARARGS | METH_KEYWORDS,
-     "parquet_columns(txs, names, late=None) -> [(nulls, validity, buffers...)]: the Arrow buffers of the "
-     "named Parquet columns of the TxBatch (late: None, every row; true, the rows of late transactions, queries "
-     "without response that are not malformed; false, the others)."},
+    {"parquet_arrays", (PyCFunction)(void (*)(void))parquet_arrays, METH_VARARGS | METH_KEYWORDS,
+     "parquet_arrays(txs, names, apart=False) -> [(capsule, address)]: the named Parquet columns of the TxBatch's "
+     "rows as an Arrow C data interface struct array (pyarrow.RecordBatch._import_from_c(address, schema)), one "
+     "for every row, or apart two: the rows on time, then the late ones (queries without response that are not "
+     "malformed)."},
     {NULL, NULL, 0, NULL},
 };
 

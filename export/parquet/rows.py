@@ -96,11 +96,6 @@ def is_late(tx):
     return q is not None and r is None and not q[M.MALFORMED]
 
 
-def _rows_made(result):
-    """The rows of a column made by the C column pass (int32: 4 bytes a row)."""
-    return len(result[2]) // 4
-
-
 def _bit(flags, mask):
     import pyarrow.compute as pc
 
@@ -118,31 +113,37 @@ class RowBuilder:
         self._stats = stats
         self._specs = dict(_FIELDS, **_CLIENT, **(_RESPONSE_RAW if answers else {}))
 
-    def build_from_records(self, txs, late=None):
-        """The Arrow table of a probe._records.TxBatch (transactions of message records), the production path: one
-        C pass over the records writes every column (export/parquet/_parquetrec.c) but the enrichment ones (null
-        until export.enrich fills them) and the answers, made here from the responses' bytes (which the pass
-        gives as the r_raw column). late: None, every transaction's row; True, only the late ones (is_late); False,
-        only the others. build() is its reference."""
-        made = _parquetrec.parquet_columns(txs, _C_NAMES_RAW if self._answers else _C_NAMES, late)
-        n = _rows_made(made[0])  # (the id column: the first, int32)
-        arrays = [_wrap(typ, n, result) for typ, result in zip(_C_TYPES, made)]
-        for k, typ in _OTHER_COLUMNS:  # (in schema order: each goes where it belongs)
-            if k == _ANSWERS_AT and self._answers:
-                arrays.insert(k, self._answers_column(_wrap(pa.binary(), n, made[-1])))
-            else:
-                arrays.insert(k, pa.nulls(n, typ))
-        return pa.Table.from_arrays(arrays, schema=SCHEMA)
+    def build_from_records(self, txs, apart=False):
+        """The Arrow tables of a probe._records.TxBatch (transactions of message records), the production path: one
+        C pass over the records writes every column (export/parquet/_parquetrec.c) but the answers, made here from
+        the responses' bytes (which the pass gives as the r_raw column), and hands them to Arrow in one call (the
+        Arrow C data interface). apart: [the rows on time, the late ones (is_late)] (export.time_order), made in
+        the one pass; else [every row]. build() and build_apart() are its reference."""
+        batches = _import(txs, _C_NAMES_RAW if self._answers else _C_NAMES, _MADE_RAW if self._answers else _MADE,
+                          apart)
+        return [self._with_answers(batch) for batch in batches]
 
-    def build(self, txs, late=None):
+    def _with_answers(self, batch):
+        """The table of a batch of the columns the pass made, with the answers column: made of r_raw (the last
+        column, then dropped), else null."""
+        table = pa.Table.from_batches([batch])
+        if not self._answers:
+            return table.append_column(_ANSWERS_FIELD, pa.nulls(batch.num_rows, ANSWERS))
+        answers = self._answers_column(batch.column(_R_RAW_AT))
+        return table.remove_column(_R_RAW_AT).append_column(_ANSWERS_FIELD, answers)
+
+    def build(self, txs):
         """The Arrow table of a list of (query, response, response_messages) tuples: the Python reference (the
-        reference pipeline, the C-DNS reader); late as in build_from_records."""
-        if late is not None:
-            txs = [tx for tx in txs if is_late(tx) == late]
+        reference pipeline, the C-DNS reader)."""
         specs = self._specs
         f = dict(zip(specs, extract_python(txs, list(specs.values()))))
         n = len(txs)
         return pa.Table.from_arrays(_dns_probe_columns(f, n) + self._own_columns(f, n), schema=SCHEMA)
+
+    def build_apart(self, txs):
+        """[the rows on time, the late ones (is_late)] of transaction tuples: the reference of
+        build_from_records(txs, apart=True)."""
+        return [self.build([tx for tx in txs if is_late(tx) == late]) for late in (False, True)]
 
     def _own_columns(self, f, n):
         """dnsprobe's columns, after DNS Probe's, from the values read (f: name → array)."""
@@ -258,31 +259,24 @@ def _dns_probe_columns(f, n):
     ]
 
 
-# The columns the C pass writes: all but the enrichment ones and the answers, in schema order (their types), then
-# r_raw when the answers are made; the others by position in the schema.
-_NOT_MADE = ("public_resolver", "registered_domain", "public_suffix", "answers")
-_C_NAMES = [name for name in SCHEMA.names if name not in _NOT_MADE]
+# The columns the C pass writes: all but the answers (the schema's last: appended to them), in schema order, then
+# r_raw when the answers are made; pyarrow imports them with these schemas.
+_ANSWERS_FIELD = SCHEMA.field("answers")
+_C_NAMES = [name for name in SCHEMA.names if name != "answers"]
 _C_NAMES_RAW = _C_NAMES + ["r_raw"]
-_C_TYPES = [SCHEMA.field(name).type for name in _C_NAMES]
-_OTHER_COLUMNS = [(k, field.type) for k, field in enumerate(SCHEMA) if field.name in _NOT_MADE]
-_ANSWERS_AT = SCHEMA.get_field_index("answers")
+_MADE = pa.schema([SCHEMA.field(name) for name in _C_NAMES])
+_MADE_RAW = _MADE.append(pa.field("r_raw", pa.binary()))
+_R_RAW_AT = len(_C_NAMES)
 
 
 def columns_from_records(txs, names):
     """The columns `names` of the schema, made by the C column pass from a probe._records.TxBatch, as a table."""
-    fields = [SCHEMA.field(name) for name in names]
-    made = _parquetrec.parquet_columns(txs, names)
-    return pa.Table.from_arrays([_wrap(f.type, len(txs), m) for f, m in zip(fields, made)], schema=pa.schema(fields))
+    (batch,) = _import(txs, names, pa.schema([SCHEMA.field(name) for name in names]), False)
+    return pa.Table.from_batches([batch])
 
 
-def _wrap(typ, n, result):
-    """An Arrow array of type typ over the buffers of a C column pass: (nulls, validity or None, buffers...)."""
-    nulls, validity, *buffers = result
-    bufs = [None if validity is None else pa.py_buffer(validity)] + [pa.py_buffer(b) for b in buffers]
-    if typ.id == _LIST_ID:
-        values = pa.Array.from_buffers(typ.value_type, len(buffers[1]) // 4, [None, bufs[2]])
-        return pa.Array.from_buffers(typ, n, bufs[:2], nulls, children=[values])
-    return pa.Array.from_buffers(typ, n, bufs, nulls)
-
-
-_LIST_ID = pa.list_(pa.int32()).id
+def _import(txs, names, schema, apart):
+    """The record batches of the C column pass (its columns `names`, of `schema`), imported through the Arrow C
+    data interface without a copy: one, or apart two (the rows on time, the late ones)."""
+    return [pa.RecordBatch._import_from_c(address, schema)
+            for _capsule, address in _parquetrec.parquet_arrays(txs, names, apart)]

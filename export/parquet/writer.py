@@ -140,8 +140,8 @@ def write_row_groups(f, export_cfg, force, full=lambda f: False):
 
 def late_rows(table):
     """The table's rows as (the others, the late ones): late, a query without response, not malformed, exported once
-    it waited match.query_timeout (export.parquet.rows.is_late). Tables made by RowBuilder (late=True or False) are
-    one or the other, given as they are; a table of both (a journal made by hand) is copied apart."""
+    it waited match.query_timeout (export.parquet.rows.is_late). Tables made by RowBuilder apart (export.time_order)
+    are one or the other, given as they are; a table of both (a journal made by hand) is copied apart."""
     late = _f("and_not", [_f("and_not", [table.column("query_present"), table.column("response_present")]),
                           table.column("malformed")])
     if late.null_count:  # (a journal made by hand: such a row is not late, and no row is lost)
@@ -233,10 +233,12 @@ class ParquetExporter(FileExporter):
             self._close_ended(now_ns)
         if not txs:
             return
-        build = self.builder.build_from_records if self.tx_records else self.builder.build
-        # (export.time_order: the late rows made apart, each table then one stream; see ON_TIME)
-        for stream, late in ((ON_TIME, False), (LATE, True)) if self.time_order else ((ON_TIME, None),):
-            table = build(txs, late)
+        # (export.time_order: the late rows made apart, in the same pass, each table then one stream; see ON_TIME)
+        if self.tx_records:
+            tables = self.builder.build_from_records(txs, self.time_order)
+        else:
+            tables = self.builder.build_apart(txs) if self.time_order else [self.builder.build(txs)]
+        for stream, table in enumerate(tables):
             if not table.num_rows:
                 continue
             for step in self.steps:

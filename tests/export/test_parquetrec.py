@@ -26,17 +26,41 @@ def captures(traffic_pcap):
 def test_extension_is_built():
     from export.parquet import _parquetrec
 
-    assert callable(_parquetrec.parquet_columns)
+    assert callable(_parquetrec.parquet_arrays)
 
 
 def test_every_schema_column_and_no_other():
     from export.parquet import _parquetrec
 
-    assert len(_parquetrec.parquet_columns(_records.TxBatch(), rows._C_NAMES + ["r_raw"])) == len(SCHEMA) - 3
+    (made,) = rows._import(_records.TxBatch(), rows._C_NAMES_RAW, rows._MADE_RAW, False)
+    assert made.num_columns == len(SCHEMA) and made.num_rows == 0  # (all but answers, and r_raw)
     with pytest.raises(ValueError, match="no Parquet column"):
-        _parquetrec.parquet_columns(_records.TxBatch(), ["id", "nope"])
+        _parquetrec.parquet_arrays(_records.TxBatch(), ["id", "nope"])
     with pytest.raises(ValueError, match="no Parquet column"):
-        _parquetrec.parquet_columns(_records.TxBatch(), ["answers"])
+        _parquetrec.parquet_arrays(_records.TxBatch(), ["answers"])
+
+
+def test_the_arrays_outlive_the_batch_and_are_freed_in_any_thread(captures):
+    """The pass hands its buffers to Arrow (the C data interface): a table stays right once the TxBatch is gone,
+    a capsule never imported frees its arrays, and the last reference may go in another thread (release only
+    frees memory: no GIL needed)."""
+    import threading
+
+    from export.parquet import _parquetrec
+
+    path = max(captures, key=lambda p: p.stat().st_size)
+    txs = transactions(path)
+    batch = _records.TxBatch()
+    for t in txs:
+        batch.append(t)
+    tables = RowBuilder().build_from_records(batch)
+    _parquetrec.parquet_arrays(batch, rows._C_NAMES, True)  # (never imported: the capsules release them)
+    del batch
+    assert tables[0].equals(RowBuilder().build(txs))
+    thread = threading.Thread(target=tables.clear)  # (the last reference to the arrays)
+    thread.start()
+    thread.join()
+    assert not tables
 
 
 @pytest.mark.parametrize("answers", [False, True], ids=["plain", "answers"])
@@ -47,7 +71,7 @@ def test_tables_equal_python_builder(captures, answers):
         batch = _records.TxBatch()
         for t in txs:
             batch.append(t)
-        got = RowBuilder(answers=answers).build_from_records(batch)
+        (got,) = RowBuilder(answers=answers).build_from_records(batch)
         want = RowBuilder(answers=answers).build(txs)
         got.validate(full=True)
         assert got.schema == want.schema
@@ -60,8 +84,8 @@ def test_tables_equal_python_builder(captures, answers):
 
 def test_the_late_rows_and_the_others_apart_equal_python_builder(captures):
     """export.time_order makes the rows of late transactions (queries without response, not malformed) and the
-    others apart: the C pass selects them as the reference does, each part the rows of the whole table that are
-    late, or not, in the order they came."""
+    others apart, in one pass: the C pass selects them as the reference does, each part the rows of the whole table
+    that are late, or not, in the order they came."""
     counts = {False: 0, True: 0}
     malformed_queries = 0
     for path in captures:
@@ -72,9 +96,8 @@ def test_the_late_rows_and_the_others_apart_equal_python_builder(captures):
         everything = RowBuilder().build(txs)
         late_mask = pc.and_not(pc.and_not(everything.column("query_present"), everything.column("response_present")),
                                everything.column("malformed"))
-        for late in (False, True):
-            got = RowBuilder().build_from_records(batch, late)
-            want = RowBuilder().build(txs, late)
+        made = RowBuilder().build_from_records(batch, apart=True)
+        for late, got, want in zip((False, True), made, RowBuilder().build_apart(txs)):
             got.validate(full=True)
             assert got.equals(want), f"{path.name}: late={late}"
             assert got.equals(everything.filter(late_mask if late else pc.invert(late_mask))), path.name
@@ -82,3 +105,26 @@ def test_the_late_rows_and_the_others_apart_equal_python_builder(captures):
         malformed_queries += pc.sum(pc.and_(everything.column("malformed"),
                                             pc.invert(everything.column("response_present")))).as_py() or 0
     assert counts[True] > 100 and counts[False] > 10000 and malformed_queries > 0
+
+
+@pytest.mark.parametrize("late_share", [0.97, 0.5], ids=["flood", "half"])
+def test_many_late_rows_apart_equal_python_builder(late_share):
+    """A batch of mostly (or half) unanswered queries, as a flood of them makes: the late rows' table grows chunk
+    after chunk, the others' room, made for the whole batch, is given back; both equal the reference's."""
+    from support.captures import bench_mix
+
+    from probe.model import M
+
+    txs = [tx for tx in transactions(bench_mix(), keep_raw=False) if tx[0] is not None and tx[1] is not None]
+    every = round(1 / (1 - late_share))  # (one transaction in `every` keeps its response)
+    txs = [tx if k % every == 0 else (tx[0], None, 0) for k, tx in enumerate(txs)]
+    batch = _records.TxBatch()
+    for t in txs:
+        batch.append(t)
+    made = RowBuilder().build_from_records(batch, apart=True)
+    wanted = RowBuilder().build_apart(txs)
+    late = sum(1 for q, r, _ in txs if r is None and not q[M.MALFORMED])
+    assert [t.num_rows for t in made] == [len(txs) - late, late] and late > 2000
+    for got, want in zip(made, wanted):
+        got.validate(full=True)
+        assert got.equals(want)
