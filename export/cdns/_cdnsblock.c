@@ -473,13 +473,16 @@ static Py_ssize_t packed_find(Table *t, const Packed *k, unsigned char *buf, Py_
  * whose hash is seeded per process; it is asked only when it is not empty, so a lookup costs at most MAX_PROBE
  * slots and a dict lookup.
  * The signature table's keys are tuples of ints and None (Keys(arity=17)): held packed (packed_bytes), made
- * tuples again when Python asks (a new signature was a tuple of 17 ints hashed into a dict). */
+ * tuples again when Python asks (a new signature was a tuple of 17 ints hashed into a dict).
+ * A Keys of bytes also holds None (the address of a dnstap message without one, which Block.add_python adds) as the
+ * dict did: an index of its own (none_index) whose key is read back as None and written as CBOR null. */
 typedef struct {
     PyObject_HEAD
     int arity;          /* 0: keys are bytes; else tuples of `arity` ints or None, packed */
     Table t;            /* t.used: the keys in a slot */
     uint32_t *at;       /* at[i]: where key i is in t.keys */
     size_t n, at_cap, first_at;
+    Py_ssize_t none_index; /* None's index, -1: not held */
     PyObject *overflow; /* bytes -> index of the keys in no slot, or NULL */
 } Keys;
 
@@ -519,8 +522,9 @@ static Py_ssize_t keys_find(Keys *k, uint64_t h, const void *p, Py_ssize_t n)
     return PyLong_AsSsize_t(v);
 }
 
-/* Key p[0..n) (hash h), which k does not hold, added as index k->n: the index, or -1 (an exception; k unchanged). */
-static Py_ssize_t keys_add(Keys *k, uint64_t h, const void *p, Py_ssize_t n)
+/* Key p[0..n) (hash h), which k does not hold, added as index k->n: the index, or -1 (an exception; k unchanged).
+ * place 0: the key is not put in a slot (None's empty key: found through none_index only). */
+static Py_ssize_t keys_add(Keys *k, uint64_t h, const void *p, Py_ssize_t n, int place)
 {
     Table *t = &k->t;
     size_t room = sizeof(uint32_t) + (size_t)n;
@@ -541,19 +545,20 @@ static Py_ssize_t keys_add(Keys *k, uint64_t h, const void *p, Py_ssize_t n)
             return -1;
         t->keys = keys;
     }
-    if ((t->slots == NULL || 2 * (t->used + 1) > t->mask + 1) && table_grow(t, &k->overflow) < 0)
+    if (place && (t->slots == NULL || 2 * (t->used + 1) > t->mask + 1) && table_grow(t, &k->overflow) < 0)
         return -1;
     Slot s = {h, (uint32_t)t->keys_len, (int32_t)k->n};
     uint32_t len = (uint32_t)n;
     memcpy(t->keys + t->keys_len, &len, sizeof len);
-    memcpy(t->keys + t->keys_len + sizeof len, p, n);
-    int placed = table_place(t->slots, t->mask, s, &t->probes);
-    if (!placed && 8 * t->used >= t->mask + 1) { /* a run of linear probing: grown once, as table_put does */
+    if (n)
+        memcpy(t->keys + t->keys_len + sizeof len, p, n);
+    int placed = place && table_place(t->slots, t->mask, s, &t->probes);
+    if (place && !placed && 8 * t->used >= t->mask + 1) { /* a run of linear probing: grown once, as table_put does */
         if (table_grow(t, &k->overflow) < 0)
             return -1;
         placed = table_place(t->slots, t->mask, s, &t->probes);
     }
-    if (!placed && overflow_put(&k->overflow, t, s) < 0)
+    if (place && !placed && overflow_put(&k->overflow, t, s) < 0)
         return -1;
     t->used += placed;
     t->keys_len += room;
@@ -569,7 +574,7 @@ static Py_ssize_t keys_index(Keys *k, const void *p, Py_ssize_t n, uint64_t h)
     Py_ssize_t i = keys_find(k, h, p, n);
     if (i >= 0)
         return i;
-    return i == -2 ? -1 : keys_add(k, h, p, n);
+    return i == -2 ? -1 : keys_add(k, h, p, n, 1);
 }
 
 /* Key i's bytes and length. */
@@ -594,6 +599,7 @@ static int keys_init(PyObject *self, PyObject *args, PyObject *kwds)
         return -1;
     }
     ((Keys *)self)->arity = arity;
+    ((Keys *)self)->none_index = -1;
     if (like == Py_None)
         return 0;
     if (!Py_IS_TYPE(like, &KeysType)) {
@@ -618,13 +624,20 @@ static void keys_dealloc(PyObject *self)
 }
 
 /* The index of a key (-1: not held; get), added when new (index); NULL on an error. A key of a Keys of bytes is
- * bytes-like; of tuples, a tuple of `arity` ints or None (another one is not held, and cannot be added). */
+ * bytes-like or None; of tuples, a tuple of `arity` ints or None (another one is not held, and cannot be added). */
 static PyObject *keys_lookup(Keys *k, PyObject *key, int add, PyObject *missing)
 {
     Py_buffer view = {.buf = NULL};
     unsigned char buf[PACKED_MAX];
     const void *p = buf;
     Py_ssize_t n;
+    if (!k->arity && key == Py_None) {
+        if (k->none_index < 0 && add)
+            k->none_index = keys_add(k, 0, NULL, 0, 0);
+        if (k->none_index >= 0)
+            return index_int(k->none_index);
+        return add ? NULL : Py_NewRef(missing);
+    }
     if (k->arity) {
         Packed packed;
         if (!packed_of_tuple(key, k->arity, &packed)) {
@@ -654,7 +667,7 @@ static PyObject *keys_object(const Keys *k, size_t i)
     Py_ssize_t len;
     const unsigned char *p = keys_at(k, i, &len);
     if (!k->arity)
-        return PyBytes_FromStringAndSize((const char *)p, len);
+        return (Py_ssize_t)i == k->none_index ? Py_NewRef(Py_None) : PyBytes_FromStringAndSize((const char *)p, len);
     Packed packed;
     if (!packed_of_bytes(p, len, k->arity, &packed)) {
         PyErr_SetString(PyExc_SystemError, "Keys: a packed key does not unpack");
@@ -1682,6 +1695,10 @@ static int keys_cbor(Out *o, const Keys *k, PyObject *order)
         const unsigned char *p = keys_at(k, (size_t)i, &len);
         if (out_reserve(o, len + 9) < 0)
             return -1;
+        if (i == k->none_index) { /* CBOR null, as cbor2 wrote the None of a dict table */
+            o->p[o->len++] = 0xf6;
+            continue;
+        }
         unsigned char *w = put_head(o->p + o->len, 2, (uint64_t)len);
         memcpy(w, p, len);
         o->len = w + len - o->p;

@@ -298,6 +298,21 @@ def test_encode_table_equals_cbor2():
         keys.index("a")
 
 
+def test_keys_hold_none_as_the_dict_did():
+    """A dnstap message without an address (Block.add_python) puts None in the block's address table: a Keys holds it
+    as the dict it replaced did, an index of its own apart from the empty key, read back as None and written as
+    CBOR null (tests/run/test_columnar.py's dnstap among packets fails without it)."""
+    table = {b"\x7f\0\0\1": 0, None: 1, b"": 2}
+    keys = cdns._cdnsblock.Keys()
+    assert keys.get(None) is None and None not in keys
+    assert [keys.index(key) for key in table] == [0, 1, 2] and keys.index(None) == 1 and len(keys) == 3
+    assert keys.get(None) == 1 and None in keys and list(keys) == list(table) and keys.items() == list(table.items())
+    for order in ([0, 1, 2], [1], [2, 1, 0]):
+        assert cdns._cdnsblock.encode_table(keys, order) == cbor2.dumps([list(table)[i] for i in order])
+    with pytest.raises(TypeError):
+        cdns._cdnsblock.Keys(arity=17).index(b"a")
+
+
 def test_block_map_with_encoded_parts_equals_cbor2():
     """encode._dumps writes a map holding bytes already encoded (at any depth, maps of every head length) as
     cbor2.dumps writes the same map with those values as objects."""
