@@ -123,6 +123,22 @@ def test_records_equal_python_decoder(captures, filtering):
     assert compared > 30000 and (filtered > 1000) == bool(lists)  # (an allow list keeps some 38,000)
 
 
+def decoded_by_both(pcap, source):
+    """The messages of a capture as the C decoder (records, read back as tuples) and the Python one give them."""
+    cfg = load_config(overrides={"decode.parser": "fast"})
+    wire = load_config(overrides={"decode.parser": "wire"})
+    c = PacketDecoder(cfg.decode, cfg.decode.dns_ports, Stats(), IpFilter(cfg.filter))
+    py = PacketDecoder(wire.decode, wire.decode.dns_ports, Stats(), IpFilter(wire.filter))
+    batch = _records.MsgBatch()
+    got, want = [], []
+    for frames in read_capture(pcap):
+        batch.clear()
+        c.decode_into(frames, batch, source)
+        got += batch.to_tuples()
+        want += py.decode(frames, source)
+    return got, want
+
+
 def test_client_subnet_ipv6_text_equals_python(tmp_path):
     # The C decoder writes an IPv6 client subnet's text itself but where the last 32 bits may be written as an IPv4
     # address (::/96, ::ffff:0:0/96), which it leaves to Python's ipaddress as the Python walker does.
@@ -153,17 +169,7 @@ def test_client_subnet_ipv6_text_equals_python(tmp_path):
     pcap = tmp_path / "ecs.pcap"
     wrpcap(str(pcap), frames)
     subnet = lambda m: m[M.EDNS][EDNS_FIELDS.index("client_subnet")]  # noqa: E731
-    cfg = load_config(overrides={"decode.parser": "fast"})
-    wire = load_config(overrides={"decode.parser": "wire"})
-    c = PacketDecoder(cfg.decode, cfg.decode.dns_ports, Stats(), IpFilter(cfg.filter))
-    py = PacketDecoder(wire.decode, wire.decode.dns_ports, Stats(), IpFilter(wire.filter))
-    batch = _records.MsgBatch()
-    got, want = [], []
-    for frames in read_capture(pcap):
-        batch.clear()
-        c.decode_into(frames, batch, "ecs")
-        got += batch.to_tuples()
-        want += py.decode(frames, "ecs")
+    got, want = decoded_by_both(pcap, "ecs")
     assert len(got) == len(want) == len(addresses)
     for a, b in zip(got, want, strict=True):
         assert typed(a) == typed(b), (subnet(a), subnet(b))
@@ -214,17 +220,7 @@ def test_question_names_and_option_codes_equal_python(tmp_path):
         frames.append(Ether(src="02:00:00:00:00:01", dst="02:00:00:00:00:35") / ip)
     pcap = tmp_path / "names.pcap"
     wrpcap(str(pcap), frames)
-    cfg = load_config(overrides={"decode.parser": "fast"})
-    wire = load_config(overrides={"decode.parser": "wire"})
-    c = PacketDecoder(cfg.decode, cfg.decode.dns_ports, Stats(), IpFilter(cfg.filter))
-    py = PacketDecoder(wire.decode, wire.decode.dns_ports, Stats(), IpFilter(wire.filter))
-    batch = _records.MsgBatch()
-    got, want = [], []
-    for frames in read_capture(pcap):
-        batch.clear()
-        c.decode_into(frames, batch, "names")
-        got += batch.to_tuples()
-        want += py.decode(frames, "names")
+    got, want = decoded_by_both(pcap, "names")
     assert len(got) == len(want) == len(names)
     for a, b in zip(got, want, strict=True):
         assert typed(a) == typed(b)
