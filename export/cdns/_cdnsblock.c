@@ -357,6 +357,13 @@ static void table_clear(Table *t)
     *t = (Table){.probes = t->probes};
 }
 
+/* t, empty, to start at the sizes the previous block's table l reached (or started at). */
+static void table_sized_like(Table *t, const Table *l)
+{
+    t->first_cap = l->slots != NULL ? l->mask + 1 : l->first_cap;
+    t->first_keys = l->keys_cap ? l->keys_cap : l->first_keys;
+}
+
 /* A packed key of ints and Nones: the values in order, then a bit per None. */
 #define MAX_KEY 17
 #define SIG_FIELDS 17 /* a Q/R signature's fields (Block.add_python's `sig`) */
@@ -608,8 +615,7 @@ static int keys_init(PyObject *self, PyObject *args, PyObject *kwds)
     }
     Keys *k = (Keys *)self;
     const Keys *l = (const Keys *)like;
-    k->t.first_cap = l->t.slots != NULL ? l->t.mask + 1 : l->t.first_cap;
-    k->t.first_keys = l->t.keys_cap ? l->t.keys_cap : l->t.first_keys;
+    table_sized_like(&k->t, &l->t);
     k->first_at = l->at_cap ? l->at_cap : l->first_at;
     return 0;
 }
@@ -782,8 +788,7 @@ static int cache_init(PyObject *self, PyObject *args, PyObject *kwds)
         return -1;
     }
     Cache *c = (Cache *)self, *l = (Cache *)like;
-    c->classtype.first_cap = l->classtype.slots != NULL ? l->classtype.mask + 1 : l->classtype.first_cap;
-    c->classtype.first_keys = l->classtype.keys_cap ? l->classtype.keys_cap : l->classtype.first_keys;
+    table_sized_like(&c->classtype, &l->classtype);
     return 0;
 }
 
